@@ -1,0 +1,52 @@
+# Helpers for Volt's targets, one per target kind (after Abseil's AbseilHelpers.cmake).
+#
+#   volt_cc_library(NAME n SRCS ... DEPS ... [TORCH])
+#     A static library `volt_n` (alias volt::n). TORCH links LibTorch and reuses the shared
+#     precompiled torch header, so only targets that need LibTorch pay for its headers.
+#   volt_cc_test(NAME n SRCS ... DEPS ... [TORCH] [LABELS ...])
+#     A GoogleTest binary registered with CTest via gtest_discover_tests.
+
+include(GoogleTest OPTIONAL)
+
+set(VOLT_WARNINGS -Wall -Wextra -Wno-unused-parameter)
+if(VOLT_WERROR)
+  list(APPEND VOLT_WARNINGS -Werror)
+endif()
+
+# The precompiled torch header is built once, by volt_torch_pch, and reused by every torch target.
+function(_volt_use_torch target)
+  target_link_libraries(${target} PUBLIC ${TORCH_LIBRARIES})
+  # Torch's own headers are not ours to fix: include them as system headers.
+  target_include_directories(${target} SYSTEM PUBLIC ${TORCH_INCLUDE_DIRS})
+  if(TARGET volt_torch_pch)
+    target_precompile_headers(${target} REUSE_FROM volt_torch_pch)
+  endif()
+endfunction()
+
+function(volt_cc_library)
+  cmake_parse_arguments(V "TORCH" "NAME" "SRCS;DEPS" ${ARGN})
+  add_library(volt_${V_NAME} STATIC ${V_SRCS})
+  add_library(volt::${V_NAME} ALIAS volt_${V_NAME})
+  target_include_directories(volt_${V_NAME} PUBLIC
+    $<BUILD_INTERFACE:${PROJECT_SOURCE_DIR}/src>
+    $<INSTALL_INTERFACE:include>)
+  target_compile_options(volt_${V_NAME} PRIVATE ${VOLT_WARNINGS})
+  target_link_libraries(volt_${V_NAME} PUBLIC ${V_DEPS})
+  if(V_TORCH)
+    _volt_use_torch(volt_${V_NAME})
+  endif()
+endfunction()
+
+function(volt_cc_test)
+  cmake_parse_arguments(V "TORCH" "NAME" "SRCS;DEPS;LABELS" ${ARGN})
+  add_executable(${V_NAME} ${V_SRCS})
+  target_compile_options(${V_NAME} PRIVATE ${VOLT_WARNINGS})
+  target_link_libraries(${V_NAME} PRIVATE ${V_DEPS} GTest::gtest GTest::gtest_main)
+  if(V_TORCH)
+    _volt_use_torch(${V_NAME})
+  endif()
+  if(NOT V_LABELS)
+    set(V_LABELS unit)
+  endif()
+  gtest_discover_tests(${V_NAME} DISCOVERY_TIMEOUT 60 PROPERTIES LABELS "${V_LABELS}")
+endfunction()
