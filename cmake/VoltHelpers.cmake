@@ -8,7 +8,8 @@
 
 include(GoogleTest OPTIONAL)
 
-set(VOLT_WARNINGS -Wall -Wextra -Wno-unused-parameter)
+# Options structs are filled with designated initializers that name only some fields.
+set(VOLT_WARNINGS -Wall -Wextra -Wno-unused-parameter -Wno-missing-field-initializers)
 if(VOLT_WERROR)
   list(APPEND VOLT_WARNINGS -Werror)
 endif()

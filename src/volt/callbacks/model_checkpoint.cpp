@@ -1,0 +1,178 @@
+#include "volt/callbacks/model_checkpoint.h"
+
+#include <algorithm>
+#include <filesystem>
+#include <regex>
+
+#include "volt/core/error.h"
+
+namespace volt {
+
+ModelCheckpoint::ModelCheckpoint(ModelCheckpointOptions options) : options_(std::move(options)) {
+  VOLT_CHECK(options_.save_top_k >= -1,
+             "ModelCheckpoint save_top_k={} is invalid; expected -1 (keep all), 0 (none) or a positive "
+             "count.",
+             options_.save_top_k);
+  VOLT_CHECK(options_.every_n_train_steps >= 0, "ModelCheckpoint every_n_train_steps={} must be >= 0.",
+             options_.every_n_train_steps);
+  VOLT_CHECK(!options_.every_n_epochs || *options_.every_n_epochs >= 0,
+             "ModelCheckpoint every_n_epochs={} must be >= 0.", options_.every_n_epochs.value_or(0));
+  VOLT_CHECK(!(options_.monitor.empty() && options_.save_top_k > 1),
+             "ModelCheckpoint(save_top_k={}, monitor='') cannot rank checkpoints without a metric. HINT: "
+             "set monitor, or use save_top_k=-1 to keep every checkpoint.",
+             options_.save_top_k);
+  every_n_epochs_ = options_.every_n_epochs.value_or(options_.every_n_train_steps > 0 ? 0 : 1);
+}
+
+std::string ModelCheckpoint::state_key() const {
+  return fmt::format("ModelCheckpoint{{'monitor': '{}', 'mode': '{}', 'every_n_train_steps': {}, "
+                     "'every_n_epochs': {}}}",
+                     options_.monitor, to_string(options_.mode), options_.every_n_train_steps, every_n_epochs_);
+}
+
+void ModelCheckpoint::setup(const FitInfo& info) {
+  save_on_train_epoch_end_ = options_.save_on_train_epoch_end.value_or(!info.has_validation);
+  if (!options_.dirpath.empty()) {
+    dirpath_ = options_.dirpath;
+  } else {
+    dirpath_ = (std::filesystem::path(info.log_dir.empty() ? info.root_dir : info.log_dir) / "checkpoints").string();
+  }
+}
+
+Decision ModelCheckpoint::on_train_batch_end(const CallbackContext& context, CallbackServices& services) {
+  if (options_.every_n_train_steps > 0 && context.global_step > 0 &&
+      context.global_step % options_.every_n_train_steps == 0) {
+    save(context, services);
+  }
+  return {};
+}
+
+Decision ModelCheckpoint::on_train_epoch_end(const CallbackContext& context, CallbackServices& services) {
+  if (save_on_train_epoch_end_ && every_n_epochs_ > 0 && (context.epoch + 1) % every_n_epochs_ == 0) {
+    save(context, services);
+  }
+  return {};
+}
+
+Decision ModelCheckpoint::on_validation_end(const CallbackContext& context, CallbackServices& services) {
+  if (!save_on_train_epoch_end_ && !context.sanity_checking && every_n_epochs_ > 0 &&
+      (context.epoch + 1) % every_n_epochs_ == 0) {
+    save(context, services);
+  }
+  return {};
+}
+
+std::string ModelCheckpoint::format_filename(const std::string& pattern, int64_t epoch, int64_t step,
+                                             const std::map<std::string, double>& metrics, bool insert_names) {
+  static const std::regex kField(R"(\{([^{}:]+)(?::([^{}]*))?\})");
+  std::string out;
+  auto begin = std::sregex_iterator(pattern.begin(), pattern.end(), kField);
+  std::size_t last = 0;
+  for (auto it = begin; it != std::sregex_iterator(); ++it) {
+    const std::smatch& m = *it;
+    out += pattern.substr(last, static_cast<std::size_t>(m.position()) - last);
+    last = static_cast<std::size_t>(m.position() + m.length());
+    const std::string name = m[1].str();
+    const std::string spec = m[2].matched ? m[2].str() : "";
+    std::string value;
+    if (name == "epoch") {
+      value = std::to_string(epoch);
+    } else if (name == "step") {
+      value = std::to_string(step);
+    } else {
+      const auto metric = metrics.find(name);
+      // Lightning writes 0 for a metric that is not available yet; so do we.
+      const double v = metric == metrics.end() ? 0.0 : metric->second;
+      value = spec.empty() ? fmt::format("{}", v) : fmt::format(fmt::runtime("{:" + spec + "}"), v);
+    }
+    std::string shown = name;
+    std::replace(shown.begin(), shown.end(), '/', '_');
+    out += insert_names ? shown + "=" + value : value;
+  }
+  out += pattern.substr(last);
+  return out;
+}
+
+std::string ModelCheckpoint::path_for(const CallbackContext& context) const {
+  const std::string pattern = options_.filename.empty() ? "{epoch}-{step}" : options_.filename;
+  const auto metrics = context.metrics ? *context.metrics : std::map<std::string, double>{};
+  const std::string name =
+      format_filename(pattern, context.epoch, context.global_step, metrics, options_.auto_insert_metric_name);
+  return (std::filesystem::path(dirpath_) / (name + ".ckpt")).string();
+}
+
+void ModelCheckpoint::save(const CallbackContext& context, CallbackServices& services) {
+  // The same step can reach here from the batch and the epoch hook: save it once.
+  if (context.global_step == last_saved_step_) return;
+  last_saved_step_ = context.global_step;
+  if (options_.save_top_k != 0) {
+    const std::string path = path_for(context);
+    if (options_.monitor.empty()) {
+      services.save_checkpoint(path);
+      best_model_path_ = path;
+      if (std::find(recent_.begin(), recent_.end(), path) == recent_.end()) recent_.push_back(path);
+      while (options_.save_top_k > 0 && static_cast<int64_t>(recent_.size()) > options_.save_top_k) {
+        if (recent_.front() != path) services.remove_checkpoint(recent_.front());
+        recent_.erase(recent_.begin());
+      }
+      last_model_path_ = path;
+    } else {
+      const double score = internal::monitored_value(context.metrics, options_.monitor, "ModelCheckpoint");
+      const bool min = options_.mode == Mode::kMin;
+      const auto better = [min](double a, double b) { return min ? a < b : a > b; };
+      const auto worst = [&]() {
+        return std::max_element(best_k_models_.begin(), best_k_models_.end(), [&](const auto& a, const auto& b) {
+          return better(a.second, b.second);
+        });
+      };
+      const bool room = options_.save_top_k == -1 || static_cast<int64_t>(best_k_models_.size()) < options_.save_top_k;
+      if (room || better(score, worst()->second)) {
+        services.save_checkpoint(path);
+        best_k_models_[path] = score;
+        if (!room) {
+          const auto drop = worst();
+          if (drop->first != path) services.remove_checkpoint(drop->first);
+          best_k_models_.erase(drop);
+        }
+        const auto best = std::min_element(best_k_models_.begin(), best_k_models_.end(),
+                                           [&](const auto& a, const auto& b) { return better(a.second, b.second); });
+        best_model_path_ = best->first;
+        best_model_score_ = best->second;
+      }
+    }
+  }
+  if (options_.save_last) {
+    last_model_path_ = (std::filesystem::path(dirpath_) / "last.ckpt").string();
+    services.save_checkpoint(last_model_path_);
+  }
+}
+
+StateDict ModelCheckpoint::state_dict() const {
+  StateDict state = make_state_dict();
+  state.insert("monitor", options_.monitor);
+  state.insert("best_model_path", best_model_path_);
+  state.insert("best_model_score", best_model_score_ ? c10::IValue(*best_model_score_) : c10::IValue());
+  state.insert("last_model_path", last_model_path_);
+  state.insert("dirpath", dirpath_);
+  c10::Dict<std::string, double> best_k;
+  for (const auto& [path, score] : best_k_models_) best_k.insert(path, score);
+  state.insert("best_k_models", best_k);
+  return state;
+}
+
+void ModelCheckpoint::load_state_dict(const StateDict& state) {
+  // Lightning keeps the old bookkeeping only when the directory is unchanged: files elsewhere
+  // are not ours to rank or delete.
+  if (!state.contains("dirpath") || state.at("dirpath").toStringRef() != dirpath_) return;
+  if (state.contains("best_model_path")) best_model_path_ = state.at("best_model_path").toStringRef();
+  if (state.contains("best_model_score") && !state.at("best_model_score").isNone())
+    best_model_score_ = state.at("best_model_score").toDouble();
+  if (state.contains("last_model_path")) last_model_path_ = state.at("last_model_path").toStringRef();
+  if (state.contains("best_k_models")) {
+    best_k_models_.clear();
+    for (const auto& entry : state.at("best_k_models").toGenericDict())
+      best_k_models_[entry.key().toStringRef()] = entry.value().toDouble();
+  }
+}
+
+}  // namespace volt

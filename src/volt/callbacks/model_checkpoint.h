@@ -1,0 +1,86 @@
+// Saves checkpoints periodically and keeps the best ones.
+#pragma once
+
+#include <map>
+#include <optional>
+
+#include "volt/callbacks/callback.h"
+
+namespace volt {
+
+/// Options of ModelCheckpoint, with Lightning's defaults.
+///
+/// Example: `ModelCheckpoint({.monitor = "val/acc", .mode = Mode::kMax, .save_top_k = 2,
+/// .save_last = true, .filename = "{epoch}-{val/acc:.3f}"})`.
+struct ModelCheckpointOptions {
+  /// Directory for the files; empty: `<log_dir>/checkpoints`, or `<root_dir>/checkpoints` without a logger.
+  std::string dirpath;
+  /// File name template without ".ckpt": `{epoch}`, `{step}` and `{<metric>}` or `{<metric>:<fmt spec>}`
+  /// are replaced by `name=value`; empty: "{epoch}-{step}".
+  std::string filename;
+  /// The metric ranking checkpoints; empty keeps the latest save_top_k checkpoints.
+  std::string monitor;
+  /// Whether lower or higher `monitor` is better.
+  Mode mode = Mode::kMin;
+  /// How many checkpoints to keep: -1 all, 0 none (only `last`).
+  int64_t save_top_k = 1;
+  /// Also write `last.ckpt` each time a checkpoint is considered.
+  bool save_last = false;
+  /// Consider saving every this many epochs; unset: 1 unless every_n_train_steps is set.
+  std::optional<int64_t> every_n_epochs;
+  /// Consider saving every this many optimizer steps (0: off).
+  int64_t every_n_train_steps = 0;
+  /// Save at the end of the training epoch instead of after validation; unset: only when
+  /// there is no validation.
+  std::optional<bool> save_on_train_epoch_end;
+  /// Write `name=value` in file names (false: only the value).
+  bool auto_insert_metric_name = true;
+};
+
+/// Lightning's ModelCheckpoint. Its best and last paths serve ckpt_path="best"/"last".
+class ModelCheckpoint : public Callback {
+ public:
+  /// Throws volt::Error on invalid options (save_top_k < -1, negative intervals).
+  explicit ModelCheckpoint(ModelCheckpointOptions options = {});
+
+  std::string state_key() const override;
+  void setup(const FitInfo& info) override;
+  Decision on_train_batch_end(const CallbackContext& context, CallbackServices& services) override;
+  Decision on_train_epoch_end(const CallbackContext& context, CallbackServices& services) override;
+  Decision on_validation_end(const CallbackContext& context, CallbackServices& services) override;
+  StateDict state_dict() const override;
+  void load_state_dict(const StateDict& state) override;
+
+  /// The best checkpoint so far (empty when none).
+  const std::string& best_model_path() const { return best_model_path_; }
+  /// Its monitored value (unset without a monitor).
+  std::optional<double> best_model_score() const { return best_model_score_; }
+  /// The most recent `last.ckpt` or, without save_last, the most recent checkpoint.
+  const std::string& last_model_path() const { return last_model_path_; }
+  /// The kept checkpoints and their scores.
+  const std::map<std::string, double>& best_k_models() const { return best_k_models_; }
+  /// The directory checkpoints go to (resolved by setup()).
+  const std::string& dirpath() const { return dirpath_; }
+
+  /// Formats a file name from a template (exposed for tests): `{epoch}-{val/loss:.2f}` with
+  /// epoch 3 and val/loss 0.1234 gives "epoch=3-val_loss=0.12" ("/" becomes "_").
+  static std::string format_filename(const std::string& pattern, int64_t epoch, int64_t step,
+                                     const std::map<std::string, double>& metrics, bool insert_names);
+
+ private:
+  void save(const CallbackContext& context, CallbackServices& services);
+  std::string path_for(const CallbackContext& context) const;
+
+  ModelCheckpointOptions options_;
+  int64_t every_n_epochs_ = 1;
+  bool save_on_train_epoch_end_ = false;
+  std::string dirpath_;
+  std::string best_model_path_;
+  std::optional<double> best_model_score_;
+  std::string last_model_path_;
+  std::map<std::string, double> best_k_models_;
+  std::vector<std::string> recent_;  // without a monitor: newest last
+  int64_t last_saved_step_ = -1;
+};
+
+}  // namespace volt

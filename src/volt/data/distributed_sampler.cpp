@@ -1,0 +1,60 @@
+#include "volt/data/distributed_sampler.h"
+
+#include <algorithm>
+
+#include <ATen/ATen.h>
+#include <ATen/CPUGeneratorImpl.h>
+
+#include "volt/core/error.h"
+
+namespace volt {
+
+DistributedSampler::DistributedSampler(int64_t dataset_size, SamplerOptions options)
+    : dataset_size_(dataset_size), options_(options) {
+  VOLT_CHECK(options_.num_replicas >= 1, "num_replicas={} must be at least 1.", options_.num_replicas);
+  VOLT_CHECK(options_.rank >= 0 && options_.rank < options_.num_replicas,
+             "rank={} is outside [0, {}). HINT: the rank must be below the world size.", options_.rank,
+             options_.num_replicas);
+  VOLT_CHECK(dataset_size_ >= 0, "dataset size {} is negative.", dataset_size_);
+  const int64_t n = options_.num_replicas;
+  if (options_.drop_last && dataset_size_ % n != 0) {
+    num_samples_ = dataset_size_ / n;  // drop the tail so every replica gets the same count
+  } else {
+    num_samples_ = (dataset_size_ + n - 1) / n;
+  }
+  total_size_ = num_samples_ * n;
+}
+
+torch::Tensor DistributedSampler::indices(int64_t epoch) const {
+  torch::Tensor order;
+  if (options_.shuffle) {
+    // A private generator: the order depends on (seed, epoch) only, never on how much of the
+    // global RNG stream the model consumed, so all ranks agree and resume is exact.
+    auto generator = at::make_generator<at::CPUGeneratorImpl>(options_.seed + static_cast<uint64_t>(epoch));
+    order = torch::randperm(dataset_size_, generator, torch::kLong);
+  } else {
+    order = torch::arange(dataset_size_, torch::kLong);
+  }
+  if (total_size_ > dataset_size_ && dataset_size_ > 0) {
+    // Pad by repeating from the start (as PyTorch does), as many times as needed.
+    const int64_t missing = total_size_ - dataset_size_;
+    const int64_t repeats = (missing + dataset_size_ - 1) / dataset_size_;
+    order = torch::cat({order, order.repeat({repeats}).narrow(0, 0, missing)});
+  } else if (total_size_ < dataset_size_) {
+    order = order.narrow(0, 0, total_size_);
+  }
+  if (options_.num_replicas == 1) return order;
+  return order.slice(0, options_.rank, total_size_, options_.num_replicas).contiguous();
+}
+
+int64_t DistributedSampler::padding_in_first(int64_t count) const {
+  // Position p of this replica is global position rank + p * num_replicas; positions at or past
+  // dataset_size are the padding.
+  const int64_t n = options_.num_replicas;
+  const int64_t first_padded = dataset_size_ <= options_.rank
+                                   ? 0
+                                   : (dataset_size_ - options_.rank + n - 1) / n;
+  return std::max<int64_t>(0, std::min(count, num_samples_) - first_padded);
+}
+
+}  // namespace volt

@@ -1,0 +1,155 @@
+// The base class a user derives from: model, steps, optimizers and data in one class.
+#pragma once
+
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+#include <torch/nn/module.h>
+#include <torch/optim/optimizer.h>
+
+#include "volt/data/data_loader.h"
+#include "volt/module/log_options.h"
+#include "volt/module/state_dict.h"
+
+namespace volt {
+
+class LRScheduler;
+class MetricSink;
+
+/// When a learning-rate scheduler steps.
+enum class Interval { kEpoch, kStep };
+/// "epoch" or "step".
+const char* to_string(Interval interval);
+
+/// A learning-rate scheduler and when it steps (Lightning's lr_scheduler_config).
+struct SchedulerConfig {
+  /// The scheduler; it must drive one of the returned optimizers.
+  std::shared_ptr<LRScheduler> scheduler;
+  /// Step after every epoch or after every optimizer step.
+  Interval interval = Interval::kEpoch;
+  /// Step every `frequency` intervals.
+  int64_t frequency = 1;
+  /// For schedulers that need a metric (ReduceLROnPlateau): the logged metric to pass.
+  std::string monitor;
+  /// The name LearningRateMonitor logs under; empty: "lr-<Optimizer>".
+  std::string name;
+};
+
+/// What configure_optimizers returns: optimizers and their schedulers.
+///
+/// With automatic optimization every optimizer steps after the backward pass of the loss
+/// training_step returned.
+struct OptimizerConfig {
+  OptimizerConfig() = default;
+  /// One optimizer, no scheduler.
+  OptimizerConfig(std::shared_ptr<torch::optim::Optimizer> optimizer)  // NOLINT: implicit on purpose
+      : optimizers{std::move(optimizer)} {}
+  /// One optimizer with one scheduler.
+  OptimizerConfig(std::shared_ptr<torch::optim::Optimizer> optimizer, SchedulerConfig scheduler)
+      : optimizers{std::move(optimizer)}, schedulers{std::move(scheduler)} {}
+
+  /// The optimizers, stepped in order.
+  std::vector<std::shared_ptr<torch::optim::Optimizer>> optimizers;
+  /// The schedulers.
+  std::vector<SchedulerConfig> schedulers;
+};
+
+/// Receives what a module logs; the Trainer installs one while a stage runs.
+class MetricSink {
+ public:
+  virtual ~MetricSink() = default;
+  /// Records `value` under `name` (see LightningModule::log).
+  virtual void log(const std::string& name, const torch::Tensor& value, const LogOptions& options) = 0;
+};
+
+/// A model with its training logic, like Lightning's LightningModule.
+///
+/// Derive from it, register submodules as with any torch::nn::Module, and override at least
+/// training_step and configure_optimizers. The data hooks may return a DataLoader, or the data
+/// can be passed to Trainer::fit directly.
+class LightningModule : public torch::nn::Module {
+ public:
+  /// `name` is the module's name in summaries and checkpoints' metadata.
+  explicit LightningModule(std::string name = "LightningModule") : torch::nn::Module(std::move(name)) {}
+  ~LightningModule() override;
+
+  // ---- steps -------------------------------------------------------------------------------
+  /// Computes the loss of one training batch; backward and the optimizer step are the Trainer's.
+  virtual torch::Tensor training_step(const Batch& batch, int64_t batch_idx) = 0;
+  /// Evaluates one validation batch; log metrics with log(). No gradients are recorded.
+  virtual void validation_step(const Batch& batch, int64_t batch_idx) {}
+  /// Evaluates one test batch; log metrics with log().
+  virtual void test_step(const Batch& batch, int64_t batch_idx) {}
+  /// Predicts one batch; the default throws, saying to override it.
+  virtual torch::Tensor predict_step(const Batch& batch, int64_t batch_idx);
+  /// Returns the optimizers and schedulers; called once per fit, after the model is on its device.
+  virtual OptimizerConfig configure_optimizers() = 0;
+
+  // ---- data hooks (an undefined DataLoader means "no data for that stage") --------------------
+  /// The training data; the default has none (then fit() must be given a loader).
+  virtual DataLoader train_dataloader() { return {}; }
+  /// The validation data; none skips validation.
+  virtual DataLoader val_dataloader() { return {}; }
+  /// The test data.
+  virtual DataLoader test_dataloader() { return {}; }
+  /// The prediction data.
+  virtual DataLoader predict_dataloader() { return {}; }
+
+  // ---- hooks, called on every process in Lightning's order ----------------------------------
+  /// Before anything else in fit().
+  virtual void on_fit_start() {}
+  /// After fit() finished (also after an early stop).
+  virtual void on_fit_end() {}
+  /// Before the first training epoch.
+  virtual void on_train_start() {}
+  /// After the last training epoch.
+  virtual void on_train_end() {}
+  /// At the start of each training epoch.
+  virtual void on_train_epoch_start() {}
+  /// At the end of each training epoch, before epoch metrics are computed.
+  virtual void on_train_epoch_end() {}
+  /// Before each training batch.
+  virtual void on_train_batch_start(const Batch& batch, int64_t batch_idx) {}
+  /// After each training batch with the loss it returned.
+  virtual void on_train_batch_end(const torch::Tensor& loss, const Batch& batch, int64_t batch_idx) {}
+  /// At the start of a validation run.
+  virtual void on_validation_epoch_start() {}
+  /// At the end of a validation run.
+  virtual void on_validation_epoch_end() {}
+  /// At the start of testing.
+  virtual void on_test_epoch_start() {}
+  /// At the end of testing.
+  virtual void on_test_epoch_end() {}
+  /// After the backward pass and gradient clipping, before the optimizer steps.
+  virtual void on_before_optimizer_step(torch::optim::Optimizer& optimizer, size_t optimizer_idx) {}
+  /// Adds the module's own entries to a checkpoint before it is written (plain values only).
+  virtual void on_save_checkpoint(StateDict& checkpoint) {}
+  /// Reads the module's own entries back from a checkpoint being restored.
+  virtual void on_load_checkpoint(const StateDict& checkpoint) {}
+
+  // ---- logging -------------------------------------------------------------------------------
+  /// Logs a scalar tensor under `name`; see LogOptions for aggregation and destinations.
+  void log(const std::string& name, const torch::Tensor& value, const LogOptions& options = {});
+  /// Logs a number under `name`.
+  void log(const std::string& name, double value, const LogOptions& options = {});
+  /// Logs several values with the same options.
+  void log_dict(const std::map<std::string, torch::Tensor>& values, const LogOptions& options = {});
+
+  // ---- hyperparameters -------------------------------------------------------------------------
+  /// Records the hyperparameters: written to hparams.yaml and the checkpoint.
+  void save_hyperparameters(nlohmann::json hparams) { hparams_ = std::move(hparams); }
+  /// The recorded hyperparameters (an empty object when none).
+  const nlohmann::json& hparams() const { return hparams_; }
+
+  /// Installs (or clears with nullptr) where log() sends values; the Trainer's business.
+  void set_metric_sink(MetricSink* sink) { sink_ = sink; }
+
+ private:
+  MetricSink* sink_ = nullptr;
+  nlohmann::json hparams_ = nlohmann::json::object();
+};
+
+}  // namespace volt

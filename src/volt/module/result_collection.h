@@ -1,0 +1,60 @@
+// Collects what a module logs during one stage and turns it into step and epoch metrics.
+#pragma once
+
+#include <functional>
+#include <map>
+#include <string>
+
+#include "volt/module/lightning_module.h"
+
+namespace volt {
+
+/// Where a metric value is headed.
+enum class MetricTarget {
+  kLogger,    ///< values with LogOptions::logger
+  kProgBar,   ///< values with LogOptions::prog_bar
+  kCallback,  ///< every value (what ModelCheckpoint and EarlyStopping monitor)
+};
+
+/// The metrics logged in one stage (training, validation, test), Lightning's `_ResultCollection`.
+///
+/// A name logged with both on_step and on_epoch appears as `<name>_step` per step and
+/// `<name>_epoch` per epoch, as in Lightning; the callback metrics also carry the plain name.
+class ResultCollection : public MetricSink {
+ public:
+  /// Reduces a value across processes (sync_dist); the identity for one process.
+  using SyncFn = std::function<double(double value, Reduce reduce)>;
+
+  /// `training` picks the on_step/on_epoch defaults (training_step: step; evaluation: epoch).
+  explicit ResultCollection(bool training, SyncFn sync = nullptr);
+
+  /// The weight of the next logged means (the current batch's example count).
+  void set_batch_size(int64_t batch_size) { batch_size_ = batch_size; }
+  void log(const std::string& name, const torch::Tensor& value, const LogOptions& options) override;
+
+  /// Values logged with on_step since the last step_metrics call for `target`.
+  std::map<std::string, double> step_metrics(MetricTarget target) const;
+  /// The epoch aggregates of values logged with on_epoch, for `target`.
+  std::map<std::string, double> epoch_metrics(MetricTarget target) const;
+  /// Forgets everything logged in the epoch (call at each epoch start).
+  void reset();
+  /// True when nothing was logged since the last reset.
+  bool empty() const { return entries_.empty(); }
+
+ private:
+  struct Entry {
+    LogOptions options;  // on_step and on_epoch resolved
+    double last = 0.0;
+    double aggregate = 0.0;
+    double weight = 0.0;
+    int64_t count = 0;
+  };
+  static bool wanted(const Entry& entry, MetricTarget target);
+
+  bool training_;
+  SyncFn sync_;
+  int64_t batch_size_ = 1;
+  std::map<std::string, Entry> entries_;
+};
+
+}  // namespace volt
