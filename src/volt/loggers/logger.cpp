@@ -1,0 +1,59 @@
+#include "volt/loggers/logger.h"
+
+#include <algorithm>
+#include <filesystem>
+#include <string_view>
+#include <system_error>
+
+#include "volt/core/error.h"
+
+namespace volt {
+namespace {
+
+namespace fs = std::filesystem;
+
+constexpr std::string_view kVersionPrefix = "version_";
+
+/// N for a folder named `version_<N>` (digits only), or -1 for any other name.
+long long version_number(const std::string& folder) {
+  if (folder.compare(0, kVersionPrefix.size(), kVersionPrefix) != 0) return -1;
+  const std::string_view digits = std::string_view(folder).substr(kVersionPrefix.size());
+  const bool all_digits =
+      !digits.empty() && std::all_of(digits.begin(), digits.end(),
+                                     [](char c) { return c >= '0' && c <= '9'; });
+  if (!all_digits) return -1;
+  // Too many digits to be a real version: ignore rather than overflow.
+  if (digits.size() > 18) return -1;
+  return std::stoll(std::string(digits));
+}
+
+long long next_version(const fs::path& versions_root) {
+  std::error_code ec;
+  if (!fs::is_directory(versions_root, ec)) return 0;
+  long long largest = -1;
+  for (const auto& entry : fs::directory_iterator(versions_root, ec)) {
+    std::error_code entry_ec;  // an unreadable entry is skipped, not fatal
+    if (!entry.is_directory(entry_ec)) continue;
+    largest = std::max(largest, version_number(entry.path().filename().string()));
+  }
+  VOLT_CHECK(!ec, "cannot list logger directory '{}': {}. HINT: check that save_dir is readable.",
+             versions_root.string(), ec.message());
+  return largest + 1;
+}
+
+}  // namespace
+
+std::string resolve_log_dir(const LoggerOptions& options) {
+  VOLT_CHECK(!options.save_dir.empty(),
+             "LoggerOptions.save_dir is empty; expected a directory. HINT: use \".\" for the "
+             "working directory.");
+  VOLT_CHECK(!options.version || !options.version->empty(),
+             "LoggerOptions.version is an empty string; expected a folder name such as "
+             "\"version_3\". HINT: leave version unset to take the next free version_<N>.");
+  fs::path root(options.save_dir);
+  if (!options.name.empty()) root /= options.name;
+  if (options.version) return (root / *options.version).string();
+  return (root / fmt::format("{}{}", kVersionPrefix, next_version(root))).string();
+}
+
+}  // namespace volt

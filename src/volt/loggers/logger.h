@@ -1,0 +1,54 @@
+// The interface every logger implements, and where loggers write.
+//
+// Loggers are torch-free: the trainer turns tensors into doubles before it calls them, so this
+// area builds and tests without LibTorch.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <optional>
+#include <string>
+
+#include <nlohmann/json_fwd.hpp>
+
+namespace volt {
+
+/// Receives hyperparameters and scalar metrics from the trainer (rank 0 only).
+class Logger {
+ public:
+  virtual ~Logger() = default;
+
+  /// The experiment name, e.g. "lightning_logs".
+  virtual std::string name() const = 0;
+  /// The directory this run writes to, e.g. `<save_dir>/lightning_logs/version_3`.
+  virtual std::string log_dir() const = 0;
+  /// Records the run's hyperparameters; `params` is a JSON object, merged into earlier ones.
+  virtual void log_hyperparams(const nlohmann::json& params) = 0;
+  /// Records one set of scalar metrics taken at global step `step`.
+  virtual void log_metrics(const std::map<std::string, double>& metrics, int64_t step) = 0;
+  /// Writes anything buffered to storage.
+  virtual void save() {}
+  /// Called once at the end of a run; `status` is "success", "failed" or "interrupted".
+  virtual void finalize(const std::string& status) {}
+};
+
+/// Where a logger writes: Lightning's `<save_dir>/<name>/<version>` layout.
+///
+/// Example: `LoggerOptions options; options.save_dir = "runs"; options.name = "mnist";` writes
+/// to `runs/mnist/version_0`, then `runs/mnist/version_1` on the next run.
+struct LoggerOptions {
+  /// The root directory of all experiments.
+  std::string save_dir = ".";
+  /// The experiment name, a folder under `save_dir`; empty puts versions directly in `save_dir`.
+  std::string name = "lightning_logs";
+  /// The run's folder name, used verbatim (e.g. "version_7" or a SLURM job id); unset means
+  /// `version_<N>` with N one more than the largest existing `version_<digits>` folder (0 if none).
+  std::optional<std::string> version;
+};
+
+/// The run directory `options` name, resolved against the file system as it is now.
+///
+/// Pure apart from reading the directory listing of `<save_dir>/<name>`; creates nothing.
+std::string resolve_log_dir(const LoggerOptions& options);
+
+}  // namespace volt

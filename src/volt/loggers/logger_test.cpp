@@ -1,0 +1,92 @@
+#include "volt/loggers/logger.h"
+
+#include <unistd.h>
+
+#include <filesystem>
+#include <fstream>
+#include <string>
+
+#include <gtest/gtest.h>
+
+#include "volt/core/error.h"
+
+namespace volt {
+namespace {
+
+namespace fs = std::filesystem;
+
+/// A fresh directory under the system temp dir, removed with everything in it at the end.
+class LogDirTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    const auto* info = ::testing::UnitTest::GetInstance()->current_test_info();
+    root_ = fs::temp_directory_path() /
+            fmt::format("volt_logger_test_{}_{}", info->name(), ::getpid());
+    fs::remove_all(root_);
+    fs::create_directories(root_);
+  }
+  void TearDown() override { fs::remove_all(root_); }
+
+  LoggerOptions options() const {
+    LoggerOptions o;
+    o.save_dir = root_.string();
+    return o;
+  }
+
+  fs::path root_;
+};
+
+TEST(LoggerOptions, DefaultsAreLightningsLayout) {
+  const LoggerOptions options;
+  EXPECT_EQ(options.save_dir, ".");
+  EXPECT_EQ(options.name, "lightning_logs");
+  EXPECT_FALSE(options.version.has_value());
+}
+
+TEST_F(LogDirTest, FirstVersionIsZeroWhenNothingExists) {
+  EXPECT_EQ(resolve_log_dir(options()), (root_ / "lightning_logs" / "version_0").string());
+  EXPECT_FALSE(fs::exists(root_ / "lightning_logs")) << "resolving must not create the folder";
+}
+
+TEST_F(LogDirTest, NextVersionIsOneMoreThanTheLargestExisting) {
+  fs::create_directories(root_ / "lightning_logs" / "version_0");
+  fs::create_directories(root_ / "lightning_logs" / "version_7");
+  fs::create_directories(root_ / "lightning_logs" / "version_3");
+  EXPECT_EQ(resolve_log_dir(options()), (root_ / "lightning_logs" / "version_8").string());
+}
+
+TEST_F(LogDirTest, FoldersThatAreNotNumberedVersionsAreIgnored) {
+  fs::create_directories(root_ / "lightning_logs" / "version_2");
+  fs::create_directories(root_ / "lightning_logs" / "version_9_old");
+  fs::create_directories(root_ / "lightning_logs" / "version_");
+  fs::create_directories(root_ / "lightning_logs" / "other_5");
+  std::ofstream(root_ / "lightning_logs" / "version_20");  // a file, not a folder
+  EXPECT_EQ(resolve_log_dir(options()), (root_ / "lightning_logs" / "version_3").string());
+}
+
+TEST_F(LogDirTest, AStringVersionIsUsedVerbatim) {
+  LoggerOptions o = options();
+  o.version = "slurm_12345";
+  EXPECT_EQ(resolve_log_dir(o), (root_ / "lightning_logs" / "slurm_12345").string());
+}
+
+TEST_F(LogDirTest, AnEmptyNamePutsVersionsDirectlyInSaveDir) {
+  LoggerOptions o = options();
+  o.name = "";
+  fs::create_directories(root_ / "version_4");
+  EXPECT_EQ(resolve_log_dir(o), (root_ / "version_5").string());
+}
+
+TEST(ResolveLogDir, RejectsAnEmptyVersionWithAHint) {
+  LoggerOptions o;
+  o.version = "";
+  try {
+    resolve_log_dir(o);
+    FAIL() << "expected volt::Error";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("HINT:"), std::string::npos) << e.what();
+  }
+}
+
+}  // namespace
+}  // namespace volt

@@ -1,0 +1,6 @@
+// Volt's loggers: include this to get all of them.
+#pragma once
+
+#include "volt/loggers/csv_logger.h"
+#include "volt/loggers/hparams_yaml.h"
+#include "volt/loggers/logger.h"
