@@ -1,0 +1,82 @@
+// Helpers for the datasets tests: a scratch directory and IDX files written into it.
+#pragma once
+
+#include <zlib.h>
+
+#include <cstdint>
+#include <filesystem>
+#include <fstream>
+#include <string>
+#include <vector>
+
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include "volt/core/error.h"
+
+namespace volt::datasets::testing {
+
+/// A fresh directory for one test, removed with everything in it when the test ends.
+class ScratchDir {
+ public:
+  ScratchDir() {
+    const auto* info = ::testing::UnitTest::GetInstance()->current_test_info();
+    path_ = std::filesystem::temp_directory_path() /
+            ("volt_datasets_" + std::to_string(::getpid()) + "_" + info->test_suite_name() + "_" +
+             info->name());
+    std::filesystem::remove_all(path_);
+    std::filesystem::create_directories(path_);
+  }
+  ~ScratchDir() { std::filesystem::remove_all(path_); }
+  ScratchDir(const ScratchDir&) = delete;
+  ScratchDir& operator=(const ScratchDir&) = delete;
+
+  /// `name` inside the directory.
+  std::string file(const std::string& name) const { return (path_ / name).string(); }
+  /// The directory.
+  std::string path() const { return path_.string(); }
+
+ private:
+  std::filesystem::path path_;
+};
+
+/// The bytes of an IDX file: magic (0, 0, `type`, rank), big-endian `dims`, then `data`.
+inline std::string idx_bytes(const std::vector<uint32_t>& dims, const std::vector<uint8_t>& data,
+                             uint8_t type = 0x08) {
+  std::string bytes = {0, 0, static_cast<char>(type), static_cast<char>(dims.size())};
+  for (const uint32_t dim : dims) {
+    for (const int shift : {24, 16, 8, 0}) bytes.push_back(static_cast<char>((dim >> shift) & 0xFF));
+  }
+  bytes.append(data.begin(), data.end());
+  return bytes;
+}
+
+/// Writes `bytes` to `path` as they are.
+inline void write_plain(const std::string& path, const std::string& bytes) {
+  std::ofstream out(path, std::ios::binary);
+  out.write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
+  ASSERT_TRUE(out.good()) << path;
+}
+
+/// Writes `bytes` to `path` gzip-compressed.
+inline void write_gzip(const std::string& path, const std::string& bytes) {
+  gzFile file = gzopen(path.c_str(), "wb");
+  ASSERT_NE(file, nullptr) << path;
+  ASSERT_EQ(gzwrite(file, bytes.data(), static_cast<unsigned>(bytes.size())),
+            static_cast<int>(bytes.size()));
+  ASSERT_EQ(gzclose(file), Z_OK);
+}
+
+/// The message of the volt::Error `f` throws; fails the test if it throws none.
+template <typename F>
+std::string error_message(F&& f) {
+  try {
+    f();
+  } catch (const Error& e) {
+    return e.what();
+  }
+  ADD_FAILURE() << "expected a volt::Error";
+  return "";
+}
+
+}  // namespace volt::datasets::testing
