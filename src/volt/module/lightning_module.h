@@ -44,11 +44,13 @@ struct SchedulerConfig {
 /// training_step returned.
 struct OptimizerConfig {
   OptimizerConfig() = default;
-  /// One optimizer, no scheduler.
-  OptimizerConfig(std::shared_ptr<torch::optim::Optimizer> optimizer)  // NOLINT: implicit on purpose
+  /// One optimizer, no scheduler (so `return std::make_shared<torch::optim::Adam>(...);` works).
+  template <typename O, typename = std::enable_if_t<std::is_base_of_v<torch::optim::Optimizer, O>>>
+  OptimizerConfig(std::shared_ptr<O> optimizer)  // NOLINT: implicit on purpose
       : optimizers{std::move(optimizer)} {}
   /// One optimizer with one scheduler.
-  OptimizerConfig(std::shared_ptr<torch::optim::Optimizer> optimizer, SchedulerConfig scheduler)
+  template <typename O, typename = std::enable_if_t<std::is_base_of_v<torch::optim::Optimizer, O>>>
+  OptimizerConfig(std::shared_ptr<O> optimizer, SchedulerConfig scheduler)
       : optimizers{std::move(optimizer)}, schedulers{std::move(scheduler)} {}
 
   /// The optimizers, stepped in order.

@@ -1,0 +1,99 @@
+#include "fashion_mnist/fashion_mnist_module.h"
+
+#include <ATen/CPUGeneratorImpl.h>
+
+#include "volt/core/error.h"
+#include "volt/datasets/fashion_mnist.h"
+
+namespace fashion_mnist {
+
+namespace {
+
+torch::nn::Sequential make_net(const ModuleOptions& o) {
+  namespace nn = torch::nn;
+  if (o.model == "mlp") {
+    return nn::Sequential(nn::Flatten(), nn::Linear(784, o.hidden), nn::ReLU(), nn::Linear(o.hidden, o.hidden),
+                          nn::ReLU(), nn::Linear(o.hidden, 10));
+  }
+  if (o.model == "cnn") {
+    return nn::Sequential(nn::Conv2d(nn::Conv2dOptions(1, 32, 3).padding(1)), nn::ReLU(), nn::MaxPool2d(2),
+                          nn::Conv2d(nn::Conv2dOptions(32, 64, 3).padding(1)), nn::ReLU(), nn::MaxPool2d(2),
+                          nn::Flatten(), nn::Linear(64 * 7 * 7, 128), nn::ReLU(), nn::Linear(128, 10));
+  }
+  throw volt::Error(fmt::format("--model={} is unknown; expected 'mlp' or 'cnn'.", o.model));
+}
+
+}  // namespace
+
+FashionMnistModule::FashionMnistModule(ModuleOptions options)
+    : volt::LightningModule("FashionMnistModule"), options_(std::move(options)) {
+  net_ = register_module("net", make_net(options_));
+  save_hyperparameters({{"model", options_.model},
+                        {"lr", options_.lr},
+                        {"batch_size", options_.batch_size},
+                        {"hidden", options_.hidden},
+                        {"val_size", options_.val_size}});
+}
+
+torch::Tensor FashionMnistModule::forward(const torch::Tensor& images) { return net_->forward(images); }
+
+torch::Tensor FashionMnistModule::training_step(const volt::Batch& batch, int64_t) {
+  const torch::Tensor logits = forward(batch.data);
+  const torch::Tensor loss = torch::nn::functional::cross_entropy(logits, batch.target);
+  log("train/loss", loss, {.prog_bar = true, .on_step = true, .on_epoch = true});
+  return loss;
+}
+
+void FashionMnistModule::evaluate(const volt::Batch& batch, const std::string& stage) {
+  const torch::Tensor logits = forward(batch.data);
+  const torch::Tensor loss = torch::nn::functional::cross_entropy(logits, batch.target);
+  const torch::Tensor acc = logits.argmax(1).eq(batch.target).to(torch::kDouble).mean();
+  log(stage + "/loss", loss, {.prog_bar = stage == "val"});
+  log(stage + "/acc", acc, {.prog_bar = true});
+}
+
+void FashionMnistModule::validation_step(const volt::Batch& batch, int64_t) { evaluate(batch, "val"); }
+void FashionMnistModule::test_step(const volt::Batch& batch, int64_t) { evaluate(batch, "test"); }
+
+torch::Tensor FashionMnistModule::predict_step(const volt::Batch& batch, int64_t) {
+  return forward(batch.data).argmax(1);
+}
+
+volt::OptimizerConfig FashionMnistModule::configure_optimizers() {
+  return std::make_shared<torch::optim::Adam>(parameters(), torch::optim::AdamOptions(options_.lr));
+}
+
+void FashionMnistModule::load_training_split() {
+  if (train_) return;
+  const auto data = volt::datasets::load_fashion_mnist(options_.data_dir, volt::datasets::Split::kTrain);
+  const int64_t n = data.images.size(0);
+  VOLT_CHECK(options_.val_size >= 0 && options_.val_size < n, "--val-size={} must be in [0, {}).", options_.val_size, n);
+  // A fixed split (seed 42), independent of the training seed, so every run validates on the same images.
+  auto generator = at::make_generator<at::CPUGeneratorImpl>(42);
+  const torch::Tensor order = torch::randperm(n, generator, torch::kLong);
+  const torch::Tensor train_idx = order.narrow(0, 0, n - options_.val_size);
+  const torch::Tensor val_idx = order.narrow(0, n - options_.val_size, options_.val_size);
+  train_ = std::make_shared<volt::TensorDataset>(data.images.index_select(0, train_idx), data.labels.index_select(0, train_idx));
+  val_ = std::make_shared<volt::TensorDataset>(data.images.index_select(0, val_idx), data.labels.index_select(0, val_idx));
+}
+
+volt::DataLoader FashionMnistModule::train_dataloader() {
+  load_training_split();
+  return volt::DataLoader(train_, {.batch_size = options_.batch_size, .shuffle = true});
+}
+
+volt::DataLoader FashionMnistModule::val_dataloader() {
+  load_training_split();
+  if (options_.val_size == 0) return {};
+  return volt::DataLoader(val_, {.batch_size = 256});
+}
+
+volt::DataLoader FashionMnistModule::test_dataloader() {
+  if (!test_) {
+    const auto data = volt::datasets::load_fashion_mnist(options_.data_dir, volt::datasets::Split::kTest);
+    test_ = std::make_shared<volt::TensorDataset>(data.images, data.labels);
+  }
+  return volt::DataLoader(test_, {.batch_size = 256});
+}
+
+}  // namespace fashion_mnist

@@ -1,0 +1,56 @@
+// The example module: an MLP or a small CNN classifying Fashion-MNIST.
+#pragma once
+
+#include <string>
+
+#include "volt/volt.h"
+
+namespace fashion_mnist {
+
+/// The module's hyperparameters (also the command-line flags of the example).
+struct ModuleOptions {
+  /// "mlp" (784-256-256-10) or "cnn" (two conv blocks and a classifier).
+  std::string model = "cnn";
+  /// Adam's learning rate.
+  double lr = 1e-3;
+  /// Examples per batch.
+  int64_t batch_size = 64;
+  /// Width of the MLP's hidden layers.
+  int64_t hidden = 256;
+  /// Where the IDX files are.
+  std::string data_dir = "/usr/share/datasets/fashion-mnist";
+  /// Training examples held out for validation (taken from the 60000 training images).
+  int64_t val_size = 5000;
+};
+
+/// Classifies Fashion-MNIST images; logs loss and accuracy per stage.
+class FashionMnistModule : public volt::LightningModule {
+ public:
+  /// Builds the network; throws volt::Error for an unknown model name.
+  explicit FashionMnistModule(ModuleOptions options);
+
+  /// The network's logits for images shaped [N, 1, 28, 28].
+  torch::Tensor forward(const torch::Tensor& images);
+
+  torch::Tensor training_step(const volt::Batch& batch, int64_t batch_idx) override;
+  void validation_step(const volt::Batch& batch, int64_t batch_idx) override;
+  void test_step(const volt::Batch& batch, int64_t batch_idx) override;
+  torch::Tensor predict_step(const volt::Batch& batch, int64_t batch_idx) override;
+  volt::OptimizerConfig configure_optimizers() override;
+  volt::DataLoader train_dataloader() override;
+  volt::DataLoader val_dataloader() override;
+  volt::DataLoader test_dataloader() override;
+  volt::DataLoader predict_dataloader() override { return test_dataloader(); }
+
+ private:
+  void load_training_split();
+  void evaluate(const volt::Batch& batch, const std::string& stage);
+
+  ModuleOptions options_;
+  torch::nn::Sequential net_{nullptr};
+  std::shared_ptr<volt::TensorDataset> train_;
+  std::shared_ptr<volt::TensorDataset> val_;
+  std::shared_ptr<volt::TensorDataset> test_;
+};
+
+}  // namespace fashion_mnist

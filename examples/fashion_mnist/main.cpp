@@ -1,0 +1,62 @@
+// The main job: trains, validates and tests an MLP or CNN on Fashion-MNIST.
+//
+//   fashion_mnist --model cnn --max-epochs 3
+//   fashion_mnist --model mlp --max-epochs 3 --limit-train-batches 0.1 --seed 1
+#include <iostream>
+
+#include "fashion_mnist/fashion_mnist_module.h"
+#include "volt/cli/trainer_flags.h"
+
+int main(int argc, char** argv) {
+  return volt::run_main([&] {
+    CLI::App app("Train a classifier on Fashion-MNIST with Volt.", "fashion_mnist");
+    fashion_mnist::ModuleOptions module_options;
+    volt::TrainerOptions trainer_options;
+    trainer_options.max_epochs = 3;
+    volt::TrainerFlagText flag_text;
+    volt::add_trainer_flags(app, trainer_options, flag_text);
+    app.add_option("--model", module_options.model, "mlp or cnn")->capture_default_str();
+    app.add_option("--lr", module_options.lr, "Adam's learning rate")->capture_default_str();
+    app.add_option("--batch-size", module_options.batch_size, "examples per batch")->capture_default_str();
+    app.add_option("--hidden", module_options.hidden, "MLP hidden width")->capture_default_str();
+    app.add_option("--val-size", module_options.val_size, "training images held out for validation")->capture_default_str();
+    app.add_option("--data-dir", module_options.data_dir, "directory of the IDX files")->capture_default_str();
+    int64_t save_top_k = 1;
+    app.add_option("--save-top-k", save_top_k, "best checkpoints to keep by val/acc")->capture_default_str();
+    int64_t patience = 0;
+    app.add_option("--early-stopping-patience", patience, "stop when val/loss stalls this many epochs (0: off)");
+    bool skip_test = false;
+    app.add_flag("--no-test", skip_test, "do not run the test set after training");
+    bool print_plan = false;
+    app.add_flag("--print-plan", print_plan, "print the resolved run plan and exit");
+    try {
+      app.parse(argc, argv);
+    } catch (const CLI::ParseError& e) {
+      return app.exit(e) == 0 ? 0 : 2;
+    }
+    volt::apply_trainer_flags(flag_text, trainer_options);
+    if (trainer_options.enable_checkpointing) {
+      trainer_options.callbacks.push_back(std::make_shared<volt::ModelCheckpoint>(volt::ModelCheckpointOptions{
+          .filename = "{epoch}-{step}-{val/acc:.4f}", .monitor = "val/acc", .mode = volt::Mode::kMax,
+          .save_top_k = save_top_k, .save_last = true}));
+    }
+    if (patience > 0) {
+      trainer_options.callbacks.push_back(
+          std::make_shared<volt::EarlyStopping>(volt::EarlyStoppingOptions{.monitor = "val/loss", .patience = patience}));
+    }
+    volt::Trainer trainer(trainer_options);
+    if (print_plan) {
+      std::cout << trainer.plan().describe();
+      return 0;
+    }
+    fashion_mnist::FashionMnistModule model(module_options);
+    const volt::FitResult result = trainer.fit(model);
+    std::cout << result.full_report();
+    if (!skip_test && result.reason != volt::StopReason::kInterrupted) {
+      const volt::EvalResult test = trainer.test(model);
+      std::cout << test.report();
+    }
+    std::cout << result.brief_report() << "\n";
+    return result.reason == volt::StopReason::kInterrupted ? 130 : 0;
+  });
+}

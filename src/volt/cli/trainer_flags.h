@@ -1,0 +1,36 @@
+// Command-line flags for TrainerOptions, for any program built with Volt (CLI11).
+#pragma once
+
+#include <CLI/CLI.hpp>
+
+#include "volt/trainer/trainer_options.h"
+
+namespace volt {
+
+/// Flags whose values need parsing after CLI11 has run (limits, devices).
+struct TrainerFlagText {
+  std::string limit_train_batches;   ///< --limit-train-batches
+  std::string limit_val_batches;     ///< --limit-val-batches
+  std::string limit_test_batches;    ///< --limit-test-batches
+  std::string limit_predict_batches; ///< --limit-predict-batches
+  std::string val_check_interval;    ///< --val-check-interval
+  std::string devices;               ///< --devices
+  std::string gradient_clip_algorithm;  ///< --gradient-clip-algorithm
+  int64_t max_epochs = -2;           ///< --max-epochs (-2: not given)
+  int64_t seed = -1;                 ///< --seed (-1: not given)
+  double gradient_clip_val = -1.0;   ///< --gradient-clip-val (-1: not given)
+};
+
+/// Adds one flag per Trainer option to `app` (`--max-epochs`, `--limit-train-batches`, ...),
+/// mirroring Lightning's Trainer argument names with dashes. Call apply_trainer_flags after
+/// parsing.
+void add_trainer_flags(CLI::App& app, TrainerOptions& options, TrainerFlagText& text);
+
+/// Moves the parsed text flags into `options`; throws volt::Error naming the flag on bad values.
+void apply_trainer_flags(const TrainerFlagText& text, TrainerOptions& options);
+
+/// Runs `body` and maps Volt's errors to exit codes with a one-paragraph message on stderr:
+/// 0 success, 1 volt::Error (bad input, checkpoint problems), 70 internal errors and other exceptions.
+int run_main(const std::function<int()>& body);
+
+}  // namespace volt

@@ -1,0 +1,250 @@
+#include "volt/trainer/checkpoint_state.h"
+
+#include <ATen/CPUGeneratorImpl.h>
+#include <nlohmann/json.hpp>
+
+#include "volt/callbacks/callback.h"
+#include "volt/core/error.h"
+#include "volt/core/strings.h"
+#include "volt/optim/lr_scheduler.h"
+#include "volt/optim/optimizer_state.h"
+
+namespace volt {
+
+namespace {
+
+StateDict as_dict(const c10::IValue& value, const std::string& key, const std::string& path) {
+  if (!value.isGenericDict()) {
+    throw CheckpointError(fmt::format("checkpoint '{}' has no dictionary under '{}' (found {}). HINT: the file was "
+                                      "not written by Volt or Lightning; pass another ckpt_path.",
+                                      path, key, value.tagKind()));
+  }
+  return value.toGenericDict();
+}
+
+c10::IValue entry(const StateDict& dict, const std::string& key, const std::string& path) {
+  if (!dict.contains(key)) {
+    std::vector<std::string> keys;
+    for (const auto& e : dict) keys.push_back(e.key().isString() ? e.key().toStringRef() : "?");
+    throw CheckpointError(fmt::format("checkpoint '{}' lacks the key '{}'; it has: [{}]. HINT: the file was not "
+                                      "written by Volt's Trainer (a weights-only file cannot resume a fit).",
+                                      path, key, join(keys, ", ")));
+  }
+  return dict.at(key);
+}
+
+}  // namespace
+
+StateDict module_state_dict(const torch::nn::Module& module) {
+  StateDict out = make_state_dict();
+  for (const auto& item : module.named_parameters(/*recurse=*/true)) out.insert(item.key(), item.value().detach());
+  for (const auto& item : module.named_buffers(/*recurse=*/true)) out.insert(item.key(), item.value().detach());
+  return out;
+}
+
+StateDict make_checkpoint(const TrainingParts& parts, const FitProgress& progress) {
+  VOLT_INTERNAL_ASSERT(parts.module != nullptr && parts.optimization != nullptr && parts.callbacks != nullptr);
+  StateDict checkpoint = make_state_dict();
+  checkpoint.insert("epoch", progress.epoch);
+  checkpoint.insert("global_step", progress.global_step);
+  checkpoint.insert("volt_version", std::string(kVoltVersion));
+  checkpoint.insert("volt_checkpoint_version", kCheckpointVersion);
+  checkpoint.insert("state_dict", module_state_dict(*parts.module));
+
+  c10::impl::GenericList optimizers(c10::AnyType::get());
+  for (const auto& optimizer : parts.optimization->optimizers) optimizers.push_back(optimizer_state_dict(*optimizer));
+  checkpoint.insert("optimizer_states", optimizers);
+  c10::impl::GenericList schedulers(c10::AnyType::get());
+  for (const auto& config : parts.optimization->schedulers) {
+    StateDict state = c10::impl::toGenericDict(config.scheduler->state_dict());
+    state.insert("volt_interval", std::string(to_string(config.interval)));
+    state.insert("volt_frequency", config.frequency);
+    schedulers.push_back(state);
+  }
+  checkpoint.insert("lr_schedulers", schedulers);
+
+  StateDict fit_loop = make_state_dict();
+  fit_loop.insert("epoch", progress.epoch);
+  fit_loop.insert("batches_done", progress.batches_done);
+  fit_loop.insert("epoch_done", progress.epoch_done);
+  fit_loop.insert("global_step", progress.global_step);
+  fit_loop.insert("total_batches", progress.total_batches);
+  StateDict loops = make_state_dict();
+  loops.insert("fit_loop", fit_loop);
+  checkpoint.insert("loops", loops);
+
+  StateDict callbacks = make_state_dict();
+  for (const auto& callback : *parts.callbacks) callbacks.insert(callback->state_key(), callback->state_dict());
+  checkpoint.insert("callbacks", callbacks);
+
+  StateDict rng = make_state_dict();
+  {
+    auto generator = at::detail::getDefaultCPUGenerator();
+    std::lock_guard<std::mutex> lock(generator.mutex());
+    rng.insert("torch", generator.get_state());
+  }
+  checkpoint.insert("rng_states", rng);
+  checkpoint.insert("hyper_parameters", json_to_ivalue(parts.module->hparams()));
+  parts.module->on_save_checkpoint(checkpoint);
+  return checkpoint;
+}
+
+void load_module_weights(const c10::IValue& checkpoint, LightningModule& module, const std::string& path) {
+  const StateDict top = as_dict(checkpoint, "(top level)", path);
+  const StateDict weights = as_dict(entry(top, "state_dict", path), "state_dict", path);
+  std::vector<std::string> problems;
+  std::vector<std::pair<torch::Tensor, torch::Tensor>> copies;
+  const auto expect = [&](const std::string& name, const torch::Tensor& target) {
+    if (!weights.contains(name)) {
+      problems.push_back(fmt::format("missing: '{}' (shape {})", name, c10::str(target.sizes())));
+      return;
+    }
+    const c10::IValue value = weights.at(name);
+    if (!value.isTensor()) {
+      problems.push_back(fmt::format("'{}' is a {}, not a tensor", name, value.tagKind()));
+      return;
+    }
+    const torch::Tensor source = value.toTensor();
+    if (source.sizes() != target.sizes()) {
+      problems.push_back(fmt::format("shape mismatch: '{}' is {} in the checkpoint but {} in the module", name,
+                                     c10::str(source.sizes()), c10::str(target.sizes())));
+      return;
+    }
+    copies.emplace_back(target, source);
+  };
+  std::set<std::string> known;
+  for (const auto& item : module.named_parameters(true)) {
+    expect(item.key(), item.value());
+    known.insert(item.key());
+  }
+  for (const auto& item : module.named_buffers(true)) {
+    expect(item.key(), item.value());
+    known.insert(item.key());
+  }
+  for (const auto& e : weights) {
+    const std::string name = e.key().toStringRef();
+    if (!known.count(name)) problems.push_back(fmt::format("unexpected: '{}'", name));
+  }
+  if (!problems.empty()) {
+    throw CheckpointError(fmt::format("checkpoint '{}' does not fit module {}:\n  {}\nHINT: load it into the "
+                                      "module it was saved from (same layers and sizes), or start without "
+                                      "ckpt_path.",
+                                      path, module.name(), join(problems, "\n  ")));
+  }
+  torch::NoGradGuard no_grad;
+  for (auto& [target, source] : copies) target.copy_(source);
+}
+
+FitProgress restore_checkpoint(const c10::IValue& checkpoint, const TrainingParts& parts, const std::string& path) {
+  const StateDict top = as_dict(checkpoint, "(top level)", path);
+  const c10::IValue version = entry(top, "volt_checkpoint_version", path);
+  if (!version.isInt() || version.toInt() > kCheckpointVersion) {
+    throw CheckpointError(fmt::format("checkpoint '{}' has format version {}; this Volt reads versions up to {}. "
+                                      "HINT: resume with the Volt that wrote it, or upgrade Volt.",
+                                      path, version.isInt() ? std::to_string(version.toInt()) : "?", kCheckpointVersion));
+  }
+  load_module_weights(checkpoint, *parts.module, path);
+
+  const auto& optimizers = parts.optimization->optimizers;
+  const c10::IValue optimizer_states = entry(top, "optimizer_states", path);
+  if (!optimizer_states.isList() || optimizer_states.toListRef().size() != optimizers.size()) {
+    throw CheckpointError(fmt::format("checkpoint '{}' holds {} optimizer states but configure_optimizers returned {}. "
+                                      "HINT: resume with the same optimizer setup.",
+                                      path, optimizer_states.isList() ? optimizer_states.toListRef().size() : 0,
+                                      optimizers.size()));
+  }
+  for (size_t i = 0; i < optimizers.size(); ++i) load_optimizer_state_dict(*optimizers[i], optimizer_states.toListRef()[i]);
+
+  const auto& schedulers = parts.optimization->schedulers;
+  const c10::IValue scheduler_states = entry(top, "lr_schedulers", path);
+  if (!scheduler_states.isList() || scheduler_states.toListRef().size() != schedulers.size()) {
+    throw CheckpointError(fmt::format("checkpoint '{}' holds {} scheduler states but configure_optimizers returned {}. "
+                                      "HINT: resume with the same scheduler setup.",
+                                      path, scheduler_states.isList() ? scheduler_states.toListRef().size() : 0,
+                                      schedulers.size()));
+  }
+  for (size_t i = 0; i < schedulers.size(); ++i) {
+    const StateDict state = as_dict(scheduler_states.toListRef()[i], "lr_schedulers", path);
+    StateDict copy = state.copy();
+    (void)copy.erase("volt_interval");
+    (void)copy.erase("volt_frequency");
+    schedulers[i].scheduler->load_state_dict(c10::impl::toTypedDict<std::string, c10::IValue>(copy));
+  }
+
+  const StateDict callbacks = as_dict(entry(top, "callbacks", path), "callbacks", path);
+  for (const auto& callback : *parts.callbacks) {
+    const std::string key = callback->state_key();
+    if (callbacks.contains(key)) callback->load_state_dict(as_dict(callbacks.at(key), key, path));
+  }
+
+  const StateDict rng = as_dict(entry(top, "rng_states", path), "rng_states", path);
+  {
+    auto generator = at::detail::getDefaultCPUGenerator();
+    std::lock_guard<std::mutex> lock(generator.mutex());
+    generator.set_state(entry(rng, "torch", path).toTensor());
+  }
+
+  const StateDict loops = as_dict(entry(top, "loops", path), "loops", path);
+  const StateDict fit_loop = as_dict(entry(loops, "fit_loop", path), "fit_loop", path);
+  FitProgress progress;
+  progress.epoch = entry(fit_loop, "epoch", path).toInt();
+  progress.batches_done = entry(fit_loop, "batches_done", path).toInt();
+  progress.epoch_done = entry(fit_loop, "epoch_done", path).toBool();
+  progress.global_step = entry(fit_loop, "global_step", path).toInt();
+  progress.total_batches = entry(fit_loop, "total_batches", path).toInt();
+  parts.module->on_load_checkpoint(top);
+  return progress;
+}
+
+c10::IValue json_to_ivalue(const nlohmann::json& value) {
+  switch (value.type()) {
+    case nlohmann::json::value_t::null: return c10::IValue();
+    case nlohmann::json::value_t::boolean: return value.get<bool>();
+    case nlohmann::json::value_t::number_integer: return value.get<int64_t>();
+    case nlohmann::json::value_t::number_unsigned: return static_cast<int64_t>(value.get<uint64_t>());
+    case nlohmann::json::value_t::number_float: return value.get<double>();
+    case nlohmann::json::value_t::string: return value.get<std::string>();
+    case nlohmann::json::value_t::array: {
+      c10::impl::GenericList list(c10::AnyType::get());
+      for (const auto& item : value) list.push_back(json_to_ivalue(item));
+      return list;
+    }
+    case nlohmann::json::value_t::object: {
+      StateDict dict = make_state_dict();
+      for (const auto& [key, item] : value.items()) dict.insert(key, json_to_ivalue(item));
+      return dict;
+    }
+    case nlohmann::json::value_t::binary:
+    case nlohmann::json::value_t::discarded: break;
+  }
+  throw Error("hyperparameters hold a binary or discarded JSON value; expected plain values. HINT: store numbers, "
+              "strings, booleans, lists and objects only.");
+}
+
+nlohmann::json ivalue_to_json(const c10::IValue& value) {
+  if (value.isNone()) return nullptr;
+  if (value.isBool()) return value.toBool();
+  if (value.isInt()) return value.toInt();
+  if (value.isDouble()) return value.toDouble();
+  if (value.isString()) return value.toStringRef();
+  if (value.isList()) {
+    nlohmann::json out = nlohmann::json::array();
+    for (const auto& item : value.toListRef()) out.push_back(ivalue_to_json(item));
+    return out;
+  }
+  if (value.isGenericDict()) {
+    nlohmann::json out = nlohmann::json::object();
+    for (const auto& e : value.toGenericDict()) {
+      const std::string key = e.key().isString() ? e.key().toStringRef() : c10::str(e.key());
+      out[key] = ivalue_to_json(e.value());
+    }
+    return out;
+  }
+  if (value.isTensor()) {
+    const torch::Tensor t = value.toTensor().to(torch::kDouble).contiguous();
+    return std::vector<double>(t.data_ptr<double>(), t.data_ptr<double>() + t.numel());
+  }
+  return c10::str(value);
+}
+
+}  // namespace volt

@@ -1,0 +1,75 @@
+// What a checkpoint holds and how it is built from, and restored into, a training run.
+//
+// Layout (Lightning's keys, plain values and tensors only, so Python's torch.load reads it):
+//   epoch, global_step, volt_version, volt_checkpoint_version,
+//   state_dict          {parameter or buffer name: tensor}
+//   optimizer_states    [PyTorch optimizer.state_dict() per optimizer]
+//   lr_schedulers       [PyTorch scheduler.state_dict() per scheduler]
+//   loops               {"fit_loop": {epoch, batches_done, epoch_done, global_step, total_batches}}
+//   callbacks           {callback.state_key(): callback.state_dict()}
+//   rng_states          {"torch": the CPU generator's state}
+//   hyper_parameters    the module's save_hyperparameters() value
+#pragma once
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json_fwd.hpp>
+
+#include "volt/module/lightning_module.h"
+#include "volt/module/state_dict.h"
+
+namespace volt {
+
+class Callback;
+
+/// The version of the layout above; a reader refuses newer files.
+inline constexpr int64_t kCheckpointVersion = 1;
+/// Volt's version, written into checkpoints.
+inline constexpr const char* kVoltVersion = "0.1.0";
+
+/// Where the fit loop stands; saved so that resume continues at the same batch.
+struct FitProgress {
+  /// The current epoch (0-based).
+  int64_t epoch = 0;
+  /// Batches of `epoch` already trained.
+  int64_t batches_done = 0;
+  /// True when `epoch`'s end-of-epoch work (validation, schedulers, callbacks) is done.
+  bool epoch_done = false;
+  /// Optimizer steps so far.
+  int64_t global_step = 0;
+  /// Batches trained over all epochs.
+  int64_t total_batches = 0;
+};
+
+/// The parts of a run that a checkpoint saves and restores (borrowed, not owned).
+struct TrainingParts {
+  /// The module.
+  LightningModule* module = nullptr;
+  /// Its optimizers and schedulers.
+  const OptimizerConfig* optimization = nullptr;
+  /// The callbacks with state.
+  const std::vector<std::shared_ptr<Callback>>* callbacks = nullptr;
+};
+
+/// Builds the checkpoint dictionary of a run at `progress` (includes the RNG state).
+StateDict make_checkpoint(const TrainingParts& parts, const FitProgress& progress);
+
+/// Restores module, optimizers, schedulers, callbacks and the RNG from `checkpoint` and returns
+/// where to continue. Throws volt::CheckpointError naming `path` when anything does not fit.
+FitProgress restore_checkpoint(const c10::IValue& checkpoint, const TrainingParts& parts, const std::string& path);
+
+/// Loads only the module's weights (validate/test/predict from a checkpoint). Throws
+/// volt::CheckpointError listing missing, unexpected and mis-shaped entries.
+void load_module_weights(const c10::IValue& checkpoint, LightningModule& module, const std::string& path);
+
+/// The module's parameters and buffers by name (its `state_dict`).
+StateDict module_state_dict(const torch::nn::Module& module);
+
+/// A JSON value as plain checkpoint values (objects become string-keyed dicts).
+c10::IValue json_to_ivalue(const nlohmann::json& value);
+/// Plain checkpoint values as JSON (tensors become nested lists).
+nlohmann::json ivalue_to_json(const c10::IValue& value);
+
+}  // namespace volt

@@ -1,0 +1,65 @@
+// What Trainer::fit, validate and test return.
+#pragma once
+
+#include <map>
+#include <optional>
+#include <string>
+
+namespace volt {
+
+/// Why training stopped.
+enum class StopReason {
+  kMaxEpochs,    ///< max_epochs reached
+  kMaxSteps,     ///< max_steps reached (also the end of a fast_dev_run)
+  kCallback,     ///< a callback (e.g. EarlyStopping) decided to stop
+  kInterrupted,  ///< SIGINT or SIGTERM
+};
+/// "max_epochs", "max_steps", "callback", "interrupted".
+const char* to_string(StopReason reason);
+
+/// The outcome of Trainer::fit (Ceres' Solver::Summary: returned, not printed).
+struct FitResult {
+  /// Why it stopped.
+  StopReason reason = StopReason::kMaxEpochs;
+  /// The stopping callback's explanation, if any.
+  std::string message;
+  /// Epochs fully trained.
+  int64_t epochs_completed = 0;
+  /// Optimizer steps taken in total (resumed runs include the earlier ones).
+  int64_t global_step = 0;
+  /// The callback metrics at the end: latest training values and last epoch aggregates.
+  std::map<std::string, double> metrics;
+  /// The best checkpoint of the first ModelCheckpoint (empty when none).
+  std::string best_model_path;
+  /// Its score, when it monitors a metric.
+  std::optional<double> best_model_score;
+  /// The most recent checkpoint written.
+  std::string last_model_path;
+  /// The log directory (empty without loggers).
+  std::string log_dir;
+  /// The checkpoint training resumed from (empty when fresh).
+  std::string resumed_from;
+  /// Wall time of fit, in seconds.
+  double seconds = 0.0;
+
+  /// One line: "stopped: max_epochs after 3 epochs (2814 steps) in 41.2 s; val/acc=0.901 ...".
+  std::string brief_report() const;
+  /// Several lines: everything above, one metric per line.
+  std::string full_report() const;
+};
+
+/// The outcome of Trainer::validate or Trainer::test.
+struct EvalResult {
+  /// "validate" or "test".
+  std::string stage;
+  /// The epoch aggregates of what the steps logged.
+  std::map<std::string, double> metrics;
+  /// Batches evaluated.
+  int64_t batches = 0;
+  /// Examples evaluated (padding duplicates excluded).
+  int64_t examples = 0;
+  /// A Lightning-style table of the metrics.
+  std::string report() const;
+};
+
+}  // namespace volt

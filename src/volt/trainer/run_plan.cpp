@@ -1,0 +1,224 @@
+#include "volt/trainer/run_plan.h"
+
+#include <sched.h>
+#include <unistd.h>
+
+#include <filesystem>
+#include <thread>
+
+#include "volt/core/error.h"
+#include "volt/core/strings.h"
+
+namespace volt {
+
+const char* to_string(Accelerator accelerator) {
+  switch (accelerator) {
+    case Accelerator::kCpu: return "cpu";
+  }
+  return "?";
+}
+
+const char* to_string(StrategyKind strategy) {
+  switch (strategy) {
+    case StrategyKind::kSingleDevice: return "single_device";
+  }
+  return "?";
+}
+
+const char* to_string(Precision precision) {
+  switch (precision) {
+    case Precision::k32True: return "32-true";
+    case Precision::k64True: return "64-true";
+  }
+  return "?";
+}
+
+Precision parse_precision(const std::string& text) {
+  const std::string t = to_lower(trim(text));
+  if (t == "32" || t == "32-true") return Precision::k32True;
+  if (t == "64" || t == "64-true") return Precision::k64True;
+  throw Error(fmt::format("precision='{}' is not supported by this build; supported: '32-true' (alias 32), "
+                          "'64-true' (alias 64). HINT: 16-bit and bf16 modes arrive with the precision plugins; "
+                          "use '32-true' for now.",
+                          text));
+}
+
+MachineInfo MachineInfo::current() {
+  MachineInfo info;
+  cpu_set_t set;
+  if (sched_getaffinity(0, sizeof(set), &set) == 0) {
+    info.cores = CPU_COUNT(&set);
+  } else {
+    info.cores = std::max<int64_t>(1, std::thread::hardware_concurrency());
+  }
+  std::error_code ec;
+  info.cwd = std::filesystem::current_path(ec).string();
+  return info;
+}
+
+namespace {
+
+Accelerator resolve_accelerator(const std::string& text) {
+  const std::string t = to_lower(trim(text));
+  if (t == "auto" || t == "cpu") return Accelerator::kCpu;
+  throw Error(fmt::format("accelerator='{}' is not available in this build (LibTorch without CUDA); supported: "
+                          "'cpu', 'auto'. HINT: use accelerator=\"cpu\", or build Volt against a CUDA LibTorch.",
+                          text));
+}
+
+StrategyKind resolve_strategy(const std::string& text) {
+  const std::string t = to_lower(trim(text));
+  if (t == "auto" || t == "single_device") return StrategyKind::kSingleDevice;
+  throw Error(fmt::format("strategy='{}' is not supported yet; supported: 'auto', 'single_device'. HINT: train "
+                          "in one process for now (distributed strategies are on the roadmap in the README).",
+                          text));
+}
+
+int64_t resolve_devices(const DeviceRequest& devices) {
+  if (devices.is_auto()) return 1;
+  if (devices.indices().empty() && (devices.count() == 1 || devices.count() == -1)) return 1;
+  if (devices.indices().size() == 1 && devices.indices()[0] == 0) return 1;
+  throw Error(fmt::format("devices={} cannot be served: this build runs one CPU process (devices=1). HINT: use "
+                          "devices=1 or \"auto\" until distributed strategies are available.",
+                          devices.to_string()));
+}
+
+int64_t resolve_threads(const TrainerOptions& options, const Env& env, const MachineInfo& machine,
+                        int64_t processes_per_node) {
+  if (options.num_threads > 0) return options.num_threads;
+  VOLT_CHECK(options.num_threads == 0, "num_threads={} must be >= 0 (0 picks automatically).", options.num_threads);
+  for (const char* name : {"OMP_NUM_THREADS", "SLURM_CPUS_PER_TASK"}) {
+    if (const auto value = env.get_int(name)) {
+      VOLT_CHECK(*value >= 1, "environment variable {}={} must be >= 1. HINT: unset it or give a positive count.",
+                 name, *value);
+      return *value;
+    }
+  }
+  return std::max<int64_t>(1, machine.cores / processes_per_node);
+}
+
+void check_non_negative(int64_t value, const char* name) {
+  VOLT_CHECK(value >= 0, "{}={} must be >= 0.", name, value);
+}
+
+void check_limit(const BatchLimit& limit, const char* name) {
+  if (limit.is_fraction()) {
+    VOLT_CHECK(limit.fraction() >= 0.0 && limit.fraction() <= 1.0,
+               "{}={} is out of range; a fraction must be in [0.0, 1.0]. HINT: pass an integer for a batch count.",
+               name, limit.fraction());
+  } else {
+    VOLT_CHECK(limit.count() >= 0, "{}={} must be >= 0 batches.", name, limit.count());
+  }
+}
+
+}  // namespace
+
+RunPlan resolve_run_plan(const TrainerOptions& options, const Env& env, const MachineInfo& machine) {
+  RunPlan plan;
+  plan.accelerator = resolve_accelerator(options.accelerator);
+  plan.strategy = resolve_strategy(options.strategy);
+  plan.precision = parse_precision(options.precision);
+  plan.devices = resolve_devices(options.devices);
+  VOLT_CHECK(options.num_nodes == 1,
+             "num_nodes={} needs a distributed strategy, which this build does not have yet. HINT: use num_nodes=1.",
+             options.num_nodes);
+  plan.num_nodes = 1;
+  plan.world_size = plan.devices * plan.num_nodes;
+  plan.num_threads = resolve_threads(options, env, machine, plan.devices);
+  plan.tune_allocator = options.tune_allocator;
+
+  VOLT_CHECK(!options.max_epochs || *options.max_epochs >= -1,
+             "max_epochs={} is invalid; expected -1 (no limit) or a count >= 0.", options.max_epochs.value_or(0));
+  VOLT_CHECK(options.max_steps >= -1, "max_steps={} is invalid; expected -1 (no limit) or a count >= 0.",
+             options.max_steps);
+  check_non_negative(options.min_epochs, "min_epochs");
+  check_non_negative(options.fast_dev_run, "fast_dev_run");
+  check_limit(options.limit_train_batches, "limit_train_batches");
+  check_limit(options.limit_val_batches, "limit_val_batches");
+  check_limit(options.limit_test_batches, "limit_test_batches");
+  check_limit(options.limit_predict_batches, "limit_predict_batches");
+  check_limit(options.val_check_interval, "val_check_interval");
+  VOLT_CHECK(options.val_check_interval.is_fraction() ? options.val_check_interval.fraction() > 0.0
+                                                      : options.val_check_interval.count() > 0,
+             "val_check_interval={} must be positive. HINT: use limit_val_batches=0 to disable validation.",
+             options.val_check_interval.to_string());
+  VOLT_CHECK(options.check_val_every_n_epoch >= 1, "check_val_every_n_epoch={} must be >= 1.",
+             options.check_val_every_n_epoch);
+  VOLT_CHECK(options.num_sanity_val_steps >= -1, "num_sanity_val_steps={} is invalid; expected -1 (all) or >= 0.",
+             options.num_sanity_val_steps);
+  VOLT_CHECK(options.accumulate_grad_batches >= 1, "accumulate_grad_batches={} must be >= 1.",
+             options.accumulate_grad_batches);
+  VOLT_CHECK(!options.gradient_clip_val || *options.gradient_clip_val >= 0.0,
+             "gradient_clip_val={} must be >= 0.", options.gradient_clip_val.value_or(0.0));
+  VOLT_CHECK(options.log_every_n_steps >= 1, "log_every_n_steps={} must be >= 1.", options.log_every_n_steps);
+
+  // Lightning: max_epochs defaults to 1000 unless max_steps bounds the run.
+  plan.max_epochs = options.max_epochs.value_or(options.max_steps == -1 ? 1000 : -1);
+  plan.min_epochs = options.min_epochs;
+  plan.max_steps = options.max_steps;
+  plan.limit_train_batches = options.limit_train_batches;
+  plan.limit_val_batches = options.limit_val_batches;
+  plan.limit_test_batches = options.limit_test_batches;
+  plan.limit_predict_batches = options.limit_predict_batches;
+  plan.val_check_interval = options.val_check_interval;
+  plan.check_val_every_n_epoch = options.check_val_every_n_epoch;
+  plan.num_sanity_val_steps = options.num_sanity_val_steps;
+  plan.accumulate_grad_batches = options.accumulate_grad_batches;
+  plan.gradient_clip_val = options.gradient_clip_val;
+  plan.gradient_clip_algorithm = options.gradient_clip_algorithm;
+  plan.seed = options.seed;
+  plan.loader_seed = options.seed.value_or(0);
+  plan.deterministic = options.deterministic;
+  plan.log_every_n_steps = options.log_every_n_steps;
+  plan.use_default_logger = options.logger;
+  plan.enable_progress_bar = options.enable_progress_bar;
+  plan.enable_checkpointing = options.enable_checkpointing;
+  plan.enable_model_summary = options.enable_model_summary;
+  plan.ckpt_path = options.ckpt_path;
+
+  std::filesystem::path root = options.default_root_dir.empty() ? machine.cwd : options.default_root_dir;
+  if (root.is_relative()) root = std::filesystem::path(machine.cwd) / root;
+  plan.root_dir = root.lexically_normal().string();
+  if (plan.root_dir.size() > 1 && plan.root_dir.back() == '/') plan.root_dir.pop_back();
+
+  if (options.fast_dev_run > 0) {
+    // Lightning's fast_dev_run: n batches of each stage, one epoch, nothing written.
+    const BatchLimit n(static_cast<long long>(options.fast_dev_run));
+    plan.fast_dev_run = true;
+    plan.limit_train_batches = plan.limit_val_batches = plan.limit_test_batches = plan.limit_predict_batches = n;
+    plan.max_epochs = 1;
+    plan.max_steps = options.fast_dev_run;
+    plan.num_sanity_val_steps = 0;
+    plan.val_check_interval = 1.0;
+    plan.check_val_every_n_epoch = 1;
+    plan.use_default_logger = false;
+    plan.enable_checkpointing = false;
+  }
+  return plan;
+}
+
+std::string RunPlan::describe() const {
+  std::string out;
+  const auto line = [&out](const char* key, const std::string& value) { out += fmt::format("{:<24}{}\n", key, value); };
+  line("accelerator", to_string(accelerator));
+  line("strategy", to_string(strategy));
+  line("precision", to_string(precision));
+  line("devices x nodes", fmt::format("{} x {} (world size {})", devices, num_nodes, world_size));
+  line("rank", fmt::format("global {} / local {} / node {}", global_rank, local_rank, node_rank));
+  line("threads per process", std::to_string(num_threads));
+  line("max_epochs", max_epochs == -1 ? "unlimited" : std::to_string(max_epochs));
+  line("max_steps", max_steps == -1 ? "unlimited" : std::to_string(max_steps));
+  line("limit_train_batches", limit_train_batches.to_string());
+  line("limit_val_batches", limit_val_batches.to_string());
+  line("val_check_interval", val_check_interval.to_string());
+  line("accumulate_grad_batches", std::to_string(accumulate_grad_batches));
+  line("gradient clipping",
+       gradient_clip_val ? fmt::format("{} by {}", *gradient_clip_val, to_string(gradient_clip_algorithm)) : "off");
+  line("seed", seed ? std::to_string(*seed) : "unset");
+  line("deterministic", deterministic ? "true" : "false");
+  line("root dir", root_dir);
+  line("fast_dev_run", fast_dev_run ? "true" : "false");
+  return out;
+}
+
+}  // namespace volt

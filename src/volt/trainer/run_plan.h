@@ -1,0 +1,90 @@
+// What will run: TrainerOptions with every "auto" resolved.
+#pragma once
+
+#include <string>
+
+#include "volt/core/env.h"
+#include "volt/trainer/trainer_options.h"
+
+namespace volt {
+
+/// The accelerator a run uses.
+enum class Accelerator { kCpu };
+/// "cpu".
+const char* to_string(Accelerator accelerator);
+
+/// How the work is spread over processes and devices.
+enum class StrategyKind { kSingleDevice };
+/// "single_device".
+const char* to_string(StrategyKind strategy);
+
+/// The numeric precision of parameters and computation.
+enum class Precision { k32True, k64True };
+/// "32-true" or "64-true".
+const char* to_string(Precision precision);
+/// Parses "32-true", "32", "64-true", "64"; throws volt::Error listing what this build supports.
+Precision parse_precision(const std::string& text);
+
+/// A fully resolved run: nothing in it is "auto" and every value has been validated.
+struct RunPlan {
+  Accelerator accelerator = Accelerator::kCpu;  ///< where tensors live
+  StrategyKind strategy = StrategyKind::kSingleDevice;  ///< how processes cooperate
+  Precision precision = Precision::k32True;  ///< parameter and compute dtype
+  int64_t devices = 1;       ///< processes per node
+  int64_t num_nodes = 1;     ///< nodes
+  int64_t world_size = 1;    ///< processes in total
+  int64_t global_rank = 0;   ///< this process's rank
+  int64_t local_rank = 0;    ///< this process's rank on its node
+  int64_t node_rank = 0;     ///< this process's node
+  int64_t num_threads = 1;   ///< intra-op threads of this process
+  bool tune_allocator = true;  ///< pin glibc malloc thresholds
+
+  int64_t max_epochs = 1000;  ///< -1: unlimited
+  int64_t min_epochs = 0;     ///< epochs before a callback may stop training
+  int64_t max_steps = -1;     ///< -1: unlimited
+  BatchLimit limit_train_batches = 1.0;    ///< per training epoch
+  BatchLimit limit_val_batches = 1.0;      ///< per validation run
+  BatchLimit limit_test_batches = 1.0;     ///< when testing
+  BatchLimit limit_predict_batches = 1.0;  ///< when predicting
+  bool fast_dev_run = false;               ///< a smoke run: no logs, no checkpoints
+  BatchLimit val_check_interval = 1.0;     ///< fraction of an epoch or a batch count
+  int64_t check_val_every_n_epoch = 1;     ///< validate every this many epochs
+  int64_t num_sanity_val_steps = 2;        ///< -1: the whole validation set
+
+  int64_t accumulate_grad_batches = 1;     ///< batches per optimizer step
+  std::optional<double> gradient_clip_val;  ///< unset: no clipping
+  GradientClipAlgorithm gradient_clip_algorithm = GradientClipAlgorithm::kNorm;  ///< norm or value
+
+  std::optional<uint64_t> seed;  ///< unset: LibTorch's RNG is left alone
+  uint64_t loader_seed = 0;      ///< the shuffle seed of loaders that set none
+  bool deterministic = false;    ///< deterministic algorithms only
+
+  std::string root_dir;           ///< absolute default_root_dir
+  int64_t log_every_n_steps = 50;  ///< logger cadence
+  bool use_default_logger = true;  ///< add a CSVLogger when no logger was given
+  bool enable_progress_bar = true;  ///< show progress
+  bool enable_checkpointing = true;  ///< add a default ModelCheckpoint
+  bool enable_model_summary = true;  ///< print the summary table
+  std::string ckpt_path;             ///< "", "last", "best" or a path
+
+  /// True for the process that writes logs and checkpoints.
+  bool is_global_zero() const { return global_rank == 0; }
+  /// A multi-line description ("precision: 32-true" ...), printed by the CLI's --print-plan.
+  std::string describe() const;
+};
+
+/// Facts about the machine that a plan depends on, injected so resolve_run_plan stays pure.
+struct MachineInfo {
+  /// Cores available to this process.
+  int64_t cores = 1;
+  /// The working directory, for a relative default_root_dir.
+  std::string cwd = "/";
+  /// This machine, read once (sched_getaffinity cores, getcwd).
+  static MachineInfo current();
+};
+
+/// Resolves and validates `options` against the environment and machine; pure. Throws
+/// volt::Error naming the option, what was given, what is supported, and a HINT.
+RunPlan resolve_run_plan(const TrainerOptions& options, const Env& env, const MachineInfo& machine);
+
+}  // namespace volt

@@ -1,0 +1,116 @@
+#include "volt/trainer/run_plan.h"
+
+#include <gtest/gtest.h>
+
+#include "volt/core/error.h"
+
+namespace volt {
+namespace {
+
+const MachineInfo kMachine{8, "/work"};
+
+RunPlan plan(const TrainerOptions& options, Env::Vars env = {}) {
+  return resolve_run_plan(options, Env(std::move(env)), kMachine);
+}
+
+std::string error_of(const TrainerOptions& options) {
+  try {
+    plan(options);
+  } catch (const Error& e) {
+    return e.what();
+  }
+  return "";
+}
+
+TEST(RunPlan, DefaultsMatchLightning) {
+  const RunPlan p = plan({});
+  EXPECT_EQ(p.max_epochs, 1000);
+  EXPECT_EQ(p.max_steps, -1);
+  EXPECT_EQ(p.num_sanity_val_steps, 2);
+  EXPECT_EQ(p.log_every_n_steps, 50);
+  EXPECT_EQ(p.devices, 1);
+  EXPECT_EQ(p.precision, Precision::k32True);
+  EXPECT_EQ(p.root_dir, "/work");
+  EXPECT_TRUE(p.enable_checkpointing);
+}
+
+TEST(RunPlan, MaxStepsAloneMeansUnlimitedEpochs) {
+  EXPECT_EQ(plan({.max_steps = 10}).max_epochs, -1);
+  EXPECT_EQ(plan({.max_epochs = 2, .max_steps = 10}).max_epochs, 2);
+}
+
+TEST(RunPlan, ThreadsComeFromOptionsThenEnvironmentThenCores) {
+  EXPECT_EQ(plan({.num_threads = 3}).num_threads, 3);
+  EXPECT_EQ(plan({}, {{"OMP_NUM_THREADS", "2"}}).num_threads, 2);
+  EXPECT_EQ(plan({}, {{"SLURM_CPUS_PER_TASK", "4"}}).num_threads, 4);
+  EXPECT_EQ(plan({}).num_threads, 8);
+}
+
+TEST(RunPlan, RelativeRootDirIsResolvedAgainstTheWorkingDirectory) {
+  EXPECT_EQ(plan({.default_root_dir = "runs/a/"}).root_dir, "/work/runs/a");
+  EXPECT_EQ(plan({.default_root_dir = "/abs"}).root_dir, "/abs");
+}
+
+TEST(RunPlan, FastDevRunLimitsEverythingAndWritesNothing) {
+  const RunPlan p = plan({.fast_dev_run = 2});
+  EXPECT_TRUE(p.fast_dev_run);
+  EXPECT_EQ(p.limit_train_batches.count(), 2);
+  EXPECT_EQ(p.limit_val_batches.count(), 2);
+  EXPECT_EQ(p.max_epochs, 1);
+  EXPECT_FALSE(p.enable_checkpointing);
+  EXPECT_FALSE(p.use_default_logger);
+  EXPECT_EQ(p.num_sanity_val_steps, 0);
+}
+
+TEST(RunPlan, UnsupportedHardwareSaysWhatIsSupported) {
+  EXPECT_NE(error_of({.accelerator = "gpu"}).find("supported: 'cpu', 'auto'"), std::string::npos);
+  EXPECT_NE(error_of({.devices = 2}).find("devices=2"), std::string::npos);
+  EXPECT_NE(error_of({.strategy = "ddp"}).find("strategy='ddp'"), std::string::npos);
+  EXPECT_NE(error_of({.precision = "16-mixed"}).find("'32-true'"), std::string::npos);
+  EXPECT_NE(error_of({.num_nodes = 2}).find("num_nodes=2"), std::string::npos);
+}
+
+TEST(RunPlan, OutOfRangeValuesAreErrors) {
+  EXPECT_NE(error_of({.limit_train_batches = 1.5}).find("limit_train_batches=1.5"), std::string::npos);
+  EXPECT_NE(error_of({.accumulate_grad_batches = 0}).find("accumulate_grad_batches=0"), std::string::npos);
+  EXPECT_NE(error_of({.val_check_interval = 0}).find("HINT"), std::string::npos);
+  EXPECT_NE(error_of({.max_epochs = -2}).find("max_epochs=-2"), std::string::npos);
+}
+
+TEST(RunPlan, MalformedThreadEnvironmentNamesTheVariable) {
+  try {
+    plan({}, {{"OMP_NUM_THREADS", "many"}});
+    FAIL();
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("OMP_NUM_THREADS='many'"), std::string::npos);
+  }
+}
+
+TEST(BatchLimit, CountsAndFractionsResolveLikeLightning) {
+  EXPECT_EQ(BatchLimit(10).resolve(100), 10);
+  EXPECT_EQ(BatchLimit(10).resolve(3), 3);
+  EXPECT_EQ(BatchLimit(0.25).resolve(100), 25);
+  EXPECT_EQ(BatchLimit(0.001).resolve(100), 1);
+  EXPECT_EQ(BatchLimit(0.0).resolve(100), 0);
+  EXPECT_EQ(BatchLimit(1.0).resolve(937), 937);
+}
+
+TEST(BatchLimit, ParseTellsCountsFromFractions) {
+  EXPECT_FALSE(BatchLimit::parse("10", "x").is_fraction());
+  EXPECT_TRUE(BatchLimit::parse("1.0", "x").is_fraction());
+  EXPECT_THROW(BatchLimit::parse("-1", "x"), Error);
+  EXPECT_THROW(BatchLimit::parse("2.5", "x"), Error);
+  EXPECT_THROW(BatchLimit::parse("abc", "x"), Error);
+}
+
+TEST(DeviceRequest, ParsesCountsListsAndAuto) {
+  EXPECT_TRUE(DeviceRequest("auto").is_auto());
+  EXPECT_EQ(DeviceRequest("2").count(), 2);
+  EXPECT_EQ(DeviceRequest("0, 1").indices(), (std::vector<int>{0, 1}));
+  EXPECT_EQ(DeviceRequest("[0,1]").to_string(), "[0, 1]");
+  EXPECT_THROW(DeviceRequest("x"), Error);
+  EXPECT_THROW(DeviceRequest(-2), Error);
+}
+
+}  // namespace
+}  // namespace volt

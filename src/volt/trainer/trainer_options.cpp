@@ -1,0 +1,85 @@
+#include "volt/trainer/trainer_options.h"
+
+#include <cmath>
+
+#include "volt/core/error.h"
+#include "volt/core/strings.h"
+
+namespace volt {
+
+BatchLimit BatchLimit::parse(const std::string& text, const std::string& what) {
+  const std::string t = trim(text);
+  const bool looks_fractional = t.find_first_of(".eE") != std::string::npos;
+  if (!looks_fractional) {
+    if (const auto count = parse_int(t); count && *count >= 0) return BatchLimit(static_cast<long long>(*count));
+  } else if (const auto fraction = parse_double(t); fraction && *fraction >= 0.0 && *fraction <= 1.0) {
+    return BatchLimit(*fraction);
+  }
+  throw Error(fmt::format("{}='{}' is out of range; expected a batch count (an integer >= 0, e.g. 10) or a "
+                          "fraction of the epoch in [0.0, 1.0] (e.g. 0.25). HINT: write 1.0 for all batches.",
+                          what, text));
+}
+
+int64_t BatchLimit::resolve(int64_t available) const {
+  if (!is_fraction_) return std::min(count_, available);
+  const auto n = static_cast<int64_t>(std::floor(static_cast<double>(available) * fraction_));
+  return (n == 0 && fraction_ > 0.0 && available > 0) ? 1 : n;
+}
+
+std::string BatchLimit::to_string() const {
+  return is_fraction_ ? fmt::format("{}", fraction_) : std::to_string(count_);
+}
+
+DeviceRequest::DeviceRequest(const std::string& text) : is_auto_(false) {
+  const std::string t = to_lower(trim(text));
+  if (t == "auto") {
+    is_auto_ = true;
+    return;
+  }
+  if (const auto count = parse_int(t)) {
+    VOLT_CHECK(*count >= -1, "devices={} is invalid; expected a count >= 1, -1 for all, \"auto\", or a list "
+               "like \"0,1\".", text);
+    count_ = static_cast<int>(*count);
+    return;
+  }
+  std::string inner = t;
+  if (!inner.empty() && inner.front() == '[' && inner.back() == ']') inner = inner.substr(1, inner.size() - 2);
+  for (const std::string& item : split(inner, ',')) {
+    const auto index = parse_int(item);
+    VOLT_CHECK(index && *index >= 0,
+               "devices='{}' is invalid; expected a count (2), -1 for all, \"auto\", or device indices like "
+               "\"0,1\". HINT: separate indices with commas.",
+               text);
+    indices_.push_back(static_cast<int>(*index));
+  }
+}
+
+DeviceRequest::DeviceRequest(int count) : count_(count), is_auto_(false) {
+  VOLT_CHECK(count >= -1, "devices={} is invalid; expected a count >= 1, -1 for all, \"auto\", or a list like "
+             "\"0,1\".", count);
+}
+
+DeviceRequest::DeviceRequest(std::initializer_list<int> indices) : is_auto_(false), indices_(indices) {}
+
+std::string DeviceRequest::to_string() const {
+  if (is_auto_) return "auto";
+  if (indices_.empty()) return std::to_string(count_);
+  std::vector<std::string> parts;
+  for (int i : indices_) parts.push_back(std::to_string(i));
+  return "[" + join(parts, ", ") + "]";
+}
+
+const char* to_string(GradientClipAlgorithm algorithm) {
+  switch (algorithm) {
+    case GradientClipAlgorithm::kNorm: return "norm";
+    case GradientClipAlgorithm::kValue: return "value";
+  }
+  return "?";
+}
+
+GradientClipAlgorithm parse_gradient_clip_algorithm(const std::string& text) {
+  const GradientClipAlgorithm all[] = {GradientClipAlgorithm::kNorm, GradientClipAlgorithm::kValue};
+  return parse_enum(text, all, "gradient_clip_algorithm");
+}
+
+}  // namespace volt

@@ -1,0 +1,179 @@
+// What the user asks the Trainer for (Lightning's Trainer arguments).
+//
+// TrainerOptions is user intent and may say "auto"; resolve_run_plan (run_plan.h) turns it,
+// once, into a RunPlan in which nothing is "auto". Nothing downstream reads TrainerOptions.
+#pragma once
+
+#include <cstdint>
+#include <initializer_list>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace volt {
+
+class Callback;
+class Logger;
+
+/// A number of batches or a fraction of the available ones (Lightning's int-or-float limits).
+///
+/// `10` means 10 batches; `0.25` means a quarter of the epoch; `1.0` means all of it.
+class BatchLimit {
+ public:
+  /// A fraction in [0, 1] of the available batches.
+  BatchLimit(double fraction) : fraction_(fraction), is_fraction_(true) {}  // NOLINT: implicit on purpose
+  /// A count of batches (>= 0).
+  BatchLimit(int count) : count_(count) {}  // NOLINT
+  /// A count of batches (>= 0).
+  BatchLimit(long count) : count_(count) {}  // NOLINT
+  /// A count of batches (>= 0).
+  BatchLimit(long long count) : count_(count) {}  // NOLINT
+
+  /// Parses "10" as a count and "0.25" or "1.0" as a fraction; throws volt::Error naming `what`.
+  static BatchLimit parse(const std::string& text, const std::string& what);
+
+  /// True for a fraction, false for a count.
+  bool is_fraction() const { return is_fraction_; }
+  /// The fraction (only when is_fraction()).
+  double fraction() const { return fraction_; }
+  /// The count (only when !is_fraction()).
+  int64_t count() const { return count_; }
+  /// The number of batches to run out of `available`: a count is capped at `available`; a
+  /// fraction f gives floor(available * f), at least 1 when f > 0 and batches exist.
+  int64_t resolve(int64_t available) const;
+  /// "10" or "0.25".
+  std::string to_string() const;
+
+ private:
+  double fraction_ = 0.0;
+  int64_t count_ = 0;
+  bool is_fraction_ = false;
+};
+
+/// Which devices to use: a count, "auto", -1 for all, or a list of indices.
+class DeviceRequest {
+ public:
+  /// "auto": one CPU process, or every visible GPU.
+  DeviceRequest() = default;
+  /// A count; -1 means all. Throws volt::Error below -1.
+  DeviceRequest(int count);  // NOLINT: implicit on purpose
+  /// "auto", a count "2", "-1", or a list "0,1".
+  DeviceRequest(const char* text) : DeviceRequest(std::string(text)) {}  // NOLINT
+  /// "auto", a count "2", "-1", or a list "0,1"; throws volt::Error on anything else.
+  DeviceRequest(const std::string& text);  // NOLINT
+  /// Explicit device indices.
+  DeviceRequest(std::initializer_list<int> indices);
+
+  /// True for "auto".
+  bool is_auto() const { return is_auto_; }
+  /// The count (-1: all); meaningful when indices() is empty and !is_auto().
+  int count() const { return count_; }
+  /// Explicit indices, when given.
+  const std::vector<int>& indices() const { return indices_; }
+  /// As the user would write it: "auto", "2", "[0, 1]".
+  std::string to_string() const;
+
+ private:
+  int count_ = 0;
+  bool is_auto_ = true;
+  std::vector<int> indices_;
+};
+
+/// How gradients are clipped.
+enum class GradientClipAlgorithm { kNorm, kValue };
+/// "norm" or "value".
+const char* to_string(GradientClipAlgorithm algorithm);
+/// Parses "norm"/"value"; throws volt::Error naming the accepted values.
+GradientClipAlgorithm parse_gradient_clip_algorithm(const std::string& text);
+
+/// The Trainer's options, with Lightning's defaults.
+///
+/// Example:
+/// ```
+/// volt::Trainer trainer({.max_epochs = 3, .limit_train_batches = 0.5, .seed = 42});
+/// ```
+struct TrainerOptions {
+  // ---- hardware ------------------------------------------------------------------------------
+  /// "cpu" or "auto" (later issues add "gpu"/"cuda").
+  std::string accelerator = "auto";
+  /// How many devices (processes) per node; see DeviceRequest.
+  DeviceRequest devices;
+  /// "auto" or "single_device" (distributed strategies come with their own issue).
+  std::string strategy = "auto";
+  /// "32-true"/"32" (default) or "64-true"/"64".
+  std::string precision = "32-true";
+  /// Nodes in the job.
+  int64_t num_nodes = 1;
+  /// Intra-op threads per process; 0: OMP_NUM_THREADS, else SLURM_CPUS_PER_TASK, else all cores
+  /// divided among this node's processes. Debian's LibTorch starts with 1, so this is set on purpose.
+  int64_t num_threads = 0;
+  /// Keep glibc malloc from returning LibTorch's step buffers to the OS after every step
+  /// (pins M_MMAP_THRESHOLD/M_TRIM_THRESHOLD); ~15% faster small-model steps.
+  bool tune_allocator = true;
+
+  // ---- how long ------------------------------------------------------------------------------
+  /// Stop after this many epochs; unset: 1000, or unlimited when max_steps is set.
+  std::optional<int64_t> max_epochs;
+  /// Keep training at least this many epochs even if a callback asks to stop.
+  int64_t min_epochs = 0;
+  /// Stop after this many optimizer steps (-1: no limit).
+  int64_t max_steps = -1;
+  /// Batches per training epoch (a count or a fraction).
+  BatchLimit limit_train_batches = 1.0;
+  /// Batches per validation run.
+  BatchLimit limit_val_batches = 1.0;
+  /// Batches when testing.
+  BatchLimit limit_test_batches = 1.0;
+  /// Batches when predicting.
+  BatchLimit limit_predict_batches = 1.0;
+  /// Run 1 batch of every stage (n > 0: n batches) once, with no logging or checkpoints, to find bugs.
+  int64_t fast_dev_run = 0;
+
+  // ---- validation ----------------------------------------------------------------------------
+  /// Validate every this fraction of a training epoch, or every this many training batches.
+  BatchLimit val_check_interval = 1.0;
+  /// Validate every this many epochs.
+  int64_t check_val_every_n_epoch = 1;
+  /// Validation batches run before training, to catch bugs early (-1: all).
+  int64_t num_sanity_val_steps = 2;
+
+  // ---- optimization --------------------------------------------------------------------------
+  /// Accumulate gradients over this many batches before each optimizer step.
+  int64_t accumulate_grad_batches = 1;
+  /// Clip gradients to this value (unset: no clipping).
+  std::optional<double> gradient_clip_val;
+  /// Clip by total norm or by value.
+  GradientClipAlgorithm gradient_clip_algorithm = GradientClipAlgorithm::kNorm;
+
+  // ---- reproducibility -----------------------------------------------------------------------
+  /// Seeds LibTorch's global generator and the loaders' shuffles (Lightning's seed_everything).
+  std::optional<uint64_t> seed;
+  /// Use deterministic algorithms only.
+  bool deterministic = false;
+
+  // ---- output --------------------------------------------------------------------------------
+  /// Where logs and checkpoints go; empty: the current directory.
+  std::string default_root_dir;
+  /// Send step metrics to the loggers every this many steps.
+  int64_t log_every_n_steps = 50;
+  /// Use the default CSV logger when `loggers` is empty.
+  bool logger = true;
+  /// Loggers to use instead of the default.
+  std::vector<std::shared_ptr<Logger>> loggers;
+  /// Callbacks, called in order.
+  std::vector<std::shared_ptr<Callback>> callbacks;
+  /// Show progress (a bar on a terminal, a line every ~30 s otherwise).
+  bool enable_progress_bar = true;
+  /// Add a ModelCheckpoint (save every epoch) when none is among the callbacks.
+  bool enable_checkpointing = true;
+  /// Print the model summary when fit starts.
+  bool enable_model_summary = true;
+
+  // ---- resuming ------------------------------------------------------------------------------
+  /// Resume fit from "last", "best" or a checkpoint path; empty: start fresh. Trainer::fit's
+  /// argument, when given, takes precedence.
+  std::string ckpt_path;
+};
+
+}  // namespace volt

@@ -1,0 +1,12 @@
+// Volt's umbrella header: everything a training program needs.
+#pragma once
+
+#include "volt/callbacks/early_stopping.h"
+#include "volt/callbacks/lr_monitor.h"
+#include "volt/callbacks/model_checkpoint.h"
+#include "volt/checkpoint/checkpoint_io.h"
+#include "volt/data/data_loader.h"
+#include "volt/loggers/csv_logger.h"
+#include "volt/module/lightning_module.h"
+#include "volt/optim/lr_scheduler.h"
+#include "volt/trainer/trainer.h"
