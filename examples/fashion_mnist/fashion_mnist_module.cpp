@@ -30,6 +30,7 @@ FashionMnistModule::FashionMnistModule(ModuleOptions options)
   net_ = register_module("net", make_net(options_));
   save_hyperparameters({{"model", options_.model},
                         {"lr", options_.lr},
+                        {"lr_gamma", options_.lr_gamma},
                         {"batch_size", options_.batch_size},
                         {"hidden", options_.hidden},
                         {"val_size", options_.val_size}});
@@ -60,7 +61,9 @@ torch::Tensor FashionMnistModule::predict_step(const volt::Batch& batch, int64_t
 }
 
 volt::OptimizerConfig FashionMnistModule::configure_optimizers() {
-  return std::make_shared<torch::optim::Adam>(parameters(), torch::optim::AdamOptions(options_.lr));
+  auto adam = std::make_shared<torch::optim::Adam>(parameters(), torch::optim::AdamOptions(options_.lr));
+  return volt::OptimizerConfig(adam, {.scheduler = std::make_shared<volt::StepLR>(*adam, 1, options_.lr_gamma),
+                                      .interval = volt::Interval::kEpoch});
 }
 
 void FashionMnistModule::load_training_split() {

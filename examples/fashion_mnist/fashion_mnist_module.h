@@ -13,6 +13,8 @@ struct ModuleOptions {
   std::string model = "cnn";
   /// Adam's learning rate.
   double lr = 1e-3;
+  /// StepLR's decay per epoch (1.0: constant lr). Halving each epoch steadies the final weights.
+  double lr_gamma = 0.5;
   /// Examples per batch.
   int64_t batch_size = 64;
   /// Width of the MLP's hidden layers.

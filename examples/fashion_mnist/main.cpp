@@ -17,6 +17,7 @@ int main(int argc, char** argv) {
     volt::add_trainer_flags(app, trainer_options, flag_text);
     app.add_option("--model", module_options.model, "mlp or cnn")->capture_default_str();
     app.add_option("--lr", module_options.lr, "Adam's learning rate")->capture_default_str();
+    app.add_option("--lr-gamma", module_options.lr_gamma, "StepLR decay per epoch (1.0: constant)")->capture_default_str();
     app.add_option("--batch-size", module_options.batch_size, "examples per batch")->capture_default_str();
     app.add_option("--hidden", module_options.hidden, "MLP hidden width")->capture_default_str();
     app.add_option("--val-size", module_options.val_size, "training images held out for validation")->capture_default_str();
