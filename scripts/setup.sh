@@ -1,0 +1,37 @@
+#!/usr/bin/env bash
+# Installs what Volt needs on Debian 12 (bookworm), as root or through sudo. Idempotent: a
+# machine that has everything only pays for one dpkg query.
+set -euo pipefail
+
+packages=(
+  build-essential cmake ninja-build ccache pkg-config
+  libtorch-dev            # LibTorch 1.13 (CPU)
+  libopenblas0-openmp     # the reference BLAS Debian defaults to is many times slower
+  libcli11-dev nlohmann-json3-dev libyaml-cpp-dev libfmt-dev zlib1g-dev
+  libgtest-dev libgmock-dev
+  dataset-fashion-mnist   # the IDX files of the main job, under /usr/share/datasets/fashion-mnist
+  python3-torch python3-pytest python3-numpy python3-yaml   # the Python peers of the tests
+)
+
+missing=()
+for p in "${packages[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+
+sudo_cmd=()
+[ "$(id -u)" -eq 0 ] || sudo_cmd=(sudo)
+
+if [ ${#missing[@]} -gt 0 ]; then
+  echo "setup: installing ${missing[*]}"
+  "${sudo_cmd[@]}" apt-get -o DPkg::Lock::Timeout=600 update -q
+  DEBIAN_FRONTEND=noninteractive "${sudo_cmd[@]}" apt-get -o DPkg::Lock::Timeout=600 install -y -q \
+    --no-install-recommends "${missing[@]}"
+fi
+
+# LibTorch calls BLAS through Debian's alternatives: make sure OpenBLAS is the one selected.
+for lib in libblas.so.3 liblapack.so.3; do
+  alt="${lib}-$(dpkg-architecture -qDEB_HOST_MULTIARCH 2>/dev/null || echo x86_64-linux-gnu)"
+  target=$(update-alternatives --list "$alt" 2>/dev/null | grep openblas-openmp | head -n 1 || true)
+  if [ -n "$target" ]; then "${sudo_cmd[@]}" update-alternatives --quiet --set "$alt" "$target"; fi
+done
+echo "setup: all dependencies present"
