@@ -1,0 +1,124 @@
+#include "volt/slurm/hostlist.h"
+
+#include <cctype>
+
+#include "volt/core/error.h"
+
+namespace volt::slurm {
+
+namespace {
+
+[[noreturn]] void malformed(std::string_view expression, std::size_t position, const std::string& what) {
+  throw Error(fmt::format("malformed SLURM hostlist '{}' at position {}: {}. HINT: expected names like "
+                          "'node[01-04,7]', 'a,b' or 'rack1-[2,5]' (SLURM_JOB_NODELIST as SLURM sets it).",
+                          expression, position, what));
+}
+
+bool all_digits(std::string_view text) {
+  if (text.empty()) return false;
+  for (char c : text)
+    if (!std::isdigit(static_cast<unsigned char>(c))) return false;
+  return true;
+}
+
+/// Expands the inside of one bracket group ("01-04,7") into zero-padded numbers.
+std::vector<std::string> expand_ranges(std::string_view expression, std::string_view inner, std::size_t offset) {
+  std::vector<std::string> out;
+  std::size_t start = 0;
+  while (start <= inner.size()) {
+    std::size_t end = inner.find(',', start);
+    if (end == std::string_view::npos) end = inner.size();
+    const std::string_view range = inner.substr(start, end - start);
+    const std::size_t dash = range.find('-');
+    const std::string_view low = range.substr(0, dash);
+    const std::string_view high = dash == std::string_view::npos ? low : range.substr(dash + 1);
+    if (!all_digits(low) || !all_digits(high)) {
+      malformed(expression, offset + start, fmt::format("range '{}' must be N or N-M with digits only", range));
+    }
+    if (low.size() > 9 || high.size() > 9) malformed(expression, offset + start, "a range bound has too many digits");
+    const long lo = std::stol(std::string(low));
+    const long hi = std::stol(std::string(high));
+    if (hi < lo) malformed(expression, offset + start, fmt::format("range '{}' runs backwards", range));
+    if (static_cast<std::size_t>(hi - lo) >= kMaxHosts) {
+      malformed(expression, offset + start, fmt::format("range '{}' has more than {} hosts", range, kMaxHosts));
+    }
+    for (long v = lo; v <= hi; ++v) {
+      std::string digits = std::to_string(v);
+      if (digits.size() < low.size()) digits.insert(0, low.size() - digits.size(), '0');
+      out.push_back(std::move(digits));
+      if (out.size() > kMaxHosts) malformed(expression, offset, fmt::format("more than {} hosts", kMaxHosts));
+    }
+    start = end + 1;
+  }
+  return out;
+}
+
+/// Expands one top-level item ("rack[1-2]-n[1-3]") and appends its hosts to `out`.
+void expand_item(std::string_view expression, std::string_view item, std::size_t offset,
+                 std::vector<std::string>& out) {
+  std::vector<std::string> partial{""};
+  std::size_t i = 0;
+  while (i < item.size()) {
+    const std::size_t open = item.find('[', i);
+    const std::string_view literal = item.substr(i, open == std::string_view::npos ? std::string_view::npos : open - i);
+    if (literal.find(']') != std::string_view::npos) malformed(expression, offset + i + literal.find(']'), "']' without '['");
+    for (auto& p : partial) p += literal;
+    if (open == std::string_view::npos) break;
+    const std::size_t close = item.find(']', open);
+    if (close == std::string_view::npos) malformed(expression, offset + open, "'[' is never closed");
+    const std::string_view inner = item.substr(open + 1, close - open - 1);
+    if (inner.find('[') != std::string_view::npos) malformed(expression, offset + open, "brackets cannot nest");
+    const std::vector<std::string> numbers = expand_ranges(expression, inner, offset + open + 1);
+    if (partial.size() * numbers.size() > kMaxHosts) {
+      malformed(expression, offset + open, fmt::format("more than {} hosts", kMaxHosts));
+    }
+    std::vector<std::string> next;
+    next.reserve(partial.size() * numbers.size());
+    for (const auto& p : partial)
+      for (const auto& n : numbers) next.push_back(p + n);
+    partial = std::move(next);
+    i = close + 1;
+  }
+  if (out.size() + partial.size() > kMaxHosts) malformed(expression, offset, fmt::format("more than {} hosts", kMaxHosts));
+  for (auto& p : partial) out.push_back(std::move(p));
+}
+
+}  // namespace
+
+std::vector<std::string> expand_hostlist(std::string_view expression) {
+  std::vector<std::string> hosts;
+  int depth = 0;
+  std::size_t start = 0;
+  for (std::size_t i = 0; i <= expression.size(); ++i) {
+    const char c = i < expression.size() ? expression[i] : ',';
+    if (c == '[') {
+      if (++depth > 1) malformed(expression, i, "brackets cannot nest");
+    } else if (c == ']') {
+      if (--depth < 0) malformed(expression, i, "']' without '['");
+    } else if (std::isspace(static_cast<unsigned char>(c))) {
+      malformed(expression, i, "host names cannot contain spaces");
+    } else if (c == ',' && depth == 0) {
+      if (i == start) malformed(expression, i, "empty host name");
+      expand_item(expression, expression.substr(start, i - start), start, hosts);
+      start = i + 1;
+    }
+  }
+  if (depth != 0) malformed(expression, expression.size(), "'[' is never closed");
+  return hosts;
+}
+
+std::string first_host(std::string_view expression) {
+  // Expanding only the first top-level item keeps this cheap for huge allocations.
+  int depth = 0;
+  std::size_t end = 0;
+  while (end < expression.size() && !(expression[end] == ',' && depth == 0)) {
+    if (expression[end] == '[') ++depth;
+    if (expression[end] == ']') --depth;
+    ++end;
+  }
+  const std::vector<std::string> hosts = expand_hostlist(expression.substr(0, end));
+  if (hosts.empty()) malformed(expression, 0, "no host");
+  return hosts.front();
+}
+
+}  // namespace volt::slurm

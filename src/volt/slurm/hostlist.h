@@ -1,0 +1,27 @@
+// SLURM hostlist expressions: "node[01-04,7]", "a,b", "rack1-[2,5]", "r[1-2]-n[1-3]".
+#pragma once
+
+#include <cstddef>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace volt::slurm {
+
+/// The most hosts an expression may expand to; larger ones are rejected as malformed rather
+/// than exhausting memory.
+inline constexpr std::size_t kMaxHosts = 1 << 20;
+
+/// Expands a SLURM hostlist into host names, in order, like `scontrol show hostnames`.
+///
+/// Commas at the top level separate items; inside brackets they separate ranges. A range keeps
+/// the zero padding of its lower bound (`[08-10]` gives 08, 09, 10). Several bracket groups in
+/// one item expand as a cartesian product, leftmost slowest. Throws volt::Error naming the
+/// expression, the position and what was expected for malformed input (unbalanced or nested
+/// brackets, empty items or ranges, a reversed range, non-digits in a range, too many hosts).
+std::vector<std::string> expand_hostlist(std::string_view expression);
+
+/// The first host of a hostlist without expanding the rest (the main address of a job).
+std::string first_host(std::string_view expression);
+
+}  // namespace volt::slurm
