@@ -1,0 +1,168 @@
+#include "volt/environments/cluster_environment.h"
+
+#include "volt/core/error.h"
+#include "volt/core/strings.h"
+#include "volt/slurm/hostlist.h"
+
+namespace volt {
+
+const char* to_string(ClusterKind kind) {
+  switch (kind) {
+    case ClusterKind::kLocal: return "local";
+    case ClusterKind::kTorchrun: return "torchrun";
+    case ClusterKind::kSlurm: return "slurm";
+    case ClusterKind::kMpi: return "mpi";
+  }
+  return "?";
+}
+
+ClusterKind parse_cluster_kind(const std::string& text) {
+  const ClusterKind all[] = {ClusterKind::kLocal, ClusterKind::kTorchrun, ClusterKind::kSlurm, ClusterKind::kMpi};
+  return parse_enum(text, all, "cluster environment");
+}
+
+namespace {
+
+int64_t required_int(const Env& env, const char* name, int64_t min) {
+  const auto value = env.get_int(name);
+  VOLT_CHECK(value.has_value(), "environment variable {} is not set, but the launcher's other variables are. HINT: "
+             "start the job with its launcher (srun, torchrun, mpirun) or set {} yourself.", name, name);
+  VOLT_CHECK(*value >= min, "environment variable {}={} must be >= {}.", name, *value, min);
+  return *value;
+}
+
+std::optional<int64_t> optional_int(const Env& env, const char* name, int64_t min) {
+  const auto value = env.get_int(name);
+  if (value) VOLT_CHECK(*value >= min, "environment variable {}={} must be >= {}.", name, *value, min);
+  return value;
+}
+
+std::optional<int> port_from(const Env& env, const char* name) {
+  const auto value = env.get_int(name);
+  if (!value) return std::nullopt;
+  VOLT_CHECK(*value >= 1 && *value <= 65535, "environment variable {}={} is not a TCP port (1-65535).", name, *value);
+  return static_cast<int>(*value);
+}
+
+void check_ranks(const ClusterInfo& info, const char* rank_name, const char* size_name) {
+  if (!info.world_size) return;
+  VOLT_CHECK(info.global_rank < *info.world_size,
+             "{}={} is outside the world size {}={}. HINT: the launcher's variables disagree; check the job script.",
+             rank_name, info.global_rank, size_name, *info.world_size);
+  if (info.local_world_size) {
+    VOLT_CHECK(info.local_rank < *info.local_world_size, "local rank {} is outside the {} processes of this node.",
+               info.local_rank, *info.local_world_size);
+  }
+}
+
+}  // namespace
+
+int slurm_main_port(const std::string& job_id) {
+  // Array jobs are "<array job id>_<task id>": both parts count, so tasks of one array differ.
+  long long numeric = 0;
+  for (char c : job_id) {
+    if (c >= '0' && c <= '9') numeric = (numeric * 10 + (c - '0')) % 1000000007LL;
+  }
+  return 15000 + static_cast<int>(numeric % 20000);
+}
+
+std::optional<ClusterInfo> read_torchrun(const Env& env) {
+  for (const char* name : {"RANK", "GROUP_RANK", "LOCAL_RANK", "LOCAL_WORLD_SIZE"})
+    if (!env.has(name)) return std::nullopt;
+  ClusterInfo info;
+  info.kind = ClusterKind::kTorchrun;
+  info.creates_processes_externally = true;
+  info.global_rank = required_int(env, "RANK", 0);
+  info.node_rank = required_int(env, "GROUP_RANK", 0);
+  info.local_rank = required_int(env, "LOCAL_RANK", 0);
+  info.local_world_size = required_int(env, "LOCAL_WORLD_SIZE", 1);
+  info.world_size = required_int(env, "WORLD_SIZE", 1);
+  info.main_address = env.get_or("MASTER_ADDR", "127.0.0.1");
+  info.main_port = port_from(env, "MASTER_PORT");
+  VOLT_CHECK(info.main_port.has_value(), "torchrun set RANK but not MASTER_PORT. HINT: run under torchrun, which sets "
+             "both, or export MASTER_PORT.");
+  check_ranks(info, "RANK", "WORLD_SIZE");
+  return info;
+}
+
+std::optional<ClusterInfo> read_slurm(const Env& env) {
+  if (!env.has("SLURM_NTASKS") || !env.has("SLURM_JOB_ID")) return std::nullopt;
+  const std::string job_name = env.get_or("SLURM_JOB_NAME", "");
+  if (job_name == "bash" || job_name == "interactive") return std::nullopt;
+  ClusterInfo info;
+  info.kind = ClusterKind::kSlurm;
+  info.creates_processes_externally = true;
+  info.world_size = required_int(env, "SLURM_NTASKS", 1);
+  info.global_rank = required_int(env, "SLURM_PROCID", 0);
+  info.local_rank = required_int(env, "SLURM_LOCALID", 0);
+  info.node_rank = required_int(env, "SLURM_NODEID", 0);
+  info.num_nodes = optional_int(env, "SLURM_NNODES", 1);
+  const std::string array_job = env.get_or("SLURM_ARRAY_JOB_ID", "");
+  const std::string array_task = env.get_or("SLURM_ARRAY_TASK_ID", "");
+  info.job_id = !array_job.empty() && !array_task.empty() ? array_job + "_" + array_task : env.get_or("SLURM_JOB_ID", "");
+  if (const auto address = env.get("MASTER_ADDR")) {
+    info.main_address = *address;
+  } else {
+    const std::string nodes = env.get_or("SLURM_JOB_NODELIST", env.get_or("SLURM_NODELIST", ""));
+    VOLT_CHECK(!nodes.empty(), "SLURM_JOB_NODELIST is not set inside a SLURM job, so the main address is unknown. "
+               "HINT: export MASTER_ADDR in the job script.");
+    info.main_address = slurm::first_host(nodes);
+  }
+  info.main_port = port_from(env, "MASTER_PORT");
+  if (!info.main_port) info.main_port = slurm_main_port(info.job_id);
+  check_ranks(info, "SLURM_PROCID", "SLURM_NTASKS");
+  if (info.num_nodes) {
+    VOLT_CHECK(info.node_rank < *info.num_nodes, "SLURM_NODEID={} is outside SLURM_NNODES={}.", info.node_rank,
+               *info.num_nodes);
+  }
+  return info;
+}
+
+std::optional<ClusterInfo> read_mpi(const Env& env) {
+  ClusterInfo info;
+  info.kind = ClusterKind::kMpi;
+  info.creates_processes_externally = true;
+  if (env.has("OMPI_COMM_WORLD_SIZE") && env.has("OMPI_COMM_WORLD_RANK")) {
+    info.world_size = required_int(env, "OMPI_COMM_WORLD_SIZE", 1);
+    info.global_rank = required_int(env, "OMPI_COMM_WORLD_RANK", 0);
+    info.local_rank = optional_int(env, "OMPI_COMM_WORLD_LOCAL_RANK", 0).value_or(0);
+    info.local_world_size = optional_int(env, "OMPI_COMM_WORLD_LOCAL_SIZE", 1);
+    if (const auto node = optional_int(env, "OMPI_COMM_WORLD_NODE_RANK", 0)) info.node_rank = *node;
+  } else if (env.has("PMI_SIZE") && env.has("PMI_RANK")) {
+    info.world_size = required_int(env, "PMI_SIZE", 1);
+    info.global_rank = required_int(env, "PMI_RANK", 0);
+    info.local_rank = optional_int(env, "MPI_LOCALRANKID", 0).value_or(0);
+    info.local_world_size = optional_int(env, "MPI_LOCALNRANKS", 1);
+  } else {
+    return std::nullopt;
+  }
+  if (info.node_rank == 0 && info.local_world_size) info.node_rank = info.global_rank / *info.local_world_size;
+  info.main_address = env.get_or("MASTER_ADDR", "127.0.0.1");
+  info.main_port = port_from(env, "MASTER_PORT");
+  check_ranks(info, "the MPI rank", "the MPI world size");
+  return info;
+}
+
+ClusterInfo read_local(const Env& env) {
+  ClusterInfo info;
+  info.kind = ClusterKind::kLocal;
+  info.world_size = optional_int(env, "WORLD_SIZE", 1);
+  info.local_rank = optional_int(env, "LOCAL_RANK", 0).value_or(0);
+  info.node_rank = optional_int(env, "NODE_RANK", 0).value_or(0);
+  info.global_rank = optional_int(env, "GLOBAL_RANK", 0).value_or(info.local_rank);
+  info.main_address = env.get_or("MASTER_ADDR", "127.0.0.1");
+  info.main_port = port_from(env, "MASTER_PORT");
+  info.slurm_interactive = env.has("SLURM_JOB_ID") &&
+                           (env.get_or("SLURM_JOB_NAME", "") == "bash" || env.get_or("SLURM_JOB_NAME", "") == "interactive");
+  check_ranks(info, "GLOBAL_RANK", "WORLD_SIZE");
+  return info;
+}
+
+ClusterInfo detect_cluster(const Env& env) {
+  if (auto info = read_torchrun(env)) return *info;
+  if (auto info = read_slurm(env)) return *info;
+  if (auto info = read_mpi(env)) return *info;
+  return read_local(env);
+}
+
+}  // namespace volt

@@ -1,0 +1,78 @@
+// Where a process sits in a job, read from the environment of whoever launched it.
+//
+// Every function here is pure: it reads an injected Env, so torchrun, SLURM, MPI and local runs
+// are unit-tested without a cluster. Detection follows one explicit order: torchrun (elastic),
+// then SLURM, then MPI, then local.
+#pragma once
+
+#include <optional>
+#include <string>
+
+#include "volt/core/env.h"
+
+namespace volt {
+
+/// Who made the processes and set the rank variables.
+enum class ClusterKind {
+  kLocal,     ///< a plain run, or processes Volt launched itself (Lightning's names: LOCAL_RANK, NODE_RANK, ...)
+  kTorchrun,  ///< torchrun / torch.distributed.elastic
+  kSlurm,     ///< srun inside a SLURM allocation (not an interactive one)
+  kMpi,       ///< mpirun (Open MPI or MPICH/Intel MPI variables)
+};
+/// "local", "torchrun", "slurm", "mpi".
+const char* to_string(ClusterKind kind);
+/// Parses those names; throws volt::Error listing them.
+ClusterKind parse_cluster_kind(const std::string& text);
+
+/// A process's place in the job, as its launcher describes it.
+struct ClusterInfo {
+  /// Who set the variables.
+  ClusterKind kind = ClusterKind::kLocal;
+  /// True when someone else started every process (srun, torchrun, mpirun); false when the
+  /// trainer must start the local processes itself.
+  bool creates_processes_externally = false;
+  /// Processes in the job; unset when the launcher does not say (local runs: the Trainer's devices x nodes).
+  std::optional<int64_t> world_size;
+  /// This process's rank in the job.
+  int64_t global_rank = 0;
+  /// This process's rank on its node.
+  int64_t local_rank = 0;
+  /// This process's node.
+  int64_t node_rank = 0;
+  /// Processes on this node, when the launcher says.
+  std::optional<int64_t> local_world_size;
+  /// Nodes in the job, when the launcher says.
+  std::optional<int64_t> num_nodes;
+  /// The rendezvous host (rank 0's node).
+  std::string main_address = "127.0.0.1";
+  /// The rendezvous port; unset for local runs, where rank 0 picks a free one.
+  std::optional<int> main_port;
+  /// The SLURM job id (array jobs: "<array job id>_<task id>"), empty elsewhere.
+  std::string job_id;
+  /// True in an interactive SLURM allocation (job name "bash" or "interactive"): treated as local.
+  bool slurm_interactive = false;
+};
+
+/// Reads torchrun's variables (RANK, LOCAL_RANK, GROUP_RANK, LOCAL_WORLD_SIZE, WORLD_SIZE,
+/// MASTER_ADDR, MASTER_PORT), or nullopt when they are not all there.
+std::optional<ClusterInfo> read_torchrun(const Env& env);
+/// Reads SLURM's task variables (SLURM_NTASKS, SLURM_PROCID, SLURM_LOCALID, SLURM_NODEID,
+/// SLURM_JOB_NODELIST, SLURM_JOB_ID); nullopt outside SLURM or in an interactive allocation.
+std::optional<ClusterInfo> read_slurm(const Env& env);
+/// Reads Open MPI's (OMPI_COMM_WORLD_*) or MPICH's (PMI_RANK, PMI_SIZE, MPI_LOCALRANKID) variables.
+std::optional<ClusterInfo> read_mpi(const Env& env);
+/// Reads Volt's own launcher variables (LOCAL_RANK, NODE_RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT);
+/// all optional: a plain run is rank 0 of 1.
+ClusterInfo read_local(const Env& env);
+
+/// Detects the environment in the order torchrun, SLURM, MPI, local. Malformed values (a rank
+/// that is not a number, a rank outside the world size, a bad hostlist) are volt::Errors that
+/// name the variable.
+ClusterInfo detect_cluster(const Env& env);
+
+/// The SLURM main port for `job_id`: 15000 + (numeric job id mod 20000), so two jobs sharing a
+/// node collide only when their ids differ by a multiple of 20000 (Lightning's last-4-digits
+/// scheme collides every 10000 ids).
+int slurm_main_port(const std::string& job_id);
+
+}  // namespace volt

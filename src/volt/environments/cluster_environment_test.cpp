@@ -1,0 +1,128 @@
+#include "volt/environments/cluster_environment.h"
+
+#include <gtest/gtest.h>
+
+#include "volt/core/error.h"
+
+namespace volt {
+namespace {
+
+Env::Vars slurm_task(const std::string& procid, const std::string& localid, const std::string& nodeid) {
+  return {{"SLURM_NTASKS", "4"},   {"SLURM_PROCID", procid},   {"SLURM_LOCALID", localid},
+          {"SLURM_NODEID", nodeid}, {"SLURM_NNODES", "2"},     {"SLURM_JOB_ID", "123456"},
+          {"SLURM_JOB_NAME", "train"}, {"SLURM_JOB_NODELIST", "node[07-08]"}};
+}
+
+std::string error_of(const Env::Vars& vars) {
+  try {
+    detect_cluster(Env(vars));
+  } catch (const Error& e) {
+    return e.what();
+  }
+  return "";
+}
+
+TEST(ClusterEnvironment, PlainRunIsLocalRankZero) {
+  const ClusterInfo info = detect_cluster(Env());
+  EXPECT_EQ(info.kind, ClusterKind::kLocal);
+  EXPECT_FALSE(info.creates_processes_externally);
+  EXPECT_EQ(info.global_rank, 0);
+  EXPECT_FALSE(info.world_size.has_value());
+  EXPECT_FALSE(info.main_port.has_value());
+}
+
+TEST(ClusterEnvironment, SlurmRanksComeFromTheEnvironment) {
+  const ClusterInfo info = detect_cluster(Env(slurm_task("3", "1", "1")));
+  EXPECT_EQ(info.kind, ClusterKind::kSlurm);
+  EXPECT_TRUE(info.creates_processes_externally);
+  EXPECT_EQ(info.world_size, 4);
+  EXPECT_EQ(info.global_rank, 3);
+  EXPECT_EQ(info.local_rank, 1);
+  EXPECT_EQ(info.node_rank, 1);
+  EXPECT_EQ(info.main_address, "node07");
+  EXPECT_EQ(info.main_port, 15000 + 123456 % 20000);
+  EXPECT_EQ(info.job_id, "123456");
+}
+
+TEST(ClusterEnvironment, SlurmArrayTasksGetTheirOwnIdAndPort) {
+  auto vars = slurm_task("0", "0", "0");
+  vars["SLURM_ARRAY_JOB_ID"] = "500";
+  vars["SLURM_ARRAY_TASK_ID"] = "3";
+  const ClusterInfo info = detect_cluster(Env(vars));
+  EXPECT_EQ(info.job_id, "500_3");
+  vars["SLURM_ARRAY_TASK_ID"] = "4";
+  EXPECT_NE(detect_cluster(Env(vars)).main_port, info.main_port);
+}
+
+TEST(ClusterEnvironment, MasterVariablesOverrideSlurmsDefaults) {
+  auto vars = slurm_task("0", "0", "0");
+  vars["MASTER_ADDR"] = "10.0.0.5";
+  vars["MASTER_PORT"] = "29500";
+  const ClusterInfo info = detect_cluster(Env(vars));
+  EXPECT_EQ(info.main_address, "10.0.0.5");
+  EXPECT_EQ(info.main_port, 29500);
+}
+
+TEST(ClusterEnvironment, InteractiveSlurmAllocationsAreNotManaged) {
+  for (const char* name : {"bash", "interactive"}) {
+    auto vars = slurm_task("0", "0", "0");
+    vars["SLURM_JOB_NAME"] = name;
+    const ClusterInfo info = detect_cluster(Env(vars));
+    EXPECT_EQ(info.kind, ClusterKind::kLocal) << name;
+    EXPECT_TRUE(info.slurm_interactive);
+  }
+}
+
+TEST(ClusterEnvironment, TorchrunComesBeforeSlurm) {
+  auto vars = slurm_task("0", "0", "0");
+  vars.insert({{"RANK", "1"}, {"GROUP_RANK", "0"}, {"LOCAL_RANK", "1"}, {"LOCAL_WORLD_SIZE", "2"},
+               {"WORLD_SIZE", "2"}, {"MASTER_ADDR", "h"}, {"MASTER_PORT", "1234"}});
+  const ClusterInfo info = detect_cluster(Env(vars));
+  EXPECT_EQ(info.kind, ClusterKind::kTorchrun);
+  EXPECT_EQ(info.global_rank, 1);
+  EXPECT_EQ(info.main_port, 1234);
+}
+
+TEST(ClusterEnvironment, OpenMpiAndMpichVariables) {
+  const ClusterInfo ompi = detect_cluster(Env(Env::Vars{{"OMPI_COMM_WORLD_SIZE", "4"}, {"OMPI_COMM_WORLD_RANK", "3"},
+                                                        {"OMPI_COMM_WORLD_LOCAL_RANK", "1"},
+                                                        {"OMPI_COMM_WORLD_LOCAL_SIZE", "2"}}));
+  EXPECT_EQ(ompi.kind, ClusterKind::kMpi);
+  EXPECT_EQ(ompi.node_rank, 1);
+  const ClusterInfo mpich = detect_cluster(Env(Env::Vars{{"PMI_SIZE", "2"}, {"PMI_RANK", "1"}}));
+  EXPECT_EQ(mpich.kind, ClusterKind::kMpi);
+  EXPECT_EQ(mpich.global_rank, 1);
+}
+
+TEST(ClusterEnvironment, VoltLauncherVariablesAreRead) {
+  const ClusterInfo info = detect_cluster(Env(Env::Vars{{"LOCAL_RANK", "1"}, {"NODE_RANK", "1"}, {"GLOBAL_RANK", "3"},
+                                                        {"WORLD_SIZE", "4"}, {"MASTER_PORT", "4000"}}));
+  EXPECT_EQ(info.kind, ClusterKind::kLocal);
+  EXPECT_EQ(info.global_rank, 3);
+  EXPECT_EQ(info.node_rank, 1);
+  EXPECT_EQ(info.main_port, 4000);
+}
+
+TEST(ClusterEnvironment, MalformedValuesNameTheVariable) {
+  auto vars = slurm_task("x", "0", "0");
+  EXPECT_NE(error_of(vars).find("SLURM_PROCID='x'"), std::string::npos);
+  vars = slurm_task("4", "0", "0");
+  EXPECT_NE(error_of(vars).find("SLURM_PROCID=4 is outside"), std::string::npos);
+  vars = slurm_task("0", "0", "0");
+  vars["SLURM_JOB_NODELIST"] = "node[1-";
+  EXPECT_NE(error_of(vars).find("malformed SLURM hostlist"), std::string::npos);
+  vars = slurm_task("0", "0", "0");
+  vars["MASTER_PORT"] = "70000";
+  EXPECT_NE(error_of(vars).find("MASTER_PORT=70000"), std::string::npos);
+  vars = slurm_task("0", "0", "5");
+  EXPECT_NE(error_of(vars).find("SLURM_NODEID=5"), std::string::npos);
+}
+
+TEST(ClusterEnvironment, KindsRoundTripThroughTheirNames) {
+  for (ClusterKind kind : {ClusterKind::kLocal, ClusterKind::kTorchrun, ClusterKind::kSlurm, ClusterKind::kMpi})
+    EXPECT_EQ(parse_cluster_kind(to_string(kind)), kind);
+  EXPECT_THROW(parse_cluster_kind("pbs"), Error);
+}
+
+}  // namespace
+}  // namespace volt
