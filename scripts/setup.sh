@@ -6,6 +6,7 @@ set -euo pipefail
 packages=(
   build-essential cmake ninja-build ccache pkg-config
   libtorch-dev            # LibTorch 1.13 (CPU)
+  libgloo-dev             # headers of c10d's Gloo backend (ddp on CPU)
   libopenblas0-openmp     # the reference BLAS Debian defaults to is many times slower
   libcli11-dev nlohmann-json3-dev libyaml-cpp-dev libfmt-dev zlib1g-dev
   libgtest-dev libgmock-dev

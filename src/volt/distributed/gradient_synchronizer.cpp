@@ -1,0 +1,46 @@
+#include "volt/distributed/gradient_synchronizer.h"
+
+#include <algorithm>
+
+#include <torch/csrc/distributed/c10d/reducer.hpp>
+
+#include "volt/core/error.h"
+
+namespace volt {
+
+namespace {
+// PyTorch DDP's first bucket is small so communication starts early in the backward pass.
+constexpr int64_t kFirstBucketBytes = 1024 * 1024;
+}  // namespace
+
+ReducerSynchronizer::ReducerSynchronizer(std::vector<torch::Tensor> parameters, std::vector<std::string> names,
+                                         c10::intrusive_ptr<c10d::ProcessGroup> group,
+                                         const GradientSyncOptions& options)
+    : find_unused_parameters_(options.find_unused_parameters) {
+  VOLT_CHECK(!parameters.empty(), "ddp needs at least one parameter that requires grad; the module has none.");
+  VOLT_CHECK(options.bucket_cap_mb > 0, "bucket_cap_mb={} must be positive.", options.bucket_cap_mb);
+  const int64_t cap = options.bucket_cap_mb * 1024 * 1024;
+  const std::vector<bool> sparse(parameters.size(), false);
+  auto [buckets, limits] = c10d::compute_bucket_assignment_by_size(
+      parameters, {static_cast<size_t>(kFirstBucketBytes), static_cast<size_t>(cap)}, sparse);
+  // As PyTorch DDP does: gradients become ready roughly in reverse order of registration.
+  std::reverse(buckets.begin(), buckets.end());
+  std::reverse(limits.begin(), limits.end());
+  std::unordered_map<size_t, std::string> param_names;
+  for (size_t i = 0; i < names.size(); ++i) param_names[i] = names[i];
+  reducer_ = std::make_shared<c10d::Reducer>(std::move(parameters), std::move(buckets), std::move(limits),
+                                             std::move(group), sparse, cap, options.find_unused_parameters,
+                                             /*gradient_as_bucket_view=*/false, std::move(param_names),
+                                             kFirstBucketBytes);
+}
+
+ReducerSynchronizer::~ReducerSynchronizer() = default;
+
+void ReducerSynchronizer::prepare_for_backward(const torch::Tensor& loss) {
+  // With find_unused_parameters the reducer walks the graph from the outputs to find parameters
+  // that will get no gradient; without it an empty list is what PyTorch DDP passes.
+  reducer_->prepare_for_backward(find_unused_parameters_ ? std::vector<torch::Tensor>{loss}
+                                                         : std::vector<torch::Tensor>{});
+}
+
+}  // namespace volt

@@ -1,0 +1,143 @@
+#include "volt/distributed/process_group.h"
+
+#include <thread>
+
+#include <torch/csrc/distributed/c10d/PrefixStore.hpp>
+#include <torch/csrc/distributed/c10d/ProcessGroupGloo.hpp>
+#include <torch/csrc/distributed/c10d/TCPStore.hpp>
+#include <torch/csrc/distributed/c10d/comm.hpp>
+
+#include "volt/core/error.h"
+#include "volt/core/strings.h"
+#include "volt/torch_compat.h"
+
+namespace volt {
+
+namespace {
+
+constexpr const char* kJoinedPrefix = "volt/joined/";
+constexpr const char* kJoinedCount = "volt/joined_count";
+constexpr const char* kFailureKey = "volt/failure";
+
+bool is_loopback(const std::string& address) {
+  return address == "localhost" || address.rfind("127.", 0) == 0 || address == "::1";
+}
+
+std::string seconds(std::chrono::milliseconds d) { return fmt::format("{:.0f} s", d.count() / 1000.0); }
+
+std::vector<uint8_t> bytes_of(const std::string& s) { return std::vector<uint8_t>(s.begin(), s.end()); }
+
+c10d::ReduceOp reduce_op(Reduce op) {
+  switch (op) {
+    case Reduce::kMean:
+    case Reduce::kSum: return c10d::ReduceOp::SUM;
+    case Reduce::kMax: return c10d::ReduceOp::MAX;
+    case Reduce::kMin: return c10d::ReduceOp::MIN;
+  }
+  return c10d::ReduceOp::SUM;
+}
+
+}  // namespace
+
+ProcessGroup::ProcessGroup(const Topology& topology, const ProcessGroupOptions& options)
+    : topology_(topology), options_(options) {
+  VOLT_CHECK(options_.backend == "gloo",
+             "process group backend '{}' is not available in this build; supported: 'gloo'. HINT: NCCL needs a "
+             "CUDA build of LibTorch.",
+             options_.backend);
+  const std::string where = fmt::format("{}:{}", topology_.main_address, topology_.main_port);
+  c10d::TCPStoreOptions store_options;
+  store_options.port = static_cast<uint16_t>(topology_.main_port);
+  store_options.isServer = topology_.global_rank == 0;
+  store_options.numWorkers = static_cast<size_t>(topology_.world_size);
+  store_options.waitWorkers = false;  // we wait ourselves, to name the ranks that never came
+  store_options.timeout = options_.join_timeout;
+  try {
+    store_ = c10::make_intrusive<c10d::TCPStore>(topology_.main_address, store_options);
+  } catch (const std::exception& e) {
+    if (topology_.global_rank == 0) {
+      throw Error(fmt::format("rank 0 on {} could not open the rendezvous at {}: {}. HINT: another job may use port "
+                              "{}; set MASTER_PORT to a free port.",
+                              topology_.host, where, e.what(), topology_.main_port));
+    }
+    throw Error(fmt::format("rank {} on {} could not reach rank 0's rendezvous at {} within {}: rank 0 never joined "
+                            "(expected on node 0). HINT: check rank 0's log for an earlier error, and that MASTER_ADDR "
+                            "is reachable from this host.",
+                            topology_.global_rank, topology_.host, where, seconds(options_.join_timeout)));
+  }
+
+  // Rendezvous with a deadline: every rank announces itself, then waits for all the others.
+  store_->set(kJoinedPrefix + std::to_string(topology_.global_rank), bytes_of(topology_.host));
+  store_->add(kJoinedCount, 1);
+  const auto deadline = std::chrono::steady_clock::now() + options_.join_timeout;
+  while (store_->add(kJoinedCount, 0) < topology_.world_size) {
+    if (std::chrono::steady_clock::now() > deadline) {
+      std::vector<std::string> missing;
+      for (int64_t r = 0; r < topology_.world_size; ++r) {
+        if (!store_->check({kJoinedPrefix + std::to_string(r)})) {
+          missing.push_back(fmt::format("rank {} (expected on node {})", r, topology_.node_of(r)));
+        }
+      }
+      throw Error(fmt::format("rank {} on {}: {} of {} ranks never joined the rendezvous at {} within {}: {}. HINT: "
+                              "look at those ranks' logs; a rank that crashes before Trainer::fit never joins.",
+                              topology_.global_rank, topology_.host, missing.size(), topology_.world_size, where,
+                              seconds(options_.join_timeout), join(missing, ", ")));
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+
+  auto prefixed = c10::make_intrusive<c10d::PrefixStore>("volt/pg", store_);
+  auto gloo_options = c10d::ProcessGroupGloo::Options::create(options_.timeout);
+  gloo_options->devices.push_back(is_loopback(topology_.main_address)
+                                      ? c10d::ProcessGroupGloo::createDeviceForHostname("127.0.0.1")
+                                      : c10d::ProcessGroupGloo::createDefaultDevice());
+  group_ = compat::make_gloo_group(prefixed, static_cast<int>(topology_.global_rank),
+                                   static_cast<int>(topology_.world_size), gloo_options);
+}
+
+ProcessGroup::~ProcessGroup() = default;
+
+c10::intrusive_ptr<c10d::ProcessGroup> ProcessGroup::backend() const { return group_; }
+
+void ProcessGroup::barrier() { group_->barrier()->wait(); }
+
+void ProcessGroup::broadcast(std::vector<torch::Tensor> tensors, int64_t root) {
+  if (tensors.empty()) return;
+  c10d::broadcast_coalesced(group_, tensors, /*buffer_size=*/256 * 1024 * 1024, static_cast<int>(root));
+}
+
+void ProcessGroup::all_reduce(torch::Tensor& values, Reduce op) {
+  std::vector<torch::Tensor> tensors{values};
+  c10d::AllreduceOptions options;
+  options.reduceOp = reduce_op(op);
+  group_->allreduce(tensors, options)->wait();
+  if (op == Reduce::kMean) values.div_(static_cast<double>(topology_.world_size));
+}
+
+double ProcessGroup::all_reduce(double value, Reduce op) {
+  torch::Tensor t = torch::tensor({value}, torch::kDouble);
+  all_reduce(t, op);
+  return t.item<double>();
+}
+
+bool ProcessGroup::any(bool flag) { return all_reduce(flag ? 1.0 : 0.0, Reduce::kMax) > 0.0; }
+
+void ProcessGroup::report_failure(const std::string& message) noexcept {
+  try {
+    store_->compareSet(kFailureKey, {}, bytes_of(message));
+  } catch (...) {
+    // The store lives in rank 0; when it is gone there is nobody left to tell.
+  }
+}
+
+std::optional<std::string> ProcessGroup::reported_failure() noexcept {
+  try {
+    if (!store_->check({kFailureKey})) return std::nullopt;
+    const std::vector<uint8_t> value = store_->get(kFailureKey);
+    return std::string(value.begin(), value.end());
+  } catch (...) {
+    return std::nullopt;
+  }
+}
+
+}  // namespace volt

@@ -1,0 +1,72 @@
+// The c10d process group of a run: TCPStore rendezvous, Gloo (CPU) or NCCL (CUDA builds), and
+// the collectives the trainer needs, with bounded waits and named failures.
+#pragma once
+
+#include <chrono>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include <torch/types.h>
+
+#include "volt/distributed/topology.h"
+#include "volt/module/log_options.h"
+
+namespace c10d {
+class ProcessGroup;
+class Store;
+}  // namespace c10d
+
+namespace volt {
+
+/// Options of the process group.
+struct ProcessGroupOptions {
+  /// "gloo" (CPU) or "nccl" (CUDA builds).
+  std::string backend = "gloo";
+  /// How long a collective may wait for a peer before failing (Gloo's timeout).
+  std::chrono::milliseconds timeout{std::chrono::seconds(120)};
+  /// How long rank 0 waits for every rank to join, and others wait to reach rank 0.
+  std::chrono::milliseconds join_timeout{std::chrono::seconds(60)};
+};
+
+/// A joined process group. Construction is the rendezvous: it returns once every rank joined,
+/// or throws volt::Error naming the ranks that never did (and the host each was expected on).
+class ProcessGroup {
+ public:
+  /// Joins the group described by `topology`.
+  ProcessGroup(const Topology& topology, const ProcessGroupOptions& options);
+  ~ProcessGroup();
+  ProcessGroup(const ProcessGroup&) = delete;
+  ProcessGroup& operator=(const ProcessGroup&) = delete;
+
+  /// This process's place.
+  const Topology& topology() const { return topology_; }
+  /// The c10d group (for the gradient reducer and user hooks).
+  c10::intrusive_ptr<c10d::ProcessGroup> backend() const;
+
+  /// Waits until every rank reached the same barrier.
+  void barrier();
+  /// Broadcasts `tensors` from `root` in place (coalesced into few messages).
+  void broadcast(std::vector<torch::Tensor> tensors, int64_t root = 0);
+  /// Reduces `values` element-wise across ranks with `op`, in place (one collective).
+  void all_reduce(torch::Tensor& values, Reduce op);
+  /// Reduces one number across ranks.
+  double all_reduce(double value, Reduce op);
+  /// True when any rank passes true (one collective).
+  bool any(bool flag);
+
+  /// Records the first failure of the run in the store (first writer wins), so other ranks can
+  /// name it instead of reporting their own secondary errors.
+  void report_failure(const std::string& message) noexcept;
+  /// The first failure reported by any rank, if the store can still be reached.
+  std::optional<std::string> reported_failure() noexcept;
+
+ private:
+  Topology topology_;
+  ProcessGroupOptions options_;
+  c10::intrusive_ptr<c10d::Store> store_;
+  c10::intrusive_ptr<c10d::ProcessGroup> group_;
+};
+
+}  // namespace volt
