@@ -29,7 +29,9 @@ void ResultCollection::log(const std::string& name, const torch::Tensor& value, 
   // A CPU scalar is read directly; .item() on a device tensor synchronizes, which is the price
   // of exact per-epoch means on any device.
   double v = value.item<double>();
-  if (options.sync_dist && sync_) v = sync_(v, options.reduce_fx);
+  // The step value shown for on_step is synchronized per call; epoch aggregates are synchronized
+  // once per epoch by sync_epoch, which is exact for weighted means.
+  if (options.sync_dist && sync_ && *entry.options.on_step) v = sync_(v, options.reduce_fx);
   const double weight = static_cast<double>(options.batch_size.value_or(batch_size_));
   entry.last = v;
   switch (entry.options.reduce_fx) {
@@ -75,6 +77,41 @@ std::map<std::string, double> ResultCollection::epoch_metrics(MetricTarget targe
     if (both && target == MetricTarget::kCallback) out[name + "_epoch"] = value;
   }
   return out;
+}
+
+void ResultCollection::sync_epoch(const std::function<void(torch::Tensor&, Reduce)>& reduce) {
+  std::vector<Entry*> sums;  // means and sums: aggregate and weight add up across processes
+  std::vector<Entry*> maxima;
+  std::vector<Entry*> minima;
+  for (auto& [name, entry] : entries_) {
+    if (!entry.options.sync_dist || !*entry.options.on_epoch) continue;
+    switch (entry.options.reduce_fx) {
+      case Reduce::kMean:
+      case Reduce::kSum: sums.push_back(&entry); break;
+      case Reduce::kMax: maxima.push_back(&entry); break;
+      case Reduce::kMin: minima.push_back(&entry); break;
+    }
+  }
+  if (!sums.empty()) {
+    torch::Tensor packed = torch::empty({static_cast<int64_t>(sums.size()) * 2}, torch::kDouble);
+    auto* data = packed.data_ptr<double>();
+    for (size_t i = 0; i < sums.size(); ++i) {
+      data[2 * i] = sums[i]->aggregate;
+      data[2 * i + 1] = sums[i]->weight;
+    }
+    reduce(packed, Reduce::kSum);
+    for (size_t i = 0; i < sums.size(); ++i) {
+      sums[i]->aggregate = data[2 * i];
+      sums[i]->weight = data[2 * i + 1];
+    }
+  }
+  for (auto [group, op] : {std::make_pair(&maxima, Reduce::kMax), std::make_pair(&minima, Reduce::kMin)}) {
+    if (group->empty()) continue;
+    torch::Tensor packed = torch::empty({static_cast<int64_t>(group->size())}, torch::kDouble);
+    for (size_t i = 0; i < group->size(); ++i) packed.data_ptr<double>()[i] = (*group)[i]->aggregate;
+    reduce(packed, op);
+    for (size_t i = 0; i < group->size(); ++i) (*group)[i]->aggregate = packed.data_ptr<double>()[i];
+  }
 }
 
 void ResultCollection::reset() { entries_.clear(); }

@@ -36,6 +36,12 @@ class ResultCollection : public MetricSink {
   std::map<std::string, double> step_metrics(MetricTarget target) const;
   /// The epoch aggregates of values logged with on_epoch, for `target`.
   std::map<std::string, double> epoch_metrics(MetricTarget target) const;
+  /// Reduces the epoch aggregates of sync_dist values across processes: weighted means become
+  /// means over every process's examples (so padding-free validation accuracy is the same for
+  /// 1, 2 or 3 processes), sums add up, max/min take the extreme. `reduce_sum`, `reduce_max` and
+  /// `reduce_min` all-reduce a tensor in place; every process must call this at the same point
+  /// and must have logged the same sync_dist names.
+  void sync_epoch(const std::function<void(torch::Tensor&, Reduce)>& reduce);
   /// Forgets everything logged in the epoch (call at each epoch start).
   void reset();
   /// True when nothing was logged since the last reset.

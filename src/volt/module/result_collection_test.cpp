@@ -62,12 +62,30 @@ TEST(ResultCollection, ProgBarAndLoggerTargetsFilter) {
   EXPECT_EQ(results.step_metrics(MetricTarget::kCallback).size(), 1u);
 }
 
-TEST(ResultCollection, SyncDistGoesThroughTheReducer) {
-  ResultCollection results(false, [](double v, Reduce) { return v * 2; });
+TEST(ResultCollection, SyncDistStepValuesGoThroughTheReducer) {
+  ResultCollection results(/*training=*/true, [](double v, Reduce) { return v * 2; });
   LogOptions synced;
   synced.sync_dist = true;
   results.log("x", torch::tensor(1.5), synced);
-  EXPECT_EQ(results.epoch_metrics(MetricTarget::kCallback).at("x"), 3.0);
+  EXPECT_EQ(results.step_metrics(MetricTarget::kCallback).at("x"), 3.0);
+}
+
+TEST(ResultCollection, SyncEpochAddsWeightedAggregatesAcrossProcesses) {
+  // Two "processes": this one saw 3 examples with mean 1.0; the other 1 example with 0.0.
+  ResultCollection results(/*training=*/false);
+  LogOptions synced;
+  synced.sync_dist = true;
+  results.set_batch_size(3);
+  results.log("acc", torch::tensor(1.0), synced);
+  results.log("local", torch::tensor(1.0), {});
+  results.sync_epoch([](torch::Tensor& t, Reduce op) {
+    ASSERT_EQ(op, Reduce::kSum);
+    ASSERT_EQ(t.numel(), 2);  // only the sync_dist entry: aggregate and weight
+    t.add_(torch::tensor({0.0, 1.0}, torch::kDouble));
+  });
+  const auto epoch = results.epoch_metrics(MetricTarget::kCallback);
+  EXPECT_DOUBLE_EQ(epoch.at("acc"), 0.75);
+  EXPECT_DOUBLE_EQ(epoch.at("local"), 1.0);
 }
 
 TEST(ResultCollection, NonScalarIsAClearError) {
