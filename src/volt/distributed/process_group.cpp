@@ -71,6 +71,13 @@ ProcessGroup::ProcessGroup(const Topology& topology, const ProcessGroupOptions& 
   store_->add(kJoinedCount, 1);
   const auto deadline = std::chrono::steady_clock::now() + options_.join_timeout;
   while (store_->add(kJoinedCount, 0) < topology_.world_size) {
+    if (options_.abort_check) {
+      if (auto reason = options_.abort_check()) {
+        throw Error(fmt::format("rank {} on {}: the rendezvous at {} was abandoned: {}. HINT: that rank's error is "
+                                "printed above.",
+                                topology_.global_rank, topology_.host, where, *reason));
+      }
+    }
     if (std::chrono::steady_clock::now() > deadline) {
       std::vector<std::string> missing;
       for (int64_t r = 0; r < topology_.world_size; ++r) {
@@ -121,6 +128,16 @@ double ProcessGroup::all_reduce(double value, Reduce op) {
 }
 
 bool ProcessGroup::any(bool flag) { return all_reduce(flag ? 1.0 : 0.0, Reduce::kMax) > 0.0; }
+
+std::string ProcessGroup::broadcast_string(const std::string& value) {
+  const std::string key = "volt/broadcast/" + std::to_string(broadcasts_++);
+  if (topology_.global_rank == 0) {
+    store_->set(key, bytes_of(value));
+    return value;
+  }
+  const std::vector<uint8_t> bytes = store_->get(key);  // waits up to the store's timeout
+  return std::string(bytes.begin(), bytes.end());
+}
 
 void ProcessGroup::report_failure(const std::string& message) noexcept {
   try {

@@ -3,6 +3,7 @@
 #pragma once
 
 #include <chrono>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <string>
@@ -28,6 +29,9 @@ struct ProcessGroupOptions {
   std::chrono::milliseconds timeout{std::chrono::seconds(120)};
   /// How long rank 0 waits for every rank to join, and others wait to reach rank 0.
   std::chrono::milliseconds join_timeout{std::chrono::seconds(60)};
+  /// Polled while waiting for ranks to join: a message ends the wait at once (the launcher uses
+  /// it to report a local rank that died before joining).
+  std::function<std::optional<std::string>()> abort_check;
 };
 
 /// A joined process group. Construction is the rendezvous: it returns once every rank joined,
@@ -55,6 +59,8 @@ class ProcessGroup {
   double all_reduce(double value, Reduce op);
   /// True when any rank passes true (one collective).
   bool any(bool flag);
+  /// Rank 0's `value` on every rank (through the store; for short strings such as a log dir).
+  std::string broadcast_string(const std::string& value);
 
   /// Records the first failure of the run in the store (first writer wins), so other ranks can
   /// name it instead of reporting their own secondary errors.
@@ -67,6 +73,7 @@ class ProcessGroup {
   ProcessGroupOptions options_;
   c10::intrusive_ptr<c10d::Store> store_;
   c10::intrusive_ptr<c10d::ProcessGroup> group_;
+  int64_t broadcasts_ = 0;
 };
 
 }  // namespace volt

@@ -18,6 +18,11 @@ namespace volt {
 
 class LRScheduler;
 class MetricSink;
+class ProcessGroup;
+class GradientSynchronizer;
+struct Topology;
+struct ProcessGroupOptions;
+struct GradientSyncOptions;
 
 /// When a learning-rate scheduler steps.
 enum class Interval { kEpoch, kStep };
@@ -131,6 +136,20 @@ class LightningModule : public torch::nn::Module {
   virtual void on_save_checkpoint(StateDict& checkpoint) {}
   /// Reads the module's own entries back from a checkpoint being restored.
   virtual void on_load_checkpoint(const StateDict& checkpoint) {}
+
+  // ---- distributed hooks (the seed documents' init_ddp_connection and configure_ddp) ----------
+  /// Joins the ddp process group; return nullptr (the default) for Volt's TCPStore rendezvous
+  /// with Gloo, or a joined ProcessGroup made differently (another store, backend or timeout).
+  virtual std::shared_ptr<ProcessGroup> init_ddp_connection(const Topology& topology,
+                                                            const ProcessGroupOptions& options) {
+    return nullptr;
+  }
+  /// Wraps the model for ddp; return nullptr (the default) for c10d's Reducer over every
+  /// trainable parameter, or another GradientSynchronizer (e.g. one that skips frozen parts).
+  virtual std::shared_ptr<GradientSynchronizer> configure_ddp(ProcessGroup& group,
+                                                              const GradientSyncOptions& options) {
+    return nullptr;
+  }
 
   // ---- logging -------------------------------------------------------------------------------
   /// Logs a scalar tensor under `name`; see LogOptions for aggregation and destinations.

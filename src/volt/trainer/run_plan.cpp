@@ -21,6 +21,7 @@ const char* to_string(Accelerator accelerator) {
 const char* to_string(StrategyKind strategy) {
   switch (strategy) {
     case StrategyKind::kSingleDevice: return "single_device";
+    case StrategyKind::kDdp: return "ddp";
   }
   return "?";
 }
@@ -53,6 +54,8 @@ MachineInfo MachineInfo::current() {
   }
   std::error_code ec;
   info.cwd = std::filesystem::current_path(ec).string();
+  char host[256] = {};
+  if (gethostname(host, sizeof(host) - 1) == 0) info.host = host;
   return info;
 }
 
@@ -66,21 +69,93 @@ Accelerator resolve_accelerator(const std::string& text) {
                           text));
 }
 
-StrategyKind resolve_strategy(const std::string& text) {
+/// The strategy and whether it asked for find_unused_parameters (Lightning's strategy alias).
+std::pair<std::optional<StrategyKind>, bool> resolve_strategy(const std::string& text) {
   const std::string t = to_lower(trim(text));
-  if (t == "auto" || t == "single_device") return StrategyKind::kSingleDevice;
-  throw Error(fmt::format("strategy='{}' is not supported yet; supported: 'auto', 'single_device'. HINT: train "
-                          "in one process for now (distributed strategies are on the roadmap in the README).",
+  if (t == "auto") return {std::nullopt, false};
+  if (t == "single_device") return {StrategyKind::kSingleDevice, false};
+  if (t == "ddp") return {StrategyKind::kDdp, false};
+  if (t == "ddp_find_unused_parameters_true") return {StrategyKind::kDdp, true};
+  throw Error(fmt::format("strategy='{}' is not supported; supported: 'auto', 'single_device', 'ddp', "
+                          "'ddp_find_unused_parameters_true'. HINT: use 'ddp' for several processes.",
                           text));
 }
 
-int64_t resolve_devices(const DeviceRequest& devices) {
+/// CPU "devices" are processes: a count, -1 for one per core, or a list (its length counts).
+int64_t resolve_devices(const DeviceRequest& devices, const MachineInfo& machine) {
   if (devices.is_auto()) return 1;
-  if (devices.indices().empty() && (devices.count() == 1 || devices.count() == -1)) return 1;
-  if (devices.indices().size() == 1 && devices.indices()[0] == 0) return 1;
-  throw Error(fmt::format("devices={} cannot be served: this build runs one CPU process (devices=1). HINT: use "
-                          "devices=1 or \"auto\" until distributed strategies are available.",
-                          devices.to_string()));
+  if (!devices.indices().empty()) return static_cast<int64_t>(devices.indices().size());
+  if (devices.count() == -1) return machine.cores;
+  VOLT_CHECK(devices.count() >= 1, "devices={} is invalid; expected a count >= 1, -1, \"auto\" or a list.",
+             devices.to_string());
+  return devices.count();
+}
+
+std::string slurm_layout(const Env& env) {
+  return fmt::format("SLURM_NTASKS={}, SLURM_NNODES={}, SLURM_NTASKS_PER_NODE={}", env.get_or("SLURM_NTASKS", "?"),
+                     env.get_or("SLURM_NNODES", "?"), env.get_or("SLURM_NTASKS_PER_NODE", "?"));
+}
+
+/// Checks the launcher's processes against what the Trainer was told, and builds the topology.
+Topology resolve_topology(const ClusterInfo& cluster, int64_t devices, int64_t num_nodes, const Env& env,
+                          const MachineInfo& machine) {
+  Topology t;
+  t.world_size = devices * num_nodes;
+  t.processes_per_node = devices;
+  t.num_nodes = num_nodes;
+  t.host = machine.host;
+  t.main_address = cluster.main_address;
+  t.main_port = cluster.main_port.value_or(0);
+  if (cluster.creates_processes_externally) {
+    const bool slurm = cluster.kind == ClusterKind::kSlurm;
+    const std::string hint =
+        slurm ? fmt::format("HINT: make the job script and the Trainer agree: #SBATCH --nodes={} and "
+                            "--ntasks-per-node={}, or set devices and num_nodes to the allocation ({}).",
+                            num_nodes, devices, slurm_layout(env))
+              : fmt::format("HINT: start {} processes per node on {} nodes (e.g. torchrun --nproc-per-node={} "
+                            "--nnodes={}), or set devices and num_nodes to match.",
+                            devices, num_nodes, devices, num_nodes);
+    VOLT_CHECK(!cluster.local_world_size || *cluster.local_world_size == devices,
+               "the Trainer has devices={} per node, but {} started {} processes on this node. {}", devices,
+               to_string(cluster.kind), cluster.local_world_size.value_or(0), hint);
+    VOLT_CHECK(!cluster.num_nodes || *cluster.num_nodes == num_nodes,
+               "the Trainer has num_nodes={}, but the {} job has {} nodes. {}", num_nodes, to_string(cluster.kind),
+               cluster.num_nodes.value_or(0), hint);
+    VOLT_CHECK(cluster.world_size.value_or(1) == t.world_size,
+               "the Trainer expects devices={} x num_nodes={} = {} processes, but {} started {}. {}", devices, num_nodes,
+               t.world_size, to_string(cluster.kind), cluster.world_size.value_or(1), hint);
+    if (slurm && t.world_size > 1) {
+      // The batch shell of an sbatch job carries the job's task count but is one process:
+      // without srun, the other ranks would never exist.
+      VOLT_CHECK(env.has("SLURM_STEP_NUM_TASKS") || env.has("SLURM_STEP_ID"),
+                 "this looks like the batch script of SLURM job {} (no job step), so only 1 of its {} tasks is "
+                 "running. HINT: start the program with `srun` in the job script (srun python/your binary ...).",
+                 cluster.job_id, t.world_size);
+    }
+    t.global_rank = cluster.global_rank;
+    t.local_rank = cluster.local_rank;
+    t.node_rank = cluster.node_rank;
+    return t;
+  }
+  // Local: a plain run (this process will launch the others) or a child Volt launched.
+  VOLT_CHECK(!cluster.world_size || *cluster.world_size == t.world_size,
+             "WORLD_SIZE={} but the Trainer expects devices={} x num_nodes={} = {} processes. HINT: unset WORLD_SIZE, "
+             "or make devices and num_nodes match it.",
+             cluster.world_size.value_or(0), devices, num_nodes, t.world_size);
+  VOLT_CHECK(cluster.local_rank < devices, "LOCAL_RANK={} is outside the {} devices of this node.", cluster.local_rank,
+             devices);
+  VOLT_CHECK(cluster.node_rank < num_nodes, "NODE_RANK={} is outside num_nodes={}. HINT: number the nodes 0..{}.",
+             cluster.node_rank, num_nodes, num_nodes - 1);
+  t.local_rank = cluster.local_rank;
+  t.node_rank = cluster.node_rank;
+  t.global_rank = t.node_rank * devices + t.local_rank;
+  if (num_nodes > 1) {
+    VOLT_CHECK(env.has("MASTER_ADDR") && env.has("MASTER_PORT"),
+               "num_nodes={} outside a cluster launcher needs MASTER_ADDR and MASTER_PORT (rank 0's host and a free "
+               "port) and NODE_RANK on every node. HINT: export them on each node, or run under srun or torchrun.",
+               num_nodes);
+  }
+  return t;
 }
 
 int64_t resolve_threads(const TrainerOptions& options, const Env& env, const MachineInfo& machine,
@@ -116,14 +191,41 @@ void check_limit(const BatchLimit& limit, const char* name) {
 RunPlan resolve_run_plan(const TrainerOptions& options, const Env& env, const MachineInfo& machine) {
   RunPlan plan;
   plan.accelerator = resolve_accelerator(options.accelerator);
-  plan.strategy = resolve_strategy(options.strategy);
   plan.precision = parse_precision(options.precision);
-  plan.devices = resolve_devices(options.devices);
-  VOLT_CHECK(options.num_nodes == 1,
-             "num_nodes={} needs a distributed strategy, which this build does not have yet. HINT: use num_nodes=1.",
-             options.num_nodes);
-  plan.num_nodes = 1;
-  plan.world_size = plan.devices * plan.num_nodes;
+  plan.devices = resolve_devices(options.devices, machine);
+  VOLT_CHECK(options.num_nodes >= 1, "num_nodes={} must be >= 1.", options.num_nodes);
+  plan.num_nodes = options.num_nodes;
+  const auto [strategy, find_unused] = resolve_strategy(options.strategy);
+  const int64_t processes = plan.devices * plan.num_nodes;
+  plan.strategy = strategy.value_or(processes > 1 ? StrategyKind::kDdp : StrategyKind::kSingleDevice);
+  VOLT_CHECK(plan.strategy != StrategyKind::kSingleDevice || processes == 1,
+             "strategy='single_device' runs one process, but devices={} x num_nodes={} asks for {}. HINT: use "
+             "strategy='ddp' (or 'auto'), or devices=1.",
+             plan.devices, plan.num_nodes, processes);
+  const ClusterInfo cluster = detect_cluster(env);
+  plan.cluster = cluster.kind;
+  if (plan.strategy == StrategyKind::kSingleDevice) {
+    plan.topology.host = machine.host;
+  } else {
+    plan.topology = resolve_topology(cluster, plan.devices, plan.num_nodes, env, machine);
+    plan.launch_local_processes =
+        !cluster.creates_processes_externally && plan.devices > 1 && !env.has("LOCAL_RANK");
+  }
+  const std::string backend = to_lower(trim(options.process_group_backend));
+  VOLT_CHECK(backend == "auto" || backend == "gloo",
+             "process_group_backend='{}' is not available in this CPU build; supported: 'auto', 'gloo'. HINT: 'nccl' "
+             "needs a CUDA build of LibTorch.",
+             options.process_group_backend);
+  plan.process_group_backend = "gloo";
+  VOLT_CHECK(options.process_group_timeout > 0 && options.join_timeout > 0,
+             "process_group_timeout={} and join_timeout={} must be positive (seconds).", options.process_group_timeout,
+             options.join_timeout);
+  plan.process_group_timeout = std::chrono::milliseconds(static_cast<int64_t>(options.process_group_timeout * 1000));
+  plan.join_timeout = std::chrono::milliseconds(static_cast<int64_t>(options.join_timeout * 1000));
+  plan.find_unused_parameters = options.find_unused_parameters || find_unused;
+  VOLT_CHECK(options.bucket_cap_mb >= 1, "bucket_cap_mb={} must be >= 1.", options.bucket_cap_mb);
+  plan.bucket_cap_mb = options.bucket_cap_mb;
+  plan.use_distributed_sampler = options.use_distributed_sampler;
   plan.num_threads = resolve_threads(options, env, machine, plan.devices);
   plan.tune_allocator = options.tune_allocator;
 
@@ -203,8 +305,15 @@ std::string RunPlan::describe() const {
   line("accelerator", to_string(accelerator));
   line("strategy", to_string(strategy));
   line("precision", to_string(precision));
-  line("devices x nodes", fmt::format("{} x {} (world size {})", devices, num_nodes, world_size));
-  line("rank", fmt::format("global {} / local {} / node {}", global_rank, local_rank, node_rank));
+  line("devices x nodes", fmt::format("{} x {} (world size {})", devices, num_nodes, topology.world_size));
+  line("cluster environment", to_string(cluster));
+  line("rank", fmt::format("global {} / local {} / node {}", topology.global_rank, topology.local_rank,
+                           topology.node_rank));
+  if (strategy == StrategyKind::kDdp) {
+    line("rendezvous", fmt::format("{}:{}", topology.main_address,
+                                   topology.main_port == 0 ? std::string("(free port)") : std::to_string(topology.main_port)));
+    line("launcher", launch_local_processes ? "volt (re-runs this program)" : "external or child");
+  }
   line("threads per process", std::to_string(num_threads));
   line("max_epochs", max_epochs == -1 ? "unlimited" : std::to_string(max_epochs));
   line("max_steps", max_steps == -1 ? "unlimited" : std::to_string(max_steps));

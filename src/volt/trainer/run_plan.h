@@ -3,7 +3,11 @@
 
 #include <string>
 
+#include <chrono>
+
 #include "volt/core/env.h"
+#include "volt/distributed/topology.h"
+#include "volt/environments/cluster_environment.h"
 #include "volt/trainer/trainer_options.h"
 
 namespace volt {
@@ -14,8 +18,8 @@ enum class Accelerator { kCpu };
 const char* to_string(Accelerator accelerator);
 
 /// How the work is spread over processes and devices.
-enum class StrategyKind { kSingleDevice };
-/// "single_device".
+enum class StrategyKind { kSingleDevice, kDdp };
+/// "single_device" or "ddp".
 const char* to_string(StrategyKind strategy);
 
 /// The numeric precision of parameters and computation.
@@ -32,10 +36,15 @@ struct RunPlan {
   Precision precision = Precision::k32True;  ///< parameter and compute dtype
   int64_t devices = 1;       ///< processes per node
   int64_t num_nodes = 1;     ///< nodes
-  int64_t world_size = 1;    ///< processes in total
-  int64_t global_rank = 0;   ///< this process's rank
-  int64_t local_rank = 0;    ///< this process's rank on its node
-  int64_t node_rank = 0;     ///< this process's node
+  Topology topology;         ///< ranks, world size and rendezvous address of this process
+  ClusterKind cluster = ClusterKind::kLocal;  ///< who made the processes
+  bool launch_local_processes = false;  ///< this process starts its node's other local ranks
+  std::string process_group_backend = "gloo";  ///< c10d backend (ddp)
+  std::chrono::milliseconds process_group_timeout{120000};  ///< collective timeout (ddp)
+  std::chrono::milliseconds join_timeout{60000};  ///< rendezvous deadline (ddp)
+  bool find_unused_parameters = false;  ///< ddp reducer option
+  int64_t bucket_cap_mb = 25;           ///< ddp reducer option
+  bool use_distributed_sampler = true;  ///< shard loaders across processes
   int64_t num_threads = 1;   ///< intra-op threads of this process
   bool tune_allocator = true;  ///< pin glibc malloc thresholds
 
@@ -68,7 +77,7 @@ struct RunPlan {
   std::string ckpt_path;             ///< "", "last", "best" or a path
 
   /// True for the process that writes logs and checkpoints.
-  bool is_global_zero() const { return global_rank == 0; }
+  bool is_global_zero() const { return topology.global_rank == 0; }
   /// A multi-line description ("precision: 32-true" ...), printed by the CLI's --print-plan.
   std::string describe() const;
 };
@@ -79,6 +88,8 @@ struct MachineInfo {
   int64_t cores = 1;
   /// The working directory, for a relative default_root_dir.
   std::string cwd = "/";
+  /// This host's name (for messages naming ranks).
+  std::string host = "localhost";
   /// This machine, read once (sched_getaffinity cores, getcwd).
   static MachineInfo current();
 };

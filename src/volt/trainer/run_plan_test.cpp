@@ -7,7 +7,7 @@
 namespace volt {
 namespace {
 
-const MachineInfo kMachine{8, "/work"};
+const MachineInfo kMachine{8, "/work", "host0"};
 
 RunPlan plan(const TrainerOptions& options, Env::Vars env = {}) {
   return resolve_run_plan(options, Env(std::move(env)), kMachine);
@@ -64,10 +64,76 @@ TEST(RunPlan, FastDevRunLimitsEverythingAndWritesNothing) {
 
 TEST(RunPlan, UnsupportedHardwareSaysWhatIsSupported) {
   EXPECT_NE(error_of({.accelerator = "gpu"}).find("supported: 'cpu', 'auto'"), std::string::npos);
-  EXPECT_NE(error_of({.devices = 2}).find("devices=2"), std::string::npos);
-  EXPECT_NE(error_of({.strategy = "ddp"}).find("strategy='ddp'"), std::string::npos);
+  EXPECT_NE(error_of({.devices = 2, .strategy = "single_device"}).find("strategy='ddp'"), std::string::npos);
+  EXPECT_NE(error_of({.strategy = "dp"}).find("strategy='dp'"), std::string::npos);
   EXPECT_NE(error_of({.precision = "16-mixed"}).find("'32-true'"), std::string::npos);
-  EXPECT_NE(error_of({.num_nodes = 2}).find("num_nodes=2"), std::string::npos);
+  EXPECT_NE(error_of({.strategy = "ddp", .num_nodes = 2}).find("MASTER_ADDR and MASTER_PORT"), std::string::npos);
+}
+
+TEST(RunPlan, SeveralDevicesMeanDdpLaunchedByVolt) {
+  const RunPlan p = plan({.devices = 3});
+  EXPECT_EQ(p.strategy, StrategyKind::kDdp);
+  EXPECT_EQ(p.topology.world_size, 3);
+  EXPECT_EQ(p.topology.global_rank, 0);
+  EXPECT_TRUE(p.launch_local_processes);
+  EXPECT_EQ(p.num_threads, 8 / 3);  // the cores are shared among the node's processes
+  EXPECT_EQ(p.topology.host, "host0");
+}
+
+TEST(RunPlan, LaunchedChildrenReadTheirRankAndDoNotLaunchAgain) {
+  const RunPlan p = plan({.devices = 2}, {{"LOCAL_RANK", "1"}, {"NODE_RANK", "0"}, {"WORLD_SIZE", "2"},
+                                          {"MASTER_ADDR", "127.0.0.1"}, {"MASTER_PORT", "4444"}});
+  EXPECT_FALSE(p.launch_local_processes);
+  EXPECT_EQ(p.topology.global_rank, 1);
+  EXPECT_EQ(p.topology.main_port, 4444);
+}
+
+TEST(RunPlan, TwoNodesUnderALocalLauncherTakeTheNodeRankFromTheEnvironment) {
+  const RunPlan p = plan({.devices = 2, .strategy = "ddp", .num_nodes = 2},
+                         {{"NODE_RANK", "1"}, {"MASTER_ADDR", "10.1.1.1"}, {"MASTER_PORT", "5555"}});
+  EXPECT_EQ(p.topology.world_size, 4);
+  EXPECT_EQ(p.topology.global_rank, 2);
+  EXPECT_EQ(p.topology.node_rank, 1);
+  EXPECT_TRUE(p.launch_local_processes);
+  EXPECT_EQ(p.topology.main_address, "10.1.1.1");
+}
+
+Env::Vars slurm_step(int procid) {
+  return {{"SLURM_JOB_ID", "77"}, {"SLURM_JOB_NAME", "train"}, {"SLURM_NTASKS", "4"}, {"SLURM_NNODES", "2"},
+          {"SLURM_NTASKS_PER_NODE", "2"}, {"SLURM_PROCID", std::to_string(procid)},
+          {"SLURM_LOCALID", std::to_string(procid % 2)}, {"SLURM_NODEID", std::to_string(procid / 2)},
+          {"SLURM_JOB_NODELIST", "node[1-2]"}, {"SLURM_STEP_ID", "0"}, {"SLURM_STEP_NUM_TASKS", "4"}};
+}
+
+TEST(RunPlan, SlurmTasksAreJoinedNotLaunched) {
+  const RunPlan p = plan({.devices = 2, .num_nodes = 2}, slurm_step(3));
+  EXPECT_EQ(p.cluster, ClusterKind::kSlurm);
+  EXPECT_FALSE(p.launch_local_processes);
+  EXPECT_EQ(p.topology.global_rank, 3);
+  EXPECT_EQ(p.topology.node_rank, 1);
+  EXPECT_EQ(p.topology.main_address, "node1");
+}
+
+TEST(RunPlan, SlurmAllocationMismatchesSayWhatToChange) {
+  const std::string devices = [] {
+    try {
+      plan({.devices = 4, .num_nodes = 2}, slurm_step(0));
+    } catch (const Error& e) {
+      return std::string(e.what());
+    }
+    return std::string();
+  }();
+  EXPECT_NE(devices.find("--ntasks-per-node=4"), std::string::npos) << devices;
+  EXPECT_NE(devices.find("SLURM_NTASKS=4"), std::string::npos) << devices;
+  auto batch_shell = slurm_step(0);
+  batch_shell.erase("SLURM_STEP_ID");
+  batch_shell.erase("SLURM_STEP_NUM_TASKS");
+  try {
+    plan({.devices = 2, .num_nodes = 2}, batch_shell);
+    FAIL();
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("srun"), std::string::npos) << e.what();
+  }
 }
 
 TEST(RunPlan, OutOfRangeValuesAreErrors) {

@@ -99,7 +99,8 @@ struct TrainerOptions {
   std::string accelerator = "auto";
   /// How many devices (processes) per node; see DeviceRequest.
   DeviceRequest devices;
-  /// "auto" or "single_device" (distributed strategies come with their own issue).
+  /// "auto" (ddp when devices x num_nodes > 1), "single_device", "ddp", or
+  /// "ddp_find_unused_parameters_true". `distributed_backend` is the seed documents' old name.
   std::string strategy = "auto";
   /// "32-true"/"32" (default) or "64-true"/"64".
   std::string precision = "32-true";
@@ -108,6 +109,19 @@ struct TrainerOptions {
   /// Intra-op threads per process; 0: OMP_NUM_THREADS, else SLURM_CPUS_PER_TASK, else all cores
   /// divided among this node's processes. Debian's LibTorch starts with 1, so this is set on purpose.
   int64_t num_threads = 0;
+  /// ddp: allow parameters that get no gradient in some steps (costs a graph walk per step).
+  bool find_unused_parameters = false;
+  /// ddp: gradient bucket size in MiB (PyTorch DDP's bucket_cap_mb).
+  int64_t bucket_cap_mb = 25;
+  /// ddp: "auto" (gloo on CPU), "gloo", or "nccl" (CUDA builds).
+  std::string process_group_backend = "auto";
+  /// ddp: seconds a collective may wait for a peer before the run fails (a hung rank).
+  double process_group_timeout = 120.0;
+  /// ddp: seconds to wait for every rank to join the rendezvous before naming the missing ones.
+  double join_timeout = 60.0;
+  /// Shard the train/val/test loaders across processes with a DistributedSampler (the seed
+  /// documents call it replace_sampler_ddp); false: the loaders are used as given on every rank.
+  bool use_distributed_sampler = true;
   /// Keep glibc malloc from returning LibTorch's step buffers to the OS after every step
   /// (pins M_MMAP_THRESHOLD/M_TRIM_THRESHOLD); ~15% faster small-model steps.
   bool tune_allocator = true;

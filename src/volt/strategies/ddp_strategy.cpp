@@ -1,0 +1,124 @@
+#include "volt/strategies/ddp_strategy.h"
+
+#include <signal.h>
+
+#include <torch/csrc/distributed/c10d/ProcessGroup.hpp>
+
+#include "volt/core/error.h"
+#include "volt/distributed/subprocess_launcher.h"
+#include "volt/module/lightning_module.h"
+
+namespace volt {
+
+DdpStrategy::DdpStrategy(Topology topology, DdpOptions options, Env env)
+    : topology_(std::move(topology)), options_(std::move(options)), env_(std::move(env)) {}
+
+DdpStrategy::~DdpStrategy() {
+  // Children still running when the launcher goes (rank 0 failed) must not wait for a timeout.
+  if (launcher_ && launcher_->failure()) launcher_->signal_all(SIGTERM);
+}
+
+void DdpStrategy::setup_environment(LightningModule& module) {
+  if (group_) return;
+  if (options_.launch_local_processes && !launcher_) {
+    launcher_ = std::make_unique<SubprocessLauncher>(topology_, own_command_line(), env_);
+  }
+  ProcessGroupOptions pg_options = options_.process_group;
+  if (launcher_) {
+    SubprocessLauncher* launcher = launcher_.get();
+    pg_options.abort_check = [launcher] { return launcher->failure(); };
+  }
+  group_ = module.init_ddp_connection(topology_, pg_options);
+  if (!group_) group_ = std::make_shared<ProcessGroup>(topology_, pg_options);
+}
+
+ProcessGroup& DdpStrategy::process_group() {
+  VOLT_INTERNAL_ASSERT(group_ != nullptr, "process_group() before setup_environment()");
+  return *group_;
+}
+
+void DdpStrategy::setup_module(LightningModule& module) {
+  ProcessGroup& group = process_group();
+  std::vector<torch::Tensor> parameters;
+  std::vector<std::string> names;
+  std::vector<torch::Tensor> state;
+  int64_t numel = 0;
+  for (const auto& item : module.named_parameters(true)) {
+    state.push_back(item.value());
+    numel += item.value().numel();
+    if (!item.value().requires_grad()) continue;
+    parameters.push_back(item.value());
+    names.push_back(item.key());
+  }
+  buffers_.clear();
+  for (const auto& item : module.named_buffers(true)) {
+    state.push_back(item.value());
+    buffers_.push_back(item.value());
+  }
+  // Every rank must hold the same model: compare counts before the broadcast would misalign.
+  torch::Tensor shape = torch::tensor({static_cast<double>(state.size()), static_cast<double>(numel)}, torch::kDouble);
+  torch::Tensor low = shape.clone();
+  group.all_reduce(shape, Reduce::kMax);
+  group.all_reduce(low, Reduce::kMin);
+  VOLT_CHECK(torch::equal(shape, low),
+             "rank {} holds a model with {} tensors and {} values, but other ranks differ (max {} tensors / {} values). "
+             "HINT: every process must build the same module; check code that depends on the rank.",
+             topology_.global_rank, state.size(), numel, shape[0].item<double>(), shape[1].item<double>());
+  {
+    torch::NoGradGuard no_grad;
+    group.broadcast(state, 0);
+  }
+  synchronizer_ = module.configure_ddp(group, options_.gradient_sync);
+  if (!synchronizer_) {
+    synchronizer_ = std::make_shared<ReducerSynchronizer>(parameters, names, group.backend(), options_.gradient_sync);
+  }
+}
+
+void DdpStrategy::before_forward(LightningModule&) {
+  if (buffers_.empty()) return;
+  torch::NoGradGuard no_grad;
+  process_group().broadcast(buffers_, 0);
+}
+
+void DdpStrategy::before_backward(const torch::Tensor& loss, bool synchronize) {
+  if (synchronize) synchronizer_->prepare_for_backward(loss);
+}
+
+void DdpStrategy::reduce(torch::Tensor& values, Reduce op) { process_group().all_reduce(values, op); }
+
+double DdpStrategy::reduce(double value, Reduce op) { return process_group().all_reduce(value, op); }
+
+bool DdpStrategy::any(bool flag) { return process_group().any(flag); }
+
+void DdpStrategy::barrier() { process_group().barrier(); }
+
+std::string DdpStrategy::broadcast_string(const std::string& value) { return process_group().broadcast_string(value); }
+
+std::string DdpStrategy::on_failure(const std::string& message) {
+  const std::string mine = fmt::format("rank {} on {}: {}", topology_.global_rank, topology_.host, message);
+  std::optional<std::string> first;
+  if (launcher_) first = launcher_->failure();
+  if (group_) {
+    if (!first) first = group_->reported_failure();
+    group_->report_failure(mine);
+    if (!first) first = group_->reported_failure();
+  }
+  if (launcher_) launcher_->signal_all(SIGTERM);
+  if (!first || *first == mine) return mine;
+  return fmt::format("rank {} on {} stopped because another process failed first: {}", topology_.global_rank,
+                     topology_.host, *first);
+}
+
+void DdpStrategy::teardown() {
+  if (launcher_) {
+    const bool ok = launcher_->wait(std::chrono::seconds(60));
+    if (!ok) {
+      const auto failure = launcher_->failure();
+      launcher_->signal_all(SIGTERM);
+      throw Error(fmt::format("rank 0 finished, but {}. HINT: see that process's error above.",
+                              failure.value_or("local processes did not exit within 60 s")));
+    }
+  }
+}
+
+}  // namespace volt

@@ -1,0 +1,61 @@
+// Distributed data parallel: one model replica per process, gradients averaged by c10d.
+#pragma once
+
+#include <memory>
+
+#include "volt/core/env.h"
+#include "volt/distributed/gradient_synchronizer.h"
+#include "volt/distributed/process_group.h"
+#include "volt/strategies/strategy.h"
+
+namespace volt {
+
+class SubprocessLauncher;
+
+/// Options of DdpStrategy beyond the topology.
+struct DdpOptions {
+  /// How the process group is made and how long collectives may wait.
+  ProcessGroupOptions process_group;
+  /// Bucketing and unused-parameter detection.
+  GradientSyncOptions gradient_sync;
+  /// True when this process must start its node's other local ranks (Lightning's default
+  /// launcher); false when srun/torchrun/mpirun started them.
+  bool launch_local_processes = false;
+};
+
+/// Lightning's `ddp`: parameters and buffers broadcast from rank 0, gradients all-reduced in
+/// buckets during backward (c10d's Reducer), no communication on accumulation steps.
+class DdpStrategy : public Strategy {
+ public:
+  /// `env` is passed to launched children (plus their rank variables).
+  DdpStrategy(Topology topology, DdpOptions options, Env env);
+  ~DdpStrategy() override;
+
+  std::string name() const override { return "ddp"; }
+  const Topology& topology() const override { return topology_; }
+  void setup_environment(LightningModule& module) override;
+  void setup_module(LightningModule& module) override;
+  void before_forward(LightningModule& module) override;
+  void before_backward(const torch::Tensor& loss, bool synchronize) override;
+  void reduce(torch::Tensor& values, Reduce op) override;
+  double reduce(double value, Reduce op) override;
+  bool any(bool flag) override;
+  void barrier() override;
+  std::string broadcast_string(const std::string& value) override;
+  std::string on_failure(const std::string& message) override;
+  void teardown() override;
+
+  /// The joined group (after setup_environment).
+  ProcessGroup& process_group();
+
+ private:
+  Topology topology_;
+  DdpOptions options_;
+  Env env_;
+  std::unique_ptr<SubprocessLauncher> launcher_;
+  std::shared_ptr<ProcessGroup> group_;
+  std::shared_ptr<GradientSynchronizer> synchronizer_;
+  std::vector<torch::Tensor> buffers_;
+};
+
+}  // namespace volt

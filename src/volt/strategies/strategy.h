@@ -1,0 +1,70 @@
+// How a run spreads over processes and devices.
+//
+// A strategy has a topology, a process group and a gradient synchronizer, and decides who
+// writes files; the trainer's loops call it at a few points and know nothing else about
+// distribution. SingleDeviceStrategy does nothing at those points.
+#pragma once
+
+#include <memory>
+#include <optional>
+#include <string>
+
+#include <torch/types.h>
+
+#include "volt/distributed/topology.h"
+#include "volt/module/log_options.h"
+
+namespace volt {
+
+class LightningModule;
+
+/// The interface the trainer drives.
+class Strategy {
+ public:
+  virtual ~Strategy() = default;
+  /// "single_device", "ddp".
+  virtual std::string name() const = 0;
+  /// This process's place.
+  virtual const Topology& topology() const = 0;
+  /// Starts or joins the other processes; idempotent (later stages reuse the group). The
+  /// module's init_ddp_connection hook may supply the group.
+  virtual void setup_environment(LightningModule& module) {}
+  /// Makes every replica start equal and arms gradient synchronization for `module`.
+  virtual void setup_module(LightningModule& module) {}
+  /// Before each training forward pass (ddp broadcasts buffers such as BatchNorm statistics).
+  virtual void before_forward(LightningModule& module) {}
+  /// Before backward; `synchronize` is false on steps that only accumulate gradients.
+  virtual void before_backward(const torch::Tensor& loss, bool synchronize) {}
+  /// Reduces a tensor across processes in place.
+  virtual void reduce(torch::Tensor& values, Reduce op) {}
+  /// Reduces a number across processes.
+  virtual double reduce(double value, Reduce op) { return value; }
+  /// True when any process passes true.
+  virtual bool any(bool flag) { return flag; }
+  /// Waits for every process.
+  virtual void barrier() {}
+  /// Rank 0's string on every process.
+  virtual std::string broadcast_string(const std::string& value) { return value; }
+  /// Records this process's failure for the others and returns the message to print: the
+  /// first failure of the run (possibly another rank's), once.
+  virtual std::string on_failure(const std::string& message) { return message; }
+  /// Waits for the processes this one started (if any) to finish.
+  virtual void teardown() {}
+
+  /// True for the process that writes logs and checkpoints.
+  bool is_global_zero() const { return topology().is_global_zero(); }
+};
+
+/// One process, one device: every hook is a no-op.
+class SingleDeviceStrategy : public Strategy {
+ public:
+  /// `topology` is the trivial one (rank 0 of 1).
+  explicit SingleDeviceStrategy(Topology topology = {}) : topology_(std::move(topology)) {}
+  std::string name() const override { return "single_device"; }
+  const Topology& topology() const override { return topology_; }
+
+ private:
+  Topology topology_;
+};
+
+}  // namespace volt
