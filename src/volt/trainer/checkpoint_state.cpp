@@ -165,10 +165,19 @@ FitProgress restore_checkpoint(const c10::IValue& checkpoint, const TrainingPart
   }
   for (size_t i = 0; i < schedulers.size(); ++i) {
     const StateDict state = as_dict(scheduler_states.toListRef()[i], "lr_schedulers", path);
-    StateDict copy = state.copy();
-    (void)copy.erase("volt_interval");
-    (void)copy.erase("volt_frequency");
-    schedulers[i].scheduler->load_state_dict(c10::impl::toTypedDict<std::string, c10::IValue>(copy));
+    // A checkpoint read back from bytes holds Any-keyed dicts, which toTypedDict refuses:
+    // copy the entries into the string-keyed dict the scheduler takes.
+    c10::impl::GenericDict typed(c10::StringType::get(), c10::AnyType::get());
+    for (const auto& e : state) {
+      if (!e.key().isString()) {
+        throw CheckpointError(fmt::format("checkpoint '{}' has a scheduler state with a non-string key ({}). HINT: "
+                                          "the file was not written by Volt or Lightning; pass another ckpt_path.",
+                                          path, e.key().tagKind()));
+      }
+      const std::string& key = e.key().toStringRef();
+      if (key != "volt_interval" && key != "volt_frequency") typed.insert(key, e.value());
+    }
+    schedulers[i].scheduler->load_state_dict(c10::impl::toTypedDict<std::string, c10::IValue>(typed));
   }
 
   const StateDict callbacks = as_dict(entry(top, "callbacks", path), "callbacks", path);

@@ -347,12 +347,13 @@ void Trainer::FitRun::step_schedulers(Interval interval) {
 }
 
 void Trainer::FitRun::train_epoch() {
-  module_.on_train_epoch_start();
+  // Reset and install the sink before the hook: Lightning lets on_train_epoch_start log.
   train_results_.reset();
+  module_.set_metric_sink(&train_results_);
+  module_.on_train_epoch_start();
   train_.set_epoch(progress_.epoch);
   dispatch([this](Callback& c, const CallbackContext& ctx) { return c.on_train_epoch_start(ctx, *this); });
   if (bar_) bar_->start(fmt::format("Epoch {}", progress_.epoch), static_cast<int>(progress_.epoch), num_train_batches_);
-  module_.set_metric_sink(&train_results_);
 
   const int64_t accumulate = plan_.accumulate_grad_batches;
   bool validated_at_end = false;
