@@ -69,6 +69,7 @@ StateDict make_checkpoint(const TrainingParts& parts, const FitProgress& progres
   fit_loop.insert("epoch_done", progress.epoch_done);
   fit_loop.insert("global_step", progress.global_step);
   fit_loop.insert("total_batches", progress.total_batches);
+  fit_loop.insert("validation_pending", progress.validation_pending);
   StateDict loops = make_state_dict();
   loops.insert("fit_loop", fit_loop);
   checkpoint.insert("loops", loops);
@@ -201,6 +202,8 @@ FitProgress restore_checkpoint(const c10::IValue& checkpoint, const TrainingPart
   progress.epoch_done = entry(fit_loop, "epoch_done", path).toBool();
   progress.global_step = entry(fit_loop, "global_step", path).toInt();
   progress.total_batches = entry(fit_loop, "total_batches", path).toInt();
+  // Optional: checkpoints written before this key existed resume as if nothing were pending.
+  progress.validation_pending = fit_loop.contains("validation_pending") && fit_loop.at("validation_pending").toBool();
   parts.module->on_load_checkpoint(top);
   return progress;
 }

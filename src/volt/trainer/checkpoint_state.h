@@ -5,7 +5,8 @@
 //   state_dict          {parameter or buffer name: tensor}
 //   optimizer_states    [PyTorch optimizer.state_dict() per optimizer]
 //   lr_schedulers       [PyTorch scheduler.state_dict() per scheduler]
-//   loops               {"fit_loop": {epoch, batches_done, epoch_done, global_step, total_batches}}
+//   loops               {"fit_loop": {epoch, batches_done, epoch_done, global_step, total_batches,
+//                                         validation_pending}}
 //   callbacks           {callback.state_key(): callback.state_dict()}
 //   rng_states          {"torch": the CPU generator's state}
 //   hyper_parameters    the module's save_hyperparameters() value
@@ -41,6 +42,9 @@ struct FitProgress {
   int64_t global_step = 0;
   /// Batches trained over all epochs.
   int64_t total_batches = 0;
+  /// True when the validation due after batch `batches_done` has not run yet (a checkpoint taken
+  /// at the end of that batch), so a resume runs it before training on.
+  bool validation_pending = false;
 };
 
 /// The parts of a run that a checkpoint saves and restores (borrowed, not owned).

@@ -180,6 +180,7 @@ class Trainer::FitRun : public CallbackServices {
   void train_epoch();
   bool validation_due_in_epoch() const;
   void run_validation(int64_t batches);
+  void validate_mid_epoch();
   void optimizer_step();
   void step_schedulers(Interval interval);
   void finish_epoch();
@@ -308,12 +309,19 @@ bool Trainer::FitRun::validation_due_in_epoch() const {
 }
 
 void Trainer::FitRun::run_validation(int64_t batches) {
+  progress_.validation_pending = false;
   val_results_.reset();
   val_.set_epoch(0);
   EvalLoop{module_, val_, plan_.precision, eval_bar_.get()}.run(batches, /*test=*/false, val_results_, "Validation");
   for (const auto& [name, value] : val_results_.epoch_metrics(MetricTarget::kCallback))
     trainer_.callback_metrics_[name] = value;
   log_metrics(val_results_.epoch_metrics(MetricTarget::kLogger));
+}
+
+void Trainer::FitRun::validate_mid_epoch() {
+  run_validation(num_val_batches_);
+  module_.set_metric_sink(&train_results_);
+  dispatch([this](Callback& c, const CallbackContext& ctx) { return c.on_validation_end(ctx, *this); });
 }
 
 void Trainer::FitRun::optimizer_step() {
@@ -357,6 +365,15 @@ void Trainer::FitRun::train_epoch() {
 
   const int64_t accumulate = plan_.accumulate_grad_batches;
   bool validated_at_end = false;
+  // Resumed from a checkpoint taken at the end of a batch whose validation had not run yet: run
+  // it first, as Lightning's restarting epoch loop does.
+  if (progress_.validation_pending) {
+    if (progress_.batches_done >= num_train_batches_) {
+      validated_at_end = true;
+    } else {
+      validate_mid_epoch();
+    }
+  }
   while (progress_.batches_done < num_train_batches_ && !stop_) {
     const int64_t i = progress_.batches_done;
     const Batch batch = to_precision(train_.batch(i), plan_.precision);
@@ -375,6 +392,9 @@ void Trainer::FitRun::train_epoch() {
     module_.on_train_batch_end(loss, batch, i);
     ++progress_.batches_done;
     ++progress_.total_batches;
+    // Checkpoints taken by the callbacks below precede this batch's validation, if one is due.
+    const bool validation_due = validation_due_in_epoch() && (i + 1) % val_interval_ == 0;
+    progress_.validation_pending = validation_due;
 
     for (const auto& [name, value] : train_results_.step_metrics(MetricTarget::kCallback))
       trainer_.callback_metrics_[name] = value;
@@ -395,13 +415,11 @@ void Trainer::FitRun::train_epoch() {
       request_stop(StopReason::kInterrupted, fmt::format("received signal {}", signal));
     }
     // Mid-epoch validation (val_check_interval < 1 epoch); the end-of-epoch one is below.
-    if (validation_due_in_epoch() && (i + 1) % val_interval_ == 0) {
+    if (validation_due) {
       if (last || stop_) {
         validated_at_end = true;
       } else {
-        run_validation(num_val_batches_);
-        module_.set_metric_sink(&train_results_);
-        dispatch([this](Callback& c, const CallbackContext& ctx) { return c.on_validation_end(ctx, *this); });
+        validate_mid_epoch();
       }
     }
   }

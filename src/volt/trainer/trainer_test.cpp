@@ -733,6 +733,49 @@ TEST_F(ResumeTest, WithGradientAccumulationIsBitIdentical) {
   expect_exact_resume(options, 2, {.max_steps = 2}, every_n_steps(2), "epoch=0-step=2.ckpt");
 }
 
+TEST_F(ResumeTest, FromACheckpointAfterTheLastBatchStillValidatesThatEpoch) {
+  // every_n_train_steps saves at the end of batch 4, before epoch 0's validation ran.
+  fit({}, {.max_epochs = 1, .num_sanity_val_steps = 0, .callbacks = {every_n_steps(4)}});
+  auto module = make_module();
+  Trainer trainer = make_trainer({.max_epochs = 1, .num_sanity_val_steps = 0});
+  trainer.set_checkpoint_io(io_);
+  const FitResult result = trainer.fit(*module, {}, {}, path_ending_with(io_->paths(), "epoch=0-step=4.ckpt"));
+  EXPECT_EQ(module->count("training_step"), 0);
+  EXPECT_EQ(validation_points(*module), (std::vector<int64_t>{0})) << "epoch 0's validation is still due";
+  EXPECT_EQ(result.metrics.count("val/loss"), 1u);
+}
+
+TEST_F(ResumeTest, FromAMidEpochCheckpointRunsAValidationThatWasDueButNotOneThatRan) {
+  // Validation after batches 2 and 4; one checkpoint before the validation at batch 2, one after.
+  auto before = every_n_steps(2);
+  auto after = std::make_shared<ModelCheckpoint>(
+      ModelCheckpointOptions{.dirpath = (root_ / "after").string(), .save_top_k = -1});
+  fit({}, {.max_steps = 2, .val_check_interval = 0.5, .num_sanity_val_steps = 0, .callbacks = {before, after}});
+  const std::string due = path_ending_with(io_->paths(), "checkpoints/epoch=0-step=2.ckpt");
+  const std::string ran = path_ending_with(io_->paths(), "after/epoch=0-step=2.ckpt");
+
+  for (const auto& [path, expected] :
+       {std::pair{due, std::vector<int64_t>{0, 2}}, std::pair{ran, std::vector<int64_t>{2}}}) {
+    auto module = make_module();
+    Trainer trainer = make_trainer({.max_epochs = 1, .val_check_interval = 0.5, .num_sanity_val_steps = 0});
+    trainer.set_checkpoint_io(io_);
+    trainer.fit(*module, {}, {}, path);
+    EXPECT_EQ(module->count("training_step"), 2) << path;
+    EXPECT_EQ(validation_points(*module), expected) << path;
+  }
+}
+
+TEST_F(ResumeTest, ACheckpointWithoutTheValidationPendingKeyStillResumes) {
+  // Checkpoints written before the key existed resume as if no validation were pending.
+  fit({}, {.max_steps = 3, .seed = 1, .callbacks = {every_n_steps(3)}});
+  const std::string path = path_ending_with(io_->paths(), "epoch=0-step=3.ckpt");
+  StateDict checkpoint = load_dict(*io_, path);
+  ASSERT_TRUE(checkpoint.at("loops").toGenericDict().at("fit_loop").toGenericDict().erase("validation_pending"));
+  io_->save(checkpoint, path);
+  const Outcome resumed = fit({}, {.max_epochs = 1, .seed = 1}, path);
+  EXPECT_EQ(resumed.global_step, 4);
+}
+
 TEST_F(ResumeTest, ControlADifferentSeedGivesDifferentParameters) {
   const TinyOptions options{.dropout = 0.3};
   const Outcome a = fit(options, {.max_epochs = 2, .seed = 1});
