@@ -9,7 +9,17 @@ namespace volt {
 void add_trainer_flags(CLI::App& app, TrainerOptions& o, TrainerFlagText& t) {
   app.add_option("--accelerator", o.accelerator, "cpu or auto")->capture_default_str();
   app.add_option("--devices", t.devices, "devices per node: a count, -1, auto, or a list 0,1");
-  app.add_option("--strategy", o.strategy, "auto or single_device")->capture_default_str();
+  app.add_option("--strategy,--distributed-backend", o.strategy,
+                 "auto, single_device, ddp or ddp_find_unused_parameters_true (--distributed-backend: the old name)")
+      ->capture_default_str();
+  app.add_flag("--find-unused-parameters", o.find_unused_parameters, "ddp: allow parameters without gradients");
+  app.add_option("--bucket-cap-mb", o.bucket_cap_mb, "ddp: gradient bucket size in MiB")->capture_default_str();
+  app.add_option("--process-group-backend", o.process_group_backend, "ddp: auto or gloo")->capture_default_str();
+  app.add_option("--process-group-timeout", o.process_group_timeout, "ddp: seconds a collective may wait")
+      ->capture_default_str();
+  app.add_option("--join-timeout", o.join_timeout, "ddp: seconds to wait for every rank to join")->capture_default_str();
+  app.add_flag("--use-distributed-sampler,--replace-sampler-ddp,!--no-distributed-sampler", o.use_distributed_sampler,
+               "shard the loaders across processes (default on)");
   app.add_option("--precision", o.precision, "32-true (32) or 64-true (64)")->capture_default_str();
   app.add_option("--num-nodes", o.num_nodes, "nodes in the job")->capture_default_str();
   app.add_option("--num-threads", o.num_threads, "intra-op threads per process (0: automatic)")->capture_default_str();

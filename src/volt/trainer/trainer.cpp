@@ -475,10 +475,10 @@ FitResult Trainer::FitRun::run(const std::string& ckpt_path) {
              "train_dataloader() or pass a volt::DataLoader to fit().",
              module_.name());
   if (!val_.defined()) val_ = module_.val_dataloader();
-  train_.configure(plan_.world_size, plan_.global_rank, plan_.loader_seed);
+  train_.configure(plan_.topology.world_size, plan_.topology.global_rank, plan_.loader_seed);
   num_train_batches_ = plan_.limit_train_batches.resolve(train_.num_batches());
   if (val_.defined()) {
-    val_.configure(plan_.world_size, plan_.global_rank, plan_.loader_seed);
+    val_.configure(plan_.topology.world_size, plan_.topology.global_rank, plan_.loader_seed);
     num_val_batches_ = plan_.limit_val_batches.resolve(val_.num_batches());
   }
   val_interval_ = plan_.val_check_interval.is_fraction()
@@ -647,7 +647,7 @@ EvalResult Trainer::evaluate(LightningModule& module, DataLoader loader, const s
   const std::string path = resolve_ckpt_path(ckpt_path);
   if (!path.empty()) load_module_weights(checkpoint_io_->load(path), module, path);
   if (plan_.precision == Precision::k64True) module.to(torch::kDouble);
-  loader.configure(plan_.world_size, plan_.global_rank, plan_.loader_seed);
+  loader.configure(plan_.topology.world_size, plan_.topology.global_rank, plan_.loader_seed);
   loader.set_epoch(0);
   const int64_t batches = (test ? plan_.limit_test_batches : plan_.limit_val_batches).resolve(loader.num_batches());
   std::unique_ptr<ProgressBar> bar;
@@ -684,7 +684,7 @@ std::vector<torch::Tensor> Trainer::predict(LightningModule& module, DataLoader 
   const std::string path = resolve_ckpt_path(ckpt_path);
   if (!path.empty()) load_module_weights(checkpoint_io_->load(path), module, path);
   if (plan_.precision == Precision::k64True) module.to(torch::kDouble);
-  data.configure(plan_.world_size, plan_.global_rank, plan_.loader_seed);
+  data.configure(plan_.topology.world_size, plan_.topology.global_rank, plan_.loader_seed);
   data.set_epoch(0);
   const int64_t batches = plan_.limit_predict_batches.resolve(data.num_batches());
   const bool was_training = module.is_training();
