@@ -1,5 +1,6 @@
 #include "volt/distributed/process_group.h"
 
+#include <cstring>
 #include <thread>
 
 #include <torch/csrc/distributed/c10d/PrefixStore.hpp>
@@ -130,13 +131,14 @@ double ProcessGroup::all_reduce(double value, Reduce op) {
 bool ProcessGroup::any(bool flag) { return all_reduce(flag ? 1.0 : 0.0, Reduce::kMax) > 0.0; }
 
 std::string ProcessGroup::broadcast_string(const std::string& value) {
-  const std::string key = "volt/broadcast/" + std::to_string(broadcasts_++);
-  if (topology_.global_rank == 0) {
-    store_->set(key, bytes_of(value));
-    return value;
-  }
-  const std::vector<uint8_t> bytes = store_->get(key);  // waits up to the store's timeout
-  return std::string(bytes.begin(), bytes.end());
+  // Through the process group, not the store: the store lives in rank 0, which may exit as soon
+  // as its part is done, while the others are still reading.
+  torch::Tensor length = torch::tensor({static_cast<int64_t>(value.size())}, torch::kLong);
+  broadcast({length}, 0);
+  torch::Tensor bytes = torch::empty({length.item<int64_t>()}, torch::kUInt8);
+  if (topology_.global_rank == 0) std::memcpy(bytes.data_ptr<uint8_t>(), value.data(), value.size());
+  if (bytes.numel() > 0) broadcast({bytes}, 0);
+  return std::string(reinterpret_cast<const char*>(bytes.data_ptr<uint8_t>()), static_cast<size_t>(bytes.numel()));
 }
 
 void ProcessGroup::report_failure(const std::string& message) noexcept {

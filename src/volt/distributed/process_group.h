@@ -59,7 +59,7 @@ class ProcessGroup {
   double all_reduce(double value, Reduce op);
   /// True when any rank passes true (one collective).
   bool any(bool flag);
-  /// Rank 0's `value` on every rank (through the store; for short strings such as a log dir).
+  /// Rank 0's `value` on every rank (two broadcasts; for short strings such as a log dir).
   std::string broadcast_string(const std::string& value);
 
   /// Records the first failure of the run in the store (first writer wins), so other ranks can
@@ -73,7 +73,6 @@ class ProcessGroup {
   ProcessGroupOptions options_;
   c10::intrusive_ptr<c10d::Store> store_;
   c10::intrusive_ptr<c10d::ProcessGroup> group_;
-  int64_t broadcasts_ = 0;
 };
 
 }  // namespace volt

@@ -102,11 +102,7 @@ SubprocessLauncher::SubprocessLauncher(const Topology& topology, const std::vect
 }
 
 SubprocessLauncher::~SubprocessLauncher() {
-  if (!wait(std::chrono::seconds(30))) {
-    signal_all(SIGTERM);
-    if (!wait(std::chrono::seconds(5))) signal_all(SIGKILL);
-    wait(std::chrono::seconds(5));
-  }
+  if (!wait(std::chrono::seconds(30))) terminate_all(std::chrono::seconds(5));
   stop_ = true;
   if (monitor_.joinable()) monitor_.join();
 }
@@ -139,6 +135,12 @@ void SubprocessLauncher::signal_all(int signal) {
   std::lock_guard<std::mutex> lock(mutex_);
   for (const auto& child : children_)
     if (child.running) kill(child.pid, signal);
+}
+
+void SubprocessLauncher::terminate_all(std::chrono::milliseconds grace) {
+  signal_all(SIGTERM);
+  if (!wait(grace)) signal_all(SIGKILL);
+  wait(std::chrono::seconds(5));
 }
 
 bool SubprocessLauncher::wait(std::chrono::milliseconds timeout) {

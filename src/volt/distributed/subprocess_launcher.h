@@ -44,6 +44,8 @@ class SubprocessLauncher {
   std::optional<std::string> failure() const;
   /// Sends `signal` to every child still running.
   void signal_all(int signal);
+  /// Stops every child: SIGTERM (a clean stop at the next batch), then SIGKILL after `grace`.
+  void terminate_all(std::chrono::milliseconds grace);
   /// Waits up to `timeout` for all children; true when all exited with code 0.
   bool wait(std::chrono::milliseconds timeout);
 

@@ -2,6 +2,8 @@
 
 #include <signal.h>
 
+#include <thread>
+
 #include <torch/csrc/distributed/c10d/ProcessGroup.hpp>
 
 #include "volt/core/error.h"
@@ -13,10 +15,7 @@ namespace volt {
 DdpStrategy::DdpStrategy(Topology topology, DdpOptions options, Env env)
     : topology_(std::move(topology)), options_(std::move(options)), env_(std::move(env)) {}
 
-DdpStrategy::~DdpStrategy() {
-  // Children still running when the launcher goes (rank 0 failed) must not wait for a timeout.
-  if (launcher_ && launcher_->failure()) launcher_->signal_all(SIGTERM);
-}
+DdpStrategy::~DdpStrategy() = default;
 
 void DdpStrategy::setup_environment(LightningModule& module) {
   if (group_) return;
@@ -96,17 +95,30 @@ std::string DdpStrategy::broadcast_string(const std::string& value) { return pro
 
 std::string DdpStrategy::on_failure(const std::string& message) {
   const std::string mine = fmt::format("rank {} on {}: {}", topology_.global_rank, topology_.host, message);
-  std::optional<std::string> first;
-  if (launcher_) first = launcher_->failure();
-  if (group_) {
-    if (!first) first = group_->reported_failure();
-    group_->report_failure(mine);
-    if (!first) first = group_->reported_failure();
+  // A local rank that died (SIGKILL) cannot report itself: give the launcher's monitor a moment
+  // to see its exit status, which is the real first failure.
+  std::optional<std::string> launcher_failure;
+  if (launcher_) {
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(1);
+    while (!(launcher_failure = launcher_->failure()) && std::chrono::steady_clock::now() < deadline) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    }
   }
-  if (launcher_) launcher_->signal_all(SIGTERM);
-  if (!first || *first == mine) return mine;
-  return fmt::format("rank {} on {} stopped because another process failed first: {}", topology_.global_rank,
-                     topology_.host, *first);
+  std::optional<std::string> reported;
+  if (group_) {
+    reported = group_->reported_failure();
+    if (!reported && !launcher_failure) group_->report_failure(mine);
+  }
+  if (launcher_) launcher_->terminate_all(std::chrono::seconds(3));
+  if (launcher_failure && !reported) {
+    return fmt::format("rank {} on {}: stopping all processes because {}", topology_.global_rank, topology_.host,
+                       *launcher_failure);
+  }
+  if (!reported || *reported == mine) return mine;
+  // The first failing rank printed its own error; repeating it here would bury it.
+  const std::string who = reported->substr(0, reported->find(':'));
+  return fmt::format("rank {} on {}: stopped because {} failed first (its error is printed by that process)",
+                     topology_.global_rank, topology_.host, who);
 }
 
 void DdpStrategy::teardown() {

@@ -13,11 +13,13 @@
 #include "volt/callbacks/model_checkpoint.h"
 #include "volt/checkpoint/checkpoint_io.h"
 #include "volt/core/error.h"
+#include "volt/distributed/subprocess_launcher.h"
 #include "volt/loggers/csv_logger.h"
 #include "volt/module/result_collection.h"
 #include "volt/optim/lr_scheduler.h"
 #include "volt/progress/model_summary.h"
 #include "volt/progress/progress_bar.h"
+#include "volt/strategies/ddp_strategy.h"
 #include "volt/trainer/checkpoint_state.h"
 #include "volt/trainer/process_setup.h"
 
@@ -114,6 +116,7 @@ struct EvalLoop {
   const DataLoader& loader;
   Precision precision;
   ProgressBar* bar;
+  Strategy& strategy;
 
   int64_t run(int64_t batches, bool test, ResultCollection& results, const std::string& stage) const {
     const bool was_training = module.is_training();
@@ -133,6 +136,8 @@ struct EvalLoop {
       if (bar) bar->update(i + 1, {});
     }
     if (test) module.on_test_epoch_end(); else module.on_validation_epoch_end();
+    // One collective for all sync_dist values: exact means over every process's real examples.
+    results.sync_epoch([this](torch::Tensor& t, Reduce op) { strategy.reduce(t, op); });
     if (bar) bar->finish(results.epoch_metrics(MetricTarget::kProgBar));
     module.set_metric_sink(nullptr);
     module.train(was_training);
@@ -150,20 +155,24 @@ class Trainer::FitRun : public CallbackServices {
   FitRun(Trainer& trainer, LightningModule& module, DataLoader train, DataLoader val)
       : trainer_(trainer),
         plan_(trainer.plan_),
+        strategy_(*trainer.strategy_),
         module_(module),
         train_(std::move(train)),
         val_(std::move(val)),
-        train_results_(/*training=*/true),
+        train_results_(/*training=*/true,
+                       [this](double value, Reduce op) { return strategy_.reduce(value, op); }),
         val_results_(/*training=*/false) {}
 
   FitResult run(const std::string& ckpt_path);
 
   void save_checkpoint(const std::string& path) override {
-    trainer_.checkpoint_io_->save(make_checkpoint(parts_, progress_), path);
+    // Rank 0 writes; the others do not wait here (their callbacks need not agree on every save),
+    // so readers synchronize instead: fit ends with a barrier before any rank reads a file.
+    if (strategy_.is_global_zero()) trainer_.checkpoint_io_->save(make_checkpoint(parts_, progress_), path);
     last_saved_ = path;
   }
   void remove_checkpoint(const std::string& path) override {
-    if (trainer_.checkpoint_io_->exists(path)) trainer_.checkpoint_io_->remove(path);
+    if (strategy_.is_global_zero() && trainer_.checkpoint_io_->exists(path)) trainer_.checkpoint_io_->remove(path);
   }
   void log_metrics(const std::map<std::string, double>& metrics) override {
     if (metrics.empty()) return;
@@ -188,9 +197,11 @@ class Trainer::FitRun : public CallbackServices {
   template <typename Hook>
   void dispatch(Hook hook, bool sanity = false);
   void request_stop(StopReason reason, std::string message);
+  void agree_on_stop();
 
   Trainer& trainer_;
   const RunPlan& plan_;
+  Strategy& strategy_;
   LightningModule& module_;
   DataLoader train_;
   DataLoader val_;
@@ -255,6 +266,14 @@ void Trainer::FitRun::request_stop(StopReason reason, std::string message) {
   stop_message_ = std::move(message);
 }
 
+void Trainer::FitRun::agree_on_stop() {
+  // Every rank must leave the loop at the same step, or the others block in the next
+  // collective: a stop anywhere (a signal, a callback on unsynchronized metrics) is a stop
+  // everywhere. One tiny all-reduce per step under ddp; nothing on one process.
+  if (plan_.topology.world_size == 1) return;
+  if (strategy_.any(stop_) && !stop_) request_stop(StopReason::kInterrupted, "another process stopped");
+}
+
 void Trainer::FitRun::setup_loggers() {
   if (!plan_.is_global_zero()) return;
   loggers_ = trainer_.options_.loggers;
@@ -280,7 +299,7 @@ void Trainer::FitRun::setup_callbacks() {
   callbacks = ordered_callbacks(callbacks);
   FitInfo info;
   info.root_dir = plan_.root_dir;
-  info.log_dir = loggers_.empty() ? "" : loggers_.front()->log_dir();
+  info.log_dir = strategy_.broadcast_string(loggers_.empty() ? "" : loggers_.front()->log_dir());
   info.has_validation = num_val_batches_ > 0;
   info.is_global_zero = plan_.is_global_zero();
   for (const auto& callback : callbacks) callback->setup(info);
@@ -300,7 +319,7 @@ void Trainer::FitRun::sanity_check() {
   const torch::Tensor rng = generator.get_state();
   ResultCollection throwaway(/*training=*/false);
   val_.set_epoch(0);
-  EvalLoop{module_, val_, plan_.precision, eval_bar_.get()}.run(n, /*test=*/false, throwaway, "Sanity Checking");
+  EvalLoop{module_, val_, plan_.precision, eval_bar_.get(), strategy_}.run(n, /*test=*/false, throwaway, "Sanity Checking");
   generator.set_state(rng);
 }
 
@@ -312,7 +331,7 @@ void Trainer::FitRun::run_validation(int64_t batches) {
   progress_.validation_pending = false;
   val_results_.reset();
   val_.set_epoch(0);
-  EvalLoop{module_, val_, plan_.precision, eval_bar_.get()}.run(batches, /*test=*/false, val_results_, "Validation");
+  EvalLoop{module_, val_, plan_.precision, eval_bar_.get(), strategy_}.run(batches, /*test=*/false, val_results_, "Validation");
   for (const auto& [name, value] : val_results_.epoch_metrics(MetricTarget::kCallback))
     trainer_.callback_metrics_[name] = value;
   log_metrics(val_results_.epoch_metrics(MetricTarget::kLogger));
@@ -379,6 +398,7 @@ void Trainer::FitRun::train_epoch() {
     const Batch batch = to_precision(train_.batch(i), plan_.precision);
     module_.on_train_batch_start(batch, i);
     train_results_.set_batch_size(batch.data.defined() ? batch.data.size(0) : 1);
+    strategy_.before_forward(module_);
     const torch::Tensor loss = module_.training_step(batch, i);
     VOLT_CHECK(loss.defined() && loss.numel() == 1 && loss.requires_grad(),
                "{}::training_step must return a scalar loss that requires grad; got {}. HINT: return the loss "
@@ -386,9 +406,12 @@ void Trainer::FitRun::train_epoch() {
                module_.name(),
                loss.defined() ? fmt::format("shape {} requires_grad={}", c10::str(loss.sizes()), loss.requires_grad())
                               : std::string("an undefined tensor"));
-    (accumulate == 1 ? loss : loss / static_cast<double>(accumulate)).backward();
     const bool last = i + 1 == num_train_batches_;
-    if ((i + 1) % accumulate == 0 || last) optimizer_step();
+    const bool steps = (i + 1) % accumulate == 0 || last;
+    // Only the backward pass that precedes an optimizer step communicates (PyTorch's no_sync).
+    strategy_.before_backward(loss, steps);
+    (accumulate == 1 ? loss : loss / static_cast<double>(accumulate)).backward();
+    if (steps) optimizer_step();
     module_.on_train_batch_end(loss, batch, i);
     ++progress_.batches_done;
     ++progress_.total_batches;
@@ -414,6 +437,7 @@ void Trainer::FitRun::train_epoch() {
     if (const int signal = internal::StopSignalGuard::received()) {
       request_stop(StopReason::kInterrupted, fmt::format("received signal {}", signal));
     }
+    agree_on_stop();
     // Mid-epoch validation (val_check_interval < 1 epoch); the end-of-epoch one is below.
     if (validation_due) {
       if (last || stop_) {
@@ -436,6 +460,7 @@ void Trainer::FitRun::finish_epoch() {
   module_.set_metric_sink(&train_results_);
   module_.on_train_epoch_end();
   module_.set_metric_sink(nullptr);
+  train_results_.sync_epoch([this](torch::Tensor& t, Reduce op) { strategy_.reduce(t, op); });
   const auto epoch_metrics = train_results_.epoch_metrics(MetricTarget::kCallback);
   for (const auto& [name, value] : epoch_metrics) trainer_.callback_metrics_[name] = value;
   log_metrics(train_results_.epoch_metrics(MetricTarget::kLogger));
@@ -460,6 +485,7 @@ void Trainer::FitRun::finish_epoch() {
     dispatch([this](Callback& c, const CallbackContext& ctx) { return c.on_validation_end(ctx, *this); });
   }
   dispatch([this](Callback& c, const CallbackContext& ctx) { return c.on_train_epoch_end(ctx, *this); });
+  agree_on_stop();
   validation_ran_at_end_ = false;
   for (const auto& logger : loggers_) logger->save();
 }
@@ -468,6 +494,7 @@ FitResult Trainer::FitRun::run(const std::string& ckpt_path) {
   const auto start = std::chrono::steady_clock::now();
   internal::configure_process(plan_);
   internal::StopSignalGuard signals;
+  strategy_.setup_environment(module_);
 
   if (!train_.defined()) train_ = module_.train_dataloader();
   VOLT_CHECK(train_.defined(),
@@ -475,10 +502,10 @@ FitResult Trainer::FitRun::run(const std::string& ckpt_path) {
              "train_dataloader() or pass a volt::DataLoader to fit().",
              module_.name());
   if (!val_.defined()) val_ = module_.val_dataloader();
-  train_.configure(plan_.topology.world_size, plan_.topology.global_rank, plan_.loader_seed);
+  trainer_.configure_loader(train_);
   num_train_batches_ = plan_.limit_train_batches.resolve(train_.num_batches());
   if (val_.defined()) {
-    val_.configure(plan_.topology.world_size, plan_.topology.global_rank, plan_.loader_seed);
+    trainer_.configure_loader(val_);
     num_val_batches_ = plan_.limit_val_batches.resolve(val_.num_batches());
   }
   val_interval_ = plan_.val_check_interval.is_fraction()
@@ -496,6 +523,7 @@ FitResult Trainer::FitRun::run(const std::string& ckpt_path) {
   validate_optimization(optimization_, module_);
   clipped_params_ = optimized_parameters(optimization_);
   for (const auto& optimizer : optimization_.optimizers) optimizer->zero_grad();
+  strategy_.setup_module(module_);
 
   setup_loggers();
   setup_callbacks();
@@ -579,6 +607,10 @@ FitResult Trainer::FitRun::run(const std::string& ckpt_path) {
     result.last_model_path = checkpoint->last_model_path();
   }
   if (result.last_model_path.empty()) result.last_model_path = last_saved_;
+  // Files are complete before any rank reads one, and every rank names rank 0's files.
+  strategy_.barrier();
+  result.best_model_path = strategy_.broadcast_string(result.best_model_path);
+  result.last_model_path = strategy_.broadcast_string(result.last_model_path);
   trainer_.best_model_path_ = result.best_model_path;
   trainer_.last_model_path_ = result.last_model_path;
   result.seconds = seconds_since(start);
@@ -595,9 +627,40 @@ Trainer::Trainer(TrainerOptions options, const Env& env, const MachineInfo& mach
       plan_(resolve_run_plan(options_, env, machine)),
       checkpoint_io_(std::make_shared<TorchCheckpointIO>()) {
   callbacks_ = options_.callbacks;
+  if (plan_.strategy == StrategyKind::kSingleDevice) {
+    strategy_ = std::make_unique<SingleDeviceStrategy>(plan_.topology);
+    return;
+  }
+  // The one impure step of planning: a launcher picks a free rendezvous port for its children.
+  if (plan_.topology.main_port == 0) plan_.topology.main_port = find_free_port();
+  DdpOptions ddp;
+  ddp.process_group.backend = plan_.process_group_backend;
+  ddp.process_group.timeout = plan_.process_group_timeout;
+  ddp.process_group.join_timeout = plan_.join_timeout;
+  ddp.gradient_sync.bucket_cap_mb = plan_.bucket_cap_mb;
+  ddp.gradient_sync.find_unused_parameters = plan_.find_unused_parameters;
+  ddp.launch_local_processes = plan_.launch_local_processes;
+  strategy_ = std::make_unique<DdpStrategy>(plan_.topology, ddp, env);
 }
 
-Trainer::~Trainer() = default;
+Trainer::~Trainer() {
+  try {
+    if (strategy_) strategy_->teardown();
+  } catch (const std::exception& e) {
+    // A process this one launched failed after the last collective: the run failed, and the
+    // exit code must say so even though nothing is left to throw to.
+    std::cerr << "error: " << e.what() << std::endl;
+    std::_Exit(1);
+  }
+}
+
+void Trainer::configure_loader(DataLoader& loader) const {
+  if (plan_.use_distributed_sampler) {
+    loader.configure(plan_.topology.world_size, plan_.topology.global_rank, plan_.loader_seed);
+  } else {
+    loader.configure(1, 0, plan_.loader_seed);
+  }
+}
 
 void Trainer::set_checkpoint_io(std::shared_ptr<CheckpointIO> io) {
   VOLT_CHECK(io != nullptr, "set_checkpoint_io got a null CheckpointIO.");
@@ -632,12 +695,19 @@ std::string Trainer::resolve_ckpt_path(const std::string& requested) const {
 }
 
 FitResult Trainer::fit(LightningModule& module, DataLoader train, DataLoader val, std::string ckpt_path) {
-  FitRun run(*this, module, std::move(train), std::move(val));
-  return run.run(ckpt_path);
+  try {
+    FitRun run(*this, module, std::move(train), std::move(val));
+    return run.run(ckpt_path);
+  } catch (const std::exception& e) {
+    if (plan_.topology.world_size == 1) throw;
+    // Name the first failure of the run once, instead of every rank's secondary error.
+    throw Error(strategy_->on_failure(e.what()));
+  }
 }
 
 EvalResult Trainer::evaluate(LightningModule& module, DataLoader loader, const std::string& ckpt_path, bool test) {
   internal::configure_process(plan_);
+  strategy_->setup_environment(module);
   const char* stage = test ? "test" : "validate";
   if (!loader.defined()) loader = test ? module.test_dataloader() : module.val_dataloader();
   VOLT_CHECK(loader.defined(),
@@ -647,7 +717,7 @@ EvalResult Trainer::evaluate(LightningModule& module, DataLoader loader, const s
   const std::string path = resolve_ckpt_path(ckpt_path);
   if (!path.empty()) load_module_weights(checkpoint_io_->load(path), module, path);
   if (plan_.precision == Precision::k64True) module.to(torch::kDouble);
-  loader.configure(plan_.topology.world_size, plan_.topology.global_rank, plan_.loader_seed);
+  configure_loader(loader);
   loader.set_epoch(0);
   const int64_t batches = (test ? plan_.limit_test_batches : plan_.limit_val_batches).resolve(loader.num_batches());
   std::unique_ptr<ProgressBar> bar;
@@ -660,7 +730,7 @@ EvalResult Trainer::evaluate(LightningModule& module, DataLoader loader, const s
   EvalResult out;
   out.stage = stage;
   out.batches = batches;
-  out.examples = EvalLoop{module, loader, plan_.precision, bar.get()}.run(batches, test, results,
+  out.examples = EvalLoop{module, loader, plan_.precision, bar.get(), *strategy_}.run(batches, test, results,
                                                                           test ? "Testing" : "Validation");
   out.metrics = results.epoch_metrics(MetricTarget::kCallback);
   for (const auto& [name, value] : out.metrics) callback_metrics_[name] = value;
@@ -684,7 +754,7 @@ std::vector<torch::Tensor> Trainer::predict(LightningModule& module, DataLoader 
   const std::string path = resolve_ckpt_path(ckpt_path);
   if (!path.empty()) load_module_weights(checkpoint_io_->load(path), module, path);
   if (plan_.precision == Precision::k64True) module.to(torch::kDouble);
-  data.configure(plan_.topology.world_size, plan_.topology.global_rank, plan_.loader_seed);
+  configure_loader(data);
   data.set_epoch(0);
   const int64_t batches = plan_.limit_predict_batches.resolve(data.num_batches());
   const bool was_training = module.is_training();

@@ -13,6 +13,7 @@
 namespace volt {
 
 class CheckpointIO;
+class Strategy;
 
 /// Runs a LightningModule like Lightning's Trainer.
 ///
@@ -54,10 +55,12 @@ class Trainer {
  private:
   class FitRun;
   std::string resolve_ckpt_path(const std::string& requested) const;
+  void configure_loader(DataLoader& loader) const;
   EvalResult evaluate(LightningModule& module, DataLoader loader, const std::string& ckpt_path, bool test);
 
   TrainerOptions options_;
   RunPlan plan_;
+  std::unique_ptr<Strategy> strategy_;
   std::shared_ptr<CheckpointIO> checkpoint_io_;
   std::vector<std::shared_ptr<Callback>> callbacks_;
   std::map<std::string, double> callback_metrics_;

@@ -1,0 +1,143 @@
+// A small Volt program for the multi-process tests (tests/ddp/test_ddp.py): trains a linear
+// model on synthetic data and writes, per rank, the final parameters and the example indices it
+// saw. Flags inject failures (throw, SIGKILL, never joining) at a given rank and step.
+#include <signal.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <fstream>
+#include <thread>
+
+#include <nlohmann/json.hpp>
+
+#include "volt/cli/trainer_flags.h"
+#include "volt/volt.h"
+
+namespace {
+
+struct ProbeOptions {
+  std::string out;
+  std::string fail_mode = "none";  // none | throw | kill | nojoin | hang
+  int64_t fail_rank = -1;
+  int64_t fail_step = 0;
+  int64_t batch_size = 8;
+  int64_t examples = 64;
+  double lr = 0.1;
+};
+
+int64_t rank_from_env() {
+  for (const char* name : {"GLOBAL_RANK", "RANK", "SLURM_PROCID"}) {
+    if (const char* v = std::getenv(name)) return std::stoll(v);
+  }
+  return 0;
+}
+
+class Probe : public volt::LightningModule {
+ public:
+  explicit Probe(ProbeOptions options) : volt::LightningModule("Probe"), options_(std::move(options)) {
+    torch::manual_seed(0);
+    hidden_ = register_module("hidden", torch::nn::Linear(8, 4));
+    out_ = register_module("out", torch::nn::Linear(4, 1));
+    const torch::Tensor x = torch::randn({options_.examples, 8});
+    const torch::Tensor y = x.sum(1, true) * 0.5 + 0.1 * torch::randn({options_.examples, 1});
+    // The second target column carries each example's index, so the test can check the shards.
+    const torch::Tensor index = torch::arange(options_.examples, torch::kFloat).unsqueeze(1);
+    data_ = std::make_shared<volt::TensorDataset>(x, torch::cat({y, index}, 1));
+  }
+
+  torch::Tensor training_step(const volt::Batch& batch, int64_t batch_idx) override {
+    const int64_t rank = rank_from_env();
+    if (rank == options_.fail_rank && step_ == options_.fail_step) {
+      if (options_.fail_mode == "throw") throw std::runtime_error("injected failure at step " + std::to_string(step_));
+      if (options_.fail_mode == "kill") raise(SIGKILL);
+      if (options_.fail_mode == "hang") std::this_thread::sleep_for(std::chrono::hours(1));
+    }
+    ++step_;
+    const auto seen = batch.target.select(1, 1).to(torch::kLong);
+    for (int64_t i = 0; i < seen.size(0); ++i) seen_.push_back(seen[i].item<int64_t>());
+    const torch::Tensor prediction = out_(torch::relu(hidden_(batch.data)));
+    const torch::Tensor loss = torch::mse_loss(prediction, batch.target.narrow(1, 0, 1));
+    log("train/loss", loss, {.prog_bar = true});
+    return loss;
+  }
+
+  void validation_step(const volt::Batch& batch, int64_t) override {
+    const torch::Tensor prediction = out_(torch::relu(hidden_(batch.data)));
+    log("val/loss", torch::mse_loss(prediction, batch.target.narrow(1, 0, 1)), {.sync_dist = true});
+  }
+
+  volt::OptimizerConfig configure_optimizers() override {
+    return std::make_shared<torch::optim::SGD>(parameters(), torch::optim::SGDOptions(options_.lr));
+  }
+  volt::DataLoader train_dataloader() override { return volt::DataLoader(data_, {.batch_size = options_.batch_size}); }
+  volt::DataLoader val_dataloader() override { return volt::DataLoader(data_, {.batch_size = 5}); }
+
+  void write(const volt::FitResult& result, int64_t rank) const {
+    nlohmann::json out;
+    out["rank"] = rank;
+    out["global_step"] = result.global_step;
+    out["seen"] = seen_;
+    for (const auto& p : named_parameters()) {
+      const torch::Tensor flat = p.value().detach().to(torch::kDouble).contiguous().view({-1});
+      out["params"][p.key()] = std::vector<double>(flat.data_ptr<double>(), flat.data_ptr<double>() + flat.numel());
+    }
+    out["metrics"] = result.metrics;
+    std::ofstream(options_.out + "/rank" + std::to_string(rank) + ".json") << out.dump();
+  }
+
+ private:
+  ProbeOptions options_;
+  torch::nn::Linear hidden_{nullptr};
+  torch::nn::Linear out_{nullptr};
+  std::shared_ptr<volt::TensorDataset> data_;
+  int64_t step_ = 0;
+  std::vector<int64_t> seen_;
+};
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  return volt::run_main([&] {
+    CLI::App app("Volt's multi-process test probe", "ddp_probe");
+    volt::TrainerOptions options;
+    options.enable_progress_bar = false;
+    options.enable_model_summary = false;
+    options.enable_checkpointing = false;
+    options.logger = false;
+    options.num_sanity_val_steps = 0;
+    options.limit_val_batches = 0;
+    options.num_threads = 1;
+    volt::TrainerFlagText text;
+    volt::add_trainer_flags(app, options, text);
+    ProbeOptions probe;
+    app.add_option("--out", probe.out, "directory for rank<N>.json")->required();
+    app.add_option("--fail-mode", probe.fail_mode, "none, throw, kill, hang or nojoin");
+    app.add_option("--fail-rank", probe.fail_rank, "the rank that fails");
+    app.add_option("--fail-step", probe.fail_step, "the step at which it fails");
+    app.add_option("--batch-size", probe.batch_size, "per-process batch size");
+    app.add_option("--examples", probe.examples, "dataset size");
+    app.add_option("--lr", probe.lr, "SGD learning rate");
+    try {
+      app.parse(argc, argv);
+    } catch (const CLI::ParseError& e) {
+      return app.exit(e) == 0 ? 0 : 2;
+    }
+    volt::apply_trainer_flags(text, options);
+    if (probe.fail_mode == "nojoin" && rank_from_env() == probe.fail_rank) {
+      // Never reaches the rendezvous: sleeps past every join timeout, then leaves quietly.
+      std::this_thread::sleep_for(std::chrono::seconds(120));
+      return 0;
+    }
+    volt::Trainer trainer(options);
+    Probe model(probe);
+    const volt::FitResult result = trainer.fit(model);
+    model.write(result, trainer.plan().topology.global_rank);
+    if (trainer.plan().limit_val_batches.is_fraction() ? trainer.plan().limit_val_batches.fraction() > 0
+                                                       : trainer.plan().limit_val_batches.count() > 0) {
+      const volt::EvalResult eval = trainer.validate(model);
+      std::ofstream(probe.out + "/validate" + std::to_string(trainer.plan().topology.global_rank) + ".json")
+          << nlohmann::json(eval.metrics).dump();
+    }
+    return 0;
+  });
+}

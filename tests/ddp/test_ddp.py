@@ -1,0 +1,193 @@
+"""Multi-process tests of Volt's ddp on CPU (Gloo): equivalence, sharding, launchers, failures.
+
+Each test runs tests/ddp/ddp_probe.cpp (path in VOLT_DDP_PROBE) in fresh processes with a
+timeout, and reads the per-rank JSON files it writes. Every process runs with 1 thread.
+"""
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+
+import pytest
+
+PROBE = os.environ.get("VOLT_DDP_PROBE", "")
+pytestmark = pytest.mark.skipif(not PROBE, reason="VOLT_DDP_PROBE is not set (run through ctest)")
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def clean_env(extra=None):
+    env = {k: v for k, v in os.environ.items()
+           if not k.startswith(("SLURM_", "OMPI_", "PMI_")) and k not in
+           ("RANK", "LOCAL_RANK", "GLOBAL_RANK", "NODE_RANK", "WORLD_SIZE", "GROUP_RANK", "LOCAL_WORLD_SIZE",
+            "MASTER_ADDR", "MASTER_PORT")}
+    env["OMP_NUM_THREADS"] = "1"
+    env.update(extra or {})
+    return env
+
+
+def run(args, out, env=None, timeout=120):
+    start = time.monotonic()
+    proc = subprocess.run([PROBE, "--out", str(out)] + args, env=env or clean_env(), capture_output=True,
+                          text=True, timeout=timeout)
+    proc.elapsed = time.monotonic() - start
+    return proc
+
+
+def ranks(out, n):
+    return [json.loads((out / f"rank{r}.json").read_text()) for r in range(n)]
+
+
+def flat_params(result):
+    return [v for name in sorted(result["params"]) for v in result["params"][name]]
+
+
+def assert_close(a, b, tol):
+    assert len(a) == len(b)
+    worst = max(abs(x - y) / max(1.0, abs(y)) for x, y in zip(a, b))
+    assert worst <= tol, f"max relative difference {worst} > {tol}"
+
+
+def single(tmp_path, batch, steps, name="single"):
+    out = tmp_path / name
+    out.mkdir()
+    proc = run(["--batch-size", str(batch), "--max-steps", str(steps)], out)
+    assert proc.returncode == 0, proc.stderr
+    return ranks(out, 1)[0]
+
+
+# Gradients are averaged in another order than one process sums them: allow float rounding.
+TOLERANCE = 1e-5
+
+
+@pytest.mark.parametrize("processes", [2, 3])
+def test_n_processes_with_batch_b_over_n_match_one_process_with_batch_b(tmp_path, processes):
+    steps = 2  # 2 steps stay within the first 2*8*3 = 48 of 64 examples: no padding involved
+    reference = single(tmp_path, 8 * processes, steps)
+    out = tmp_path / "ddp"
+    out.mkdir()
+    proc = run(["--strategy", "ddp", "--devices", str(processes), "--batch-size", "8", "--max-steps", str(steps)], out)
+    assert proc.returncode == 0, proc.stderr
+    results = ranks(out, processes)
+    for r in results:
+        assert r["global_step"] == steps
+        assert_close(flat_params(r), flat_params(reference), TOLERANCE)
+    # Every rank ends with exactly the same parameters (one reduced gradient, one update).
+    assert all(flat_params(r) == flat_params(results[0]) for r in results)
+
+
+def test_each_rank_sees_a_disjoint_shard_of_the_epoch(tmp_path):
+    proc = run(["--strategy", "ddp", "--devices", "2", "--batch-size", "8", "--max-epochs", "1"], tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    r0, r1 = ranks(tmp_path, 2)
+    assert len(r0["seen"]) == len(r1["seen"]) == 32
+    assert not set(r0["seen"]) & set(r1["seen"])
+    assert set(r0["seen"]) | set(r1["seen"]) == set(range(64))
+
+
+def test_two_nodes_of_two_processes_under_volts_launcher(tmp_path):
+    reference = single(tmp_path, 32, 1)
+    out = tmp_path / "nodes"
+    out.mkdir()
+    port = free_port()
+    common = ["--strategy", "ddp", "--devices", "2", "--num-nodes", "2", "--batch-size", "8", "--max-steps", "1"]
+    nodes = [subprocess.Popen([PROBE, "--out", str(out)] + common,
+                              env=clean_env({"NODE_RANK": str(n), "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port)}),
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for n in range(2)]
+    for node in nodes:
+        _, err = node.communicate(timeout=120)
+        assert node.returncode == 0, err
+    for r in ranks(out, 4):
+        assert_close(flat_params(r), flat_params(reference), TOLERANCE)
+
+
+def external_env(kind, rank, world, local_world, port):
+    if kind == "torchrun":
+        return clean_env({"RANK": str(rank), "GROUP_RANK": str(rank // local_world),
+                          "LOCAL_RANK": str(rank % local_world), "LOCAL_WORLD_SIZE": str(local_world),
+                          "WORLD_SIZE": str(world), "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port)})
+    return clean_env({"SLURM_JOB_ID": "4242", "SLURM_JOB_NAME": "probe", "SLURM_NTASKS": str(world),
+                      "SLURM_NNODES": str(world // local_world), "SLURM_NTASKS_PER_NODE": str(local_world),
+                      "SLURM_PROCID": str(rank), "SLURM_LOCALID": str(rank % local_world),
+                      "SLURM_NODEID": str(rank // local_world), "SLURM_JOB_NODELIST": "localhost",
+                      "SLURM_STEP_ID": "0", "SLURM_STEP_NUM_TASKS": str(world), "MASTER_PORT": str(port)})
+
+
+@pytest.mark.parametrize("kind", ["torchrun", "slurm"])
+def test_two_nodes_of_two_processes_under_an_external_launcher(tmp_path, kind):
+    reference = single(tmp_path, 32, 1)
+    out = tmp_path / kind
+    out.mkdir()
+    port = free_port()
+    args = ["--out", str(out), "--strategy", "ddp", "--devices", "2", "--num-nodes", "2", "--batch-size", "8",
+            "--max-steps", "1"]
+    procs = [subprocess.Popen([PROBE] + args, env=external_env(kind, r, 4, 2, port), stdout=subprocess.PIPE,
+                              stderr=subprocess.PIPE, text=True) for r in range(4)]
+    for p in procs:
+        _, err = p.communicate(timeout=120)
+        assert p.returncode == 0, err
+    for r in ranks(out, 4):
+        assert_close(flat_params(r), flat_params(reference), TOLERANCE)
+
+
+def test_validation_metrics_do_not_count_padding(tmp_path):
+    values = []
+    for processes in (1, 2, 3):
+        out = tmp_path / f"p{processes}"
+        out.mkdir()
+        proc = run(["--devices", str(processes), "--max-steps", "0", "--limit-val-batches", "1.0"], out)
+        assert proc.returncode == 0, proc.stderr
+        values.append(json.loads((out / "validate0.json").read_text())["val/loss"])
+    # 64 examples in batches of 5 over 3 processes needs 2 padding duplicates; counting them would
+    # move the mean by about 1%. Float32 per-batch losses summed in another order differ by ~1e-8.
+    assert values[1] == pytest.approx(values[0], rel=1e-6)
+    assert values[2] == pytest.approx(values[0], rel=1e-6)
+
+
+def test_a_rank_that_throws_stops_every_process_and_is_named_once(tmp_path):
+    proc = run(["--devices", "2", "--max-steps", "20", "--fail-mode", "throw", "--fail-rank", "1",
+                "--fail-step", "3"], tmp_path, timeout=60)
+    assert proc.returncode != 0
+    assert proc.elapsed < 30
+    assert proc.stderr.count("injected failure at step 3") == 1, proc.stderr
+    assert "rank 1" in proc.stderr
+
+
+def test_a_rank_killed_with_sigkill_stops_every_process(tmp_path):
+    proc = run(["--devices", "2", "--max-steps", "20", "--fail-mode", "kill", "--fail-rank", "1",
+                "--fail-step", "3"], tmp_path, timeout=60)
+    assert proc.returncode != 0
+    assert proc.elapsed < 30
+    assert "local rank 1" in proc.stderr and "signal 9" in proc.stderr, proc.stderr
+
+
+def test_a_hung_rank_fails_the_others_at_the_collective_timeout(tmp_path):
+    proc = run(["--devices", "2", "--max-steps", "20", "--fail-mode", "hang", "--fail-rank", "1", "--fail-step", "2",
+                "--process-group-timeout", "5"], tmp_path, timeout=90)
+    assert proc.returncode != 0
+    assert proc.elapsed < 45, proc.elapsed
+
+
+@pytest.mark.parametrize("missing", [0, 1])
+def test_a_rank_that_never_joins_is_named(tmp_path, missing):
+    port = free_port()
+    args = ["--out", str(tmp_path), "--strategy", "ddp", "--devices", "2", "--max-steps", "2", "--join-timeout", "5",
+            "--fail-mode", "nojoin", "--fail-rank", str(missing)]
+    procs = {r: subprocess.Popen([PROBE] + args, env=external_env("torchrun", r, 2, 2, port), stdout=subprocess.PIPE,
+                                 stderr=subprocess.PIPE, text=True) for r in range(2)}
+    present = 1 - missing
+    start = time.monotonic()
+    _, err = procs[present].communicate(timeout=60)
+    elapsed = time.monotonic() - start
+    procs[missing].kill()
+    procs[missing].communicate()
+    assert procs[present].returncode != 0
+    assert elapsed < 30
+    assert f"rank {missing}" in err and "never joined" in err, err
