@@ -191,3 +191,37 @@ def test_a_rank_that_never_joins_is_named(tmp_path, missing):
     assert procs[present].returncode != 0
     assert elapsed < 30
     assert f"rank {missing}" in err and "never joined" in err, err
+
+
+def test_sigterm_to_the_launcher_stops_every_rank_at_the_same_step(tmp_path):
+    proc = subprocess.Popen([PROBE, "--out", str(tmp_path), "--devices", "2", "--max-epochs", "1000000"],
+                            env=clean_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    time.sleep(4)
+    start = time.monotonic()
+    proc.send_signal(signal.SIGTERM)
+    _, err = proc.communicate(timeout=60)
+    assert time.monotonic() - start < 15
+    assert proc.returncode == 0, err
+    r0, r1 = ranks(tmp_path, 2)
+    assert r0["global_step"] == r1["global_step"] > 0
+    assert flat_params(r0) == flat_params(r1)
+
+
+@pytest.mark.parametrize("first,second", [("2", "1"), ("1", "2")])
+def test_checkpoints_move_between_ddp_and_one_process(tmp_path, first, second):
+    root = tmp_path / "root"
+    a, b = tmp_path / "a", tmp_path / "b"
+    a.mkdir()
+    b.mkdir()
+    common = ["--enable-checkpointing", "--default-root-dir", str(root), "--max-epochs", "1"]
+    proc = run(["--devices", first] + common, a)
+    assert proc.returncode == 0, proc.stderr
+    checkpoints = sorted((root / "checkpoints").glob("*.ckpt"))
+    assert len(checkpoints) == 1, checkpoints
+    # The checkpoint's epoch is complete, so the resumed run only restores and writes its state.
+    proc = run(["--devices", second, "--ckpt-path", str(checkpoints[0])] + common, b)
+    assert proc.returncode == 0, proc.stderr
+    trained = ranks(a, int(first))[0]
+    for restored in ranks(b, int(second)):
+        assert flat_params(restored) == flat_params(trained)
+        assert restored["global_step"] == trained["global_step"]
