@@ -2,6 +2,8 @@
 
 #include <ATen/CPUGeneratorImpl.h>
 
+#include <cmath>
+
 #include "volt/core/error.h"
 #include "volt/datasets/fashion_mnist.h"
 
@@ -20,14 +22,29 @@ torch::nn::Sequential make_net(const ModuleOptions& o) {
                           nn::Conv2d(nn::Conv2dOptions(32, 64, 3).padding(1)), nn::ReLU(), nn::MaxPool2d(2),
                           nn::Flatten(), nn::Linear(64 * 7 * 7, 128), nn::ReLU(), nn::Linear(128, 10));
   }
-  throw volt::Error(fmt::format("--model={} is unknown; expected 'mlp' or 'cnn'.", o.model));
+  throw volt::Error(fmt::format("--model={} is unknown; expected 'mlp' or 'cnn'. HINT: pass --model mlp (fast) or "
+                                "--model cnn (more accurate).",
+                                o.model));
+}
+
+/// Checks the options a user can get wrong on the command line (LibTorch's own checks would
+/// surface as internal errors, or as "from is out of bounds" for --hidden 0).
+const ModuleOptions& checked(const ModuleOptions& o) {
+  VOLT_CHECK(std::isfinite(o.lr) && o.lr > 0, "--lr={} must be a positive number. HINT: Adam works well with 1e-3.",
+             o.lr);
+  VOLT_CHECK(std::isfinite(o.lr_gamma) && o.lr_gamma > 0,
+             "--lr-gamma={} must be a positive number. HINT: 0.5 halves the lr every epoch; 1.0 keeps it constant.",
+             o.lr_gamma);
+  VOLT_CHECK(o.hidden >= 1, "--hidden={} must be at least 1. HINT: the default is 256.", o.hidden);
+  VOLT_CHECK(o.batch_size >= 1, "--batch-size={} must be at least 1. HINT: the default is 64.", o.batch_size);
+  return o;
 }
 
 }  // namespace
 
 FashionMnistModule::FashionMnistModule(ModuleOptions options)
     : volt::LightningModule("FashionMnistModule"), options_(std::move(options)) {
-  net_ = register_module("net", make_net(options_));
+  net_ = register_module("net", make_net(checked(options_)));
   save_hyperparameters({{"model", options_.model},
                         {"lr", options_.lr},
                         {"lr_gamma", options_.lr_gamma},
@@ -70,7 +87,9 @@ void FashionMnistModule::load_training_split() {
   if (train_) return;
   const auto data = volt::datasets::load_fashion_mnist(options_.data_dir, volt::datasets::Split::kTrain);
   const int64_t n = data.images.size(0);
-  VOLT_CHECK(options_.val_size >= 0 && options_.val_size < n, "--val-size={} must be in [0, {}).", options_.val_size, n);
+  VOLT_CHECK(options_.val_size >= 0 && options_.val_size < n,
+             "--val-size={} must be in [0, {}). HINT: 0 trains on all {} images without validation.", options_.val_size,
+             n, n);
   // A fixed split (seed 42), independent of the training seed, so every run validates on the same images.
   auto generator = at::make_generator<at::CPUGeneratorImpl>(42);
   const torch::Tensor order = torch::randperm(n, generator, torch::kLong);

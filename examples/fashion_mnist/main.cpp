@@ -2,10 +2,14 @@
 //
 //   fashion_mnist --model cnn --max-epochs 3
 //   fashion_mnist --model mlp --max-epochs 3 --limit-train-batches 0.1 --seed 1
+#include <algorithm>
 #include <iostream>
+#include <string>
+#include <utility>
 
 #include "fashion_mnist/fashion_mnist_module.h"
 #include "volt/cli/trainer_flags.h"
+#include "volt/core/error.h"
 
 int main(int argc, char** argv) {
   return volt::run_main([&] {
@@ -36,10 +40,28 @@ int main(int argc, char** argv) {
       return app.exit(e) == 0 ? 0 : 2;
     }
     volt::apply_trainer_flags(flag_text, trainer_options);
+    // --ckpt-path resumes fit only; it goes to fit() rather than into TrainerOptions, because the
+    // Trainer also falls back to TrainerOptions::ckpt_path in test(), which would then test the
+    // checkpoint resumed from instead of the model just trained.
+    const std::string resume_from = std::exchange(trainer_options.ckpt_path, "");
+    // Without validation (--val-size 0 or --limit-val-batches 0) there is no val/acc to rank by:
+    // keep the latest checkpoints instead of failing at the end of the first epoch.
+    const volt::BatchLimit& val_limit = trainer_options.limit_val_batches;
+    const bool validates = module_options.val_size > 0 && (val_limit.is_fraction() ? val_limit.fraction() > 0
+                                                                                      : val_limit.count() > 0);
     if (trainer_options.enable_checkpointing) {
-      trainer_options.callbacks.push_back(std::make_shared<volt::ModelCheckpoint>(volt::ModelCheckpointOptions{
-          .filename = "{epoch}-{step}-{val/acc:.4f}", .monitor = "val/acc", .mode = volt::Mode::kMax,
-          .save_top_k = save_top_k, .save_last = true}));
+      trainer_options.callbacks.push_back(std::make_shared<volt::ModelCheckpoint>(
+          validates ? volt::ModelCheckpointOptions{.filename = "{epoch}-{step}-{val/acc:.4f}", .monitor = "val/acc",
+                                                   .mode = volt::Mode::kMax, .save_top_k = save_top_k,
+                                                   .save_last = true}
+                    : volt::ModelCheckpointOptions{.filename = "{epoch}-{step}",
+                                                   .save_top_k = std::min<int64_t>(save_top_k, 1),
+                                                   .save_last = true}));
+    }
+    VOLT_CHECK(patience >= 0, "--early-stopping-patience={} must be >= 0 (0: off).", patience);
+    if (patience > 0 && !validates) {
+      throw volt::Error("--early-stopping-patience needs validation, which --val-size 0 or --limit-val-batches 0 "
+                        "turns off. HINT: drop one of them.");
     }
     if (patience > 0) {
       trainer_options.callbacks.push_back(
@@ -50,8 +72,11 @@ int main(int argc, char** argv) {
       std::cout << trainer.plan().describe();
       return 0;
     }
+    // Seed before the model draws its initial weights (Lightning's seed_everything before building
+    // the model); fit seeds again, but by then the weights are drawn.
+    if (trainer_options.seed) torch::manual_seed(*trainer_options.seed);
     fashion_mnist::FashionMnistModule model(module_options);
-    const volt::FitResult result = trainer.fit(model);
+    const volt::FitResult result = trainer.fit(model, {}, {}, resume_from);
     std::cout << result.full_report();
     if (!skip_test && result.reason != volt::StopReason::kInterrupted) {
       const volt::EvalResult test = trainer.test(model);

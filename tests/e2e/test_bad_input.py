@@ -1,0 +1,126 @@
+"""Bad input ends the run with a non-zero exit and a message that says what is wrong and what to do:
+no signal, no backtrace, no 'internal error'."""
+import pytest
+
+from volt_e2e import assert_clean_exit, assert_ok, merge_flags, run_binary
+
+# A run that only has to get as far as the error (or write one small checkpoint).
+TINY = ["--model", "mlp", "--limit-train-batches", "2", "--limit-val-batches", "1", "--limit-test-batches", "1",
+        "--num-sanity-val-steps", "0", "--no-progress-bar", "--no-model-summary", "--num-threads", "1"]
+
+
+def fails(run, code, *phrases, hint=True):
+    """Asserts exit `code` and that stderr holds every phrase (and a HINT when `hint`)."""
+    assert_clean_exit(run)
+    assert run.returncode == code, repr(run)
+    for phrase in phrases:
+        assert phrase in run.stderr, f"{phrase!r} not on stderr: {run!r}"
+    if hint:
+        assert "HINT" in run.stderr, f"no HINT on stderr: {run!r}"
+    assert "Fit summary" not in run.stdout, repr(run)
+
+
+# (id, flags, exit code, phrases on stderr, whether a HINT is expected)
+CASES = [
+    ("data-dir-missing", ["--data-dir", "/nonexistent"], 1,
+     ["'/nonexistent'", "does not exist", "apt-get install dataset-fashion-mnist", "--data-dir"], True),
+    ("unknown-flag", ["--max-epoch", "3"], 2, ["--max-epoch", "--help"], False),
+    ("max-epochs-text", ["--max-epochs", "three"], 2, ["--max-epochs", "three"], False),
+    ("limit-above-one", ["--limit-train-batches", "1.5"], 1, ["--limit-train-batches='1.5'", "[0.0, 1.0]"], True),
+    ("limit-negative", ["--limit-train-batches", "-1"], 1, ["--limit-train-batches='-1'", "integer >= 0"], True),
+    ("limit-text", ["--limit-train-batches", "abc"], 1, ["--limit-train-batches='abc'", "a batch count"], True),
+    ("accelerator-gpu", ["--accelerator", "gpu"], 1, ["accelerator='gpu'", "'cpu'"], True),
+    # (--devices 2 was refused before DDP; now it launches 2 processes, so it is no bad input.)
+    ("devices-text", ["--devices", "two"], 1, ["devices='two'", "\"0,1\""], True),
+    ("precision-16-mixed", ["--precision", "16-mixed"], 1, ["precision='16-mixed'", "'32-true'"], True),
+    ("model-resnet", ["--model", "resnet"], 1, ["--model=resnet", "'mlp'", "'cnn'"], True),
+    ("lr-negative", ["--lr", "-1"], 1, ["--lr=-1"], True),
+    ("hidden-zero", ["--hidden", "0"], 1, ["--hidden=0"], True),
+    ("val-size-too-big", ["--val-size", "60000"], 1, ["--val-size=60000"], True),
+    ("ckpt-missing", ["--ckpt-path", "/nonexistent.ckpt"], 1, ["/nonexistent.ckpt", "does not exist"], True),
+]
+
+
+@pytest.mark.parametrize("flags,code,phrases,hint", [c[1:] for c in CASES], ids=[c[0] for c in CASES])
+def test_bad_flag(binary, dataset, tmp_path, flags, code, phrases, hint):
+    run = run_binary(binary, merge_flags(TINY, flags), tmp_path, timeout=60)
+    fails(run, code, *phrases, hint=hint)
+
+
+def test_data_dir_without_the_files(binary, tmp_path):
+    (tmp_path / "data").mkdir()
+    run = run_binary(binary, merge_flags(TINY, ["--data-dir", str(tmp_path / "data")]), tmp_path / "root",
+                     timeout=60)
+    fails(run, 1, str(tmp_path / "data" / "train-images-idx3-ubyte.gz"), "does not exist",
+          "apt-get install dataset-fashion-mnist")
+
+
+@pytest.fixture(scope="module")
+def mlp_ckpt(binary, dataset, tmp_path_factory):
+    root = tmp_path_factory.mktemp("mlp_ckpt")
+    run = run_binary(binary, TINY + ["--max-epochs", "1", "--no-test"], root)
+    assert_ok(run)
+    return run.version_dir(0) / "checkpoints" / "last.ckpt"
+
+
+def test_truncated_checkpoint(binary, mlp_ckpt, tmp_path):
+    data = mlp_ckpt.read_bytes()
+    cut = tmp_path / "cut.ckpt"
+    cut.write_bytes(data[: len(data) // 2])
+    run = run_binary(binary, TINY + ["--ckpt-path", str(cut)], tmp_path, timeout=60)
+    fails(run, 1, str(cut), "truncated or corrupt")
+
+
+def test_garbage_checkpoint(binary, dataset, tmp_path):
+    junk = tmp_path / "junk.ckpt"
+    junk.write_bytes(b"this is not a checkpoint\n" * 100)
+    run = run_binary(binary, TINY + ["--ckpt-path", str(junk)], tmp_path, timeout=60)
+    fails(run, 1, str(junk))
+
+
+def test_empty_checkpoint(binary, dataset, tmp_path):
+    empty = tmp_path / "empty.ckpt"
+    empty.write_bytes(b"")
+    run = run_binary(binary, TINY + ["--ckpt-path", str(empty)], tmp_path, timeout=60)
+    fails(run, 1, str(empty), "empty")
+
+
+def test_checkpoint_directory(binary, dataset, tmp_path):
+    run = run_binary(binary, TINY + ["--ckpt-path", str(tmp_path)], tmp_path, timeout=60)
+    fails(run, 1, str(tmp_path), "directory")
+
+
+def test_cnn_checkpoint_into_mlp(binary, dataset, tmp_path):
+    cnn = run_binary(binary, merge_flags(TINY, ["--model", "cnn", "--max-epochs", "1", "--no-test"]), tmp_path / "cnn")
+    assert_ok(cnn)
+    ckpt = cnn.version_dir(0) / "checkpoints" / "last.ckpt"
+    run = run_binary(binary, TINY + ["--ckpt-path", str(ckpt)], tmp_path / "mlp", timeout=60)
+    fails(run, 1, str(ckpt), "does not fit",
+          # MLP parameters the CNN checkpoint lacks ...
+          "missing: 'net.1.weight'", "missing: 'net.5.bias'",
+          # ... CNN parameters the MLP does not have ...
+          "unexpected: 'net.0.weight'", "unexpected: 'net.7.weight'", "unexpected: 'net.9.bias'",
+          # ... and net.3, a conv layer there and a linear one here.
+          "shape mismatch: 'net.3.weight'")
+    assert not (tmp_path / "mlp" / "lightning_logs" / "version_0" / "checkpoints").exists() or \
+        not any((tmp_path / "mlp" / "lightning_logs" / "version_0" / "checkpoints").iterdir()), \
+        "a refused resume must not write checkpoints"
+
+
+def test_good_flags_still_work(binary, dataset, tmp_path):
+    """The flags the cases above get wrong, given right (so those cases fail for the right reason)."""
+    run = run_binary(binary, merge_flags(TINY, ["--max-epochs", "1", "--accelerator", "cpu", "--devices", "1",
+                                                "--precision", "32-true", "--limit-train-batches", "0.001"]),
+                     tmp_path)
+    assert_ok(run)
+    assert run.summary()[0]["global step"] == "1"  # floor(860 * 0.001) = 0 -> at least 1 batch
+
+
+def test_no_validation_still_checkpoints(binary, dataset, tmp_path):
+    """--limit-val-batches 0 (like --val-size 0) leaves no val/acc to rank checkpoints by; the run
+    must still finish and keep the latest checkpoint instead of failing after the first epoch."""
+    run = run_binary(binary, merge_flags(TINY, ["--max-epochs", "2", "--limit-val-batches", "0", "--no-test"]),
+                     tmp_path)
+    assert_ok(run)
+    names = sorted(p.name for p in (run.version_dir(0) / "checkpoints").iterdir())
+    assert names == ["epoch=1-step=4.ckpt", "last.ckpt"], names

@@ -1,0 +1,198 @@
+"""A short run of the example: what it prints, the logs and checkpoints it leaves, and that Python's
+torch reads the checkpoint into exactly the model the binary tested."""
+import gzip
+import math
+import re
+
+import numpy as np
+import pytest
+import torch
+import yaml
+
+from volt_e2e import (ALLOWED_GLOBALS, DETERMINISTIC, SHORT, assert_ok, finite, load_checkpoint, pickle_globals, read_metrics_csv,
+                      run_binary)
+
+MLP_SHAPES = {
+    "net.1.weight": (256, 784), "net.1.bias": (256,),
+    "net.3.weight": (256, 256), "net.3.bias": (256,),
+    "net.5.weight": (10, 256), "net.5.bias": (10,),
+}
+CHECKPOINT_KEYS = {"epoch", "global_step", "state_dict", "optimizer_states", "lr_schedulers", "loops",
+                   "callbacks", "hyper_parameters", "volt_version"}
+TOP_K_NAME = re.compile(r"^epoch=(\d+)-step=(\d+)-val_acc=(\d\.\d{4})\.ckpt$")
+
+
+@pytest.fixture(scope="module")
+def first(binary, dataset, tmp_path_factory):
+    """`--model mlp --max-epochs 2` on 20 batches per epoch; the root gets a second run later."""
+    root = tmp_path_factory.mktemp("run")
+    run = run_binary(binary, ["--model", "mlp", "--max-epochs", "2", "--log-every-n-steps", "5"] + SHORT +
+                     DETERMINISTIC, root)
+    assert_ok(run)
+    return run
+
+
+def test_prints_fit_summary_and_test_table(first):
+    fields, metrics = first.summary()
+    assert fields["stop reason"] == "max_epochs"
+    assert fields["epochs completed"] == "2"
+    assert fields["global step"] == "40"
+    assert fields["log dir"].endswith("lightning_logs/version_0")
+    assert fields["last checkpoint"].endswith("checkpoints/last.ckpt")
+    assert TOP_K_NAME.match(fields["best checkpoint"].rsplit("/", 1)[-1]), fields["best checkpoint"]
+    for name in ("train/loss_epoch", "val/acc", "val/loss"):
+        assert finite(metrics[name]), (name, metrics)
+    assert 0.0 <= float(metrics["val/acc"]) <= 1.0
+
+    test = first.test_metrics()
+    assert set(test) == {"test/acc", "test/loss"}, test
+    assert 0.5 < float(test["test/acc"]) <= 1.0, "20 batches of Adam should already beat chance by far"
+    assert math.isfinite(float(test["test/loss"]))
+    assert re.search(r"^stopped: max_epochs after 2 epochs \(40 steps\) in [\d.]+ s;", first.stdout, re.M)
+
+
+def test_writes_metrics_csv(first):
+    columns, rows = read_metrics_csv(first.version_dir(0) / "metrics.csv")
+    for column in ("train/loss_step", "train/loss_epoch", "val/acc", "val/loss", "epoch", "step"):
+        assert column in columns, columns
+    assert rows
+    steps = [int(r["step"]) for r in rows]
+    assert steps == sorted(steps), f"steps go backwards: {steps}"
+    # --log-every-n-steps 5 over 40 steps: train/loss_step at 5, 10, ..., 40.
+    step_rows = [r for r in rows if r["train/loss_step"] != ""]
+    assert [int(r["step"]) for r in step_rows] == list(range(5, 41, 5))
+    val_rows = [r for r in rows if r["val/acc"] != ""]
+    assert [float(r["epoch"]) for r in val_rows] == [0.0, 1.0]
+    assert [int(r["step"]) for r in val_rows] == [20, 40]
+    for row in rows:
+        assert float(row["epoch"]) in (0.0, 1.0), row
+        for name, value in row.items():
+            if value != "":
+                assert finite(value), (name, value, row)
+    for row in val_rows:
+        assert 0.0 <= float(row["val/acc"]) <= 1.0
+
+
+def test_writes_hparams_yaml(first):
+    hparams = yaml.safe_load((first.version_dir(0) / "hparams.yaml").read_text())
+    assert hparams["model"] == "mlp"
+    assert hparams["lr"] == pytest.approx(1e-3)
+    assert hparams["batch_size"] == 64
+    assert hparams["hidden"] == 256
+
+
+def test_writes_last_and_top_k_checkpoints(first):
+    checkpoints = first.version_dir(0) / "checkpoints"
+    names = sorted(p.name for p in checkpoints.iterdir())
+    assert "last.ckpt" in names, names
+    top_k = [n for n in names if TOP_K_NAME.match(n)]
+    assert len(top_k) == 1, f"--save-top-k 1 keeps one ranked checkpoint: {names}"
+    assert set(names) == {"last.ckpt", top_k[0]}, f"stray files (temporary files left behind?): {names}"
+    epoch, step, _ = TOP_K_NAME.match(top_k[0]).groups()
+    assert (int(epoch), int(step)) in ((0, 20), (1, 40))
+
+
+def test_second_run_in_same_root_creates_version_1(binary, first):
+    run = run_binary(binary, ["--model", "mlp", "--max-epochs", "1", "--limit-train-batches", "2",
+                              "--limit-val-batches", "1", "--limit-test-batches", "1", "--no-progress-bar",
+                              "--num-threads", "1"], first.root)
+    assert_ok(run)
+    assert run.version_dir(1).is_dir()
+    assert (run.version_dir(1) / "metrics.csv").is_file()
+    assert (run.version_dir(1) / "checkpoints" / "last.ckpt").is_file()
+    assert run.summary()[0]["log dir"].endswith("lightning_logs/version_1")
+    # The first run's files are untouched.
+    assert (first.version_dir(0) / "checkpoints" / "last.ckpt").is_file()
+
+
+# ---- the checkpoint, read by Python ------------------------------------------------------------
+
+
+def walk_plain(value, path="ckpt"):
+    """Asserts that `value` holds only plain Python values and tensors."""
+    if isinstance(value, dict):
+        for key, item in value.items():
+            assert isinstance(key, (str, int)), f"{path}: key {key!r} is a {type(key)}"
+            walk_plain(item, f"{path}[{key!r}]")
+    elif isinstance(value, (list, tuple)):
+        for i, item in enumerate(value):
+            walk_plain(item, f"{path}[{i}]")
+    else:
+        assert value is None or isinstance(value, (str, int, float, bool, torch.Tensor)), \
+            f"{path} is a {type(value)}"
+
+
+@pytest.fixture(scope="module")
+def last_ckpt(first):
+    return first.version_dir(0) / "checkpoints" / "last.ckpt"
+
+
+def test_python_reads_checkpoint_as_plain_values(last_ckpt):
+    ckpt = load_checkpoint(last_ckpt)
+    walk_plain(ckpt)
+    assert CHECKPOINT_KEYS <= set(ckpt), sorted(ckpt)
+    assert ckpt["epoch"] == 1
+    assert ckpt["global_step"] == 40
+    assert isinstance(ckpt["volt_version"], str)
+    assert {k: tuple(v.shape) for k, v in ckpt["state_dict"].items()} == MLP_SHAPES
+    assert all(v.dtype == torch.float32 for v in ckpt["state_dict"].values())
+    assert ckpt["hyper_parameters"]["model"] == "mlp"
+    assert len(ckpt["optimizer_states"]) == 1
+    adam = ckpt["optimizer_states"][0]
+    assert {"state", "param_groups"} <= set(adam), sorted(adam)  # PyTorch's layout (+ Volt's "volt_optimizer")
+    assert len(adam["state"]) == 6
+    assert adam["param_groups"][0]["lr"] == pytest.approx(1e-3 * 0.5 ** 2)  # StepLR halved it twice
+    assert len(ckpt["lr_schedulers"]) == 1
+    assert ckpt["loops"]["fit_loop"]["global_step"] == 40
+
+
+def test_checkpoint_pickle_references_only_torch_save_globals(last_ckpt):
+    found = pickle_globals(last_ckpt)
+    for module, name in found:
+        assert (module, name) in ALLOWED_GLOBALS or (module == "torch" and name.endswith("Storage")), \
+            f"unexpected pickle global {module}.{name} (all: {sorted(found)})"
+    assert ("torch._utils", "_rebuild_tensor_v2") in found
+
+
+def read_idx(path):
+    with gzip.open(path, "rb") as f:
+        data = f.read()
+    ndim = data[3]
+    dims = [int.from_bytes(data[4 + 4 * i:8 + 4 * i], "big") for i in range(ndim)]
+    return np.frombuffer(data, dtype=np.uint8, offset=4 + 4 * ndim).reshape(dims)
+
+
+class Mlp(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.net = torch.nn.Sequential(torch.nn.Flatten(), torch.nn.Linear(784, 256), torch.nn.ReLU(),
+                                       torch.nn.Linear(256, 256), torch.nn.ReLU(), torch.nn.Linear(256, 10))
+
+    def forward(self, x):
+        return self.net(x)
+
+
+def test_checkpoint_holds_the_tested_model(first, last_ckpt, dataset):
+    """Python's copy of the MLP, loaded from last.ckpt, scores what the binary printed on the same
+    3 test batches of 256 (the test split in order)."""
+    n = 3 * 256
+    images = read_idx(dataset / "t10k-images-idx3-ubyte.gz")[:n]
+    labels = torch.from_numpy(read_idx(dataset / "t10k-labels-idx1-ubyte.gz")[:n].astype(np.int64))
+    x = (torch.from_numpy(images.astype(np.float32)) / 255 - 0.2860) / 0.3530
+    x = x.unsqueeze(1)
+
+    model = Mlp()
+    model.load_state_dict(load_checkpoint(last_ckpt)["state_dict"], strict=True)
+    model.eval()
+    with torch.no_grad():
+        logits = model(x)
+    correct = int((logits.argmax(1) == labels).sum())
+    top2 = logits.topk(2, dim=1).values
+    near_ties = int(((top2[:, 0] - top2[:, 1]) < 1e-4).sum())  # BLAS rounding may flip these
+
+    printed = float(first.test_metrics()["test/acc"])
+    assert abs(correct / n - printed) <= 1e-6 + near_ties / n, \
+        f"Python scores {correct}/{n} = {correct / n:.6g}, the binary printed test/acc={printed}"
+    # And the loss, to the printed 6 digits (rounding differences aside).
+    loss = torch.nn.functional.cross_entropy(logits, labels).item()
+    assert loss == pytest.approx(float(first.test_metrics()["test/loss"]), rel=1e-4)
