@@ -319,6 +319,8 @@ std::string RunPlan::describe() const {
   line("max_steps", max_steps == -1 ? "unlimited" : std::to_string(max_steps));
   line("limit_train_batches", limit_train_batches.to_string());
   line("limit_val_batches", limit_val_batches.to_string());
+  line("limit_test_batches", limit_test_batches.to_string());
+  line("limit_predict_batches", limit_predict_batches.to_string());
   line("val_check_interval", val_check_interval.to_string());
   line("accumulate_grad_batches", std::to_string(accumulate_grad_batches));
   line("gradient clipping",

@@ -554,7 +554,8 @@ FitResult Trainer::FitRun::run(const std::string& ckpt_path) {
     }
   } guard{loggers_, module_, finished};
 
-  const std::string resume_path = trainer_.resolve_ckpt_path(ckpt_path);
+  // options.ckpt_path is fit's default only: validate/test/predict never pick it up implicitly.
+  const std::string resume_path = trainer_.resolve_ckpt_path(ckpt_path.empty() ? plan_.ckpt_path : ckpt_path);
   if (!resume_path.empty()) {
     progress_ = restore_checkpoint(trainer_.checkpoint_io_->load(resume_path), parts_, resume_path);
     if (progress_.epoch_done) {
@@ -627,6 +628,9 @@ Trainer::Trainer(TrainerOptions options, const Env& env, const MachineInfo& mach
       plan_(resolve_run_plan(options_, env, machine)),
       checkpoint_io_(std::make_shared<TorchCheckpointIO>()) {
   callbacks_ = options_.callbacks;
+  // Seed now, as Lightning's seed_everything, so a module built after the Trainer starts from
+  // the same weights every run (fit seeds again before training).
+  if (plan_.seed) torch::manual_seed(*plan_.seed);
   if (plan_.strategy == StrategyKind::kSingleDevice) {
     strategy_ = std::make_unique<SingleDeviceStrategy>(plan_.topology);
     return;
@@ -668,7 +672,7 @@ void Trainer::set_checkpoint_io(std::shared_ptr<CheckpointIO> io) {
 }
 
 std::string Trainer::resolve_ckpt_path(const std::string& requested) const {
-  const std::string path = requested.empty() ? plan_.ckpt_path : requested;
+  const std::string& path = requested;
   if (path.empty()) return "";
   if (path == "best") {
     VOLT_CHECK(!best_model_path_.empty(),

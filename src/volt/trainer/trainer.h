@@ -36,7 +36,8 @@ class Trainer {
   /// Trains `module` on its train_dataloader (or `train`), validating on its val_dataloader
   /// (or `val`). Resumes from `ckpt_path` ("last", "best" or a path; empty: options.ckpt_path).
   FitResult fit(LightningModule& module, DataLoader train = {}, DataLoader val = {}, std::string ckpt_path = "");
-  /// One validation pass; weights come from `ckpt_path` when given ("best", "last" or a path).
+  /// One validation pass; weights come from `ckpt_path` when given ("best", "last" or a path),
+  /// else the module is evaluated as it is (options.ckpt_path applies to fit only).
   EvalResult validate(LightningModule& module, DataLoader val = {}, const std::string& ckpt_path = "");
   /// One test pass; weights come from `ckpt_path` when given ("best", "last" or a path).
   EvalResult test(LightningModule& module, DataLoader test = {}, const std::string& ckpt_path = "");

@@ -27,7 +27,8 @@ int64_t BatchLimit::resolve(int64_t available) const {
 }
 
 std::string BatchLimit::to_string() const {
-  return is_fraction_ ? fmt::format("{}", fraction_) : std::to_string(count_);
+  // "1.0", not "1": a fraction must not read like a count of one batch.
+  return is_fraction_ ? fmt::format("{:#}", fraction_) : std::to_string(count_);
 }
 
 DeviceRequest::DeviceRequest(const std::string& text) : is_auto_(false) {

@@ -636,6 +636,30 @@ TEST_F(TrainerTest, ValidateAndTestLoadBestOrLastAfterFit) {
   EXPECT_EQ(last.metrics.count("test/loss"), 1u);
 }
 
+TEST_F(TrainerTest, TestAfterAResumedFitEvaluatesTheTrainedWeightsNotTheResumeCheckpoint) {
+  auto first = make_module();
+  Trainer one_epoch = make_trainer({.max_epochs = 1, .num_sanity_val_steps = 0});
+  const FitResult started = one_epoch.fit(*first);
+  ASSERT_FALSE(started.last_model_path.empty());
+  auto module = make_module();
+  TrainerOptions options{.max_epochs = 3, .num_sanity_val_steps = 0};
+  options.ckpt_path = started.last_model_path;  // fit's default only
+  Trainer resumed = make_trainer(options);
+  resumed.fit(*module);
+  const auto trained = parameters_of(*module);
+  resumed.test(*module, {}, /*ckpt_path=*/"");
+  EXPECT_TRUE(bit_identical(parameters_of(*module), trained));
+}
+
+TEST_F(TrainerTest, TheSeedAlsoFixesWeightsOfModulesBuiltAfterTheTrainer) {
+  const auto build = [this] {
+    Trainer trainer = make_trainer({.seed = 3});
+    TinyModule module;
+    return parameters_of(module);
+  };
+  EXPECT_TRUE(bit_identical(build(), build()));
+}
+
 // ---- exact resume --------------------------------------------------------------------------------
 
 /// The end state of a fit.
