@@ -66,8 +66,9 @@ void FashionMnistModule::evaluate(const volt::Batch& batch, const std::string& s
   const torch::Tensor logits = forward(batch.data);
   const torch::Tensor loss = torch::nn::functional::cross_entropy(logits, batch.target);
   const torch::Tensor acc = logits.argmax(1).eq(batch.target).to(torch::kDouble).mean();
-  log(stage + "/loss", loss, {.prog_bar = stage == "val"});
-  log(stage + "/acc", acc, {.prog_bar = true});
+  // sync_dist: under ddp each process sees a shard; the epoch means cover every example once.
+  log(stage + "/loss", loss, {.prog_bar = stage == "val", .sync_dist = true});
+  log(stage + "/acc", acc, {.prog_bar = true, .sync_dist = true});
 }
 
 void FashionMnistModule::validation_step(const volt::Batch& batch, int64_t) { evaluate(batch, "val"); }

@@ -72,17 +72,17 @@ int main(int argc, char** argv) {
       std::cout << trainer.plan().describe();
       return 0;
     }
-    // Seed before the model draws its initial weights (Lightning's seed_everything before building
-    // the model); fit seeds again, but by then the weights are drawn.
-    if (trainer_options.seed) torch::manual_seed(*trainer_options.seed);
+    // The Trainer seeded LibTorch (seed_everything), so the weights drawn here are reproducible.
     fashion_mnist::FashionMnistModule model(module_options);
     const volt::FitResult result = trainer.fit(model, {}, {}, resume_from);
-    std::cout << result.full_report();
+    // Under ddp every process runs this program; only rank 0 reports.
+    const bool report = trainer.plan().is_global_zero();
+    if (report) std::cout << result.full_report();
     if (!skip_test && result.reason != volt::StopReason::kInterrupted) {
       const volt::EvalResult test = trainer.test(model);
-      std::cout << test.report();
+      if (report) std::cout << test.report();
     }
-    std::cout << result.brief_report() << "\n";
+    if (report) std::cout << result.brief_report() << "\n";
     return result.reason == volt::StopReason::kInterrupted ? 130 : 0;
   });
 }
