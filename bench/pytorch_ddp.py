@@ -1,0 +1,79 @@
+"""PyTorch's side of the ddp benchmark: the same MLP, data, optimizer and batch as
+bench/ddp_throughput.cpp, under torch.nn.parallel.DistributedDataParallel over Gloo.
+
+    python3 bench/pytorch_ddp.py --processes 2 --steps 400 --warmup 50
+Prints `pytorch processes=N step_ms=... samples_per_s=...` from rank 0.
+"""
+import argparse
+import gzip
+import os
+import socket
+import time
+
+import numpy as np
+import torch
+import torch.distributed as dist
+import torch.multiprocessing as mp
+
+DATA = "/usr/share/datasets/fashion-mnist"
+
+
+def load(data_dir):
+    with gzip.open(os.path.join(data_dir, "train-images-idx3-ubyte.gz")) as f:
+        images = np.frombuffer(f.read(), np.uint8, offset=16).reshape(-1, 1, 28, 28)
+    with gzip.open(os.path.join(data_dir, "train-labels-idx1-ubyte.gz")) as f:
+        labels = np.frombuffer(f.read(), np.uint8, offset=8)
+    x = (torch.from_numpy(images.astype(np.float32)) / 255.0 - 0.2860) / 0.3530
+    return x, torch.from_numpy(labels.astype(np.int64))
+
+
+def worker(rank, world, port, args):
+    torch.set_num_threads(1)
+    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=world)
+    torch.manual_seed(0)
+    x, y = load(args.data_dir)
+    model = torch.nn.Sequential(torch.nn.Flatten(), torch.nn.Linear(784, 256), torch.nn.ReLU(),
+                                torch.nn.Linear(256, 256), torch.nn.ReLU(), torch.nn.Linear(256, 10))
+    ddp = torch.nn.parallel.DistributedDataParallel(model) if world > 1 else model
+    optimizer = torch.optim.Adam(ddp.parameters(), lr=1e-3)
+    sampler = torch.utils.data.distributed.DistributedSampler(torch.utils.data.TensorDataset(x, y), world, rank,
+                                                              shuffle=True, seed=0)
+    times = []
+    step = 0
+    epoch = 0
+    while step < args.steps:
+        sampler.set_epoch(epoch)
+        order = torch.tensor(list(iter(sampler)))
+        for start in range(0, len(order), 64):
+            index = order[start:start + 64]
+            loss = torch.nn.functional.cross_entropy(ddp(x.index_select(0, index)), y.index_select(0, index))
+            optimizer.zero_grad()
+            loss.backward()
+            optimizer.step()
+            times.append(time.perf_counter())
+            step += 1
+            if step >= args.steps:
+                break
+        epoch += 1
+    if rank == 0:
+        per_step = (times[-1] - times[args.warmup]) / (len(times) - 1 - args.warmup)
+        print(f"pytorch processes={world} step_ms={per_step * 1000:.4f} samples_per_s={64 * world / per_step:.1f}",
+              flush=True)
+    dist.destroy_process_group()
+
+
+def main():
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--processes", type=int, default=2)
+    parser.add_argument("--steps", type=int, default=400)
+    parser.add_argument("--warmup", type=int, default=50)
+    parser.add_argument("--data-dir", default=DATA)
+    args = parser.parse_args()
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    mp.spawn(worker, args=(args.processes, port, args), nprocs=args.processes, join=True)
+
+
+if __name__ == "__main__":
+    main()
