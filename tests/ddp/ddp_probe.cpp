@@ -23,6 +23,7 @@ struct ProbeOptions {
   int64_t batch_size = 8;
   int64_t examples = 64;
   double lr = 0.1;
+  bool with_unused = false;
 };
 
 int64_t rank_from_env() {
@@ -38,6 +39,8 @@ class Probe : public volt::LightningModule {
     torch::manual_seed(0);
     hidden_ = register_module("hidden", torch::nn::Linear(8, 4));
     out_ = register_module("out", torch::nn::Linear(4, 1));
+    // A layer that never takes part in the loss: ddp must be told (find_unused_parameters).
+    if (options_.with_unused) unused_ = register_module("unused", torch::nn::Linear(4, 1));
     const torch::Tensor x = torch::randn({options_.examples, 8});
     const torch::Tensor y = x.sum(1, true) * 0.5 + 0.1 * torch::randn({options_.examples, 1});
     // The second target column carries each example's index, so the test can check the shards.
@@ -89,6 +92,7 @@ class Probe : public volt::LightningModule {
   ProbeOptions options_;
   torch::nn::Linear hidden_{nullptr};
   torch::nn::Linear out_{nullptr};
+  torch::nn::Linear unused_{nullptr};
   std::shared_ptr<volt::TensorDataset> data_;
   int64_t step_ = 0;
   std::vector<int64_t> seen_;
@@ -117,6 +121,7 @@ int main(int argc, char** argv) {
     app.add_option("--batch-size", probe.batch_size, "per-process batch size");
     app.add_option("--examples", probe.examples, "dataset size");
     app.add_option("--lr", probe.lr, "SGD learning rate");
+    app.add_flag("--with-unused-parameter", probe.with_unused, "add a layer the loss never uses");
     try {
       app.parse(argc, argv);
     } catch (const CLI::ParseError& e) {

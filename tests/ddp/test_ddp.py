@@ -109,6 +109,11 @@ def test_two_nodes_of_two_processes_under_volts_launcher(tmp_path):
 
 
 def external_env(kind, rank, world, local_world, port):
+    if kind == "mpi":
+        return clean_env({"OMPI_COMM_WORLD_SIZE": str(world), "OMPI_COMM_WORLD_RANK": str(rank),
+                          "OMPI_COMM_WORLD_LOCAL_RANK": str(rank % local_world),
+                          "OMPI_COMM_WORLD_LOCAL_SIZE": str(local_world), "MASTER_ADDR": "127.0.0.1",
+                          "MASTER_PORT": str(port)})
     if kind == "torchrun":
         return clean_env({"RANK": str(rank), "GROUP_RANK": str(rank // local_world),
                           "LOCAL_RANK": str(rank % local_world), "LOCAL_WORLD_SIZE": str(local_world),
@@ -120,7 +125,7 @@ def external_env(kind, rank, world, local_world, port):
                       "SLURM_STEP_ID": "0", "SLURM_STEP_NUM_TASKS": str(world), "MASTER_PORT": str(port)})
 
 
-@pytest.mark.parametrize("kind", ["torchrun", "slurm"])
+@pytest.mark.parametrize("kind", ["torchrun", "slurm", "mpi"])
 def test_two_nodes_of_two_processes_under_an_external_launcher(tmp_path, kind):
     reference = single(tmp_path, 32, 1)
     out = tmp_path / kind
@@ -225,3 +230,37 @@ def test_checkpoints_move_between_ddp_and_one_process(tmp_path, first, second):
     for restored in ranks(b, int(second)):
         assert flat_params(restored) == flat_params(trained)
         assert restored["global_step"] == trained["global_step"]
+
+
+def test_accumulation_under_ddp_matches_one_process_with_the_same_accumulation(tmp_path):
+    reference = tmp_path / "one"
+    reference.mkdir()
+    proc = run(["--batch-size", "16", "--max-steps", "2", "--accumulate-grad-batches", "2"], reference)
+    assert proc.returncode == 0, proc.stderr
+    out = tmp_path / "ddp"
+    out.mkdir()
+    proc = run(["--devices", "2", "--batch-size", "8", "--max-steps", "2", "--accumulate-grad-batches", "2"], out)
+    assert proc.returncode == 0, proc.stderr
+    for r in ranks(out, 2):
+        assert r["global_step"] == 2
+        assert_close(flat_params(r), flat_params(ranks(reference, 1)[0]), TOLERANCE)
+
+
+def test_opting_out_of_the_distributed_sampler_gives_every_rank_all_the_data(tmp_path):
+    proc = run(["--devices", "2", "--max-epochs", "1", "--no-distributed-sampler"], tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    r0, r1 = ranks(tmp_path, 2)
+    assert sorted(r0["seen"]) == sorted(r1["seen"]) == list(range(64))
+
+
+def test_unused_parameters_need_find_unused_parameters(tmp_path):
+    bad = tmp_path / "bad"
+    bad.mkdir()
+    proc = run(["--devices", "2", "--max-steps", "3", "--with-unused-parameter", "--process-group-timeout", "10"], bad,
+               timeout=90)
+    assert proc.returncode != 0
+    assert "find_unused_parameters" in proc.stderr, proc.stderr
+    good = tmp_path / "good"
+    good.mkdir()
+    proc = run(["--devices", "2", "--max-steps", "3", "--with-unused-parameter", "--find-unused-parameters"], good)
+    assert proc.returncode == 0, proc.stderr

@@ -15,7 +15,7 @@ DataLoader::DataLoader(std::shared_ptr<const Dataset> dataset, DataLoaderOptions
   configure(1, 0, 0);
 }
 
-void DataLoader::configure(int64_t num_replicas, int64_t rank, uint64_t default_seed) {
+void DataLoader::configure(int64_t num_replicas, int64_t rank, uint64_t default_seed, bool pad) {
   SamplerOptions sampler;
   sampler.shuffle = options_.shuffle;
   sampler.seed = options_.seed.value_or(default_seed);
@@ -24,6 +24,7 @@ void DataLoader::configure(int64_t num_replicas, int64_t rank, uint64_t default_
   // Padding keeps every rank at the same batch count; a user who drops the last batch also
   // drops the uneven tail, as PyTorch's DistributedSampler(drop_last=True) does.
   sampler.drop_last = options_.drop_last;
+  sampler.pad = pad;
   sampler_ = std::make_shared<DistributedSampler>(dataset_->size(), sampler);
   epoch_ = -1;
 }
@@ -50,10 +51,5 @@ Batch DataLoader::batch(int64_t index) const {
   return dataset_->get_batch(epoch_indices_.narrow(0, start, length));
 }
 
-int64_t DataLoader::real_examples_in_batch(int64_t index) const {
-  const int64_t start = index * options_.batch_size;
-  const int64_t end = std::min(start + options_.batch_size, sampler_->num_samples());
-  return (end - start) - (sampler_->padding_in_first(end) - sampler_->padding_in_first(start));
-}
 
 }  // namespace volt

@@ -39,16 +39,16 @@ class DataLoader {
   const std::shared_ptr<const Dataset>& dataset() const { return dataset_; }
 
   /// Shards the data across `num_replicas` processes and fills an unset seed; the Trainer
-  /// calls this once before the first epoch (`use_distributed_sampler`).
-  void configure(int64_t num_replicas, int64_t rank, uint64_t default_seed);
+  /// calls this once before the first epoch (`use_distributed_sampler`). `pad` evens out the
+  /// shards by repeating examples (training); evaluation passes false so that no example is
+  /// counted twice.
+  void configure(int64_t num_replicas, int64_t rank, uint64_t default_seed, bool pad = true);
   /// Fixes the order of `epoch` (like `sampler.set_epoch`); must precede batch().
   void set_epoch(int64_t epoch);
   /// Batches per epoch for this process.
   int64_t num_batches() const;
   /// Batch `index` of the current epoch.
   Batch batch(int64_t index) const;
-  /// The number of examples in batch `index` that are not padding duplicates (for metrics).
-  int64_t real_examples_in_batch(int64_t index) const;
 
  private:
   std::shared_ptr<const Dataset> dataset_;

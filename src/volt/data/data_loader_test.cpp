@@ -41,13 +41,15 @@ TEST(DataLoader, AnyBatchOfAnEpochCanBeProducedDirectly) {
   EXPECT_TRUE(torch::equal(a.batch(5).target, b.batch(5).target));
 }
 
-TEST(DataLoader, ConfigureShardsAndCountsRealExamples) {
+TEST(DataLoader, ConfigureShardsWithOrWithoutPadding) {
   DataLoader loader(counting_dataset(10), {4});
   loader.configure(3, 2, 0);
   loader.set_epoch(0);
   ASSERT_EQ(loader.num_batches(), 1);
-  EXPECT_EQ(loader.batch(0).target.size(0), 4);
-  EXPECT_EQ(loader.real_examples_in_batch(0), 3);  // the 4th is a padding duplicate
+  EXPECT_EQ(loader.batch(0).target.size(0), 4);  // 2, 5, 8 and a padding duplicate
+  loader.configure(3, 2, 0, /*pad=*/false);
+  loader.set_epoch(0);
+  EXPECT_EQ(loader.batch(0).target.size(0), 3);
 }
 
 TEST(DataLoader, NonPositiveBatchSizeIsAClearError) {

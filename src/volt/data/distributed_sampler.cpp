@@ -19,10 +19,14 @@ DistributedSampler::DistributedSampler(int64_t dataset_size, SamplerOptions opti
   const int64_t n = options_.num_replicas;
   if (options_.drop_last && dataset_size_ % n != 0) {
     num_samples_ = dataset_size_ / n;  // drop the tail so every replica gets the same count
+    total_size_ = num_samples_ * n;
+  } else if (!options_.pad) {
+    num_samples_ = (dataset_size_ - options_.rank + n - 1) / n;  // positions rank, rank + n, ... < size
+    total_size_ = dataset_size_;
   } else {
     num_samples_ = (dataset_size_ + n - 1) / n;
+    total_size_ = num_samples_ * n;
   }
-  total_size_ = num_samples_ * n;
 }
 
 torch::Tensor DistributedSampler::indices(int64_t epoch) const {
@@ -45,16 +49,6 @@ torch::Tensor DistributedSampler::indices(int64_t epoch) const {
   }
   if (options_.num_replicas == 1) return order;
   return order.slice(0, options_.rank, total_size_, options_.num_replicas).contiguous();
-}
-
-int64_t DistributedSampler::padding_in_first(int64_t count) const {
-  // Position p of this replica is global position rank + p * num_replicas; positions at or past
-  // dataset_size are the padding.
-  const int64_t n = options_.num_replicas;
-  const int64_t first_padded = dataset_size_ <= options_.rank
-                                   ? 0
-                                   : (dataset_size_ - options_.rank + n - 1) / n;
-  return std::max<int64_t>(0, std::min(count, num_samples_) - first_padded);
 }
 
 }  // namespace volt

@@ -19,11 +19,15 @@ struct SamplerOptions {
   int64_t num_replicas = 1;
   /// Which share this process reads, in [0, num_replicas).
   int64_t rank = 0;
+  /// Pad the shards to equal length by repeating examples, so every rank runs the same number
+  /// of steps (training). Evaluation turns it off (Lightning's UnrepeatedDistributedSampler):
+  /// shards may differ by one example, and no example is counted twice in a metric.
+  bool pad = true;
 };
 
-/// Splits a dataset into disjoint, equally sized shards, one per replica, like PyTorch's
-/// `DistributedSampler`: shuffle with a generator seeded by seed + epoch, pad by repeating the
-/// first indices (or drop the tail), then take every num_replicas-th index from `rank`.
+/// Splits a dataset into disjoint shards, one per replica, like PyTorch's `DistributedSampler`:
+/// shuffle with a generator seeded by seed + epoch, pad by repeating the first indices (or drop
+/// the tail, or neither when `pad` is off), then take every num_replicas-th index from `rank`.
 /// With one replica this is a plain sequential or random sampler.
 class DistributedSampler {
  public:
@@ -34,9 +38,6 @@ class DistributedSampler {
   torch::Tensor indices(int64_t epoch) const;
   /// How many examples this replica reads per epoch (padding included).
   int64_t num_samples() const { return num_samples_; }
-  /// How many of this replica's first `count` samples are padding duplicates, so that
-  /// evaluation metrics can leave them out.
-  int64_t padding_in_first(int64_t count) const;
   /// The options this sampler was built with.
   const SamplerOptions& options() const { return options_; }
 

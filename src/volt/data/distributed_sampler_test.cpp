@@ -46,18 +46,23 @@ TEST(DistributedSampler, ReplicasGetDisjointShardsThatCoverTheDataset) {
   for (int64_t i = 0; i < 10; ++i) EXPECT_GE(seen.count(i), 1u) << i;
 }
 
-TEST(DistributedSampler, PaddingIsCountedPerReplica) {
+TEST(DistributedSampler, WithoutPaddingEveryExampleIsReadExactlyOnce) {
   SamplerOptions options;
+  options.shuffle = true;
   options.num_replicas = 3;
-  // 10 examples over 3 replicas: positions 10 and 11 are padding; they belong to ranks 1 and 2.
-  int64_t padding = 0;
+  options.pad = false;
+  std::multiset<int64_t> seen;
+  std::vector<int64_t> sizes;
   for (int64_t rank = 0; rank < 3; ++rank) {
     options.rank = rank;
     DistributedSampler sampler(10, options);
-    padding += sampler.padding_in_first(sampler.num_samples());
-    EXPECT_EQ(sampler.padding_in_first(3), 0);
+    sizes.push_back(sampler.num_samples());
+    const auto indices = to_vector(sampler.indices(1));
+    ASSERT_EQ(static_cast<int64_t>(indices.size()), sampler.num_samples());
+    seen.insert(indices.begin(), indices.end());
   }
-  EXPECT_EQ(padding, 2);
+  EXPECT_EQ(sizes, (std::vector<int64_t>{4, 3, 3}));
+  EXPECT_EQ(seen, (std::multiset<int64_t>{0, 1, 2, 3, 4, 5, 6, 7, 8, 9}));
 }
 
 TEST(DistributedSampler, DropLastTruncatesTheUnevenTail) {
@@ -66,7 +71,7 @@ TEST(DistributedSampler, DropLastTruncatesTheUnevenTail) {
   options.drop_last = true;
   DistributedSampler sampler(10, options);
   EXPECT_EQ(sampler.num_samples(), 3);
-  EXPECT_EQ(sampler.padding_in_first(3), 0);
+  EXPECT_EQ(sampler.indices(0).size(0), 3);
 }
 
 TEST(DistributedSampler, RankOutOfRangeIsAClearError) {

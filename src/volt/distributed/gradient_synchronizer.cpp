@@ -1,22 +1,41 @@
 #include "volt/distributed/gradient_synchronizer.h"
 
 #include <algorithm>
+#include <sstream>
 
 #include <torch/csrc/distributed/c10d/reducer.hpp>
 
 #include "volt/core/error.h"
+#include "volt/core/strings.h"
 
 namespace volt {
 
 namespace {
 // PyTorch DDP's first bucket is small so communication starts early in the backward pass.
 constexpr int64_t kFirstBucketBytes = 1024 * 1024;
+
+/// c10d's message speaks of Python's DDP and parameter indices; say it in Volt's terms, with names.
+std::string explain_unfinished_reduction(const std::string& message, const std::vector<std::string>& names) {
+  if (message.find("Expected to have finished reduction") == std::string::npos) return message;
+  std::vector<std::string> unused;
+  const std::string marker = "did not receive grad for rank ";
+  const auto at = message.find(marker);
+  if (at != std::string::npos) {
+    std::istringstream in(message.substr(message.find(':', at) + 1));
+    size_t index = 0;
+    while (in >> index) unused.push_back(index < names.size() ? "'" + names[index] + "'" : std::to_string(index));
+  }
+  return fmt::format("ddp: some parameters got no gradient in the previous step{}{}, so their gradients were never "
+                     "averaged. HINT: set find_unused_parameters=true (--find-unused-parameters, or strategy="
+                     "\"ddp_find_unused_parameters_true\"), or make every parameter take part in the loss.",
+                     unused.empty() ? "" : ": ", join(unused, ", "));
+}
 }  // namespace
 
 ReducerSynchronizer::ReducerSynchronizer(std::vector<torch::Tensor> parameters, std::vector<std::string> names,
                                          c10::intrusive_ptr<c10d::ProcessGroup> group,
                                          const GradientSyncOptions& options)
-    : find_unused_parameters_(options.find_unused_parameters) {
+    : find_unused_parameters_(options.find_unused_parameters), names_(names) {
   VOLT_CHECK(!parameters.empty(), "ddp needs at least one parameter that requires grad; the module has none.");
   VOLT_CHECK(options.bucket_cap_mb > 0, "bucket_cap_mb={} must be positive.", options.bucket_cap_mb);
   const int64_t cap = options.bucket_cap_mb * 1024 * 1024;
@@ -37,6 +56,14 @@ ReducerSynchronizer::ReducerSynchronizer(std::vector<torch::Tensor> parameters, 
 ReducerSynchronizer::~ReducerSynchronizer() = default;
 
 void ReducerSynchronizer::prepare_for_backward(const torch::Tensor& loss) {
+  // What PyTorch DDP's forward does first: fail if the previous reduction never finished (a
+  // parameter got no gradient without find_unused_parameters), and after the first iteration
+  // rebuild the buckets in the order gradients actually became ready.
+  try {
+    reducer_->rebuild_buckets();
+  } catch (const c10::Error& e) {
+    throw Error(explain_unfinished_reduction(e.what_without_backtrace(), names_));
+  }
   // With find_unused_parameters the reducer walks the graph from the outputs to find parameters
   // that will get no gradient; without it an empty list is what PyTorch DDP passes.
   reducer_->prepare_for_backward(find_unused_parameters_ ? std::vector<torch::Tensor>{loss}

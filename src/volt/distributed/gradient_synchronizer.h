@@ -45,6 +45,7 @@ class ReducerSynchronizer : public GradientSynchronizer {
  private:
   std::shared_ptr<c10d::Reducer> reducer_;
   bool find_unused_parameters_;
+  std::vector<std::string> names_;
 };
 
 }  // namespace volt

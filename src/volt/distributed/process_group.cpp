@@ -62,9 +62,10 @@ ProcessGroup::ProcessGroup(const Topology& topology, const ProcessGroupOptions& 
                               topology_.host, where, e.what(), topology_.main_port));
     }
     throw Error(fmt::format("rank {} on {} could not reach rank 0's rendezvous at {} within {}: rank 0 never joined "
-                            "(expected on node 0). HINT: check rank 0's log for an earlier error, and that MASTER_ADDR "
+                            "(expected on {}). HINT: check rank 0's log for an earlier error, and that MASTER_ADDR "
                             "is reachable from this host.",
-                            topology_.global_rank, topology_.host, where, seconds(options_.join_timeout)));
+                            topology_.global_rank, topology_.host, where, seconds(options_.join_timeout),
+                            topology_.expected_host(0)));
   }
 
   // Rendezvous with a deadline: every rank announces itself, then waits for all the others.
@@ -83,7 +84,7 @@ ProcessGroup::ProcessGroup(const Topology& topology, const ProcessGroupOptions& 
       std::vector<std::string> missing;
       for (int64_t r = 0; r < topology_.world_size; ++r) {
         if (!store_->check({kJoinedPrefix + std::to_string(r)})) {
-          missing.push_back(fmt::format("rank {} (expected on node {})", r, topology_.node_of(r)));
+          missing.push_back(fmt::format("rank {} (expected on {})", r, topology_.expected_host(r)));
         }
       }
       throw Error(fmt::format("rank {} on {}: {} of {} ranks never joined the rendezvous at {} within {}: {}. HINT: "

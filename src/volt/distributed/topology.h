@@ -3,6 +3,7 @@
 
 #include <cstdint>
 #include <string>
+#include <vector>
 
 namespace volt {
 
@@ -17,11 +18,18 @@ struct Topology {
   std::string main_address = "127.0.0.1";  ///< rank 0's host, for the rendezvous
   int main_port = 0;             ///< the rendezvous port
   std::string host;              ///< this process's host name (for messages)
+  std::vector<std::string> node_hosts;  ///< host of each node, when the launcher says (SLURM)
 
   /// True for rank 0, which writes logs and checkpoints.
   bool is_global_zero() const { return global_rank == 0; }
   /// The node a rank runs on (ranks are contiguous per node, as srun and torchrun lay them out).
   int64_t node_of(int64_t rank) const { return rank / processes_per_node; }
+  /// Where a rank should run, for messages: its node's host name when known, else "node N".
+  std::string expected_host(int64_t rank) const {
+    const auto node = static_cast<size_t>(node_of(rank));
+    if (node < node_hosts.size()) return node_hosts[node];
+    return "node " + std::to_string(node);
+  }
 };
 
 }  // namespace volt

@@ -8,6 +8,7 @@
 
 #include "volt/core/error.h"
 #include "volt/core/strings.h"
+#include "volt/slurm/hostlist.h"
 
 namespace volt {
 
@@ -135,6 +136,11 @@ Topology resolve_topology(const ClusterInfo& cluster, int64_t devices, int64_t n
     t.global_rank = cluster.global_rank;
     t.local_rank = cluster.local_rank;
     t.node_rank = cluster.node_rank;
+    if (slurm) {
+      // Messages about missing ranks can then name the host each was expected on.
+      const std::string nodes = env.get_or("SLURM_JOB_NODELIST", env.get_or("SLURM_NODELIST", ""));
+      if (!nodes.empty()) t.node_hosts = slurm::expand_hostlist(nodes);
+    }
     return t;
   }
   // Local: a plain run (this process will launch the others) or a child Volt launched.

@@ -112,6 +112,7 @@ TEST(RunPlan, SlurmTasksAreJoinedNotLaunched) {
   EXPECT_EQ(p.topology.global_rank, 3);
   EXPECT_EQ(p.topology.node_rank, 1);
   EXPECT_EQ(p.topology.main_address, "node1");
+  EXPECT_EQ(p.topology.expected_host(2), "node2");
 }
 
 TEST(RunPlan, SlurmAllocationMismatchesSayWhatToChange) {

@@ -128,10 +128,10 @@ struct EvalLoop {
     int64_t examples = 0;
     for (int64_t i = 0; i < batches; ++i) {
       const Batch batch = to_precision(loader.batch(i), precision);
-      // Padding duplicates of a distributed sampler weigh nothing in the epoch means.
-      const int64_t real = loader.real_examples_in_batch(i);
-      results.set_batch_size(real);
-      examples += real;
+      // Evaluation loaders are not padded: every example counts once in the epoch means.
+      const int64_t size = batch.data.defined() ? batch.data.size(0) : 1;
+      results.set_batch_size(size);
+      examples += size;
       if (test) module.test_step(batch, i); else module.validation_step(batch, i);
       if (bar) bar->update(i + 1, {});
     }
@@ -505,7 +505,7 @@ FitResult Trainer::FitRun::run(const std::string& ckpt_path) {
   trainer_.configure_loader(train_);
   num_train_batches_ = plan_.limit_train_batches.resolve(train_.num_batches());
   if (val_.defined()) {
-    trainer_.configure_loader(val_);
+    trainer_.configure_loader(val_, /*evaluation=*/true);
     num_val_batches_ = plan_.limit_val_batches.resolve(val_.num_batches());
   }
   val_interval_ = plan_.val_check_interval.is_fraction()
@@ -648,6 +648,9 @@ Trainer::Trainer(TrainerOptions options, const Env& env, const MachineInfo& mach
 }
 
 Trainer::~Trainer() {
+  // Unwinding from a failure: on_failure already stopped the other processes, and the error on
+  // its way up is the one to print.
+  if (std::uncaught_exceptions() > 0) return;
   try {
     if (strategy_) strategy_->teardown();
   } catch (const std::exception& e) {
@@ -658,9 +661,9 @@ Trainer::~Trainer() {
   }
 }
 
-void Trainer::configure_loader(DataLoader& loader) const {
+void Trainer::configure_loader(DataLoader& loader, bool evaluation) const {
   if (plan_.use_distributed_sampler) {
-    loader.configure(plan_.topology.world_size, plan_.topology.global_rank, plan_.loader_seed);
+    loader.configure(plan_.topology.world_size, plan_.topology.global_rank, plan_.loader_seed, !evaluation);
   } else {
     loader.configure(1, 0, plan_.loader_seed);
   }
@@ -721,7 +724,7 @@ EvalResult Trainer::evaluate(LightningModule& module, DataLoader loader, const s
   const std::string path = resolve_ckpt_path(ckpt_path);
   if (!path.empty()) load_module_weights(checkpoint_io_->load(path), module, path);
   if (plan_.precision == Precision::k64True) module.to(torch::kDouble);
-  configure_loader(loader);
+  configure_loader(loader, /*evaluation=*/true);
   loader.set_epoch(0);
   const int64_t batches = (test ? plan_.limit_test_batches : plan_.limit_val_batches).resolve(loader.num_batches());
   std::unique_ptr<ProgressBar> bar;
@@ -758,7 +761,7 @@ std::vector<torch::Tensor> Trainer::predict(LightningModule& module, DataLoader 
   const std::string path = resolve_ckpt_path(ckpt_path);
   if (!path.empty()) load_module_weights(checkpoint_io_->load(path), module, path);
   if (plan_.precision == Precision::k64True) module.to(torch::kDouble);
-  configure_loader(data);
+  configure_loader(data, /*evaluation=*/true);
   data.set_epoch(0);
   const int64_t batches = plan_.limit_predict_batches.resolve(data.num_batches());
   const bool was_training = module.is_training();

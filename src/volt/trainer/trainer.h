@@ -56,7 +56,7 @@ class Trainer {
  private:
   class FitRun;
   std::string resolve_ckpt_path(const std::string& requested) const;
-  void configure_loader(DataLoader& loader) const;
+  void configure_loader(DataLoader& loader, bool evaluation = false) const;
   EvalResult evaluate(LightningModule& module, DataLoader loader, const std::string& ckpt_path, bool test);
 
   TrainerOptions options_;
