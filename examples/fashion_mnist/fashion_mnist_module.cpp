@@ -18,8 +18,10 @@ torch::nn::Sequential make_net(const ModuleOptions& o) {
                           nn::ReLU(), nn::Linear(o.hidden, 10));
   }
   if (o.model == "cnn") {
-    return nn::Sequential(nn::Conv2d(nn::Conv2dOptions(1, 32, 3).padding(1)), nn::ReLU(), nn::MaxPool2d(2),
-                          nn::Conv2d(nn::Conv2dOptions(32, 64, 3).padding(1)), nn::ReLU(), nn::MaxPool2d(2),
+    // Batch norm steadies the first epochs (and gives the model buffers, which ddp broadcasts).
+    return nn::Sequential(nn::Conv2d(nn::Conv2dOptions(1, 32, 3).padding(1)), nn::BatchNorm2d(32), nn::ReLU(),
+                          nn::MaxPool2d(2), nn::Conv2d(nn::Conv2dOptions(32, 64, 3).padding(1)), nn::BatchNorm2d(64),
+                          nn::ReLU(), nn::MaxPool2d(2),
                           nn::Flatten(), nn::Linear(64 * 7 * 7, 128), nn::ReLU(), nn::Linear(128, 10));
   }
   throw volt::Error(fmt::format("--model={} is unknown; expected 'mlp' or 'cnn'. HINT: pass --model mlp (fast) or "

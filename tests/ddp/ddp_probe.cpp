@@ -11,6 +11,10 @@
 #include <nlohmann/json.hpp>
 
 #include "volt/cli/trainer_flags.h"
+#include "volt/distributed/gradient_synchronizer.h"
+#include "volt/distributed/process_group.h"
+
+#include <torch/csrc/distributed/c10d/ProcessGroup.hpp>
 #include "volt/volt.h"
 
 namespace {
@@ -24,6 +28,21 @@ struct ProbeOptions {
   int64_t examples = 64;
   double lr = 0.1;
   bool with_unused = false;
+  bool custom_hooks = false;
+};
+
+/// A synchronizer that delegates to c10d's Reducer and counts the backward passes it armed.
+class CountingSynchronizer : public volt::GradientSynchronizer {
+ public:
+  explicit CountingSynchronizer(std::shared_ptr<volt::GradientSynchronizer> inner) : inner_(std::move(inner)) {}
+  void prepare_for_backward(const torch::Tensor& loss) override {
+    ++armed;
+    inner_->prepare_for_backward(loss);
+  }
+  int64_t armed = 0;
+
+ private:
+  std::shared_ptr<volt::GradientSynchronizer> inner_;
 };
 
 int64_t rank_from_env() {
@@ -69,6 +88,27 @@ class Probe : public volt::LightningModule {
     log("val/loss", torch::mse_loss(prediction, batch.target.narrow(1, 0, 1)), {.sync_dist = true});
   }
 
+  // The seed documents' hooks: a process group made by the module, a synchronizer of its own.
+  std::shared_ptr<volt::ProcessGroup> init_ddp_connection(const volt::Topology& topology,
+                                                          const volt::ProcessGroupOptions& options) override {
+    if (!options_.custom_hooks) return nullptr;
+    init_called_ = true;
+    return std::make_shared<volt::ProcessGroup>(topology, options);
+  }
+  std::shared_ptr<volt::GradientSynchronizer> configure_ddp(volt::ProcessGroup& group,
+                                                            const volt::GradientSyncOptions& options) override {
+    if (!options_.custom_hooks) return nullptr;
+    std::vector<torch::Tensor> params;
+    std::vector<std::string> names;
+    for (const auto& p : named_parameters()) {
+      params.push_back(p.value());
+      names.push_back(p.key());
+    }
+    counter_ = std::make_shared<CountingSynchronizer>(
+        std::make_shared<volt::ReducerSynchronizer>(params, names, group.backend(), options));
+    return counter_;
+  }
+
   volt::OptimizerConfig configure_optimizers() override {
     return std::make_shared<torch::optim::SGD>(parameters(), torch::optim::SGDOptions(options_.lr));
   }
@@ -85,6 +125,8 @@ class Probe : public volt::LightningModule {
       out["params"][p.key()] = std::vector<double>(flat.data_ptr<double>(), flat.data_ptr<double>() + flat.numel());
     }
     out["metrics"] = result.metrics;
+    out["init_ddp_connection_called"] = init_called_;
+    out["configure_ddp_armed"] = counter_ ? counter_->armed : -1;
     std::ofstream(options_.out + "/rank" + std::to_string(rank) + ".json") << out.dump();
   }
 
@@ -95,6 +137,8 @@ class Probe : public volt::LightningModule {
   torch::nn::Linear unused_{nullptr};
   std::shared_ptr<volt::TensorDataset> data_;
   int64_t step_ = 0;
+  bool init_called_ = false;
+  std::shared_ptr<CountingSynchronizer> counter_;
   std::vector<int64_t> seen_;
 };
 
@@ -122,6 +166,7 @@ int main(int argc, char** argv) {
     app.add_option("--examples", probe.examples, "dataset size");
     app.add_option("--lr", probe.lr, "SGD learning rate");
     app.add_flag("--with-unused-parameter", probe.with_unused, "add a layer the loss never uses");
+    app.add_flag("--custom-ddp-hooks", probe.custom_hooks, "override init_ddp_connection and configure_ddp");
     try {
       app.parse(argc, argv);
     } catch (const CLI::ParseError& e) {

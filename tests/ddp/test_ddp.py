@@ -264,3 +264,14 @@ def test_unused_parameters_need_find_unused_parameters(tmp_path):
     good.mkdir()
     proc = run(["--devices", "2", "--max-steps", "3", "--with-unused-parameter", "--find-unused-parameters"], good)
     assert proc.returncode == 0, proc.stderr
+
+
+def test_the_module_may_supply_the_process_group_and_the_synchronizer(tmp_path):
+    proc = run(["--devices", "2", "--max-steps", "4", "--accumulate-grad-batches", "2", "--custom-ddp-hooks"], tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    for r in ranks(tmp_path, 2):
+        assert r["init_ddp_connection_called"] is True
+        # 4 optimizer steps of 2 batches each: only the 4 backward passes before a step communicate.
+        assert r["configure_ddp_armed"] == 4
+    r0, r1 = ranks(tmp_path, 2)
+    assert flat_params(r0) == flat_params(r1)

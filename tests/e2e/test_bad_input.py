@@ -96,12 +96,13 @@ def test_cnn_checkpoint_into_mlp(binary, dataset, tmp_path):
     ckpt = cnn.version_dir(0) / "checkpoints" / "last.ckpt"
     run = run_binary(binary, TINY + ["--ckpt-path", str(ckpt)], tmp_path / "mlp", timeout=60)
     fails(run, 1, str(ckpt), "does not fit",
-          # MLP parameters the CNN checkpoint lacks ...
-          "missing: 'net.1.weight'", "missing: 'net.5.bias'",
-          # ... CNN parameters the MLP does not have ...
-          "unexpected: 'net.0.weight'", "unexpected: 'net.7.weight'", "unexpected: 'net.9.bias'",
-          # ... and net.3, a conv layer there and a linear one here.
-          "shape mismatch: 'net.3.weight'")
+          # MLP parameters the CNN checkpoint lacks (net.3 is a pooling layer there) ...
+          "missing: 'net.3.weight'", "missing: 'net.3.bias'",
+          # ... CNN parameters and buffers the MLP does not have ...
+          "unexpected: 'net.0.weight'", "unexpected: 'net.9.weight'", "unexpected: 'net.11.bias'",
+          "unexpected: 'net.1.running_mean'",
+          # ... and net.1 and net.5, batch norms there and linear layers here.
+          "shape mismatch: 'net.1.weight'", "shape mismatch: 'net.5.bias'")
     assert not (tmp_path / "mlp" / "lightning_logs" / "version_0" / "checkpoints").exists() or \
         not any((tmp_path / "mlp" / "lightning_logs" / "version_0" / "checkpoints").iterdir()), \
         "a refused resume must not write checkpoints"
