@@ -1,3 +1,4 @@
+#include "volt/core/testing.h"
 #include "volt/optim/lr_scheduler.h"
 
 #include <cmath>
@@ -224,13 +225,7 @@ TEST(LRScheduler, EpochSchedulersIgnoreAMetric) {
 
 /// The message of the CheckpointError `load` throws; fails the test if it throws none.
 std::string checkpoint_error(const std::function<void()>& load) {
-  try {
-    load();
-  } catch (const CheckpointError& e) {
-    return e.what();
-  }
-  ADD_FAILURE() << "expected a volt::CheckpointError";
-  return "";
+  return testing::error_message<CheckpointError>(load);
 }
 
 TEST(LRScheduler, LoadingAnotherSchedulersStateIsRejectedAndChangesNothing) {

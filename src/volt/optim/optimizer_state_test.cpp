@@ -1,3 +1,4 @@
+#include "volt/core/testing.h"
 #include "volt/optim/optimizer_state.h"
 
 #include <functional>
@@ -289,13 +290,7 @@ TEST(LoadOptimizerStateDict, LoadedStateDoesNotShareMemoryWithTheCheckpoint) {
 
 /// The message of the CheckpointError `load` throws; fails the test if it throws none.
 std::string checkpoint_error(const std::function<void()>& load) {
-  try {
-    load();
-  } catch (const CheckpointError& e) {
-    return e.what();
-  }
-  ADD_FAILURE() << "expected a volt::CheckpointError";
-  return "";
+  return testing::error_message<CheckpointError>(load);
 }
 
 TEST(LoadOptimizerStateDict, WrongShapesAreNamedAndLeaveTheOptimizerUnchanged) {
