@@ -12,6 +12,7 @@ packages=(
   libcli11-dev nlohmann-json3-dev libyaml-cpp-dev libfmt-dev zlib1g-dev
   libgtest-dev libgmock-dev
   dataset-fashion-mnist   # the IDX files of the main job, under /usr/share/datasets/fashion-mnist
+  slurmctld slurmd slurm-client munge   # a throwaway local SLURM cluster for tests/slurm
   python3-torch python3-pytest python3-numpy python3-yaml   # the Python peers of the tests
 )
 

@@ -1,0 +1,66 @@
+"""ddp under a real SLURM cluster: a controller and two slurmd "nodes" on this machine, started by
+scripts/slurm/slurm-up.sh for this module and stopped afterwards. Jobs are submitted with sbatch.
+Needs root (the daemons, and an /etc/hosts line so node1 resolves); skipped with a reason otherwise.
+"""
+import json
+import os
+import subprocess
+import tempfile
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+PROBE = os.environ.get("VOLT_DDP_PROBE", "")
+
+pytestmark = [pytest.mark.skipif(not PROBE, reason="VOLT_DDP_PROBE is not set (run through ctest)"),
+              pytest.mark.skipif(os.geteuid() != 0, reason="a local SLURM cluster needs root")]
+
+
+@pytest.fixture(scope="module")
+def cluster():
+    directory = tempfile.mkdtemp(prefix="volt-slurm-")
+    env = dict(os.environ, SLURM_LOCAL_PORT=os.environ.get("SLURM_LOCAL_PORT", "16917"))
+    up = subprocess.run(["bash", str(ROOT / "scripts/slurm/slurm-up.sh"), directory], env=env, capture_output=True,
+                        text=True, timeout=600)
+    assert up.returncode == 0, up.stderr
+    env["SLURM_CONF"] = f"{directory}/slurm.conf"
+    yield env
+    subprocess.run(["bash", str(ROOT / "scripts/slurm/slurm-down.sh"), directory], env=env, capture_output=True,
+                   timeout=120)
+
+
+def submit(cluster, tmp_path, body):
+    script = tmp_path / "job.sh"
+    script.write_text("#!/bin/bash\n#SBATCH --nodes=2 --ntasks-per-node=2 --time=3\n"
+                      f"#SBATCH --output={tmp_path}/job.out\nexport OMP_NUM_THREADS=1\n{body}\n")
+    done = subprocess.run(["sbatch", "--wait", str(script)], env=cluster, capture_output=True, text=True, timeout=300)
+    return done.returncode, (tmp_path / "job.out").read_text()
+
+
+def test_srun_runs_two_nodes_of_two_ranks_that_match_one_process(cluster, tmp_path):
+    (tmp_path / "one").mkdir()
+    single = subprocess.run([PROBE, "--out", str(tmp_path / "one"), "--batch-size", "32", "--max-steps", "1"],
+                            env=dict(os.environ, OMP_NUM_THREADS="1"), capture_output=True, text=True, timeout=120)
+    assert single.returncode == 0, single.stderr
+    (tmp_path / "ddp").mkdir()
+    code, log = submit(cluster, tmp_path, f"srun {PROBE} --out {tmp_path}/ddp --devices 2 --num-nodes 2 "
+                                          "--batch-size 8 --max-steps 1")
+    assert code == 0, log
+    reference = json.loads((tmp_path / "one" / "rank0.json").read_text())["params"]
+    for rank in range(4):
+        params = json.loads((tmp_path / "ddp" / f"rank{rank}.json").read_text())["params"]
+        for name, values in reference.items():
+            assert params[name] == pytest.approx(values, rel=1e-5, abs=1e-6)
+
+
+def test_a_batch_script_without_srun_is_told_to_use_srun(cluster, tmp_path):
+    code, log = submit(cluster, tmp_path, f"{PROBE} --out {tmp_path} --devices 2 --num-nodes 2 --max-steps 1")
+    assert code != 0
+    assert "start the program with `srun`" in log, log
+
+
+def test_a_trainer_that_disagrees_with_the_allocation_names_both_sides(cluster, tmp_path):
+    code, log = submit(cluster, tmp_path, f"srun {PROBE} --out {tmp_path} --devices 4 --num-nodes 2 --max-steps 1")
+    assert code != 0
+    assert "--ntasks-per-node=4" in log and "SLURM_NTASKS_PER_NODE=2" in log, log
