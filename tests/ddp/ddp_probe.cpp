@@ -19,6 +19,13 @@
 
 namespace {
 
+int64_t rank_from_env() {
+  for (const char* name : {"GLOBAL_RANK", "RANK", "SLURM_PROCID"}) {
+    if (const char* v = std::getenv(name)) return std::stoll(v);
+  }
+  return 0;
+}
+
 struct ProbeOptions {
   std::string out;
   std::string fail_mode = "none";  // none | throw | kill | nojoin | hang
@@ -29,6 +36,23 @@ struct ProbeOptions {
   double lr = 0.1;
   bool with_unused = false;
   bool custom_hooks = false;
+  int64_t stop_rank = -1;  // a callback on this rank alone asks to stop ...
+  int64_t stop_step = 0;   // ... after this many optimizer steps
+};
+
+/// A callback that stops training on one rank only, as one deciding on unsynchronized metrics would.
+class StopOnOneRank : public volt::Callback {
+ public:
+  StopOnOneRank(int64_t rank, int64_t step) : rank_(rank), step_(step) {}
+  std::string state_key() const override { return "StopOnOneRank"; }
+  volt::Decision on_train_batch_end(const volt::CallbackContext& context, volt::CallbackServices&) override {
+    if (rank_from_env() == rank_ && context.global_step >= step_) return volt::Decision::stop_training("probe");
+    return {};
+  }
+
+ private:
+  int64_t rank_;
+  int64_t step_;
 };
 
 /// A synchronizer that delegates to c10d's Reducer and counts the backward passes it armed.
@@ -45,12 +69,6 @@ class CountingSynchronizer : public volt::GradientSynchronizer {
   std::shared_ptr<volt::GradientSynchronizer> inner_;
 };
 
-int64_t rank_from_env() {
-  for (const char* name : {"GLOBAL_RANK", "RANK", "SLURM_PROCID"}) {
-    if (const char* v = std::getenv(name)) return std::stoll(v);
-  }
-  return 0;
-}
 
 class Probe : public volt::LightningModule {
  public:
@@ -167,12 +185,15 @@ int main(int argc, char** argv) {
     app.add_option("--lr", probe.lr, "SGD learning rate");
     app.add_flag("--with-unused-parameter", probe.with_unused, "add a layer the loss never uses");
     app.add_flag("--custom-ddp-hooks", probe.custom_hooks, "override init_ddp_connection and configure_ddp");
+    app.add_option("--stop-rank", probe.stop_rank, "a callback on this rank alone stops training");
+    app.add_option("--stop-step", probe.stop_step, "... after this many steps");
     try {
       app.parse(argc, argv);
     } catch (const CLI::ParseError& e) {
       return app.exit(e) == 0 ? 0 : 2;
     }
     volt::apply_trainer_flags(text, options);
+    if (probe.stop_rank >= 0) options.callbacks.push_back(std::make_shared<StopOnOneRank>(probe.stop_rank, probe.stop_step));
     if (probe.fail_mode == "nojoin" && rank_from_env() == probe.fail_rank) {
       // Never reaches the rendezvous: sleeps past every join timeout, then leaves quietly.
       std::this_thread::sleep_for(std::chrono::seconds(120));

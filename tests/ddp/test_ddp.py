@@ -275,3 +275,11 @@ def test_the_module_may_supply_the_process_group_and_the_synchronizer(tmp_path):
         assert r["configure_ddp_armed"] == 4
     r0, r1 = ranks(tmp_path, 2)
     assert flat_params(r0) == flat_params(r1)
+
+
+def test_a_callback_that_stops_on_one_rank_stops_every_rank_at_the_same_step(tmp_path):
+    proc = run(["--devices", "2", "--max-epochs", "100", "--stop-rank", "1", "--stop-step", "5"], tmp_path, timeout=60)
+    assert proc.returncode == 0, proc.stderr
+    r0, r1 = ranks(tmp_path, 2)
+    assert r0["global_step"] == r1["global_step"] == 5
+    assert flat_params(r0) == flat_params(r1)

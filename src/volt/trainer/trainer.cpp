@@ -267,11 +267,20 @@ void Trainer::FitRun::request_stop(StopReason reason, std::string message) {
 }
 
 void Trainer::FitRun::agree_on_stop() {
-  // Every rank must leave the loop at the same step, or the others block in the next
-  // collective: a stop anywhere (a signal, a callback on unsynchronized metrics) is a stop
-  // everywhere. One tiny all-reduce per step under ddp; nothing on one process.
+  // Every rank must leave the loop at the same step and take the same path out of it, or the
+  // others block in the next collective: a stop anywhere (a signal, a callback deciding on
+  // unsynchronized metrics) is a stop everywhere, and an interruption (which skips the rest of
+  // the epoch) outranks a normal stop. One tiny all-reduce per step under ddp; none on one process.
   if (plan_.topology.world_size == 1) return;
-  if (strategy_.any(stop_) && !stop_) request_stop(StopReason::kInterrupted, "another process stopped");
+  const double mine = !stop_ ? 0.0 : stop_reason_ == StopReason::kInterrupted ? 2.0 : 1.0;
+  const double agreed = strategy_.reduce(mine, Reduce::kMax);
+  if (agreed == mine) return;
+  if (agreed == 2.0) {
+    stop_ = false;  // an interruption elsewhere replaces a normal stop here
+    request_stop(StopReason::kInterrupted, "another process was interrupted");
+  } else {
+    request_stop(StopReason::kCallback, "a callback on another process stopped training");
+  }
 }
 
 void Trainer::FitRun::setup_loggers() {
