@@ -193,6 +193,7 @@ class Trainer::FitRun : public CallbackServices {
   void optimizer_step();
   void step_schedulers(Interval interval);
   void finish_epoch();
+  void name_learning_rates();
   CallbackContext context(bool sanity = false) const;
   template <typename Hook>
   void dispatch(Hook hook, bool sanity = false);
@@ -223,15 +224,18 @@ class Trainer::FitRun : public CallbackServices {
   std::string last_saved_;
   std::chrono::steady_clock::time_point last_bar_update_{};
   std::map<std::string, double> bar_metrics_;  // epoch values kept on the bar
+  struct LearningRateName {
+    std::string name;
+    size_t optimizer;
+    size_t group;
+  };
+  std::vector<LearningRateName> lr_names_;  // LearningRateMonitor's names, fixed per run
   bool validation_ran_at_end_ = false;
 };
 
-CallbackContext Trainer::FitRun::context(bool sanity) const {
-  CallbackContext c;
-  c.epoch = progress_.epoch;
-  c.global_step = progress_.global_step;
-  c.sanity_checking = sanity;
-  c.metrics = &trainer_.callback_metrics_;
+void Trainer::FitRun::name_learning_rates() {
+  // Names are fixed for the run; only the values change, so the per-batch context copies them.
+  lr_names_.clear();
   std::map<std::string, int> seen;
   for (size_t i = 0; i < optimization_.optimizers.size(); ++i) {
     const auto& optimizer = *optimization_.optimizers[i];
@@ -239,17 +243,30 @@ CallbackContext Trainer::FitRun::context(bool sanity) const {
     for (const auto& config : optimization_.schedulers)
       if (!config.name.empty() && optimization_.optimizers.size() == 1) name = config.name;
     if (seen[name]++ > 0) name += "-" + std::to_string(seen[name] - 1);
-    const auto& groups = optimizer.param_groups();
-    for (size_t g = 0; g < groups.size(); ++g) {
-      c.learning_rates.push_back(
-          {groups.size() == 1 ? name : name + "/pg" + std::to_string(g + 1), groups[g].options().get_lr()});
+    const size_t groups = optimizer.param_groups().size();
+    for (size_t g = 0; g < groups; ++g) {
+      lr_names_.push_back({groups == 1 ? name : name + "/pg" + std::to_string(g + 1), i, g});
     }
+  }
+}
+
+CallbackContext Trainer::FitRun::context(bool sanity) const {
+  CallbackContext c;
+  c.epoch = progress_.epoch;
+  c.global_step = progress_.global_step;
+  c.sanity_checking = sanity;
+  c.metrics = &trainer_.callback_metrics_;
+  c.learning_rates.reserve(lr_names_.size());
+  for (const auto& lr : lr_names_) {
+    c.learning_rates.push_back(
+        {lr.name, optimization_.optimizers[lr.optimizer]->param_groups()[lr.group].options().get_lr()});
   }
   return c;
 }
 
 template <typename Hook>
 void Trainer::FitRun::dispatch(Hook hook, bool sanity) {
+  if (trainer_.callbacks_.empty()) return;
   const CallbackContext c = context(sanity);
   for (const auto& callback : trainer_.callbacks_) {
     const Decision decision = hook(*callback, c);
@@ -532,6 +549,7 @@ FitResult Trainer::FitRun::run(const std::string& ckpt_path) {
   validate_optimization(optimization_, module_);
   clipped_params_ = optimized_parameters(optimization_);
   for (const auto& optimizer : optimization_.optimizers) optimizer->zero_grad();
+  name_learning_rates();
   strategy_.setup_module(module_);
 
   setup_loggers();

@@ -21,6 +21,8 @@
 #include <vector>
 
 #include "volt/callbacks/early_stopping.h"
+#include "volt/callbacks/lr_monitor.h"
+#include "volt/loggers/logger.h"
 #include "volt/callbacks/model_checkpoint.h"
 #include "volt/checkpoint/checkpoint_io.h"
 #include "volt/core/error.h"
@@ -658,6 +660,36 @@ TEST_F(TrainerTest, TheSeedAlsoFixesWeightsOfModulesBuiltAfterTheTrainer) {
     return parameters_of(module);
   };
   EXPECT_TRUE(bit_identical(build(), build()));
+}
+
+/// Keeps every log_metrics call in memory.
+class RecordingLogger : public Logger {
+ public:
+  std::string name() const override { return "recording"; }
+  std::string log_dir() const override { return ""; }
+  void log_hyperparams(const nlohmann::json&) override {}
+  void log_metrics(const std::map<std::string, double>& metrics, int64_t step) override {
+    rows.emplace_back(step, metrics);
+  }
+  std::vector<std::pair<int64_t, std::map<std::string, double>>> rows;
+};
+
+TEST_F(TrainerTest, LearningRateMonitorLogsTheOptimizersLearningRateEveryStep) {
+  auto module = make_module({.lr = 0.05});
+  auto logger = std::make_shared<RecordingLogger>();
+  TrainerOptions options{.max_epochs = 1, .limit_train_batches = 3, .num_sanity_val_steps = 0};
+  options.loggers = {logger};
+  options.callbacks = {std::make_shared<LearningRateMonitor>(Interval::kStep)};
+  Trainer trainer = make_trainer(options, /*logger=*/true);
+  trainer.fit(*module);
+  std::vector<int64_t> steps;
+  for (const auto& [step, metrics] : logger->rows) {
+    const auto it = metrics.find("lr-SGD");
+    if (it == metrics.end()) continue;
+    EXPECT_DOUBLE_EQ(it->second, 0.05);
+    steps.push_back(step);
+  }
+  EXPECT_EQ(steps, (std::vector<int64_t>{1, 2, 3}));
 }
 
 // ---- exact resume --------------------------------------------------------------------------------
