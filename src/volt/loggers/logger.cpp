@@ -41,19 +41,34 @@ long long next_version(const fs::path& versions_root) {
   return largest + 1;
 }
 
+fs::path versions_root(const LoggerOptions& options) {
+  fs::path root(options.save_dir);
+  if (!options.name.empty()) root /= options.name;
+  return root;
+}
+
 }  // namespace
 
-std::string resolve_log_dir(const LoggerOptions& options) {
+std::string version_name(long long number) {
+  VOLT_CHECK(number >= 0, "a logger version number is {}; expected 0 or more. HINT: use a "
+             "string version for other folder names.", number);
+  return fmt::format("{}{}", kVersionPrefix, number);
+}
+
+std::string resolve_version(const LoggerOptions& options) {
   VOLT_CHECK(!options.save_dir.empty(),
              "LoggerOptions.save_dir is empty; expected a directory. HINT: use \".\" for the "
              "working directory.");
   VOLT_CHECK(!options.version || !options.version->empty(),
              "LoggerOptions.version is an empty string; expected a folder name such as "
              "\"version_3\". HINT: leave version unset to take the next free version_<N>.");
-  fs::path root(options.save_dir);
-  if (!options.name.empty()) root /= options.name;
-  if (options.version) return (root / *options.version).string();
-  return (root / fmt::format("{}{}", kVersionPrefix, next_version(root))).string();
+  if (options.version) return *options.version;
+  return version_name(next_version(versions_root(options)));
+}
+
+std::string resolve_log_dir(const LoggerOptions& options) {
+  const std::string version = resolve_version(options);
+  return (versions_root(options) / version).string();
 }
 
 }  // namespace volt

@@ -46,7 +46,20 @@ struct LoggerOptions {
   std::optional<std::string> version;
 };
 
-/// The run directory `options` name, resolved against the file system as it is now.
+/// The folder name of numbered version `number`, "version_<number>": what Lightning makes of an
+/// integer `version`. Example: `options.version = version_name(3);` writes to `.../version_3`.
+std::string version_name(long long number);
+
+/// The run's folder name `options` give: `*options.version` if set, else the next free
+/// `version_<N>` under `<save_dir>/<name>` as the file system is now.
+///
+/// Several loggers of one run share a folder by resolving once and passing the result on:
+/// `options.version = resolve_version(options);` then the same `options` to CSVLogger and
+/// TensorBoardLogger. Pure apart from reading the directory listing; creates nothing.
+std::string resolve_version(const LoggerOptions& options);
+
+/// The run directory `options` name, resolved against the file system as it is now:
+/// `<save_dir>/<name>/<resolve_version(options)>`.
 ///
 /// Pure apart from reading the directory listing of `<save_dir>/<name>`; creates nothing.
 std::string resolve_log_dir(const LoggerOptions& options);

@@ -77,6 +77,22 @@ TEST_F(LogDirTest, AnEmptyNamePutsVersionsDirectlyInSaveDir) {
   EXPECT_EQ(resolve_log_dir(o), (root_ / "version_5").string());
 }
 
+TEST_F(LogDirTest, ResolveVersionNamesTheFolderThatResolveLogDirUses) {
+  fs::create_directories(root_ / "lightning_logs" / "version_2");
+  EXPECT_EQ(resolve_version(options()), "version_3");
+  LoggerOptions o = options();
+  o.version = resolve_version(o);
+  fs::create_directories(resolve_log_dir(o));
+  EXPECT_EQ(resolve_log_dir(o), (root_ / "lightning_logs" / "version_3").string())
+      << "a resolved version stays put after its folder exists, so loggers can share it";
+}
+
+TEST(VersionName, IsLightningsFolderForAnIntegerVersion) {
+  EXPECT_EQ(version_name(0), "version_0");
+  EXPECT_EQ(version_name(12), "version_12");
+  EXPECT_THROW(version_name(-1), Error);
+}
+
 TEST(ResolveLogDir, RejectsAnEmptyVersionWithAHint) {
   LoggerOptions o;
   o.version = "";
