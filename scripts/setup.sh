@@ -11,9 +11,11 @@ packages=(
   libopenblas0-openmp     # the reference BLAS Debian defaults to is many times slower
   libcli11-dev nlohmann-json3-dev libyaml-cpp-dev libfmt-dev zlib1g-dev
   libgtest-dev libgmock-dev
+  protobuf-compiler libprotobuf-dev   # TensorBoard's event files are protobuf messages
   dataset-fashion-mnist   # the IDX files of the main job, under /usr/share/datasets/fashion-mnist
   slurmctld slurmd slurm-client munge   # a throwaway local SLURM cluster for tests/slurm
   python3-torch python3-pytest python3-numpy python3-yaml   # the Python peers of the tests
+  python3-pip             # installs tensorboard for tests/tensorboard (below)
 )
 
 missing=()
