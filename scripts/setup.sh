@@ -39,4 +39,19 @@ for lib in libblas.so.3 liblapack.so.3; do
   target=$(update-alternatives --list "$alt" 2>/dev/null | grep openblas-openmp | head -n 1 || true)
   if [ -n "$target" ]; then "${sudo_cmd[@]}" update-alternatives --quiet --set "$alt" "$target"; fi
 done
+
+# The real `tensorboard` package reads our event files in tests/tensorboard. Debian has none,
+# and its PyPI wheels need protobuf >= 6 and numpy 2, which Debian's python3-torch 1.13 cannot
+# import: they go into a folder of their own that only that test puts on PYTHONPATH, so
+# /usr/bin/python3 and its torch are left as they are. Keep the folder in step with
+# VOLT_TENSORBOARD_PYTHONPATH in tests/tensorboard/CMakeLists.txt.
+tensorboard_dir="${VOLT_TENSORBOARD_PYTHONPATH:-/opt/volt/python-tensorboard}"
+tensorboard_version=2.21.0
+if ! PYTHONPATH="$tensorboard_dir" /usr/bin/python3 -c \
+    "import sys, tensorboard; sys.exit(tensorboard.__version__ != '$tensorboard_version')" 2>/dev/null; then
+  echo "setup: installing tensorboard $tensorboard_version into $tensorboard_dir"
+  "${sudo_cmd[@]}" /usr/bin/python3 -m pip install -q --disable-pip-version-check \
+    --root-user-action=ignore --no-warn-script-location --upgrade \
+    --target "$tensorboard_dir" "tensorboard==$tensorboard_version"
+fi
 echo "setup: all dependencies present"
