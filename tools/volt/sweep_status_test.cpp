@@ -1,0 +1,41 @@
+#include "sweep_status.h"
+
+#include <gtest/gtest.h>
+
+namespace volt::tool {
+namespace {
+
+TEST(ParseSqueue, ReadsOneJobPerLineAndExpandsPendingRanges) {
+  const auto states = parse_squeue("123_0 RUNNING\n123_[2-3%2] PENDING\n  \n99 COMPLETING\n");
+  EXPECT_EQ(states.at("123_0"), "RUNNING");
+  EXPECT_EQ(states.at("123_2"), "PENDING");
+  EXPECT_EQ(states.at("123_3"), "PENDING");
+  EXPECT_EQ(states.at("99"), "COMPLETING");
+  EXPECT_EQ(states.count("123_1"), 0u);
+}
+
+TEST(ParseScontrolState, FindsJobState) {
+  EXPECT_EQ(parse_scontrol_state("JobId=124 ArrayJobId=123 ArrayTaskId=1 JobName=lr JobState=COMPLETED "
+                                 "Reason=None"),
+            "COMPLETED");
+  EXPECT_EQ(parse_scontrol_state("slurm_load_jobs error: Invalid job id specified"), std::nullopt);
+}
+
+TEST(TrialState, SqueueThenScontrolThenTheTrialDirectory) {
+  EXPECT_EQ(trial_state("RUNNING", "COMPLETED", true), "RUNNING");
+  EXPECT_EQ(trial_state(std::nullopt, "FAILED", true), "FAILED");
+  EXPECT_EQ(trial_state(std::nullopt, std::nullopt, true), "done");
+  EXPECT_EQ(trial_state(std::nullopt, std::nullopt, false), "unknown");
+}
+
+TEST(RenderStatus, OneAlignedLinePerTrial) {
+  const std::string table =
+      render_status({{{0, {{"lr", "0.1"}}}, "123_0", "RUNNING"}, {{1, {{"lr", "0.01"}}}, "123_1", "done"}});
+  EXPECT_EQ(table,
+            "trial  job_id  state    values\n"
+            "0      123_0   RUNNING  lr=0.1\n"
+            "1      123_1   done     lr=0.01\n");
+}
+
+}  // namespace
+}  // namespace volt::tool

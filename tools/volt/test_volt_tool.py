@@ -1,0 +1,243 @@
+"""The `volt` command-line tool, run as a user runs it (ctest: volt_tool_cli).
+
+SLURM is faked: `sbatch`, `squeue` and `scontrol` are small scripts put first on PATH, so
+submit and status are tested without a cluster (tests/slurm submits to a real one).
+"""
+import json
+import os
+import stat
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+VOLT = os.environ.get("VOLT_TOOL", "")
+pytestmark = pytest.mark.skipif(not VOLT, reason="VOLT_TOOL (the volt binary) is not set; run through ctest")
+
+
+def run(*args, env=None, cwd=None):
+    return subprocess.run([VOLT, *map(str, args)], capture_output=True, text=True, env=env, cwd=cwd, timeout=60)
+
+
+def fake(bin_dir: Path, name: str, body: str) -> None:
+    path = bin_dir / name
+    path.write_text("#!/bin/sh\n" + body)
+    path.chmod(path.stat().st_mode | stat.S_IEXEC)
+
+
+@pytest.fixture
+def slurm_path(tmp_path):
+    """A PATH whose sbatch, squeue and scontrol are fakes that log their arguments."""
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    log = tmp_path / "calls.log"
+    fake(bin_dir, "sbatch", f'echo "sbatch $*" >> {log}\necho "4242;cluster"\n')
+    # Trial 0 runs, 2 and 3 wait as one unsplit range; 1 is gone from the queue.
+    fake(bin_dir, "squeue", f'echo "squeue $*" >> {log}\nprintf "4242_0 RUNNING\\n4242_[2-3%%2] PENDING\\n"\n')
+    fake(bin_dir, "scontrol", f'echo "scontrol $*" >> {log}\necho "slurm_load_jobs error: Invalid job id" >&2\nexit 1\n')
+    env = dict(os.environ, PATH=f"{bin_dir}:{os.environ['PATH']}")
+    return env, log
+
+
+def test_help_lists_the_subcommands():
+    result = run("--help")
+    assert result.returncode == 0
+    assert "slurm" in result.stdout and "sweep" in result.stdout
+    for sub in (["slurm", "render"], ["slurm", "submit"], ["sweep", "render"], ["sweep", "submit"],
+                ["sweep", "run-trial"], ["sweep", "status"]):
+        assert run(*sub, "--help").returncode == 0, sub
+
+
+def test_render_prints_the_script_and_the_detected_ranks():
+    result = run("slurm", "render", "--job-name", "mnist", "--nodes", "2", "--ntasks-per-node", "2", "--time",
+                 "01:00:00", "--module", "cuda/12", "--export", "NCCL_DEBUG=INFO", "--",
+                 "./train", "--devices", "2", "--num-nodes", "2")
+    assert result.returncode == 0, result.stderr
+    out = result.stdout
+    assert out.startswith("#!/bin/bash\n")
+    for line in ("#SBATCH --job-name=mnist", "#SBATCH --nodes=2", "#SBATCH --ntasks-per-node=2",
+                 "#SBATCH --time=01:00:00", "#SBATCH --signal=USR1@90", "#SBATCH --requeue", "module load cuda/12",
+                 "export NCCL_DEBUG=INFO", "srun ./train --devices 2 --num-nodes 2"):
+        assert line + "\n" in out, line
+    rows = [line.split()[1:] for line in out.splitlines() if line.startswith("# node")]
+    assert len(rows) == 4
+    port = 15000 + 12345 % 20000  # slurm_main_port of the placeholder job id
+    # host, PROCID, LOCALID, NODEID, detected, global, local, node, world, address:port, job id, devices
+    assert [r[0] for r in rows] == ["node1", "node1", "node2", "node2"]
+    assert [r[5] for r in rows] == ["0", "1", "2", "3"]
+    assert [r[6] for r in rows] == ["0", "1", "0", "1"]
+    assert [r[7] for r in rows] == ["0", "0", "1", "1"]
+    assert {r[4] for r in rows} == {"slurm"}
+    assert {r[8] for r in rows} == {"4"}
+    assert {r[9] for r in rows} == {f"node1:{port}"}
+
+
+def test_render_ranks_follow_job_id_nodelist_and_gpus():
+    result = run("slurm", "render", "--nodes", "2", "--ntasks-per-node", "2", "--gpus-per-node", "2", "--time", "10",
+                 "--job-id", "777", "--nodelist", "gpu[07-08]", "--", "./train", "--accelerator", "gpu",
+                 "--devices", "2", "--num-nodes", "2")
+    assert result.returncode == 0, result.stderr
+    assert "#SBATCH --gres=gpu:2" in result.stdout
+    rows = [line.split()[1:] for line in result.stdout.splitlines() if line.startswith("# gpu")]
+    assert [r[0] for r in rows] == ["gpu07", "gpu07", "gpu08", "gpu08"]
+    assert {r[9] for r in rows} == {f"gpu07:{15000 + 777}"}
+    assert {r[11] for r in rows} == {"0,1"}
+
+
+def test_a_device_mismatch_exits_1_with_the_hint():
+    result = run("slurm", "render", "--nodes", "2", "--ntasks-per-node", "2", "--time", "01:00:00", "--",
+                 "./train", "--devices", "4", "--num-nodes", "2")
+    assert result.returncode == 1
+    assert result.stdout == ""
+    assert "--ntasks-per-node=2 but the Trainer runs devices=4" in result.stderr
+    assert "HINT:" in result.stderr
+    # --no-check renders it anyway.
+    assert run("slurm", "render", "--no-check", "--nodes", "2", "--ntasks-per-node", "2", "--time", "01:00:00",
+               "--", "./train", "--devices", "4", "--num-nodes", "2").returncode == 0
+
+
+@pytest.mark.parametrize("args, expected", [
+    (["slurm", "render", "--nodes", "two", "--", "./train"], "--nodes='two' is not a whole number"),
+    (["slurm", "render", "--time", "1:00:00"], "no program given"),
+    (["slurm", "render", "--time", "1:00:00", "./train", "--devices", "2"], "not expected: --devices"),
+    (["slurm", "render", "--bogus", "--", "./train"], "--bogus"),
+    (["slurm"], "A subcommand is required"),
+    (["sweep", "render", "--out", "x", "--param", "lr=0.1", "--", "./train"], "has no KIND:"),
+    (["sweep", "render", "--out", "x", "--param", "lr=uniform:0:1", "--", "./train"], "grid"),
+])
+def test_bad_input_exits_1_naming_it_with_a_hint(tmp_path, args, expected):
+    result = run(*args, cwd=tmp_path)
+    assert result.returncode == 1, result.stdout
+    assert expected in result.stderr
+    assert "HINT:" in result.stderr
+
+
+def sweep_args(out, *extra):
+    return ["--param", "lr=choice:0.1,0.01", "--param", "layers=int_range:2:4:2", "--max-parallel", "2",
+            "--time", "01:00:00", "--job-name", "lr", "--out", out, *extra]
+
+
+def test_sweep_render_writes_the_manifest_and_one_array_script(tmp_path):
+    out = tmp_path / "sweep"
+    result = run("sweep", "render", *sweep_args(out), "--", "./train", "--max-epochs", "3")
+    assert result.returncode == 0, result.stderr
+    manifest = json.loads((out / "manifest.json").read_text())
+    assert [t["values"] for t in manifest["trials"]] == [
+        {"lr": "0.1", "layers": "2"}, {"lr": "0.1", "layers": "4"},
+        {"lr": "0.01", "layers": "2"}, {"lr": "0.01", "layers": "4"}]
+    script = (out / "lr.sbatch").read_text()
+    assert "#SBATCH --array=0-3%2\n" in script
+    assert f"#SBATCH --output={out}/logs/slurm-%A_%a.out\n" in script
+    assert (out / "logs").is_dir()
+    assert f"srun {Path(VOLT).resolve()} sweep run-trial --manifest {out}/manifest.json --out {out} -- ./train " \
+           "--max-epochs 3\n" in script
+    assert script in result.stdout
+
+
+def test_sweep_render_refuses_a_program_that_sets_a_swept_flag(tmp_path):
+    result = run("sweep", "render", *sweep_args(tmp_path / "s"), "--", "./train", "--lr", "0.5")
+    assert result.returncode == 1
+    assert "--lr, which the sweep sets per trial" in result.stderr and "HINT:" in result.stderr
+    assert not (tmp_path / "s" / "manifest.json").exists()
+
+
+def test_run_trial_runs_the_program_with_the_trial_flags(tmp_path):
+    out = tmp_path / "sweep"
+    assert run("sweep", "render", *sweep_args(out), "--", "./train").returncode == 0
+    program = tmp_path / "train.py"
+    program.write_text("import json, sys\n"
+                       "root = sys.argv[sys.argv.index('--default-root-dir') + 1]\n"
+                       "open(root + '/argv.json', 'w').write(json.dumps(sys.argv[1:]))\n")
+    env = dict(os.environ, SLURM_ARRAY_TASK_ID="2")
+    result = run("sweep", "run-trial", "--manifest", out / "manifest.json", "--out", out, "--",
+                 sys.executable, program, "--max-epochs", "1", env=env)
+    assert result.returncode == 0, result.stderr
+    argv = json.loads((out / "trial_002" / "argv.json").read_text())
+    assert argv == ["--max-epochs", "1", "--lr", "0.01", "--layers", "2", "--default-root-dir", f"{out}/trial_002"]
+    # --index wins over the array task id.
+    result = run("sweep", "run-trial", "--manifest", out / "manifest.json", "--out", out, "--index", "1", "--",
+                 sys.executable, program, env=env)
+    assert result.returncode == 0, result.stderr
+    assert json.loads((out / "trial_001" / "argv.json").read_text())[:4] == ["--lr", "0.1", "--layers", "4"]
+
+
+def test_run_trial_without_an_index_or_a_missing_trial_is_an_error(tmp_path):
+    out = tmp_path / "sweep"
+    assert run("sweep", "render", *sweep_args(out), "--", "./train").returncode == 0
+    env = {k: v for k, v in os.environ.items() if k != "SLURM_ARRAY_TASK_ID"}
+    result = run("sweep", "run-trial", "--manifest", out / "manifest.json", "--", "/bin/echo", env=env)
+    assert result.returncode == 1 and "SLURM_ARRAY_TASK_ID" in result.stderr and "HINT:" in result.stderr
+    result = run("sweep", "run-trial", "--manifest", out / "manifest.json", "--index", "9", "--", "/bin/echo")
+    assert result.returncode == 1 and "9" in result.stderr
+    result = run("sweep", "run-trial", "--manifest", out / "manifest.json", "--index", "0", "--", "/no/such/program")
+    assert result.returncode == 1 and "cannot run '/no/such/program'" in result.stderr
+
+
+def test_slurm_submit_writes_the_script_and_prints_the_job_id(tmp_path, slurm_path):
+    env, log = slurm_path
+    result = run("slurm", "submit", "--job-name", "mnist", "--time", "01:00:00", "--script-dir", tmp_path / "jobs",
+                 "--", "./train", env=env)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout == "4242\n"
+    script = tmp_path / "jobs" / "mnist.sbatch"
+    assert "srun ./train\n" in script.read_text()
+    assert log.read_text() == f"sbatch --parsable {script}\n"
+
+
+def test_slurm_submit_shows_sbatch_errors_with_a_hint(tmp_path):
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    fake(bin_dir, "sbatch", 'echo "sbatch: error: invalid partition specified: nope" >&2\nexit 1\n')
+    env = dict(os.environ, PATH=f"{bin_dir}:{os.environ['PATH']}")
+    result = run("slurm", "submit", "--partition", "nope", "--time", "01:00:00", "--script-dir", tmp_path, "--",
+                 "./train", env=env)
+    assert result.returncode == 1
+    assert "invalid partition specified: nope" in result.stderr and "HINT:" in result.stderr
+
+
+def test_sweep_submit_and_status(tmp_path, slurm_path):
+    env, log = slurm_path
+    out = tmp_path / "sweep"
+    result = run("sweep", "submit", *sweep_args(out), "--", "./train", env=env)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout == "4242\n"
+    jobs = json.loads((out / "jobs.json").read_text())["jobs"]
+    assert [(j["index"], j["job_id"]) for j in jobs] == [(i, f"4242_{i}") for i in range(4)]
+    assert f"sbatch --parsable {out}/lr.sbatch" in log.read_text()
+    # Trial 1 left the queue: with files in its directory it is done, without them unknown.
+    (out / "trial_001").mkdir()
+    (out / "trial_001" / "metrics.csv").write_text("epoch\n0\n")
+    result = run("sweep", "status", "--out", out, env=env)
+    assert result.returncode == 0, result.stderr
+    states = {line.split()[0]: line.split()[1:3] for line in result.stdout.splitlines()[1:]}
+    assert states == {"0": ["4242_0", "RUNNING"], "1": ["4242_1", "done"], "2": ["4242_2", "PENDING"],
+                      "3": ["4242_3", "PENDING"]}
+    assert "squeue -h -r -o %i %T -j 4242" in log.read_text()
+    assert "scontrol show job -o 4242_1" in log.read_text()
+    # A submitted sweep's directory is not rendered over.
+    result = run("sweep", "render", *sweep_args(out), "--", "./train", env=env)
+    assert result.returncode == 1 and "already holds a submitted sweep" in result.stderr
+
+
+def test_sweep_one_job_per_trial(tmp_path, slurm_path):
+    env, log = slurm_path
+    out = tmp_path / "sweep"
+    result = run("sweep", "submit", *sweep_args(out, "--one-job-per-trial"), "--", "./train", env=env)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout == "4242\n" * 4
+    script = (out / "lr-trial_003.sbatch").read_text()
+    assert "--array" not in script
+    assert "--index 3 -- ./train\n" in script
+    assert f"#SBATCH --output={out}/logs/trial_003-%j.out\n" in script
+    # Every trial's job is 4242 here, and the fake squeue does not list plain 4242.
+    result = run("sweep", "status", "--out", out, env=env)
+    assert result.returncode == 0, result.stderr
+    assert [line.split()[2] for line in result.stdout.splitlines()[1:]] == ["unknown"] * 4
+
+
+def test_status_before_submit_says_to_submit(tmp_path):
+    out = tmp_path / "sweep"
+    assert run("sweep", "render", *sweep_args(out), "--", "./train").returncode == 0
+    result = run("sweep", "status", "--out", out)
+    assert result.returncode == 1 and "submit first" in result.stderr
