@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <cctype>
 
 #include "volt/core/error.h"
 #include "volt/core/strings.h"
@@ -59,7 +60,8 @@ std::vector<RankRow> build_rank_table(const slurm::JobSpec& spec, const RankTabl
              "the job has nodes={} and ntasks-per-node={}; expected 1 or more of each. HINT: set --nodes and "
              "--ntasks-per-node.",
              spec.nodes, spec.ntasks_per_node);
-  VOLT_CHECK(!options.job_id.empty() && std::all_of(options.job_id.begin(), options.job_id.end(), ::isdigit),
+  VOLT_CHECK(!options.job_id.empty() && std::all_of(options.job_id.begin(), options.job_id.end(),
+                                                    [](unsigned char c) { return std::isdigit(c) != 0; }),
              "--job-id '{}' is not a SLURM job id; expected digits, e.g. 12345. HINT: leave it out for 12345.",
              options.job_id);
   const std::string nodelist = options.nodelist.empty() ? default_nodelist(spec.nodes) : options.nodelist;

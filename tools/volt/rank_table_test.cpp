@@ -2,6 +2,8 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
+
 #include "volt/core/testing.h"
 
 namespace volt::tool {
