@@ -7,6 +7,7 @@
 #include "volt/checkpoint/checkpoint_io.h"
 #include "volt/data/data_loader.h"
 #include "volt/loggers/csv_logger.h"
+#include "volt/loggers/tensorboard_logger.h"
 #include "volt/module/lightning_module.h"
 #include "volt/optim/lr_scheduler.h"
 #include "volt/trainer/trainer.h"
