@@ -14,6 +14,15 @@ namespace {
 // PyTorch DDP's first bucket is small so communication starts early in the backward pass.
 constexpr int64_t kFirstBucketBytes = 1024 * 1024;
 
+/// c10d's Reducer with its check for an unfinished reduction callable on its own: Volt keeps
+/// the bucket layout it was built with instead of calling rebuild_buckets (see below).
+class FixedLayoutReducer : public c10d::Reducer {
+ public:
+  using c10d::Reducer::Reducer;
+  /// Throws c10d's error when a parameter got no gradient in the previous step.
+  void check_prior_reduction_finished() { ensure_prior_reduction_finished(); }
+};
+
 /// c10d's message speaks of Python's DDP and parameter indices; say it in Volt's terms, with names.
 std::string explain_unfinished_reduction(const std::string& message, const std::vector<std::string>& names) {
   if (message.find("Expected to have finished reduction") == std::string::npos) return message;
@@ -47,7 +56,7 @@ ReducerSynchronizer::ReducerSynchronizer(std::vector<torch::Tensor> parameters, 
   std::reverse(limits.begin(), limits.end());
   std::unordered_map<size_t, std::string> param_names;
   for (size_t i = 0; i < names.size(); ++i) param_names[i] = names[i];
-  reducer_ = std::make_shared<c10d::Reducer>(std::move(parameters), std::move(buckets), std::move(limits),
+  reducer_ = std::make_shared<FixedLayoutReducer>(std::move(parameters), std::move(buckets), std::move(limits),
                                              std::move(group), sparse, cap, options.find_unused_parameters,
                                              /*gradient_as_bucket_view=*/false, std::move(param_names),
                                              kFirstBucketBytes);
@@ -57,10 +66,14 @@ ReducerSynchronizer::~ReducerSynchronizer() = default;
 
 void ReducerSynchronizer::prepare_for_backward(const torch::Tensor& loss) {
   // What PyTorch DDP's forward does first: fail if the previous reduction never finished (a
-  // parameter got no gradient without find_unused_parameters), and after the first iteration
-  // rebuild the buckets in the order gradients actually became ready.
+  // parameter got no gradient without find_unused_parameters). Unlike PyTorch DDP, the buckets
+  // are not rebuilt in the order gradients became ready after the first step: the layout decides
+  // in which order the all-reduce adds each element, so a run resumed from a checkpoint would add
+  // its first step's gradients differently from the uninterrupted run (pre-rebuild layout) and
+  // drift from it. A fixed layout keeps resume bit-identical; gradients still arrive roughly in
+  // reverse registration order, the order the buckets are built in.
   try {
-    reducer_->rebuild_buckets();
+    static_cast<FixedLayoutReducer&>(*reducer_).check_prior_reduction_finished();
   } catch (const c10::Error& e) {
     throw Error(explain_unfinished_reduction(e.what_without_backtrace(), names_));
   }
