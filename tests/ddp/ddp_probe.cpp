@@ -38,6 +38,7 @@ struct ProbeOptions {
   bool custom_hooks = false;
   int64_t stop_rank = -1;  // a callback on this rank alone asks to stop ...
   int64_t stop_step = 0;   // ... after this many optimizer steps
+  int64_t step_sleep_ms = 0;  // sleep in every training step (a long job that costs no CPU)
 };
 
 /// A callback that stops training on one rank only, as one deciding on unsynchronized metrics would.
@@ -93,6 +94,7 @@ class Probe : public volt::LightningModule {
       if (options_.fail_mode == "hang") std::this_thread::sleep_for(std::chrono::hours(1));
     }
     ++step_;
+    if (options_.step_sleep_ms > 0) std::this_thread::sleep_for(std::chrono::milliseconds(options_.step_sleep_ms));
     const auto seen = batch.target.select(1, 1).to(torch::kLong);
     for (int64_t i = 0; i < seen.size(0); ++i) seen_.push_back(seen[i].item<int64_t>());
     const torch::Tensor prediction = out_(torch::relu(hidden_(batch.data)));
@@ -187,6 +189,7 @@ int main(int argc, char** argv) {
     app.add_flag("--custom-ddp-hooks", probe.custom_hooks, "override init_ddp_connection and configure_ddp");
     app.add_option("--stop-rank", probe.stop_rank, "a callback on this rank alone stops training");
     app.add_option("--stop-step", probe.stop_step, "... after this many steps");
+    app.add_option("--step-sleep-ms", probe.step_sleep_ms, "sleep this long in every training step");
     try {
       app.parse(argc, argv);
     } catch (const CLI::ParseError& e) {
@@ -202,6 +205,8 @@ int main(int argc, char** argv) {
     volt::Trainer trainer(options);
     Probe model(probe);
     const volt::FitResult result = trainer.fit(model);
+    // A requeued run ends here; the restarted job writes the final results.
+    if (result.requeued()) return 0;
     model.write(result, trainer.plan().topology.global_rank);
     if (trainer.plan().limit_val_batches.is_fraction() ? trainer.plan().limit_val_batches.fraction() > 0
                                                        : trainer.plan().limit_val_batches.count() > 0) {

@@ -49,6 +49,14 @@ void add_trainer_flags(CLI::App& app, TrainerOptions& o, TrainerFlagText& t) {
   app.add_flag("--enable-checkpointing,!--no-checkpointing", o.enable_checkpointing, "save checkpoints (default on)");
   app.add_flag("--enable-model-summary,!--no-model-summary", o.enable_model_summary, "print the model summary (default on)");
   app.add_option("--ckpt-path", o.ckpt_path, "resume from last, best or a checkpoint file");
+  app.add_flag("--auto-requeue,!--no-auto-requeue", o.auto_requeue,
+               "SLURM: on the requeue signal save an HPC checkpoint and requeue the job (default on)");
+  app.add_option("--requeue-signal", o.requeue_signal, "SLURM: the requeue signal (SIGUSR1, SIGUSR2, ...)")
+      ->capture_default_str();
+  app.add_flag("--checkpoint-on-sigterm,!--no-checkpoint-on-sigterm", o.checkpoint_on_sigterm,
+               "SLURM: save an HPC checkpoint on SIGTERM before stopping (default on)");
+  app.add_option("--hpc-checkpoint-dir", o.hpc_checkpoint_dir, "where HPC checkpoints go (default: the root dir)");
+  app.add_option("--hpc-checkpoints-to-keep", o.hpc_checkpoints_to_keep, "HPC checkpoints kept")->capture_default_str();
 }
 
 void apply_trainer_flags(const TrainerFlagText& t, TrainerOptions& o) {

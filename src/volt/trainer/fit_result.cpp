@@ -10,6 +10,7 @@ const char* to_string(StopReason reason) {
     case StopReason::kMaxSteps: return "max_steps";
     case StopReason::kCallback: return "callback";
     case StopReason::kInterrupted: return "interrupted";
+    case StopReason::kRequeued: return "requeued";
   }
   return "?";
 }
@@ -36,6 +37,7 @@ std::string FitResult::full_report() const {
   line("global step", std::to_string(global_step));
   line("time", fmt::format("{:.2f} s", seconds));
   if (!resumed_from.empty()) line("resumed from", resumed_from);
+  if (!hpc_checkpoint_path.empty()) line("HPC checkpoint", hpc_checkpoint_path);
   if (!log_dir.empty()) line("log dir", log_dir);
   if (!best_model_path.empty()) line("best checkpoint", best_model_path);
   if (best_model_score) line("best score", fmt::format("{:.6g}", *best_model_score));

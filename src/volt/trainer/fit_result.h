@@ -12,9 +12,10 @@ enum class StopReason {
   kMaxEpochs,    ///< max_epochs reached
   kMaxSteps,     ///< max_steps reached (also the end of a fast_dev_run)
   kCallback,     ///< a callback (e.g. EarlyStopping) decided to stop
-  kInterrupted,  ///< SIGINT or SIGTERM
+  kInterrupted,  ///< SIGINT or SIGTERM (under SLURM an HPC checkpoint was saved first)
+  kRequeued,     ///< SLURM's requeue signal: an HPC checkpoint was saved and the job requeued
 };
-/// "max_epochs", "max_steps", "callback", "interrupted".
+/// "max_epochs", "max_steps", "callback", "interrupted", "requeued".
 const char* to_string(StopReason reason);
 
 /// The outcome of Trainer::fit (Ceres' Solver::Summary: returned, not printed).
@@ -39,6 +40,11 @@ struct FitResult {
   std::string log_dir;
   /// The checkpoint training resumed from (empty when fresh).
   std::string resumed_from;
+  /// The HPC checkpoint saved because SLURM asked the job to stop (requeue signal or SIGTERM).
+  std::string hpc_checkpoint_path;
+  /// True when stopping requeued the job: the program should exit now (with 0), because SLURM
+  /// is about to end this run and start the job again, which resumes from hpc_checkpoint_path.
+  bool requeued() const { return reason == StopReason::kRequeued; }
   /// Wall time of fit, in seconds.
   double seconds = 0.0;
 

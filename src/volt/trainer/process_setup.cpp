@@ -9,6 +9,7 @@ namespace volt::internal {
 
 namespace {
 std::atomic<int> g_stop_signal{0};
+std::atomic<bool> g_requeue_signal{false};
 struct sigaction g_previous_int;
 struct sigaction g_previous_term;
 
@@ -17,6 +18,8 @@ void on_stop_signal(int signal) {
   // A second Ctrl-C must still kill a process stuck somewhere that never polls the flag.
   ::signal(signal, SIG_DFL);
 }
+void on_requeue_signal(int) { g_requeue_signal.store(true); }
+
 }  // namespace
 
 void tune_allocator() {
@@ -42,15 +45,36 @@ StopSignalGuard::StopSignalGuard() {
   struct sigaction action {};
   action.sa_handler = on_stop_signal;
   sigemptyset(&action.sa_mask);
+  action.sa_flags = SA_RESTART;  // blocking reads (data, Gloo sockets) go on; the flag is polled
   sigaction(SIGINT, &action, &g_previous_int);
   sigaction(SIGTERM, &action, &g_previous_term);
 }
 
 StopSignalGuard::~StopSignalGuard() {
   sigaction(SIGINT, &g_previous_int, nullptr);
-  sigaction(SIGTERM, &g_previous_term, nullptr);
+  if (ignore_sigterm_after_) {
+    ::signal(SIGTERM, SIG_IGN);
+  } else {
+    sigaction(SIGTERM, &g_previous_term, nullptr);
+  }
 }
 
 int StopSignalGuard::received() { return g_stop_signal.load(); }
+
+RequeueSignalGuard::RequeueSignalGuard(int signal) : signal_(signal) {
+  struct sigaction action {};
+  action.sa_handler = on_requeue_signal;
+  sigemptyset(&action.sa_mask);
+  // SA_RESTART: a signal landing in a blocking read (data loading, a Gloo socket) must not turn
+  // into an EINTR error; the flag is acted on at the next step boundary.
+  action.sa_flags = SA_RESTART;
+  sigaction(signal_, &action, &previous_);
+}
+
+RequeueSignalGuard::~RequeueSignalGuard() { sigaction(signal_, &previous_, nullptr); }
+
+bool RequeueSignalGuard::received() { return g_requeue_signal.load(); }
+
+void RequeueSignalGuard::clear() { g_requeue_signal.store(false); }
 
 }  // namespace volt::internal

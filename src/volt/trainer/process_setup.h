@@ -1,6 +1,8 @@
 // Per-process settings a run needs before its first tensor operation.
 #pragma once
 
+#include <signal.h>
+
 #include <atomic>
 
 #include "volt/trainer/run_plan.h"
@@ -25,6 +27,34 @@ class StopSignalGuard {
   StopSignalGuard& operator=(const StopSignalGuard&) = delete;
   /// The signal received, or 0.
   static int received();
+  /// On destruction, ignore SIGTERM instead of restoring the previous handler: after a requeue
+  /// SLURM sends SIGTERM to a process that only has to return from main, and dying of it would
+  /// turn a clean exit into a failed step.
+  void ignore_sigterm_after() { ignore_sigterm_after_ = true; }
+
+ private:
+  bool ignore_sigterm_after_ = false;
+};
+
+/// Records SLURM's requeue signal (SIGUSR1 by default) while alive. The Trainer installs it when
+/// it is built, before data loading, because the signal's default action kills the process and
+/// a wall-time signal may come at any moment of the job. The fit loop polls the flag at step
+/// boundaries. Restores the previous handler on destruction.
+class RequeueSignalGuard {
+ public:
+  /// Catches `signal`.
+  explicit RequeueSignalGuard(int signal);
+  ~RequeueSignalGuard();
+  RequeueSignalGuard(const RequeueSignalGuard&) = delete;
+  RequeueSignalGuard& operator=(const RequeueSignalGuard&) = delete;
+  /// True once the signal arrived.
+  static bool received();
+  /// Forgets a received signal (a fit that acted on it, or a new fit).
+  static void clear();
+
+ private:
+  int signal_;
+  struct sigaction previous_ {};
 };
 
 }  // namespace volt::internal

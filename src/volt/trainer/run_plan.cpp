@@ -289,6 +289,17 @@ RunPlan resolve_run_plan(const TrainerOptions& options, const Env& env, const Ma
   plan.root_dir = root.lexically_normal().string();
   if (plan.root_dir.size() > 1 && plan.root_dir.back() == '/') plan.root_dir.pop_back();
 
+  plan.requeue = resolve_requeue_policy(env, options.auto_requeue, options.requeue_signal, options.checkpoint_on_sigterm);
+  VOLT_CHECK(options.hpc_checkpoints_to_keep >= 1,
+             "hpc_checkpoints_to_keep={} must be >= 1: a requeued job resumes from the newest one. HINT: use 1 to "
+             "keep only the newest, or auto_requeue=false and checkpoint_on_sigterm=false to write none.",
+             options.hpc_checkpoints_to_keep);
+  plan.hpc_checkpoints_to_keep = options.hpc_checkpoints_to_keep;
+  std::filesystem::path hpc_dir = options.hpc_checkpoint_dir.empty() ? root : std::filesystem::path(options.hpc_checkpoint_dir);
+  if (hpc_dir.is_relative()) hpc_dir = std::filesystem::path(machine.cwd) / hpc_dir;
+  plan.hpc_checkpoint_dir = hpc_dir.lexically_normal().string();
+  if (plan.hpc_checkpoint_dir.size() > 1 && plan.hpc_checkpoint_dir.back() == '/') plan.hpc_checkpoint_dir.pop_back();
+
   if (options.fast_dev_run > 0) {
     // Lightning's fast_dev_run: n batches of each stage, one epoch, nothing written.
     const BatchLimit n(static_cast<long long>(options.fast_dev_run));
@@ -301,6 +312,9 @@ RunPlan resolve_run_plan(const TrainerOptions& options, const Env& env, const Ma
     plan.check_val_every_n_epoch = 1;
     plan.use_default_logger = false;
     plan.enable_checkpointing = false;
+    plan.requeue.enabled = false;
+    plan.requeue.checkpoint_on_sigterm = false;
+    plan.requeue.disabled_reason = "fast_dev_run";
   }
   return plan;
 }
@@ -334,6 +348,11 @@ std::string RunPlan::describe() const {
   line("seed", seed ? std::to_string(*seed) : "unset");
   line("deterministic", deterministic ? "true" : "false");
   line("root dir", root_dir);
+  line("auto-requeue", requeue.enabled ? fmt::format("on {} (scontrol requeue {})", signal_name(requeue.signal),
+                                                     requeue.job_id)
+                                       : fmt::format("off ({})", requeue.disabled_reason));
+  line("checkpoint on SIGTERM", requeue.checkpoint_on_sigterm ? "yes" : "no");
+  line("HPC checkpoints", fmt::format("{} (keep {})", hpc_checkpoint_dir, hpc_checkpoints_to_keep));
   line("fast_dev_run", fast_dev_run ? "true" : "false");
   return out;
 }

@@ -8,6 +8,7 @@
 #include "volt/core/env.h"
 #include "volt/distributed/topology.h"
 #include "volt/environments/cluster_environment.h"
+#include "volt/environments/requeue.h"
 #include "volt/trainer/trainer_options.h"
 
 namespace volt {
@@ -75,6 +76,9 @@ struct RunPlan {
   bool enable_checkpointing = true;  ///< add a default ModelCheckpoint
   bool enable_model_summary = true;  ///< print the summary table
   std::string ckpt_path;             ///< "", "last", "best" or a path
+  RequeuePolicy requeue;             ///< SLURM auto-requeue and the SIGTERM checkpoint
+  std::string hpc_checkpoint_dir;    ///< absolute directory of hpc_ckpt_<N>.ckpt files
+  int64_t hpc_checkpoints_to_keep = 2;  ///< HPC checkpoints kept after each save
 
   /// True for the process that writes logs and checkpoints.
   bool is_global_zero() const { return topology.global_rank == 0; }

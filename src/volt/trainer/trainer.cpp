@@ -1,5 +1,6 @@
 #include "volt/trainer/trainer.h"
 
+#include <signal.h>
 #include <unistd.h>
 
 #include <chrono>
@@ -21,6 +22,7 @@
 #include "volt/progress/progress_bar.h"
 #include "volt/strategies/ddp_strategy.h"
 #include "volt/trainer/checkpoint_state.h"
+#include "volt/trainer/hpc_checkpoints.h"
 #include "volt/trainer/process_setup.h"
 
 namespace volt {
@@ -145,6 +147,11 @@ struct EvalLoop {
   }
 };
 
+/// Why a run stops, ordered so that the ranks' maximum is what every rank does: a requeue
+/// outranks a SIGTERM (both save an HPC checkpoint; the requeue also restarts the job), which
+/// outranks Ctrl-C, which outranks a callback's normal stop.
+enum StopCode : int { kNoStop = 0, kCallbackStop = 1, kInterruptStop = 2, kTerminateStop = 3, kRequeueStop = 4 };
+
 }  // namespace
 
 // ---------------------------------------------------------------------------------------------
@@ -198,7 +205,12 @@ class Trainer::FitRun : public CallbackServices {
   template <typename Hook>
   void dispatch(Hook hook, bool sanity = false);
   void request_stop(StopReason reason, std::string message);
+  void interrupt(StopCode code, std::string message);
+  void poll_signals();
   void agree_on_stop();
+  std::optional<std::pair<std::string, c10::IValue>> newest_valid_hpc_checkpoint() const;
+  std::string save_hpc_checkpoint();
+  void requeue(FitResult& result);
 
   Trainer& trainer_;
   const RunPlan& plan_;
@@ -219,6 +231,7 @@ class Trainer::FitRun : public CallbackServices {
   int64_t num_val_batches_ = 0;
   int64_t val_interval_ = 0;  // validate after every this many batches of an epoch
   bool stop_ = false;
+  StopCode stop_code_ = kNoStop;  // what stop_ means, for agree_on_stop
   StopReason stop_reason_ = StopReason::kMaxEpochs;
   std::string stop_message_;
   std::string last_saved_;
@@ -279,25 +292,93 @@ void Trainer::FitRun::request_stop(StopReason reason, std::string message) {
   if (reason == StopReason::kCallback && progress_.epoch + 1 < plan_.min_epochs) return;
   if (stop_) return;
   stop_ = true;
+  stop_code_ = kCallbackStop;
   stop_reason_ = reason;
   stop_message_ = std::move(message);
+}
+
+void Trainer::FitRun::interrupt(StopCode code, std::string message) {
+  // An interruption replaces a weaker stop decided earlier in the same step.
+  if (stop_ && stop_code_ >= code) return;
+  stop_ = true;
+  stop_code_ = code;
+  stop_reason_ = code == kRequeueStop ? StopReason::kRequeued : StopReason::kInterrupted;
+  stop_message_ = std::move(message);
+}
+
+void Trainer::FitRun::poll_signals() {
+  if (plan_.requeue.enabled && internal::RequeueSignalGuard::received()) {
+    interrupt(kRequeueStop, fmt::format("received {}, SLURM's requeue signal", signal_name(plan_.requeue.signal)));
+  }
+  if (const int signal = internal::StopSignalGuard::received()) {
+    interrupt(signal == SIGTERM ? kTerminateStop : kInterruptStop, fmt::format("received signal {}", signal));
+  }
 }
 
 void Trainer::FitRun::agree_on_stop() {
   // Every rank must leave the loop at the same step and take the same path out of it, or the
   // others block in the next collective: a stop anywhere (a signal, a callback deciding on
-  // unsynchronized metrics) is a stop everywhere, and an interruption (which skips the rest of
-  // the epoch) outranks a normal stop. One tiny all-reduce per step under ddp; none on one process.
+  // unsynchronized metrics) is a stop everywhere, and the strongest reason wins (StopCode). A
+  // signal that reached only some ranks thus still saves one HPC checkpoint at one step for all.
+  // One tiny all-reduce per step under ddp; none on one process.
   if (plan_.topology.world_size == 1) return;
-  const double mine = !stop_ ? 0.0 : stop_reason_ == StopReason::kInterrupted ? 2.0 : 1.0;
-  const double agreed = strategy_.reduce(mine, Reduce::kMax);
+  const StopCode mine = stop_ ? stop_code_ : kNoStop;
+  const auto agreed = static_cast<StopCode>(static_cast<int>(strategy_.reduce(static_cast<double>(mine), Reduce::kMax)));
   if (agreed == mine) return;
-  if (agreed == 2.0) {
-    stop_ = false;  // an interruption elsewhere replaces a normal stop here
-    request_stop(StopReason::kInterrupted, "another process was interrupted");
-  } else {
-    request_stop(StopReason::kCallback, "a callback on another process stopped training");
+  switch (agreed) {
+    case kRequeueStop: interrupt(agreed, "another process received SLURM's requeue signal"); break;
+    case kTerminateStop: interrupt(agreed, "another process received SIGTERM"); break;
+    case kInterruptStop: interrupt(agreed, "another process was interrupted"); break;
+    default: request_stop(StopReason::kCallback, "a callback on another process stopped training"); break;
   }
+}
+
+std::optional<std::pair<std::string, c10::IValue>> Trainer::FitRun::newest_valid_hpc_checkpoint() const {
+  // A job killed while saving leaves at worst a temporary file (saves are atomic), but a file
+  // can still be cut short by a full disk or a copy: fall back to the previous one.
+  for (const std::string& path : list_hpc_checkpoints(plan_.hpc_checkpoint_dir)) {
+    try {
+      return std::make_pair(path, trainer_.checkpoint_io_->load(path));
+    } catch (const std::exception& e) {
+      std::cerr << "warning: HPC checkpoint " << path << " is unreadable; trying the previous one. (" << e.what()
+                << ")\n";
+    }
+  }
+  return std::nullopt;
+}
+
+std::string Trainer::FitRun::save_hpc_checkpoint() {
+  std::string path;
+  if (strategy_.is_global_zero()) {
+    std::filesystem::create_directories(plan_.hpc_checkpoint_dir);
+    path = next_hpc_checkpoint_path(plan_.hpc_checkpoint_dir);
+    trainer_.checkpoint_io_->save(make_checkpoint(parts_, progress_), path);
+    // Pruned only after the new file is complete: a kill in between leaves one more, never none.
+    for (const std::string& old : hpc_checkpoints_to_prune(plan_.hpc_checkpoint_dir, plan_.hpc_checkpoints_to_keep)) {
+      trainer_.checkpoint_io_->remove(old);
+    }
+  }
+  // Also a barrier: no rank goes on (and exits) before the file is complete.
+  return strategy_.broadcast_string(path);
+}
+
+void Trainer::FitRun::requeue(FitResult& result) {
+  // Every rank has returned from its last collective; the requeue ends this run at once
+  // (SIGTERM now, SIGKILL after KillWait), so it is the very last thing rank 0 does.
+  if (!strategy_.is_global_zero()) return;
+  const RequeueOutcome outcome = requeue_slurm_job(plan_.requeue.job_id);
+  if (outcome.ok) {
+    std::cout << "Requeued SLURM job " << plan_.requeue.job_id << " (" << outcome.command << "); it resumes from "
+              << result.hpc_checkpoint_path << "\n"
+              << std::flush;
+    return;
+  }
+  std::cerr << "error: `" << outcome.command << "` failed: " << outcome.output << "\nThe HPC checkpoint "
+            << result.hpc_checkpoint_path
+            << " is saved; resubmit the job to resume from it. HINT: allow requeueing (#SBATCH --requeue), or set "
+               "auto_requeue=false to stop on the signal without requeueing.\n";
+  result.reason = StopReason::kInterrupted;
+  result.message = "requeue failed: " + outcome.output;
 }
 
 void Trainer::FitRun::setup_loggers() {
@@ -460,9 +541,7 @@ void Trainer::FitRun::train_epoch() {
     if (plan_.max_steps >= 0 && progress_.global_step >= plan_.max_steps) {
       request_stop(StopReason::kMaxSteps, "");
     }
-    if (const int signal = internal::StopSignalGuard::received()) {
-      request_stop(StopReason::kInterrupted, fmt::format("received signal {}", signal));
-    }
+    poll_signals();
     agree_on_stop();
     // Mid-epoch validation (val_check_interval < 1 epoch); the end-of-epoch one is below.
     if (validation_due) {
@@ -474,7 +553,8 @@ void Trainer::FitRun::train_epoch() {
     }
   }
   module_.set_metric_sink(nullptr);
-  if (progress_.batches_done < num_train_batches_ && stop_reason_ == StopReason::kInterrupted) return;
+  const bool interrupted = stop_reason_ == StopReason::kInterrupted || stop_reason_ == StopReason::kRequeued;
+  if (progress_.batches_done < num_train_batches_ && interrupted) return;
   if (validated_at_end || (validation_due_in_epoch() && num_train_batches_ == 0)) {
     run_validation(num_val_batches_);
     validation_ran_at_end_ = true;
@@ -581,10 +661,20 @@ FitResult Trainer::FitRun::run(const std::string& ckpt_path) {
     }
   } guard{loggers_, module_, finished};
 
+  // A job SLURM restarted resumes where it stopped: the newest HPC checkpoint wins over
+  // ckpt_path, which the job script passes again on every restart (Lightning's order).
+  std::optional<std::pair<std::string, c10::IValue>> hpc;
+  if (!plan_.fast_dev_run) hpc = newest_valid_hpc_checkpoint();
   // options.ckpt_path is fit's default only: validate/test/predict never pick it up implicitly.
-  const std::string resume_path = trainer_.resolve_ckpt_path(ckpt_path.empty() ? plan_.ckpt_path : ckpt_path);
+  const std::string requested = ckpt_path.empty() ? plan_.ckpt_path : ckpt_path;
+  const std::string resume_path = hpc ? hpc->first : trainer_.resolve_ckpt_path(requested);
+  if (hpc && !requested.empty() && plan_.is_global_zero()) {
+    std::cout << "Resuming from HPC checkpoint " << hpc->first << " instead of ckpt_path='" << requested
+              << "': the job was stopped by SLURM and restarted.\n";
+  }
   if (!resume_path.empty()) {
-    progress_ = restore_checkpoint(trainer_.checkpoint_io_->load(resume_path), parts_, resume_path);
+    progress_ = restore_checkpoint(hpc ? hpc->second : trainer_.checkpoint_io_->load(resume_path), parts_,
+                                   resume_path);
     if (progress_.epoch_done) {
       ++progress_.epoch;
       progress_.batches_done = 0;
@@ -613,13 +703,24 @@ FitResult Trainer::FitRun::run(const std::string& ckpt_path) {
     progress_.batches_done = 0;
     progress_.epoch_done = false;
   }
+  // SLURM is ending this run: save where it stands, at the step every rank stopped at.
+  const bool save_hpc = stop_code_ == kRequeueStop || (stop_code_ == kTerminateStop && plan_.requeue.checkpoint_on_sigterm);
+  if (stop_ && save_hpc) {
+    result.hpc_checkpoint_path = save_hpc_checkpoint();
+    if (plan_.is_global_zero()) {
+      std::cout << "Saved HPC checkpoint " << result.hpc_checkpoint_path << " (" << stop_message_ << ")\n"
+                << std::flush;
+    }
+  }
   module_.on_train_end();
   dispatch([this](Callback& c, const CallbackContext& ctx) {
     c.on_fit_end(ctx, *this);
     return Decision::proceed();
   });
   module_.on_fit_end();
-  const std::string status = stop_reason_ == StopReason::kInterrupted ? "interrupted" : "success";
+  const std::string status = stop_reason_ == StopReason::kInterrupted ? "interrupted"
+                             : stop_reason_ == StopReason::kRequeued  ? "requeued"
+                                                                      : "success";
   for (const auto& logger : loggers_) logger->finalize(status);
   finished = true;
 
@@ -641,6 +742,11 @@ FitResult Trainer::FitRun::run(const std::string& ckpt_path) {
   result.last_model_path = strategy_.broadcast_string(result.last_model_path);
   trainer_.best_model_path_ = result.best_model_path;
   trainer_.last_model_path_ = result.last_model_path;
+  if (result.reason == StopReason::kRequeued) {
+    internal::RequeueSignalGuard::clear();
+    signals.ignore_sigterm_after();
+    requeue(result);
+  }
   result.seconds = seconds_since(start);
   return result;
 }
@@ -655,6 +761,9 @@ Trainer::Trainer(TrainerOptions options, const Env& env, const MachineInfo& mach
       plan_(resolve_run_plan(options_, env, machine)),
       checkpoint_io_(std::make_shared<TorchCheckpointIO>()) {
   callbacks_ = options_.callbacks;
+  // Now, not in fit: SLURM's signal kills a process that does not catch it, and it may come
+  // while the program is still loading its data.
+  if (plan_.requeue.enabled) requeue_guard_ = std::make_unique<internal::RequeueSignalGuard>(plan_.requeue.signal);
   // Seed now, as Lightning's seed_everything, so a module built after the Trainer starts from
   // the same weights every run (fit seeds again before training).
   if (plan_.seed) torch::manual_seed(*plan_.seed);

@@ -14,6 +14,9 @@ namespace volt {
 
 class CheckpointIO;
 class Strategy;
+namespace internal {
+class RequeueSignalGuard;
+}
 
 /// Runs a LightningModule like Lightning's Trainer.
 ///
@@ -67,6 +70,7 @@ class Trainer {
   std::map<std::string, double> callback_metrics_;
   std::string best_model_path_;
   std::string last_model_path_;
+  std::unique_ptr<internal::RequeueSignalGuard> requeue_guard_;  // SLURM batch jobs with auto_requeue
 };
 
 }  // namespace volt

@@ -186,8 +186,25 @@ struct TrainerOptions {
 
   // ---- resuming ------------------------------------------------------------------------------
   /// Resume fit from "last", "best" or a checkpoint path; empty: start fresh. Trainer::fit's
-  /// argument, when given, takes precedence.
+  /// argument, when given, takes precedence. An HPC checkpoint (below) takes precedence over both.
   std::string ckpt_path;
+
+  // ---- clusters (SLURM auto-requeue; Lightning's SLURMEnvironment) -----------------------------
+  /// In a SLURM batch job, on `requeue_signal`: stop at the next step boundary (all ranks at the
+  /// same step), save an HPC checkpoint, run `scontrol requeue`, and return
+  /// StopReason::kRequeued. The restarted job resumes from that checkpoint. Never outside SLURM
+  /// or in interactive allocations.
+  bool auto_requeue = true;
+  /// The signal SLURM sends before the wall time (`#SBATCH --signal=USR1@90`): "SIGUSR1"
+  /// (default), "SIGUSR2" (where NCCL uses SIGUSR1), "SIGHUP", ... with or without "SIG".
+  std::string requeue_signal = "SIGUSR1";
+  /// In a SLURM batch job, on SIGTERM (preemption, scancel, the time limit): save an HPC
+  /// checkpoint at the next step boundary before stopping, so a requeue resumes from it.
+  bool checkpoint_on_sigterm = true;
+  /// Where HPC checkpoints (hpc_ckpt_<N>.ckpt) are saved and looked for; empty: default_root_dir.
+  std::string hpc_checkpoint_dir;
+  /// HPC checkpoints kept; older ones are deleted after each save (>= 1).
+  int64_t hpc_checkpoints_to_keep = 2;
 };
 
 }  // namespace volt

@@ -1,0 +1,57 @@
+#include "volt/trainer/hpc_checkpoints.h"
+
+#include <unistd.h>
+
+#include <filesystem>
+#include <fstream>
+
+#include <gtest/gtest.h>
+
+namespace volt {
+namespace {
+
+namespace fs = std::filesystem;
+
+class HpcCheckpoints : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    dir_ = fs::temp_directory_path() / ("volt-hpc-" + std::to_string(getpid()));
+    fs::remove_all(dir_);
+    fs::create_directories(dir_);
+  }
+  void TearDown() override { fs::remove_all(dir_); }
+  void touch(const std::string& name) const { std::ofstream(dir_ / name) << "x"; }
+  std::string path(const std::string& name) const { return (dir_ / name).string(); }
+  fs::path dir_;
+};
+
+TEST_F(HpcCheckpoints, AMissingDirectoryHasNoneAndTheFirstIsNumberOne) {
+  EXPECT_TRUE(list_hpc_checkpoints(path("missing")).empty());
+  EXPECT_EQ(next_hpc_checkpoint_path(dir_.string()), path("hpc_ckpt_1.ckpt"));
+}
+
+TEST_F(HpcCheckpoints, NewestIsTheHighestNumberNotTheLatestName) {
+  for (const char* name : {"hpc_ckpt_2.ckpt", "hpc_ckpt_10.ckpt", "hpc_ckpt_9.ckpt"}) touch(name);
+  EXPECT_EQ(list_hpc_checkpoints(dir_.string()),
+            (std::vector<std::string>{path("hpc_ckpt_10.ckpt"), path("hpc_ckpt_9.ckpt"), path("hpc_ckpt_2.ckpt")}));
+  EXPECT_EQ(next_hpc_checkpoint_path(dir_.string()), path("hpc_ckpt_11.ckpt"));
+}
+
+TEST_F(HpcCheckpoints, OtherFilesAndTemporaryFilesAreIgnored) {
+  for (const char* name : {"hpc_ckpt_3.ckpt", "hpc_ckpt_4.ckpt.tmp.123", "hpc_ckpt_x.ckpt", "last.ckpt",
+                           "hpc_ckpt_.ckpt", "my_hpc_ckpt_9.ckpt"})
+    touch(name);
+  EXPECT_EQ(list_hpc_checkpoints(dir_.string()), (std::vector<std::string>{path("hpc_ckpt_3.ckpt")}));
+}
+
+TEST_F(HpcCheckpoints, PruningKeepsTheNewestK) {
+  for (const char* name : {"hpc_ckpt_1.ckpt", "hpc_ckpt_2.ckpt", "hpc_ckpt_3.ckpt"}) touch(name);
+  EXPECT_EQ(hpc_checkpoints_to_prune(dir_.string(), 2), (std::vector<std::string>{path("hpc_ckpt_1.ckpt")}));
+  EXPECT_EQ(hpc_checkpoints_to_prune(dir_.string(), 1),
+            (std::vector<std::string>{path("hpc_ckpt_2.ckpt"), path("hpc_ckpt_1.ckpt")}));
+  EXPECT_TRUE(hpc_checkpoints_to_prune(dir_.string(), 3).empty());
+  EXPECT_EQ(hpc_checkpoints_to_prune(dir_.string(), 0).size(), 2u) << "the newest is always kept";
+}
+
+}  // namespace
+}  // namespace volt
