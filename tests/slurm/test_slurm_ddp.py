@@ -1,11 +1,9 @@
 """ddp under a real SLURM cluster: a controller and two slurmd "nodes" on this machine, started by
-scripts/slurm/slurm-up.sh for this module and stopped afterwards. Jobs are submitted with sbatch.
-Needs root (the daemons, and an /etc/hosts line so node1 resolves); skipped with a reason otherwise.
+scripts/slurm/slurm-up.sh (conftest.py). Jobs are submitted with sbatch.
 """
 import json
 import os
 import subprocess
-import tempfile
 from pathlib import Path
 
 import pytest
@@ -13,21 +11,7 @@ import pytest
 ROOT = Path(__file__).resolve().parents[2]
 PROBE = os.environ.get("VOLT_DDP_PROBE", "")
 
-pytestmark = [pytest.mark.skipif(not PROBE, reason="VOLT_DDP_PROBE is not set (run through ctest)"),
-              pytest.mark.skipif(os.geteuid() != 0, reason="a local SLURM cluster needs root")]
-
-
-@pytest.fixture(scope="module")
-def cluster():
-    directory = tempfile.mkdtemp(prefix="volt-slurm-")
-    env = dict(os.environ, SLURM_LOCAL_PORT=os.environ.get("SLURM_LOCAL_PORT", "16917"))
-    up = subprocess.run(["bash", str(ROOT / "scripts/slurm/slurm-up.sh"), directory], env=env, capture_output=True,
-                        text=True, timeout=600)
-    assert up.returncode == 0, up.stderr
-    env["SLURM_CONF"] = f"{directory}/slurm.conf"
-    yield env
-    subprocess.run(["bash", str(ROOT / "scripts/slurm/slurm-down.sh"), directory], env=env, capture_output=True,
-                   timeout=120)
+pytestmark = pytest.mark.skipif(not PROBE, reason="VOLT_DDP_PROBE is not set (run through ctest)")
 
 
 def submit(cluster, tmp_path, body):
