@@ -89,6 +89,12 @@ def test_a_job_requeued_twice_mid_epoch_ends_bit_identical_to_an_uninterrupted_r
         assert 0 < loop["batches_done"] and not loop["epoch_done"], (path, loop)
     assert load(hpc[1])["global_step"] > load(hpc[0])["global_step"]
 
+    # The three runs logged into one folder named after the job, each continuing the CSV.
+    rows = (root / "lightning_logs" / job / "metrics.csv").read_text().splitlines()
+    steps = [int(float(r.split(",")[rows[0].split(",").index("step")])) for r in rows[1:]]
+    assert steps == sorted(steps) and steps[0] < load(hpc[0])["global_step"] < load(hpc[1])["global_step"] < steps[-1]
+    assert list((root / "lightning_logs" / job).glob("events.out.tfevents.*")), "TensorBoard files beside it"
+
     final, expected = load(newest_last_checkpoint(root)), load(newest_last_checkpoint(reference))
     assert final["global_step"] == expected["global_step"]
     assert_same_weights(newest_last_checkpoint(root), newest_last_checkpoint(reference))

@@ -58,6 +58,7 @@ void check_written(const std::ofstream& file, const std::string& path) {
 CSVLogger::CSVLogger(const LoggerOptions& options, int flush_logs_every_n_steps)
     : name_(options.name),
       log_dir_(resolve_log_dir(options)),
+      append_(options.append),
       flush_logs_every_n_steps_(flush_logs_every_n_steps) {
   VOLT_CHECK(flush_logs_every_n_steps >= 1,
              "CSVLogger flush_logs_every_n_steps is {}; expected at least 1. HINT: use 1 to "
@@ -94,6 +95,8 @@ void CSVLogger::log_metrics(const std::map<std::string, double>& metrics, int64_
 void CSVLogger::save() {
   if (pending_.empty()) return;
 
+  // Continuing an earlier run's file: its columns stay, in its order.
+  if (header_.empty() && append_) header_ = read_existing_header(metrics_path());
   std::set<std::string> keys(header_.begin(), header_.end());
   keys.insert(kStepKey);
   for (const Row& row : pending_) {
@@ -124,6 +127,35 @@ void CSVLogger::save() {
 }
 
 void CSVLogger::finalize(const std::string& status) { save(); }
+
+std::vector<std::string> CSVLogger::read_existing_header(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  std::string line;
+  if (!in.is_open() || !std::getline(in, line)) return {};
+  if (!line.empty() && line.back() == '\r') line.pop_back();
+  // The header this logger wrote: fields separated by ',', quoted ("") when they hold one.
+  std::vector<std::string> header(1);
+  bool quoted = false;
+  for (std::size_t i = 0; i < line.size(); ++i) {
+    const char c = line[i];
+    if (quoted && c == '"' && i + 1 < line.size() && line[i + 1] == '"') {
+      header.back() += '"';
+      ++i;
+    } else if (c == '"') {
+      quoted = !quoted;
+    } else if (c == ',' && !quoted) {
+      header.emplace_back();
+    } else {
+      header.back() += c;
+    }
+  }
+  VOLT_CHECK(std::is_sorted(header.begin(), header.end()) &&
+                 std::find(header.begin(), header.end(), kStepKey) != header.end(),
+             "cannot continue '{}': its header is not one CSVLogger wrote (sorted names with a 'step' column). "
+             "HINT: move the file away, or set LoggerOptions::append=false to start it over.",
+             path);
+  return header;
+}
 
 std::string CSVLogger::metrics_path() const {
   return (fs::path(log_dir_) / kMetricsFileName).string();

@@ -49,6 +49,8 @@ class CSVLogger : public Logger {
     std::map<std::string, double> values;
   };
 
+  /// The header of an existing metrics.csv at `path` (empty when there is none), to append to it.
+  static std::vector<std::string> read_existing_header(const std::string& path);
   std::string metrics_path() const;
   void create_log_dir() const;
   void rewrite_with_header(const std::vector<std::string>& header) const;
@@ -56,6 +58,7 @@ class CSVLogger : public Logger {
 
   std::string name_;
   std::string log_dir_;
+  bool append_ = false;
   int flush_logs_every_n_steps_;
   nlohmann::json hparams_ = nlohmann::json::object();
   std::vector<Row> pending_;

@@ -44,6 +44,9 @@ struct LoggerOptions {
   /// The run's folder name, used verbatim (e.g. "version_7" or a SLURM job id); unset means
   /// `version_<N>` with N one more than the largest existing `version_<digits>` folder (0 if none).
   std::optional<std::string> version;
+  /// Continue files an earlier run left in the version folder (CSVLogger's metrics.csv) instead of
+  /// starting them over: a requeued SLURM job logs into its job-id folder again after a restart.
+  bool append = false;
 };
 
 /// The folder name of numbered version `number`, "version_<number>": what Lightning makes of an

@@ -16,6 +16,7 @@
 #include "volt/core/error.h"
 #include "volt/distributed/subprocess_launcher.h"
 #include "volt/loggers/csv_logger.h"
+#include "volt/loggers/tensorboard_logger.h"
 #include "volt/module/result_collection.h"
 #include "volt/optim/lr_scheduler.h"
 #include "volt/progress/model_summary.h"
@@ -385,8 +386,18 @@ void Trainer::FitRun::setup_loggers() {
   if (!plan_.is_global_zero()) return;
   loggers_ = trainer_.options_.loggers;
   if (loggers_.empty() && plan_.use_default_logger) {
+    // Lightning's defaults: TensorBoard event files, and the CSV that `volt plot` reads, in one
+    // version folder (resolved once, so both get the same one).
     LoggerOptions options;
     options.save_dir = plan_.root_dir;
+    if (!plan_.requeue.job_id.empty()) {
+      // A SLURM batch job logs under its job id, so a requeued run continues the same folder.
+      options.version = plan_.requeue.job_id;
+      options.append = true;
+    } else {
+      options.version = resolve_version(options);
+    }
+    loggers_.push_back(std::make_shared<TensorBoardLogger>(options));
     loggers_.push_back(std::make_shared<CSVLogger>(options));
   }
   for (const auto& logger : loggers_) logger->log_hyperparams(module_.hparams());
