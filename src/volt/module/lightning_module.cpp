@@ -28,7 +28,38 @@ const char* to_string(Interval interval) {
   return "?";
 }
 
+namespace {
+// Set only on dp's replica threads; nullptr everywhere else.
+thread_local MetricSink* t_thread_sink = nullptr;
+}  // namespace
+
+namespace internal {
+ThreadMetricSinkScope::ThreadMetricSinkScope(MetricSink* sink) : previous_(t_thread_sink) { t_thread_sink = sink; }
+ThreadMetricSinkScope::~ThreadMetricSinkScope() { t_thread_sink = previous_; }
+}  // namespace internal
+
 LightningModule::~LightningModule() = default;
+
+torch::Tensor LightningModule::training_step_end(const std::vector<torch::Tensor>& losses,
+                                                 const std::vector<int64_t>& batch_sizes) {
+  VOLT_INTERNAL_ASSERT(!losses.empty() && losses.size() == batch_sizes.size(), "training_step_end: {} losses, {} sizes",
+                       losses.size(), batch_sizes.size());
+  // One piece: returned as is, so a single process trains bit-identically with or without this hook.
+  if (losses.size() == 1) return losses.front();
+  int64_t total = 0;
+  for (int64_t n : batch_sizes) total += n;
+  torch::Tensor sum;
+  for (size_t i = 0; i < losses.size(); ++i) {
+    VOLT_CHECK(losses[i].defined() && losses[i].numel() == 1,
+               "{}::training_step returned {} for replica {}; the default training_step_end expects scalar losses. "
+               "HINT: return a scalar loss, or override training_step_end to combine your outputs.",
+               name(), losses[i].defined() ? fmt::format("shape {}", c10::str(losses[i].sizes())) : "an undefined tensor",
+               i);
+    const torch::Tensor weighted = losses[i].reshape({}) * (static_cast<double>(batch_sizes[i]) / static_cast<double>(total));
+    sum = sum.defined() ? sum + weighted : weighted;
+  }
+  return sum;
+}
 
 torch::Tensor LightningModule::predict_step(const Batch& batch, int64_t batch_idx) {
   throw Error(fmt::format("{} does not implement predict_step, so Trainer::predict has nothing to run. "
@@ -37,11 +68,12 @@ torch::Tensor LightningModule::predict_step(const Batch& batch, int64_t batch_id
 }
 
 void LightningModule::log(const std::string& name, const torch::Tensor& value, const LogOptions& options) {
-  VOLT_CHECK(sink_ != nullptr,
+  MetricSink* sink = t_thread_sink != nullptr ? t_thread_sink : sink_;
+  VOLT_CHECK(sink != nullptr,
              "log('{}') was called outside a Trainer stage. HINT: call log() only from the steps and "
              "hooks the Trainer runs.",
              name);
-  sink_->log(name, value, options);
+  sink->log(name, value, options);
 }
 
 void LightningModule::log(const std::string& name, double value, const LogOptions& options) {

@@ -86,6 +86,13 @@ class LightningModule : public torch::nn::Module {
   // ---- steps -------------------------------------------------------------------------------
   /// Computes the loss of one training batch; backward and the optimizer step are the Trainer's.
   virtual torch::Tensor training_step(const Batch& batch, int64_t batch_idx) = 0;
+  /// Combines the losses that training_step returned for the pieces of one batch into the loss
+  /// to back-propagate (the seed documents' training_step_end). Under dp and ddp2 each device's
+  /// replica ran training_step on `batch_sizes[i]` examples and returned `losses[i]`; otherwise
+  /// there is one piece. The default is the mean weighted by piece size, which equals the loss
+  /// of the whole batch for per-example-mean losses, and returns a single loss unchanged.
+  virtual torch::Tensor training_step_end(const std::vector<torch::Tensor>& losses,
+                                          const std::vector<int64_t>& batch_sizes);
   /// Evaluates one validation batch; log metrics with log(). No gradients are recorded.
   virtual void validation_step(const Batch& batch, int64_t batch_idx) {}
   /// Evaluates one test batch; log metrics with log().
@@ -167,10 +174,30 @@ class LightningModule : public torch::nn::Module {
 
   /// Installs (or clears with nullptr) where log() sends values; the Trainer's business.
   void set_metric_sink(MetricSink* sink) { sink_ = sink; }
+  /// The sink installed by set_metric_sink (nullptr outside a stage).
+  MetricSink* metric_sink() const { return sink_; }
 
  private:
   MetricSink* sink_ = nullptr;
   nlohmann::json hparams_ = nlohmann::json::object();
 };
 
+namespace internal {
+
+/// Sends the log() calls made on this thread to `sink` instead of the module's sink while it
+/// lives: dp runs training_step on several threads, and each replica's values are collected
+/// apart and combined once on the calling thread, so the module's sink is never shared.
+class ThreadMetricSinkScope {
+ public:
+  /// Routes this thread's log() calls to `sink`.
+  explicit ThreadMetricSinkScope(MetricSink* sink);
+  ~ThreadMetricSinkScope();
+  ThreadMetricSinkScope(const ThreadMetricSinkScope&) = delete;
+  ThreadMetricSinkScope& operator=(const ThreadMetricSinkScope&) = delete;
+
+ private:
+  MetricSink* previous_;
+};
+
+}  // namespace internal
 }  // namespace volt

@@ -2,7 +2,8 @@
 //
 // A strategy has a topology, a process group and a gradient synchronizer, and decides who
 // writes files; the trainer's loops call it at a few points and know nothing else about
-// distribution. SingleDeviceStrategy does nothing at those points.
+// distribution. SingleDeviceStrategy does nothing at those points; dp and ddp2 also run each
+// training step themselves (training_step), over one replica of the module per device.
 #pragma once
 
 #include <memory>
@@ -11,6 +12,7 @@
 
 #include <torch/types.h>
 
+#include "volt/data/dataset.h"
 #include "volt/distributed/topology.h"
 #include "volt/module/log_options.h"
 
@@ -22,7 +24,7 @@ class LightningModule;
 class Strategy {
  public:
   virtual ~Strategy() = default;
-  /// "single_device", "ddp".
+  /// "single_device", "ddp", "dp" or "ddp2".
   virtual std::string name() const = 0;
   /// This process's place.
   virtual const Topology& topology() const = 0;
@@ -33,6 +35,10 @@ class Strategy {
   virtual void setup_module(LightningModule& module) {}
   /// Before each training forward pass (ddp broadcasts buffers such as BatchNorm statistics).
   virtual void before_forward(LightningModule& module) {}
+  /// Runs one training step and returns the loss to back-propagate. The default calls
+  /// module.training_step on the whole batch and passes its loss through training_step_end;
+  /// dp and ddp2 split the batch across their devices' replicas instead.
+  virtual torch::Tensor training_step(LightningModule& module, const Batch& batch, int64_t batch_idx);
   /// Before backward; `synchronize` is false on steps that only accumulate gradients.
   virtual void before_backward(const torch::Tensor& loss, bool synchronize) {}
   /// Reduces a tensor across processes in place.

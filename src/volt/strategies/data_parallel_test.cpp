@@ -1,0 +1,137 @@
+#include "volt/strategies/data_parallel.h"
+
+#include <gtest/gtest.h>
+
+#include <stdexcept>
+
+#include "volt/module/lightning_module.h"
+
+namespace volt {
+namespace {
+
+/// A two-layer regression that logs its loss; optionally with BatchNorm, optionally failing.
+struct Net : LightningModule {
+  explicit Net(bool batch_norm = false) {
+    torch::manual_seed(0);
+    hidden = register_module("hidden", torch::nn::Linear(6, 5));
+    out = register_module("out", torch::nn::Linear(5, 1));
+    if (batch_norm) norm = register_module("norm", torch::nn::BatchNorm1d(5));
+  }
+  torch::Tensor training_step(const Batch& batch, int64_t) override {
+    if (fail_on_examples > 0 && batch.data.size(0) == fail_on_examples) throw std::runtime_error("replica failed");
+    torch::Tensor h = hidden(batch.data);
+    if (!norm.is_empty()) h = norm(h);
+    const torch::Tensor loss = torch::mse_loss(out(torch::tanh(h)), batch.target);
+    log("train/loss", loss);
+    log("train/examples", static_cast<double>(batch.data.size(0)), {.reduce_fx = Reduce::kSum});
+    return loss;
+  }
+  OptimizerConfig configure_optimizers() override { return {}; }
+
+  torch::nn::Linear hidden{nullptr};
+  torch::nn::Linear out{nullptr};
+  torch::nn::BatchNorm1d norm{nullptr};
+  int64_t fail_on_examples = 0;
+};
+
+/// Records what reaches the module's sink.
+struct RecordingSink : MetricSink {
+  void log(const std::string& name, const torch::Tensor& value, const LogOptions&) override {
+    values.emplace_back(name, value.item<double>());
+  }
+  std::vector<std::pair<std::string, double>> values;
+};
+
+Batch make_batch(int64_t n) {
+  torch::manual_seed(1);
+  const torch::Tensor x = torch::randn({n, 6});
+  return {x, x.sum(1, true) * 0.3};
+}
+
+std::vector<torch::Tensor> gradients(Net& net) {
+  std::vector<torch::Tensor> out;
+  for (const auto& p : net.parameters()) {
+    out.push_back(p.grad().clone());
+    p.mutable_grad().zero_();
+  }
+  return out;
+}
+
+TEST(SplitBatch, PiecesAreConsecutiveChunksLikeTorchChunk) {
+  const Batch batch{torch::arange(10).unsqueeze(1), torch::arange(10)};
+  const auto pieces = split_batch(batch, 4);
+  ASSERT_EQ(pieces.size(), 4u);
+  EXPECT_EQ(pieces[0].data.size(0), 3);
+  EXPECT_EQ(pieces[3].data.size(0), 1);
+  EXPECT_EQ(pieces[3].target[0].item<int64_t>(), 9);
+  EXPECT_EQ(split_batch(batch, 20).size(), 10u);  // never an empty piece
+  EXPECT_EQ(split_batch(batch, 1).size(), 1u);
+}
+
+TEST(DataParallel, GradientsEqualThoseOfTheWholeBatch) {
+  Net net;
+  RecordingSink sink;
+  net.set_metric_sink(&sink);
+  const Batch batch = make_batch(10);  // 3 + 3 + 3 + 1: unequal pieces are weighted by size
+  const torch::Tensor whole = net.training_step(batch, 0);
+  whole.backward();
+  const auto expected = gradients(net);
+  const torch::Tensor loss = DataParallel({.replicas = 4}).training_step(net, batch, 0);
+  EXPECT_NEAR(loss.item<double>(), whole.item<double>(), 1e-6);
+  loss.backward();
+  const auto actual = gradients(net);
+  for (size_t i = 0; i < expected.size(); ++i) EXPECT_TRUE(torch::allclose(actual[i], expected[i], 1e-5, 1e-7)) << i;
+}
+
+TEST(DataParallel, ReplicasLogOnceThroughTheModulesSink) {
+  Net net;
+  RecordingSink sink;
+  net.set_metric_sink(&sink);
+  const Batch batch = make_batch(8);
+  const double whole = net.training_step(batch, 0).item<double>();
+  sink.values.clear();
+  DataParallel({.replicas = 3}).training_step(net, batch, 0);
+  ASSERT_EQ(sink.values.size(), 2u);
+  EXPECT_EQ(sink.values[0].first, "train/loss");
+  EXPECT_NEAR(sink.values[0].second, whole, 1e-6);  // mean weighted by piece size (3, 3, 2)
+  EXPECT_EQ(sink.values[1].first, "train/examples");
+  EXPECT_EQ(sink.values[1].second, 8.0);  // reduce_fx sum adds the pieces
+}
+
+TEST(DataParallel, BuffersKeepTheRootReplicasUpdate) {
+  Net net(/*batch_norm=*/true);
+  RecordingSink sink;
+  net.set_metric_sink(&sink);
+  const Batch batch = make_batch(8);
+  Net root(/*batch_norm=*/true);
+  root.set_metric_sink(&sink);
+  root.training_step(split_batch(batch, 2)[0], 0);
+  DataParallel({.replicas = 2}).training_step(net, batch, 0);
+  EXPECT_TRUE(torch::equal(net.norm->running_mean, root.norm->running_mean));
+  EXPECT_EQ(net.norm->num_batches_tracked.item<int64_t>(), 1);
+}
+
+TEST(DataParallel, AFailingReplicaThrowsOnTheCallingThread) {
+  Net net;
+  RecordingSink sink;
+  net.set_metric_sink(&sink);
+  net.fail_on_examples = 2;  // the last of 3 + 3 + 2
+  EXPECT_THROW(DataParallel({.replicas = 3}).training_step(net, make_batch(8), 0), std::runtime_error);
+}
+
+TEST(DataParallel, ReplicasRunUnderTheCallersGradMode) {
+  Net net;
+  RecordingSink sink;
+  net.set_metric_sink(&sink);
+  torch::NoGradGuard no_grad;
+  EXPECT_FALSE(DataParallel({.replicas = 2}).training_step(net, make_batch(8), 0).requires_grad());
+}
+
+TEST(DataParallelOptions, DefaultsAreTwoConcurrentReplicas) {
+  const DataParallelOptions options;
+  EXPECT_EQ(options.replicas, 2);
+  EXPECT_FALSE(options.deterministic);
+}
+
+}  // namespace
+}  // namespace volt
