@@ -6,11 +6,13 @@
 
 #include <chrono>
 #include <fstream>
+#include <mutex>
 #include <thread>
 
 #include <nlohmann/json.hpp>
 
 #include "volt/cli/trainer_flags.h"
+#include "volt/core/error.h"
 #include "volt/distributed/gradient_synchronizer.h"
 #include "volt/distributed/process_group.h"
 
@@ -93,10 +95,14 @@ class Probe : public volt::LightningModule {
       if (options_.fail_mode == "kill") raise(SIGKILL);
       if (options_.fail_mode == "hang") std::this_thread::sleep_for(std::chrono::hours(1));
     }
-    ++step_;
+    {
+      // Under dp and ddp2 every device's replica runs this on its own thread.
+      const std::lock_guard<std::mutex> lock(mutex_);
+      ++step_;
+      const auto seen = batch.target.select(1, 1).to(torch::kLong);
+      for (int64_t i = 0; i < seen.size(0); ++i) seen_.push_back(seen[i].item<int64_t>());
+    }
     if (options_.step_sleep_ms > 0) std::this_thread::sleep_for(std::chrono::milliseconds(options_.step_sleep_ms));
-    const auto seen = batch.target.select(1, 1).to(torch::kLong);
-    for (int64_t i = 0; i < seen.size(0); ++i) seen_.push_back(seen[i].item<int64_t>());
     const torch::Tensor prediction = out_(torch::relu(hidden_(batch.data)));
     const torch::Tensor loss = torch::mse_loss(prediction, batch.target.narrow(1, 0, 1));
     log("train/loss", loss, {.prog_bar = true});
@@ -160,6 +166,7 @@ class Probe : public volt::LightningModule {
   bool init_called_ = false;
   std::shared_ptr<CountingSynchronizer> counter_;
   std::vector<int64_t> seen_;
+  std::mutex mutex_;
 };
 
 }  // namespace
@@ -178,7 +185,7 @@ int main(int argc, char** argv) {
     volt::TrainerFlagText text;
     volt::add_trainer_flags(app, options, text);
     ProbeOptions probe;
-    app.add_option("--out", probe.out, "directory for rank<N>.json")->required();
+    app.add_option("--out", probe.out, "directory for rank<N>.json (default: --default-root-dir)");
     app.add_option("--fail-mode", probe.fail_mode, "none, throw, kill, hang or nojoin");
     app.add_option("--fail-rank", probe.fail_rank, "the rank that fails");
     app.add_option("--fail-step", probe.fail_step, "the step at which it fails");
@@ -196,6 +203,8 @@ int main(int argc, char** argv) {
       return app.exit(e) == 0 ? 0 : 2;
     }
     volt::apply_trainer_flags(text, options);
+    if (probe.out.empty()) probe.out = options.default_root_dir;
+    if (probe.out.empty()) throw volt::Error("ddp_probe needs --out or --default-root-dir. HINT: pass --out DIR.");
     if (probe.stop_rank >= 0) options.callbacks.push_back(std::make_shared<StopOnOneRank>(probe.stop_rank, probe.stop_step));
     if (probe.fail_mode == "nojoin" && rank_from_env() == probe.fail_rank) {
       // Never reaches the rendezvous: sleeps past every join timeout, then leaves quietly.
