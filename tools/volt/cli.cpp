@@ -12,7 +12,9 @@
 
 #include "job_flags.h"
 #include "param_spec.h"
+#include "plot.h"
 #include "process.h"
+#include "project_template.h"
 #include "rank_table.h"
 #include "sweep_jobs.h"
 #include "sweep_status.h"
@@ -484,6 +486,84 @@ void add_sweep_commands(CLI::App& app, SweepCommandFlags& render_flags, SweepCom
   status->callback([&] { action = [&] { return sweep_status(status_flags); }; });
 }
 
+// ---- volt new | plot ----------------------------------------------------------------------------
+
+struct NewFlags {
+  std::string dir;
+  std::string name;
+};
+
+int new_project(const NewFlags& flags, const std::string& self) {
+  const std::string name = flags.name.empty() ? project_name_from_dir(flags.dir) : flags.name;
+  VOLT_CHECK(project_name_from_dir(name) == name,
+             "--name={} is not a usable project name; expected letters, digits and '_', not starting with a digit. "
+             "HINT: try --name {}.",
+             name, project_name_from_dir(name));
+  std::error_code error;
+  VOLT_CHECK(!fs::exists(flags.dir, error) || (fs::is_directory(flags.dir, error) && fs::is_empty(flags.dir, error)),
+             "'{}' already exists and is not an empty directory; volt new does not overwrite files. HINT: choose a "
+             "new directory.",
+             flags.dir);
+  const std::string prefix = installed_prefix_of(self);
+  for (const ProjectFile& file : render_project(name, prefix)) {
+    const fs::path path = fs::path(flags.dir) / file.path;
+    make_dirs(path.parent_path().string());
+    write_text(path.string(), file.text);
+  }
+  std::cout << fmt::format(
+      "volt: created the project {} in {}{}. Build and train it:\n"
+      "  cd {}\n"
+      "  cmake -S . -B build{}\n"
+      "  cmake --build build -j\n"
+      "  ./build/{} --config config.toml\n",
+      name, flags.dir, prefix.empty() ? "" : fmt::format(" (finding Volt in {})", prefix), flags.dir,
+      prefix.empty() ? "   # add -DCMAKE_PREFIX_PATH=<where Volt is installed> unless it is in /usr or /usr/local" : "",
+      name);
+  return 0;
+}
+
+int plot(const PlotOptions& options) {
+  const PlotResult result = plot_metrics(options);
+  Strings drawn;
+  for (const auto& panel : result.panels) {
+    for (const auto& series : panel.series) drawn.push_back(series.name);
+  }
+  std::cout << fmt::format("volt: wrote {} ({}); redraw it with `gnuplot {}`\n", result.png, join(drawn, ", "),
+                           result.script);
+  return 0;
+}
+
+void add_new_and_plot_commands(CLI::App& app, NewFlags& new_flags, PlotOptions& plot_options, const std::string& self,
+                               std::function<int()>& action) {
+  CLI::App* create = app.add_subcommand(
+      "new",
+      "Create a training project in <dir>: a LightningModule (an MLP on Fashion-MNIST, or synthetic data when the "
+      "data set is not installed), CMakeLists.txt using find_package(volt), config.toml and a README.");
+  create->footer(
+      "Example:\n  volt new my_model && cd my_model && cmake -S . -B build && cmake --build build -j\n"
+      "  ./build/my_model --config config.toml");
+  create->add_option("dir", new_flags.dir, "the project's directory (new or empty)")->required();
+  create->add_option("--name", new_flags.name, "the program's name (default: the directory's name)");
+  create->callback([&] { action = [&] { return new_project(new_flags, self); }; });
+
+  CLI::App* draw = app.add_subcommand(
+      "plot",
+      "Draw a run's metrics.csv as a PNG with gnuplot: losses and accuracies in separate panels against the "
+      "step. Writes the gnuplot script (data inline) beside the PNG.");
+  draw->footer("Example:\n  volt plot lightning_logs/version_0 --out curves.png --metrics train/loss_step,val/acc");
+  draw->add_option("log_dir", plot_options.log_dir,
+                   "a run's log folder (lightning_logs/version_N), a folder holding lightning_logs/, or a CSV file")
+      ->required();
+  draw->add_option("--out", plot_options.out, "the PNG to write (default: metrics.png beside metrics.csv)");
+  draw->add_option("--metrics", plot_options.metrics, "columns to draw, comma-separated (default: every loss and acc)")
+      ->delimiter(',');
+  draw->add_option("--width", plot_options.width, "the image's width in pixels")->capture_default_str();
+  draw->add_option("--height", plot_options.height, "the image's height in pixels (0: 350 per panel)")
+      ->capture_default_str();
+  draw->add_option("--gnuplot", plot_options.gnuplot, "the gnuplot to run")->capture_default_str();
+  draw->callback([&] { action = [&] { return plot(plot_options); }; });
+}
+
 /// "volt slurm render": the subcommands CLI11 got, for the HINT after a parse error.
 std::string command_path(const CLI::App& app) {
   std::string path = app.get_name();
@@ -504,7 +584,8 @@ std::string command_path(const CLI::App& app) {
 
 int run_volt_tool(int argc, const char* const* argv) {
   CLI::App app(
-      "volt: SLURM job scripts and hyperparameter sweeps for Volt Trainer programs.\n"
+      "volt: SLURM job scripts and hyperparameter sweeps for Volt Trainer programs, new projects and plots of "
+      "their metrics.\n"
       "Job flags map to sbatch options; the program after '--' is checked against them.",
       "volt");
   app.require_subcommand(1);
@@ -514,11 +595,14 @@ int run_volt_tool(int argc, const char* const* argv) {
   SweepCommandFlags sweep_render_flags, sweep_submit_flags;
   RunTrialFlags run_flags;
   StatusFlags status_flags;
+  NewFlags new_flags;
+  PlotOptions plot_options;
   const std::string self = self_executable(argc > 0 ? argv[0] : "volt");
   sweep_render_flags.volt_executable = self;
   sweep_submit_flags.volt_executable = self;
   add_slurm_commands(app, slurm_render_flags, slurm_submit_flags, action);
   add_sweep_commands(app, sweep_render_flags, sweep_submit_flags, run_flags, status_flags, action);
+  add_new_and_plot_commands(app, new_flags, plot_options, self, action);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

@@ -241,3 +241,91 @@ def test_status_before_submit_says_to_submit(tmp_path):
     assert run("sweep", "render", *sweep_args(out), "--", "./train").returncode == 0
     result = run("sweep", "status", "--out", out)
     assert result.returncode == 1 and "submit first" in result.stderr
+
+
+# ---- volt plot ---------------------------------------------------------------------------------
+
+def write_metrics(path: Path, epochs: int = 3, steps_per_epoch: int = 50) -> None:
+    """A metrics.csv as the CSV logger writes it: step rows, then epoch rows with validation."""
+    import math
+    rows = ["epoch,step,train/loss_epoch,train/loss_step,val/acc,val/loss"]
+    for epoch in range(epochs):
+        for step in range(epoch * steps_per_epoch + 4, (epoch + 1) * steps_per_epoch, 5):
+            rows.append(f"{epoch}.0,{step},,{2.0 * math.exp(-step / 60) + 0.1},,")
+        end = (epoch + 1) * steps_per_epoch - 1
+        rows.append(f"{epoch}.0,{end},,,{0.6 + 0.1 * epoch},{0.9 - 0.1 * epoch}")
+        rows.append(f"{epoch}.0,{end},{1.2 - 0.2 * epoch},,,")
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_bytes(("\r\n".join(rows) + "\r\n").encode())
+
+
+def png_size(path: Path):
+    data = path.read_bytes()
+    assert data[:8] == b"\x89PNG\r\n\x1a\n", "not a PNG"
+    assert data[12:16] == b"IHDR"
+    return int.from_bytes(data[16:20], "big"), int.from_bytes(data[20:24], "big")
+
+
+needs_gnuplot = pytest.mark.skipif(not any((Path(d) / "gnuplot").exists() for d in os.environ["PATH"].split(":")),
+                                   reason="gnuplot is not installed (Debian: gnuplot-nox, see scripts/setup.sh)")
+
+
+@needs_gnuplot
+def test_plot_draws_the_newest_version_of_a_root_dir(tmp_path):
+    write_metrics(tmp_path / "lightning_logs" / "version_0" / "metrics.csv", epochs=1)
+    write_metrics(tmp_path / "lightning_logs" / "version_2" / "metrics.csv")
+    result = run("plot", tmp_path)
+    assert result.returncode == 0, result.stderr
+    png = tmp_path / "lightning_logs" / "version_2" / "metrics.png"
+    # Two panels (losses, accuracies) of 350 pixels each, 1000 wide.
+    assert png_size(png) == (1000, 700)
+    assert "train/loss_epoch, train/loss_step, val/loss, val/acc" in result.stdout
+    script = png.with_suffix(".gp").read_text()
+    assert "set multiplot layout 2,1" in script and "pngcairo" in script
+
+
+@needs_gnuplot
+def test_plot_out_size_and_chosen_metrics(tmp_path):
+    write_metrics(tmp_path / "run" / "metrics.csv")
+    out = tmp_path / "curves.png"
+    result = run("plot", tmp_path / "run", "--out", out, "--metrics", "val/acc,val/loss", "--width", "640",
+                 "--height", "480")
+    assert result.returncode == 0, result.stderr
+    assert png_size(out) == (640, 480)
+    script = out.with_suffix(".gp").read_text()
+    assert "title 'val/acc'" in script and "title 'val/loss'" in script
+    assert "title 'train/loss_step'" not in script
+
+
+def test_plot_errors_say_what_to_do(tmp_path):
+    result = run("plot", tmp_path)
+    assert result.returncode == 1
+    assert "no metrics.csv in" in result.stderr and "HINT" in result.stderr
+    (tmp_path / "metrics.csv").write_text("epoch,step,note\n0,1,x\n")
+    result = run("plot", tmp_path)
+    assert result.returncode == 1
+    assert "no loss or accuracy column" in result.stderr and "HINT" in result.stderr
+    write_metrics(tmp_path / "metrics.csv")
+    result = run("plot", tmp_path, "--metrics", "val/f1")
+    assert result.returncode == 1
+    assert "'val/f1'" in result.stderr and "HINT: choose from: epoch, train/loss_epoch" in result.stderr
+    result = run("plot", tmp_path, "--gnuplot", "/nonexistent/gnuplot")
+    assert result.returncode == 1 and "gnuplot-nox" in result.stderr
+
+
+# ---- volt new ------------------------------------------------------------------------------------
+# (tests/install builds and trains a new project against the installed package.)
+
+def test_new_writes_a_project_and_refuses_to_overwrite(tmp_path):
+    project = tmp_path / "my-model"
+    result = run("new", project)
+    assert result.returncode == 0, result.stderr
+    assert "created the project my_model" in result.stdout
+    for name in ("CMakeLists.txt", "src/main.cpp", "src/classifier.h", "config.toml", "README.md", ".gitignore"):
+        assert (project / name).is_file(), name
+    cmake = (project / "CMakeLists.txt").read_text()
+    assert "find_package(volt CONFIG" in cmake and "target_link_libraries(my_model PRIVATE volt::volt)" in cmake
+    result = run("new", project)
+    assert result.returncode == 1 and "not an empty directory" in result.stderr and "HINT" in result.stderr
+    result = run("new", tmp_path / "other", "--name", "bad-name")
+    assert result.returncode == 1 and "--name=bad-name" in result.stderr
