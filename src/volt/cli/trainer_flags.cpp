@@ -1,12 +1,83 @@
 #include "volt/cli/trainer_flags.h"
 
+#include <functional>
 #include <iostream>
+#include <map>
 
+#include "volt/cli/cli_config.h"
 #include "volt/core/error.h"
+#include "volt/core/strings.h"
 
 namespace volt {
+namespace {
+
+const char* bool_text(bool value) { return value ? "true" : "false"; }
+
+/// A CLI11 check that runs one of Volt's parsers: on the command line its volt::Error ends the
+/// run as before (exit 1); in a config file it is reported with the file and the key.
+CLI::Validator parsed_by(std::function<void(const std::string&)> parse) {
+  return CLI::Validator(
+      [parse = std::move(parse)](std::string& text) {
+        parse(text);
+        return std::string();
+      },
+      "");
+}
+
+/// What --print-config and TrainerOptions::config show for a Trainer flag that was not given:
+/// the TrainerOptions value it stands for (the text flags' variables are empty until given,
+/// and CLI11 cannot read a flag's bool), and checks that name the config key of a bad value.
+void describe_trainer_flags(CLI::App& app, const TrainerOptions& o) {
+  const std::map<std::string, std::function<std::string()>> resolved = {
+      {"--devices", [&o] { return o.devices.to_string(); }},
+      {"--max-epochs", [&o] { return o.max_epochs ? std::to_string(*o.max_epochs) : ""; }},
+      {"--limit-train-batches", [&o] { return o.limit_train_batches.to_string(); }},
+      {"--limit-val-batches", [&o] { return o.limit_val_batches.to_string(); }},
+      {"--limit-test-batches", [&o] { return o.limit_test_batches.to_string(); }},
+      {"--limit-predict-batches", [&o] { return o.limit_predict_batches.to_string(); }},
+      {"--val-check-interval", [&o] { return o.val_check_interval.to_string(); }},
+      {"--gradient-clip-val", [&o] { return o.gradient_clip_val ? fmt::format("{}", *o.gradient_clip_val) : ""; }},
+      {"--gradient-clip-algorithm", [&o] { return std::string(to_string(o.gradient_clip_algorithm)); }},
+      {"--seed", [&o] { return o.seed ? std::to_string(*o.seed) : ""; }},
+      {"--find-unused-parameters", [&o] { return bool_text(o.find_unused_parameters); }},
+      {"--use-distributed-sampler", [&o] { return bool_text(o.use_distributed_sampler); }},
+      {"--tune-allocator", [&o] { return bool_text(o.tune_allocator); }},
+      {"--deterministic", [&o] { return bool_text(o.deterministic); }},
+      {"--logger", [&o] { return bool_text(o.logger); }},
+      {"--enable-progress-bar", [&o] { return bool_text(o.enable_progress_bar); }},
+      {"--enable-checkpointing", [&o] { return bool_text(o.enable_checkpointing); }},
+      {"--enable-model-summary", [&o] { return bool_text(o.enable_model_summary); }},
+      {"--auto-requeue", [&o] { return bool_text(o.auto_requeue); }},
+      {"--checkpoint-on-sigterm", [&o] { return bool_text(o.checkpoint_on_sigterm); }},
+  };
+  for (const auto& [name, value] : resolved) {
+    CLI::Option* option = app.get_option_no_throw(name);
+    VOLT_INTERNAL_ASSERT(option != nullptr, "add_trainer_flags lost {}", name);
+    option->default_function(value);
+  }
+  for (const char* name : {"--limit-train-batches", "--limit-val-batches", "--limit-test-batches",
+                           "--limit-predict-batches", "--val-check-interval"}) {
+    app.get_option(name)->check(parsed_by([name = std::string(name)](const std::string& text) {
+      BatchLimit::parse(text, name);
+    }));
+  }
+  app.get_option("--devices")->check(parsed_by([](const std::string& text) { (void)DeviceRequest(text); }));
+  app.get_option("--gradient-clip-algorithm")->check(parsed_by([](const std::string& text) {
+    parse_gradient_clip_algorithm(text);
+  }));
+  app.get_option("--seed")->check(parsed_by([](const std::string& text) {
+    const auto seed = parse_int(text);
+    VOLT_CHECK(!seed || *seed >= -1, "--seed={} must be >= 0.", text);
+  }));
+}
+
+}  // namespace
 
 void add_trainer_flags(CLI::App& app, TrainerOptions& o, TrainerFlagText& t) {
+  add_config_flags(app);
+  // The group is the config section: these flags are the keys under `trainer:`.
+  const std::string previous_group = app.option_defaults()->get_group();
+  app.option_defaults()->group(kTrainerGroup);
   app.add_option("--accelerator", o.accelerator, "cpu or auto")->capture_default_str();
   app.add_option("--devices", t.devices, "devices per node: a count, -1, auto, or a list 0,1");
   app.add_option("--strategy,--distributed-backend", o.strategy,
@@ -57,6 +128,8 @@ void add_trainer_flags(CLI::App& app, TrainerOptions& o, TrainerFlagText& t) {
                "SLURM: save an HPC checkpoint on SIGTERM before stopping (default on)");
   app.add_option("--hpc-checkpoint-dir", o.hpc_checkpoint_dir, "where HPC checkpoints go (default: the root dir)");
   app.add_option("--hpc-checkpoints-to-keep", o.hpc_checkpoints_to_keep, "HPC checkpoints kept")->capture_default_str();
+  app.option_defaults()->group(previous_group);
+  describe_trainer_flags(app, o);
 }
 
 void apply_trainer_flags(const TrainerFlagText& t, TrainerOptions& o) {

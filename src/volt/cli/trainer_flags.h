@@ -21,9 +21,12 @@ struct TrainerFlagText {
   double gradient_clip_val = -1.0;   ///< --gradient-clip-val (-1: not given)
 };
 
+/// The CLI11 group of the Trainer flags, which makes them the `trainer:` section of a config file.
+inline constexpr const char* kTrainerGroup = "Trainer";
+
 /// Adds one flag per Trainer option to `app` (`--max-epochs`, `--limit-train-batches`, ...),
-/// mirroring Lightning's Trainer argument names with dashes. Call apply_trainer_flags after
-/// parsing.
+/// mirroring Lightning's Trainer argument names with dashes, in the group "Trainer", plus
+/// `--config` and `--print-config` (add_config_flags). Call apply_trainer_flags after parsing.
 void add_trainer_flags(CLI::App& app, TrainerOptions& options, TrainerFlagText& text);
 
 /// Moves the parsed text flags into `options`; throws volt::Error naming the flag on bad values.

@@ -33,6 +33,18 @@ c10::IValue entry(const StateDict& dict, const std::string& key, const std::stri
   return dict.at(key);
 }
 
+/// The module's hyperparameters, plus the program's configuration under "config".
+nlohmann::json hyper_parameters(const TrainingParts& parts) {
+  nlohmann::json hparams = parts.module->hparams();
+  if (parts.config == nullptr || parts.config->is_null()) return hparams;
+  VOLT_CHECK(hparams.is_object() && !hparams.contains("config"),
+             "the module's hyperparameters are {}; the checkpoint keeps the run's configuration under their key "
+             "\"config\". HINT: save the hyperparameters as an object without a \"config\" key.",
+             hparams.is_object() ? "an object with a \"config\" key" : "not an object");
+  hparams["config"] = *parts.config;
+  return hparams;
+}
+
 }  // namespace
 
 StateDict module_state_dict(const torch::nn::Module& module) {
@@ -85,7 +97,7 @@ StateDict make_checkpoint(const TrainingParts& parts, const FitProgress& progres
     rng.insert("torch", generator.get_state());
   }
   checkpoint.insert("rng_states", rng);
-  checkpoint.insert("hyper_parameters", json_to_ivalue(parts.module->hparams()));
+  checkpoint.insert("hyper_parameters", json_to_ivalue(hyper_parameters(parts)));
   parts.module->on_save_checkpoint(checkpoint);
   return checkpoint;
 }

@@ -9,7 +9,8 @@
 //                                         validation_pending}}
 //   callbacks           {callback.state_key(): callback.state_dict()}
 //   rng_states          {"torch": the CPU generator's state}
-//   hyper_parameters    the module's save_hyperparameters() value
+//   hyper_parameters    the module's save_hyperparameters() value, plus "config": the
+//                       program's resolved configuration when TrainerOptions::config is set
 #pragma once
 
 #include <memory>
@@ -55,6 +56,8 @@ struct TrainingParts {
   const OptimizerConfig* optimization = nullptr;
   /// The callbacks with state.
   const std::vector<std::shared_ptr<Callback>>* callbacks = nullptr;
+  /// The program's resolved configuration, saved in hyper_parameters["config"]; null or nullptr: none.
+  const nlohmann::json* config = nullptr;
 };
 
 /// Builds the checkpoint dictionary of a run at `progress` (includes the RNG state).

@@ -16,6 +16,7 @@
 #include "volt/core/error.h"
 #include "volt/distributed/subprocess_launcher.h"
 #include "volt/loggers/csv_logger.h"
+#include "volt/loggers/hparams_yaml.h"
 #include "volt/loggers/tensorboard_logger.h"
 #include "volt/module/result_collection.h"
 #include "volt/optim/lr_scheduler.h"
@@ -421,6 +422,12 @@ void Trainer::FitRun::setup_callbacks() {
   info.has_validation = num_val_batches_ > 0;
   info.is_global_zero = plan_.is_global_zero();
   for (const auto& callback : callbacks) callback->setup(info);
+  // LightningCLI's SaveConfigCallback: the resolved configuration beside the logs, so a run's
+  // folder records how it was started.
+  if (!trainer_.options_.config.is_null() && info.is_global_zero && !info.log_dir.empty()) {
+    fs::create_directories(info.log_dir);
+    save_hparams_to_yaml((fs::path(info.log_dir) / kConfigFileName).string(), trainer_.options_.config);
+  }
 }
 
 void Trainer::FitRun::print_summary() {
@@ -646,6 +653,7 @@ FitResult Trainer::FitRun::run(const std::string& ckpt_path) {
   setup_loggers();
   setup_callbacks();
   parts_ = TrainingParts{&module_, &optimization_, &trainer_.callbacks_};
+  parts_.config = &trainer_.options_.config;
   if (plan_.enable_progress_bar && plan_.is_global_zero()) {
     ProgressBarOptions options;
     options.is_tty = stdout_is_tty();

@@ -11,6 +11,8 @@
 #include <string>
 #include <vector>
 
+#include <nlohmann/json.hpp>
+
 namespace volt {
 
 class Callback;
@@ -86,6 +88,9 @@ enum class GradientClipAlgorithm { kNorm, kValue };
 const char* to_string(GradientClipAlgorithm algorithm);
 /// Parses "norm"/"value"; throws volt::Error naming the accepted values.
 GradientClipAlgorithm parse_gradient_clip_algorithm(const std::string& text);
+
+/// The name of the file TrainerOptions::config is saved to in the log directory (LightningCLI's).
+inline constexpr const char* kConfigFileName = "config.yaml";
 
 /// The Trainer's options, with Lightning's defaults.
 ///
@@ -183,6 +188,11 @@ struct TrainerOptions {
   bool enable_checkpointing = true;
   /// Print the model summary when fit starts.
   bool enable_model_summary = true;
+  /// The program's resolved configuration, e.g. `volt::resolved_config(app)` (what
+  /// `--print-config` prints); null: none. fit() writes it to `<log_dir>/config.yaml` (global
+  /// rank 0, when there is a logger), and every checkpoint carries it as
+  /// `hyper_parameters["config"]`, so a checkpoint says how its run was configured.
+  nlohmann::json config;
 
   // ---- resuming ------------------------------------------------------------------------------
   /// Resume fit from "last", "best" or a checkpoint path; empty: start fresh. Trainer::fit's
