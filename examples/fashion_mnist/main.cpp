@@ -2,12 +2,14 @@
 //
 //   fashion_mnist --model cnn --max-epochs 3
 //   fashion_mnist --model mlp --max-epochs 3 --limit-train-batches 0.1 --seed 1
+//   fashion_mnist --config run.yaml --max-epochs 1    (run.yaml: `fashion_mnist --print-config`)
 #include <algorithm>
 #include <iostream>
 #include <string>
 #include <utility>
 
 #include "fashion_mnist/fashion_mnist_module.h"
+#include "volt/cli/cli_config.h"
 #include "volt/cli/trainer_flags.h"
 #include "volt/core/error.h"
 
@@ -19,13 +21,20 @@ int main(int argc, char** argv) {
     trainer_options.max_epochs = 3;
     volt::TrainerFlagText flag_text;
     volt::add_trainer_flags(app, trainer_options, flag_text);
-    app.add_option("--model", module_options.model, "mlp or cnn")->capture_default_str();
-    app.add_option("--lr", module_options.lr, "Adam's learning rate")->capture_default_str();
-    app.add_option("--lr-gamma", module_options.lr_gamma, "StepLR decay per epoch (1.0: constant)")->capture_default_str();
-    app.add_option("--batch-size", module_options.batch_size, "examples per batch")->capture_default_str();
-    app.add_option("--hidden", module_options.hidden, "MLP hidden width")->capture_default_str();
-    app.add_option("--val-size", module_options.val_size, "training images held out for validation")->capture_default_str();
-    app.add_option("--data-dir", module_options.data_dir, "directory of the IDX files")->capture_default_str();
+    // The groups are the config file's sections: `model:` and `data:` (LightningCLI's layout).
+    app.add_option("--model", module_options.model, "mlp or cnn")->capture_default_str()->group("Model");
+    app.add_option("--lr", module_options.lr, "Adam's learning rate")->capture_default_str()->group("Model");
+    app.add_option("--lr-gamma", module_options.lr_gamma, "StepLR decay per epoch (1.0: constant)")
+        ->capture_default_str()
+        ->group("Model");
+    app.add_option("--hidden", module_options.hidden, "MLP hidden width")->capture_default_str()->group("Model");
+    app.add_option("--batch-size", module_options.batch_size, "examples per batch")->capture_default_str()->group("Data");
+    app.add_option("--val-size", module_options.val_size, "training images held out for validation")
+        ->capture_default_str()
+        ->group("Data");
+    app.add_option("--data-dir", module_options.data_dir, "directory of the IDX files")
+        ->capture_default_str()
+        ->group("Data");
     int64_t save_top_k = 1;
     app.add_option("--save-top-k", save_top_k, "best checkpoints to keep by val/acc")->capture_default_str();
     int64_t patience = 0;
@@ -33,13 +42,15 @@ int main(int argc, char** argv) {
     bool skip_test = false;
     app.add_flag("--no-test", skip_test, "do not run the test set after training");
     bool print_plan = false;
-    app.add_flag("--print-plan", print_plan, "print the resolved run plan and exit");
+    app.add_flag("--print-plan", print_plan, "print the resolved run plan and exit")->configurable(false);
     try {
       app.parse(argc, argv);
     } catch (const CLI::ParseError& e) {
       return app.exit(e) == 0 ? 0 : 2;
     }
     volt::apply_trainer_flags(flag_text, trainer_options);
+    // Saved beside the logs and in every checkpoint, so a run can be repeated from its folder.
+    trainer_options.config = volt::resolved_config(app);
     // --ckpt-path resumes fit only; it goes to fit() rather than into TrainerOptions, because the
     // Trainer also falls back to TrainerOptions::ckpt_path in test(), which would then test the
     // checkpoint resumed from instead of the model just trained.
