@@ -283,3 +283,55 @@ def test_a_callback_that_stops_on_one_rank_stops_every_rank_at_the_same_step(tmp
     r0, r1 = ranks(tmp_path, 2)
     assert r0["global_step"] == r1["global_step"] == 5
     assert flat_params(r0) == flat_params(r1)
+
+
+# ---- dp and ddp2 -----------------------------------------------------------------------------
+# dp splits each batch across replica threads over one set of parameters and weights the
+# replicas' losses by their size, so it computes the whole batch's gradient summed in another
+# order: the same float tolerance as ddp.
+
+
+@pytest.mark.parametrize("replicas,batch", [(2, 12), (3, 10)])  # 6+6; 4+4+2 (weighted by size)
+def test_dp_with_k_replicas_matches_one_process_on_the_same_batch(tmp_path, replicas, batch):
+    steps = 3
+    reference = single(tmp_path, batch, steps)
+    out = tmp_path / "dp"
+    out.mkdir()
+    proc = run(["--strategy", "dp", "--devices", str(replicas), "--batch-size", str(batch), "--max-steps",
+                str(steps)], out)
+    assert proc.returncode == 0, proc.stderr
+    result = ranks(out, 1)[0]
+    assert result["global_step"] == steps
+    assert sorted(result["seen"]) == sorted(reference["seen"])  # every example once, in some replica
+    assert_close(flat_params(result), flat_params(reference), TOLERANCE)
+    # What the replicas logged reaches the metrics once per step, combined.
+    assert result["metrics"]["train/loss"] == pytest.approx(reference["metrics"]["train/loss"], rel=1e-4)
+
+
+def test_dp_on_more_than_one_node_is_an_error_that_names_ddp2(tmp_path):
+    proc = run(["--strategy", "dp", "--devices", "2", "--num-nodes", "2"], tmp_path)
+    assert proc.returncode == 1
+    assert "ddp2" in proc.stderr, proc.stderr
+
+
+def test_ddp2_two_nodes_of_two_replicas_match_one_process_on_the_global_batch(tmp_path):
+    steps = 2  # 2 steps x 2 nodes x batch 8 = 32 of 64 examples: no padding involved
+    reference = single(tmp_path, 16, steps)
+    out = tmp_path / "ddp2"
+    out.mkdir()
+    port = free_port()
+    common = ["--strategy", "ddp2", "--devices", "2", "--num-nodes", "2", "--batch-size", "8", "--max-steps",
+              str(steps)]
+    nodes = [subprocess.Popen([PROBE, "--out", str(out)] + common,
+                              env=clean_env({"NODE_RANK": str(n), "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port)}),
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for n in range(2)]
+    for node in nodes:
+        _, err = node.communicate(timeout=120)
+        assert node.returncode == 0, err
+    results = ranks(out, 2)  # one process per node: ranks are nodes
+    assert not set(results[0]["seen"]) & set(results[1]["seen"])  # the sampler shards by node
+    assert len(results[0]["seen"]) == len(results[1]["seen"]) == 16
+    for r in results:
+        assert r["global_step"] == steps
+        assert_close(flat_params(r), flat_params(reference), TOLERANCE)
+    assert flat_params(results[0]) == flat_params(results[1])

@@ -80,8 +80,10 @@ void add_trainer_flags(CLI::App& app, TrainerOptions& o, TrainerFlagText& t) {
   app.option_defaults()->group(kTrainerGroup);
   app.add_option("--accelerator", o.accelerator, "cpu or auto")->capture_default_str();
   app.add_option("--devices", t.devices, "devices per node: a count, -1, auto, or a list 0,1");
+  app.add_option("--gpus", t.gpus, "CUDA devices (the seed documents' name): a count, -1, or a list 0,1");
   app.add_option("--strategy,--distributed-backend", o.strategy,
-                 "auto, single_device, ddp or ddp_find_unused_parameters_true (--distributed-backend: the old name)")
+                 "auto, single_device, ddp, ddp_find_unused_parameters_true, dp or ddp2 (--distributed-backend: the "
+                 "old name)")
       ->capture_default_str();
   app.add_flag("--find-unused-parameters", o.find_unused_parameters, "ddp: allow parameters without gradients");
   app.add_option("--bucket-cap-mb", o.bucket_cap_mb, "ddp: gradient bucket size in MiB")->capture_default_str();
@@ -92,7 +94,7 @@ void add_trainer_flags(CLI::App& app, TrainerOptions& o, TrainerFlagText& t) {
   app.add_flag("--use-distributed-sampler,--replace-sampler-ddp,!--no-distributed-sampler", o.use_distributed_sampler,
                "shard the loaders across processes (default on)");
   app.add_option("--precision", o.precision, "32-true (32) or 64-true (64)")->capture_default_str();
-  app.add_option("--num-nodes", o.num_nodes, "nodes in the job")->capture_default_str();
+  app.add_option("--num-nodes,--nb-gpu-nodes", o.num_nodes, "nodes in the job (--nb-gpu-nodes: the old name)")->capture_default_str();
   app.add_option("--num-threads", o.num_threads, "intra-op threads per process (0: automatic)")->capture_default_str();
   app.add_flag("--tune-allocator,!--no-tune-allocator", o.tune_allocator,
                "pin glibc malloc thresholds (default on)");
@@ -140,6 +142,7 @@ void apply_trainer_flags(const TrainerFlagText& t, TrainerOptions& o) {
     o.limit_predict_batches = BatchLimit::parse(t.limit_predict_batches, "--limit-predict-batches");
   if (!t.val_check_interval.empty()) o.val_check_interval = BatchLimit::parse(t.val_check_interval, "--val-check-interval");
   if (!t.devices.empty()) o.devices = DeviceRequest(t.devices);
+  if (!t.gpus.empty()) o.gpus = DeviceRequest(t.gpus);
   if (!t.gradient_clip_algorithm.empty()) o.gradient_clip_algorithm = parse_gradient_clip_algorithm(t.gradient_clip_algorithm);
   if (t.max_epochs != -2) o.max_epochs = t.max_epochs;
   if (t.seed != -1) {

@@ -15,6 +15,7 @@ struct TrainerFlagText {
   std::string limit_predict_batches; ///< --limit-predict-batches
   std::string val_check_interval;    ///< --val-check-interval
   std::string devices;               ///< --devices
+  std::string gpus;                  ///< --gpus (the seed documents' GPU request)
   std::string gradient_clip_algorithm;  ///< --gradient-clip-algorithm
   int64_t max_epochs = -2;           ///< --max-epochs (-2: not given)
   int64_t seed = -1;                 ///< --seed (-1: not given)

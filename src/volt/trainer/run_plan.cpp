@@ -6,6 +6,8 @@
 #include <filesystem>
 #include <thread>
 
+#include <torch/cuda.h>
+
 #include "volt/core/error.h"
 #include "volt/core/strings.h"
 #include "volt/slurm/hostlist.h"
@@ -23,6 +25,8 @@ const char* to_string(StrategyKind strategy) {
   switch (strategy) {
     case StrategyKind::kSingleDevice: return "single_device";
     case StrategyKind::kDdp: return "ddp";
+    case StrategyKind::kDp: return "dp";
+    case StrategyKind::kDdp2: return "ddp2";
   }
   return "?";
 }
@@ -57,17 +61,20 @@ MachineInfo MachineInfo::current() {
   info.cwd = std::filesystem::current_path(ec).string();
   char host[256] = {};
   if (gethostname(host, sizeof(host) - 1) == 0) info.host = host;
+  info.gpus = static_cast<int64_t>(torch::cuda::device_count());
   return info;
 }
 
 namespace {
 
-Accelerator resolve_accelerator(const std::string& text) {
+/// `what` is how the user asked ("accelerator='gpu'", "gpus=2"); `gpus` the visible CUDA devices.
+Accelerator resolve_accelerator(const std::string& text, const std::string& what, int64_t gpus) {
   const std::string t = to_lower(trim(text));
   if (t == "auto" || t == "cpu") return Accelerator::kCpu;
-  throw Error(fmt::format("accelerator='{}' is not available in this build (LibTorch without CUDA); supported: "
-                          "'cpu', 'auto'. HINT: use accelerator=\"cpu\", or build Volt against a CUDA LibTorch.",
-                          text));
+  throw Error(fmt::format("{} is not available in this build (LibTorch without CUDA; {} CUDA devices visible); "
+                          "available: cpu; supported: 'cpu', 'auto'. HINT: use accelerator=\"cpu\" with devices=N "
+                          "(N processes, or N replicas under dp), or build Volt against a CUDA LibTorch.",
+                          what, gpus));
 }
 
 /// The strategy and whether it asked for find_unused_parameters (Lightning's strategy alias).
@@ -77,8 +84,10 @@ std::pair<std::optional<StrategyKind>, bool> resolve_strategy(const std::string&
   if (t == "single_device") return {StrategyKind::kSingleDevice, false};
   if (t == "ddp") return {StrategyKind::kDdp, false};
   if (t == "ddp_find_unused_parameters_true") return {StrategyKind::kDdp, true};
+  if (t == "dp") return {StrategyKind::kDp, false};
+  if (t == "ddp2") return {StrategyKind::kDdp2, false};
   throw Error(fmt::format("strategy='{}' is not supported; supported: 'auto', 'single_device', 'ddp', "
-                          "'ddp_find_unused_parameters_true'. HINT: use 'ddp' for several processes.",
+                          "'ddp_find_unused_parameters_true', 'dp', 'ddp2'. HINT: use 'ddp' for several processes.",
                           text));
 }
 
@@ -196,7 +205,14 @@ void check_limit(const BatchLimit& limit, const char* name) {
 
 RunPlan resolve_run_plan(const TrainerOptions& options, const Env& env, const MachineInfo& machine) {
   RunPlan plan;
-  plan.accelerator = resolve_accelerator(options.accelerator);
+  // The seed documents' gpus=N asks for CUDA devices; gpus=0 is the CPU.
+  const bool gpus_requested = options.gpus && (options.gpus->is_auto() || !options.gpus->indices().empty() ||
+                                               options.gpus->count() != 0);
+  plan.accelerator = gpus_requested ? resolve_accelerator("gpu", fmt::format("gpus={}", options.gpus->to_string()),
+                                                          machine.gpus)
+                                    : resolve_accelerator(options.accelerator,
+                                                          fmt::format("accelerator='{}'", options.accelerator),
+                                                          machine.gpus);
   plan.precision = parse_precision(options.precision);
   plan.devices = resolve_devices(options.devices, machine);
   VOLT_CHECK(options.num_nodes >= 1, "num_nodes={} must be >= 1.", options.num_nodes);
@@ -208,14 +224,26 @@ RunPlan resolve_run_plan(const TrainerOptions& options, const Env& env, const Ma
              "strategy='single_device' runs one process, but devices={} x num_nodes={} asks for {}. HINT: use "
              "strategy='ddp' (or 'auto'), or devices=1.",
              plan.devices, plan.num_nodes, processes);
+  VOLT_CHECK(plan.strategy != StrategyKind::kDp || plan.num_nodes == 1,
+             "strategy='dp' runs one process on one node, but num_nodes={}. HINT: use strategy='ddp2' (dp inside "
+             "each node, gradients all-reduced across nodes) or 'ddp'.",
+             plan.num_nodes);
+  // dp and ddp2 run one process per node, which drives all of the node's devices.
+  const bool replicated = plan.strategy == StrategyKind::kDp || plan.strategy == StrategyKind::kDdp2;
+  plan.replicas_per_process = replicated ? plan.devices : 1;
+  const int64_t processes_per_node = replicated ? 1 : plan.devices;
   const ClusterInfo cluster = detect_cluster(env);
   plan.cluster = cluster.kind;
-  if (plan.strategy == StrategyKind::kSingleDevice) {
+  if (plan.strategy == StrategyKind::kSingleDevice || plan.strategy == StrategyKind::kDp) {
     plan.topology.host = machine.host;
+    VOLT_CHECK(cluster.world_size.value_or(1) == 1,
+               "strategy='{}' runs one process, but {} started {}. HINT: start one task (e.g. srun --ntasks=1), or "
+               "use strategy='ddp'.",
+               to_string(plan.strategy), to_string(cluster.kind), cluster.world_size.value_or(1));
   } else {
-    plan.topology = resolve_topology(cluster, plan.devices, plan.num_nodes, env, machine);
+    plan.topology = resolve_topology(cluster, processes_per_node, plan.num_nodes, env, machine);
     plan.launch_local_processes =
-        !cluster.creates_processes_externally && plan.devices > 1 && !env.has("LOCAL_RANK");
+        !cluster.creates_processes_externally && processes_per_node > 1 && !env.has("LOCAL_RANK");
   }
   const std::string backend = to_lower(trim(options.process_group_backend));
   VOLT_CHECK(backend == "auto" || backend == "gloo",
@@ -329,7 +357,14 @@ std::string RunPlan::describe() const {
   line("cluster environment", to_string(cluster));
   line("rank", fmt::format("global {} / local {} / node {}", topology.global_rank, topology.local_rank,
                            topology.node_rank));
-  if (strategy == StrategyKind::kDdp) {
+  if (replicas_per_process > 1 || strategy == StrategyKind::kDp || strategy == StrategyKind::kDdp2) {
+    line("replicas per process",
+         fmt::format("{} (each batch split across them; losses combined by training_step_end)", replicas_per_process));
+  }
+  if (strategy == StrategyKind::kDdp2) {
+    line("gradient all-reduce", fmt::format("across {} nodes (one process each; loaders sharded by node)", num_nodes));
+  }
+  if (strategy == StrategyKind::kDdp || strategy == StrategyKind::kDdp2) {
     line("rendezvous", fmt::format("{}:{}", topology.main_address,
                                    topology.main_port == 0 ? std::string("(free port)") : std::to_string(topology.main_port)));
     line("launcher", launch_local_processes ? "volt (re-runs this program)" : "external or child");

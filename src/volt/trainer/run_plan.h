@@ -19,8 +19,8 @@ enum class Accelerator { kCpu };
 const char* to_string(Accelerator accelerator);
 
 /// How the work is spread over processes and devices.
-enum class StrategyKind { kSingleDevice, kDdp };
-/// "single_device" or "ddp".
+enum class StrategyKind { kSingleDevice, kDdp, kDp, kDdp2 };
+/// "single_device", "ddp", "dp" or "ddp2".
 const char* to_string(StrategyKind strategy);
 
 /// The numeric precision of parameters and computation.
@@ -35,7 +35,8 @@ struct RunPlan {
   Accelerator accelerator = Accelerator::kCpu;  ///< where tensors live
   StrategyKind strategy = StrategyKind::kSingleDevice;  ///< how processes cooperate
   Precision precision = Precision::k32True;  ///< parameter and compute dtype
-  int64_t devices = 1;       ///< processes per node
+  int64_t devices = 1;       ///< devices per node: processes (ddp) or replicas of one process (dp, ddp2)
+  int64_t replicas_per_process = 1;  ///< dp, ddp2: module replicas each process runs, one per device
   int64_t num_nodes = 1;     ///< nodes
   Topology topology;         ///< ranks, world size and rendezvous address of this process
   ClusterKind cluster = ClusterKind::kLocal;  ///< who made the processes
@@ -94,6 +95,8 @@ struct MachineInfo {
   std::string cwd = "/";
   /// This host's name (for messages naming ranks).
   std::string host = "localhost";
+  /// CUDA devices this process sees (after CUDA_VISIBLE_DEVICES); 0 in CPU builds.
+  int64_t gpus = 0;
   /// This machine, read once (sched_getaffinity cores, getcwd).
   static MachineInfo current();
 };

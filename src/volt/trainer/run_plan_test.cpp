@@ -65,7 +65,9 @@ TEST(RunPlan, FastDevRunLimitsEverythingAndWritesNothing) {
 TEST(RunPlan, UnsupportedHardwareSaysWhatIsSupported) {
   EXPECT_NE(error_of({.accelerator = "gpu"}).find("supported: 'cpu', 'auto'"), std::string::npos);
   EXPECT_NE(error_of({.devices = 2, .strategy = "single_device"}).find("strategy='ddp'"), std::string::npos);
-  EXPECT_NE(error_of({.strategy = "dp"}).find("strategy='dp'"), std::string::npos);
+  EXPECT_NE(error_of({.strategy = "dpp"}).find("'dp', 'ddp2'"), std::string::npos);
+  EXPECT_NE(error_of({.gpus = DeviceRequest(2)}).find("gpus=2 is not available"), std::string::npos);
+  EXPECT_NE(error_of({.gpus = DeviceRequest(2)}).find("available: cpu"), std::string::npos);
   EXPECT_NE(error_of({.precision = "16-mixed"}).find("'32-true'"), std::string::npos);
   EXPECT_NE(error_of({.strategy = "ddp", .num_nodes = 2}).find("MASTER_ADDR and MASTER_PORT"), std::string::npos);
 }
@@ -78,6 +80,29 @@ TEST(RunPlan, SeveralDevicesMeanDdpLaunchedByVolt) {
   EXPECT_TRUE(p.launch_local_processes);
   EXPECT_EQ(p.num_threads, 8 / 3);  // the cores are shared among the node's processes
   EXPECT_EQ(p.topology.host, "host0");
+}
+
+TEST(RunPlan, DpIsOneProcessWithAReplicaPerDevice) {
+  const RunPlan p = plan({.devices = DeviceRequest("0, 1"), .strategy = "dp"});
+  EXPECT_EQ(p.strategy, StrategyKind::kDp);
+  EXPECT_EQ(p.replicas_per_process, 2);
+  EXPECT_EQ(p.topology.world_size, 1);
+  EXPECT_FALSE(p.launch_local_processes);
+  EXPECT_EQ(p.num_threads, 4);  // the cores are shared among the replicas
+  EXPECT_NE(p.describe().find("replicas per process"), std::string::npos);
+  EXPECT_NE(error_of({.devices = 2, .strategy = "dp", .num_nodes = 2}).find("strategy='ddp2'"), std::string::npos);
+  EXPECT_EQ(plan({.gpus = DeviceRequest(0), .strategy = "dp"}).accelerator, Accelerator::kCpu);  // gpus=0: the CPU
+}
+
+TEST(RunPlan, Ddp2RanksAndWorldSizeCountNodes) {
+  const RunPlan p = plan({.devices = 2, .strategy = "ddp2", .num_nodes = 2},
+                         {{"NODE_RANK", "1"}, {"MASTER_ADDR", "10.1.1.1"}, {"MASTER_PORT", "5555"}});
+  EXPECT_EQ(p.strategy, StrategyKind::kDdp2);
+  EXPECT_EQ(p.replicas_per_process, 2);
+  EXPECT_EQ(p.topology.world_size, 2);
+  EXPECT_EQ(p.topology.global_rank, 1);
+  EXPECT_EQ(p.topology.processes_per_node, 1);
+  EXPECT_FALSE(p.launch_local_processes);  // one process per node: nothing to launch
 }
 
 TEST(RunPlan, LaunchedChildrenReadTheirRankAndDoNotLaunchAgain) {
@@ -113,6 +138,15 @@ TEST(RunPlan, SlurmTasksAreJoinedNotLaunched) {
   EXPECT_EQ(p.topology.node_rank, 1);
   EXPECT_EQ(p.topology.main_address, "node1");
   EXPECT_EQ(p.topology.expected_host(2), "node2");
+}
+
+TEST(RunPlan, Ddp2UnderSlurmWantsOneTaskPerNode) {
+  try {
+    plan({.devices = 2, .strategy = "ddp2", .num_nodes = 2}, slurm_step(0));
+    FAIL();
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("--ntasks-per-node=1"), std::string::npos) << e.what();
+  }
 }
 
 TEST(RunPlan, SlurmAllocationMismatchesSayWhatToChange) {

@@ -22,7 +22,9 @@
 #include "volt/optim/lr_scheduler.h"
 #include "volt/progress/model_summary.h"
 #include "volt/progress/progress_bar.h"
+#include "volt/strategies/ddp2_strategy.h"
 #include "volt/strategies/ddp_strategy.h"
+#include "volt/strategies/dp_strategy.h"
 #include "volt/trainer/checkpoint_state.h"
 #include "volt/trainer/hpc_checkpoints.h"
 #include "volt/trainer/process_setup.h"
@@ -524,7 +526,7 @@ void Trainer::FitRun::train_epoch() {
     module_.on_train_batch_start(batch, i);
     train_results_.set_batch_size(batch.data.defined() ? batch.data.size(0) : 1);
     strategy_.before_forward(module_);
-    const torch::Tensor loss = module_.training_step(batch, i);
+    const torch::Tensor loss = strategy_.training_step(module_, batch, i);
     VOLT_CHECK(loss.defined() && loss.numel() == 1 && loss.requires_grad(),
                "{}::training_step must return a scalar loss that requires grad; got {}. HINT: return the loss "
                "computed from the model's outputs, not a detached value or a number.",
@@ -790,6 +792,11 @@ Trainer::Trainer(TrainerOptions options, const Env& env, const MachineInfo& mach
     strategy_ = std::make_unique<SingleDeviceStrategy>(plan_.topology);
     return;
   }
+  const DataParallelOptions dp{.replicas = plan_.replicas_per_process, .deterministic = plan_.deterministic};
+  if (plan_.strategy == StrategyKind::kDp) {
+    strategy_ = std::make_unique<DpStrategy>(plan_.topology, dp);
+    return;
+  }
   // The one impure step of planning: a launcher picks a free rendezvous port for its children.
   if (plan_.topology.main_port == 0) plan_.topology.main_port = find_free_port();
   DdpOptions ddp;
@@ -799,6 +806,10 @@ Trainer::Trainer(TrainerOptions options, const Env& env, const MachineInfo& mach
   ddp.gradient_sync.bucket_cap_mb = plan_.bucket_cap_mb;
   ddp.gradient_sync.find_unused_parameters = plan_.find_unused_parameters;
   ddp.launch_local_processes = plan_.launch_local_processes;
+  if (plan_.strategy == StrategyKind::kDdp2) {
+    strategy_ = std::make_unique<Ddp2Strategy>(plan_.topology, ddp, dp, env);
+    return;
+  }
   strategy_ = std::make_unique<DdpStrategy>(plan_.topology, ddp, env);
 }
 

@@ -102,10 +102,16 @@ struct TrainerOptions {
   // ---- hardware ------------------------------------------------------------------------------
   /// "cpu" or "auto" (later issues add "gpu"/"cuda").
   std::string accelerator = "auto";
-  /// How many devices (processes) per node; see DeviceRequest.
+  /// How many devices per node; see DeviceRequest. Under ddp each device is a process; under
+  /// dp and ddp2 one process per node drives them all (on CPU: one replica thread each).
   DeviceRequest devices;
-  /// "auto" (ddp when devices x num_nodes > 1), "single_device", "ddp", or
-  /// "ddp_find_unused_parameters_true". `distributed_backend` is the seed documents' old name.
+  /// The seed documents' GPU request (`gpus=2`, `gpus="0,1"`, -1 for all): CUDA devices, so an
+  /// error in CPU builds unless 0. Unset: use accelerator and devices.
+  std::optional<DeviceRequest> gpus;
+  /// "auto" (ddp when devices x num_nodes > 1), "single_device", "ddp",
+  /// "ddp_find_unused_parameters_true", "dp" (one process splits each batch across its devices)
+  /// or "ddp2" (dp inside each node, ddp across nodes). `distributed_backend` is the seed
+  /// documents' old name.
   std::string strategy = "auto";
   /// "32-true"/"32" (default) or "64-true"/"64".
   std::string precision = "32-true";
