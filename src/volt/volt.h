@@ -10,4 +10,5 @@
 #include "volt/loggers/tensorboard_logger.h"
 #include "volt/module/lightning_module.h"
 #include "volt/optim/lr_scheduler.h"
+#include "volt/precision/precision_plugin.h"
 #include "volt/trainer/trainer.h"

@@ -93,7 +93,11 @@ void add_trainer_flags(CLI::App& app, TrainerOptions& o, TrainerFlagText& t) {
   app.add_option("--join-timeout", o.join_timeout, "ddp: seconds to wait for every rank to join")->capture_default_str();
   app.add_flag("--use-distributed-sampler,--replace-sampler-ddp,!--no-distributed-sampler", o.use_distributed_sampler,
                "shard the loaders across processes (default on)");
-  app.add_option("--precision", o.precision, "32-true (32) or 64-true (64)")->capture_default_str();
+  app.add_option("--precision", o.precision,
+                 "32-true (32), 64-true (64), 16-mixed (16), bf16-mixed (bf16), 16-true or bf16-true")
+      ->capture_default_str();
+  app.add_flag("--use-amp", o.use_amp, "seed documents: precision 16-mixed (prints what it became)");
+  app.add_option("--amp-level", o.amp_level, "seed documents: apex level O0, O1, O2 or O3 (mapped to a precision)");
   app.add_option("--num-nodes,--nb-gpu-nodes", o.num_nodes, "nodes in the job (--nb-gpu-nodes: the old name)")->capture_default_str();
   app.add_option("--num-threads", o.num_threads, "intra-op threads per process (0: automatic)")->capture_default_str();
   app.add_flag("--tune-allocator,!--no-tune-allocator", o.tune_allocator,

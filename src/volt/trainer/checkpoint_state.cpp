@@ -8,6 +8,7 @@
 #include "volt/core/strings.h"
 #include "volt/optim/lr_scheduler.h"
 #include "volt/optim/optimizer_state.h"
+#include "volt/precision/precision_plugin.h"
 
 namespace volt {
 
@@ -89,6 +90,11 @@ StateDict make_checkpoint(const TrainingParts& parts, const FitProgress& progres
   StateDict callbacks = make_state_dict();
   for (const auto& callback : *parts.callbacks) callbacks.insert(callback->state_key(), callback->state_dict());
   checkpoint.insert("callbacks", callbacks);
+
+  if (parts.precision != nullptr) {
+    const StateDict precision = parts.precision->state_dict();
+    if (!precision.empty()) checkpoint.insert(kScalerCheckpointKey, precision);
+  }
 
   StateDict rng = make_state_dict();
   {
@@ -197,6 +203,17 @@ FitProgress restore_checkpoint(const c10::IValue& checkpoint, const TrainingPart
   for (const auto& callback : *parts.callbacks) {
     const std::string key = callback->state_key();
     if (callbacks.contains(key)) callback->load_state_dict(as_dict(callbacks.at(key), key, path));
+  }
+
+  // A checkpoint without scaler state (another precision, or older) leaves the fresh scaler.
+  if (parts.precision != nullptr && top.contains(kScalerCheckpointKey)) {
+    try {
+      parts.precision->load_state_dict(as_dict(top.at(kScalerCheckpointKey), kScalerCheckpointKey, path));
+    } catch (const CheckpointError&) {
+      throw;
+    } catch (const Error& e) {
+      throw CheckpointError(fmt::format("checkpoint '{}': {}", path, e.what()));
+    }
   }
 
   const StateDict rng = as_dict(entry(top, "rng_states", path), "rng_states", path);

@@ -11,6 +11,7 @@
 //   rng_states          {"torch": the CPU generator's state}
 //   hyper_parameters    the module's save_hyperparameters() value, plus "config": the
 //                       program's resolved configuration when TrainerOptions::config is set
+//   native_amp_scaling_state  the loss scaler's state (16-mixed only; optional on restore)
 #pragma once
 
 #include <memory>
@@ -25,6 +26,7 @@
 namespace volt {
 
 class Callback;
+class PrecisionPlugin;
 
 /// The version of the layout above; a reader refuses newer files.
 inline constexpr int64_t kCheckpointVersion = 1;
@@ -56,6 +58,8 @@ struct TrainingParts {
   const OptimizerConfig* optimization = nullptr;
   /// The callbacks with state.
   const std::vector<std::shared_ptr<Callback>>* callbacks = nullptr;
+  /// The precision plugin, whose state (16-mixed's loss scaler) is saved; nullptr: none.
+  PrecisionPlugin* precision = nullptr;
   /// The program's resolved configuration, saved in hyper_parameters["config"]; null or nullptr: none.
   const nlohmann::json* config = nullptr;
 };

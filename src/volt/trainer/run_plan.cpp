@@ -31,22 +31,11 @@ const char* to_string(StrategyKind strategy) {
   return "?";
 }
 
-const char* to_string(Precision precision) {
-  switch (precision) {
-    case Precision::k32True: return "32-true";
-    case Precision::k64True: return "64-true";
+c10::DeviceType device_type(Accelerator accelerator) {
+  switch (accelerator) {
+    case Accelerator::kCpu: return c10::DeviceType::CPU;
   }
-  return "?";
-}
-
-Precision parse_precision(const std::string& text) {
-  const std::string t = to_lower(trim(text));
-  if (t == "32" || t == "32-true") return Precision::k32True;
-  if (t == "64" || t == "64-true") return Precision::k64True;
-  throw Error(fmt::format("precision='{}' is not supported by this build; supported: '32-true' (alias 32), "
-                          "'64-true' (alias 64). HINT: 16-bit and bf16 modes arrive with the precision plugins; "
-                          "use '32-true' for now.",
-                          text));
+  return c10::DeviceType::CPU;
 }
 
 MachineInfo MachineInfo::current() {
@@ -75,6 +64,54 @@ Accelerator resolve_accelerator(const std::string& text, const std::string& what
                           "available: cpu; supported: 'cpu', 'auto'. HINT: use accelerator=\"cpu\" with devices=N "
                           "(N processes, or N replicas under dp), or build Volt against a CUDA LibTorch.",
                           what, gpus));
+}
+
+/// Apex's optimization levels as the native mode nearest to each.
+Precision precision_of_amp_level(const std::string& level) {
+  const std::string t = to_lower(trim(level));
+  if (t == "o0") return Precision::k32True;
+  if (t == "o1" || t == "o2") return Precision::k16Mixed;
+  if (t == "o3") return Precision::k16True;
+  throw Error(fmt::format("amp_level='{}' is not an apex optimization level; expected 'O0', 'O1', 'O2' or 'O3'. "
+                          "HINT: set precision instead ('bf16-mixed' for mixed precision on CPU).",
+                          level));
+}
+
+/// options.precision, with the seed documents' use_amp and amp_level (Lightning 0.x with apex)
+/// mapped onto it; each mapping leaves a note, and an unsupported result names the mapping.
+Precision resolve_precision(const TrainerOptions& options, Accelerator accelerator, std::vector<std::string>& notes) {
+  Precision precision = parse_precision(options.precision);
+  const bool asked_for_amp = options.use_amp || precision == Precision::k16Mixed;
+  if (!trim(options.amp_level).empty()) {
+    const Precision mapped = precision_of_amp_level(options.amp_level);
+    if (!asked_for_amp) {
+      notes.push_back(fmt::format("amp_level='{}' was ignored: it applies only with use_amp=true or precision=16, as "
+                                  "in Lightning",
+                                  options.amp_level));
+    } else {
+      precision = mapped;
+      notes.push_back(fmt::format("amp_level='{}' became precision='{}'{}", options.amp_level, to_string(mapped),
+                                  to_lower(trim(options.amp_level)) == "o2"
+                                      ? " (apex's float16 weights with float32 master copies have no LibTorch "
+                                        "equivalent; native 16-mixed is Lightning's replacement)"
+                                      : ""));
+    }
+  } else if (options.use_amp) {
+    VOLT_CHECK(precision != Precision::k64True,
+               "use_amp=true conflicts with precision='64-true'. HINT: drop use_amp, or set precision='16-mixed' "
+               "(or 'bf16-mixed' on CPU) instead of both.");
+    if (precision == Precision::k32True) {
+      precision = Precision::k16Mixed;
+      notes.push_back("use_amp=true became precision='16-mixed'");
+    }
+  }
+  try {
+    check_precision_supported(precision, device_type(accelerator));
+  } catch (const Error& e) {
+    if (notes.empty()) throw;
+    throw Error(fmt::format("{}; {}", join(notes, "; "), e.what()));
+  }
+  return precision;
 }
 
 /// The strategy and whether it asked for find_unused_parameters (Lightning's strategy alias).
@@ -213,7 +250,7 @@ RunPlan resolve_run_plan(const TrainerOptions& options, const Env& env, const Ma
                                     : resolve_accelerator(options.accelerator,
                                                           fmt::format("accelerator='{}'", options.accelerator),
                                                           machine.gpus);
-  plan.precision = parse_precision(options.precision);
+  plan.precision = resolve_precision(options, plan.accelerator, plan.notes);
   plan.devices = resolve_devices(options.devices, machine);
   VOLT_CHECK(options.num_nodes >= 1, "num_nodes={} must be >= 1.", options.num_nodes);
   plan.num_nodes = options.num_nodes;
@@ -352,7 +389,11 @@ std::string RunPlan::describe() const {
   const auto line = [&out](const char* key, const std::string& value) { out += fmt::format("{:<24}{}\n", key, value); };
   line("accelerator", to_string(accelerator));
   line("strategy", to_string(strategy));
-  line("precision", to_string(precision));
+  line("precision", fmt::format("{}{}", to_string(precision),
+                                is_mixed(precision) ? fmt::format(" (autocast to {})", precision == Precision::k16Mixed
+                                                                                          ? "float16, loss scaling"
+                                                                                          : "bfloat16")
+                                                    : std::string()));
   line("devices x nodes", fmt::format("{} x {} (world size {})", devices, num_nodes, topology.world_size));
   line("cluster environment", to_string(cluster));
   line("rank", fmt::format("global {} / local {} / node {}", topology.global_rank, topology.local_rank,
@@ -389,6 +430,7 @@ std::string RunPlan::describe() const {
   line("checkpoint on SIGTERM", requeue.checkpoint_on_sigterm ? "yes" : "no");
   line("HPC checkpoints", fmt::format("{} (keep {})", hpc_checkpoint_dir, hpc_checkpoints_to_keep));
   line("fast_dev_run", fast_dev_run ? "true" : "false");
+  for (const auto& note : notes) line("note", note);
   return out;
 }
 

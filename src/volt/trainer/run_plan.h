@@ -2,6 +2,7 @@
 #pragma once
 
 #include <string>
+#include <vector>
 
 #include <chrono>
 
@@ -9,6 +10,7 @@
 #include "volt/distributed/topology.h"
 #include "volt/environments/cluster_environment.h"
 #include "volt/environments/requeue.h"
+#include "volt/precision/precision.h"
 #include "volt/trainer/trainer_options.h"
 
 namespace volt {
@@ -17,18 +19,13 @@ namespace volt {
 enum class Accelerator { kCpu };
 /// "cpu".
 const char* to_string(Accelerator accelerator);
+/// The device type whose kernels the accelerator runs (CPU for kCpu).
+c10::DeviceType device_type(Accelerator accelerator);
 
 /// How the work is spread over processes and devices.
 enum class StrategyKind { kSingleDevice, kDdp, kDp, kDdp2 };
 /// "single_device", "ddp", "dp" or "ddp2".
 const char* to_string(StrategyKind strategy);
-
-/// The numeric precision of parameters and computation.
-enum class Precision { k32True, k64True };
-/// "32-true" or "64-true".
-const char* to_string(Precision precision);
-/// Parses "32-true", "32", "64-true", "64"; throws volt::Error listing what this build supports.
-Precision parse_precision(const std::string& text);
 
 /// A fully resolved run: nothing in it is "auto" and every value has been validated.
 struct RunPlan {
@@ -80,6 +77,9 @@ struct RunPlan {
   RequeuePolicy requeue;             ///< SLURM auto-requeue and the SIGTERM checkpoint
   std::string hpc_checkpoint_dir;    ///< absolute directory of hpc_ckpt_<N>.ckpt files
   int64_t hpc_checkpoints_to_keep = 2;  ///< HPC checkpoints kept after each save
+  /// What resolving changed that the user should know (seed-document flags that were mapped,
+  /// e.g. "use_amp=true became precision='16-mixed'"); the Trainer prints them once.
+  std::vector<std::string> notes;
 
   /// True for the process that writes logs and checkpoints.
   bool is_global_zero() const { return topology.global_rank == 0; }

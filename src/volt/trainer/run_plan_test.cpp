@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include "volt/core/error.h"
+#include "volt/torch_compat.h"
 
 namespace volt {
 namespace {
@@ -68,7 +69,7 @@ TEST(RunPlan, UnsupportedHardwareSaysWhatIsSupported) {
   EXPECT_NE(error_of({.strategy = "dpp"}).find("'dp', 'ddp2'"), std::string::npos);
   EXPECT_NE(error_of({.gpus = DeviceRequest(2)}).find("gpus=2 is not available"), std::string::npos);
   EXPECT_NE(error_of({.gpus = DeviceRequest(2)}).find("available: cpu"), std::string::npos);
-  EXPECT_NE(error_of({.precision = "16-mixed"}).find("'32-true'"), std::string::npos);
+  EXPECT_NE(error_of({.precision = "16-mixed"}).find("HINT: use precision='bf16-mixed'"), std::string::npos);
   EXPECT_NE(error_of({.strategy = "ddp", .num_nodes = 2}).find("MASTER_ADDR and MASTER_PORT"), std::string::npos);
 }
 
@@ -211,6 +212,58 @@ TEST(DeviceRequest, ParsesCountsListsAndAuto) {
   EXPECT_EQ(DeviceRequest("[0,1]").to_string(), "[0, 1]");
   EXPECT_THROW(DeviceRequest("x"), Error);
   EXPECT_THROW(DeviceRequest(-2), Error);
+}
+
+// ---- precision ----------------------------------------------------------------------------------
+
+TEST(RunPlan, PrecisionAliasesResolveToLightningsNames) {
+  EXPECT_EQ(plan({.precision = "bf16"}).precision, Precision::kBf16Mixed);
+  EXPECT_EQ(plan({.precision = "bf16-true"}).precision, Precision::kBf16True);
+  EXPECT_EQ(plan({.precision = "64"}).precision, Precision::k64True);
+  EXPECT_NE(plan({.precision = "bf16"}).describe().find("bf16-mixed (autocast to bfloat16)"), std::string::npos);
+}
+
+TEST(RunPlan, UnknownPrecisionListsTheModes) {
+  const std::string message = error_of({.precision = "8"});
+  EXPECT_NE(message.find("precision='8'"), std::string::npos) << message;
+  EXPECT_NE(message.find("'bf16-mixed' (alias bf16)"), std::string::npos) << message;
+}
+
+#if !VOLT_TORCH_CPU_FLOAT16
+TEST(RunPlan, UseAmpBecomes16MixedWhichCpuRefusesNamingBf16Mixed) {
+  const std::string message = error_of({.use_amp = true});
+  EXPECT_NE(message.find("use_amp=true became precision='16-mixed'"), std::string::npos) << message;
+  EXPECT_NE(message.find("HINT: use precision='bf16-mixed'"), std::string::npos) << message;
+}
+
+TEST(RunPlan, AmpLevelMapsToTheNearestNativeMode) {
+  EXPECT_NE(error_of({.use_amp = true, .amp_level = "O2"}).find("amp_level='O2' became precision='16-mixed'"),
+            std::string::npos);
+  EXPECT_NE(error_of({.use_amp = true, .amp_level = "O3"}).find("HINT: use precision='bf16-true'"), std::string::npos);
+}
+#endif
+
+TEST(RunPlan, AmpLevelO0IsFullPrecisionWithANote) {
+  const RunPlan p = plan({.use_amp = true, .amp_level = "o0"});
+  EXPECT_EQ(p.precision, Precision::k32True);
+  ASSERT_EQ(p.notes.size(), 1u);
+  EXPECT_EQ(p.notes[0], "amp_level='o0' became precision='32-true'");
+  EXPECT_NE(p.describe().find("amp_level='o0' became"), std::string::npos);
+}
+
+TEST(RunPlan, AmpLevelWithoutAmpIsIgnoredAsInLightning) {
+  const RunPlan p = plan({.amp_level = "O1"});
+  EXPECT_EQ(p.precision, Precision::k32True);
+  ASSERT_EQ(p.notes.size(), 1u);
+  EXPECT_NE(p.notes[0].find("ignored"), std::string::npos);
+  EXPECT_NE(error_of({.use_amp = true, .amp_level = "O4"}).find("'O0', 'O1', 'O2' or 'O3'"), std::string::npos);
+}
+
+TEST(RunPlan, UseAmpKeepsAnExplicitMixedPrecisionAndRefuses64) {
+  const RunPlan p = plan({.precision = "bf16-mixed", .use_amp = true});
+  EXPECT_EQ(p.precision, Precision::kBf16Mixed);
+  EXPECT_TRUE(p.notes.empty());
+  EXPECT_NE(error_of({.precision = "64", .use_amp = true}).find("conflicts"), std::string::npos);
 }
 
 }  // namespace

@@ -19,6 +19,7 @@
 #include "volt/loggers/hparams_yaml.h"
 #include "volt/loggers/tensorboard_logger.h"
 #include "volt/module/result_collection.h"
+#include "volt/precision/precision_plugin.h"
 #include "volt/optim/lr_scheduler.h"
 #include "volt/progress/model_summary.h"
 #include "volt/progress/progress_bar.h"
@@ -41,11 +42,10 @@ double seconds_since(std::chrono::steady_clock::time_point start) {
 
 bool stdout_is_tty() { return isatty(fileno(stdout)) != 0; }
 
-/// Casts floating inputs to the plan's dtype (64-true trains in double).
-Batch to_precision(Batch batch, Precision precision) {
-  if (precision == Precision::k64True && batch.data.defined() && batch.data.is_floating_point()) {
-    batch.data = batch.data.to(torch::kDouble);
-  }
+/// Casts floating inputs and targets to the module's dtype (the -true precisions; others keep them).
+Batch to_precision(Batch batch, const PrecisionPlugin& precision) {
+  batch.data = precision.convert_input(batch.data);
+  batch.target = precision.convert_input(batch.target);
   return batch;
 }
 
@@ -120,7 +120,7 @@ std::string newest_checkpoint(const std::string& dir) {
 struct EvalLoop {
   LightningModule& module;
   const DataLoader& loader;
-  Precision precision;
+  const PrecisionPlugin& precision;
   ProgressBar* bar;
   Strategy& strategy;
 
@@ -138,6 +138,7 @@ struct EvalLoop {
       const int64_t size = batch.data.defined() ? batch.data.size(0) : 1;
       results.set_batch_size(size);
       examples += size;
+      const AutocastGuard autocast = precision.forward_context();
       if (test) module.test_step(batch, i); else module.validation_step(batch, i);
       if (bar) bar->update(i + 1, {});
     }
@@ -446,7 +447,7 @@ void Trainer::FitRun::sanity_check() {
   const torch::Tensor rng = generator.get_state();
   ResultCollection throwaway(/*training=*/false);
   val_.set_epoch(0);
-  EvalLoop{module_, val_, plan_.precision, eval_bar_.get(), strategy_}.run(n, /*test=*/false, throwaway, "Sanity Checking");
+  EvalLoop{module_, val_, *trainer_.precision_, eval_bar_.get(), strategy_}.run(n, /*test=*/false, throwaway, "Sanity Checking");
   generator.set_state(rng);
 }
 
@@ -458,7 +459,7 @@ void Trainer::FitRun::run_validation(int64_t batches) {
   progress_.validation_pending = false;
   val_results_.reset();
   val_.set_epoch(0);
-  EvalLoop{module_, val_, plan_.precision, eval_bar_.get(), strategy_}.run(batches, /*test=*/false, val_results_, "Validation");
+  EvalLoop{module_, val_, *trainer_.precision_, eval_bar_.get(), strategy_}.run(batches, /*test=*/false, val_results_, "Validation");
   for (const auto& [name, value] : val_results_.epoch_metrics(MetricTarget::kCallback))
     trainer_.callback_metrics_[name] = value;
   log_metrics(val_results_.epoch_metrics(MetricTarget::kLogger));
@@ -471,19 +472,20 @@ void Trainer::FitRun::validate_mid_epoch() {
 }
 
 void Trainer::FitRun::optimizer_step() {
-  if (plan_.gradient_clip_val) {
+  const auto clip = [this] {
+    if (!plan_.gradient_clip_val) return;
     if (plan_.gradient_clip_algorithm == GradientClipAlgorithm::kNorm) {
       torch::nn::utils::clip_grad_norm_(clipped_params_, *plan_.gradient_clip_val);
     } else {
       torch::nn::utils::clip_grad_value_(clipped_params_, *plan_.gradient_clip_val);
     }
-  }
-  for (size_t i = 0; i < optimization_.optimizers.size(); ++i) {
-    auto& optimizer = *optimization_.optimizers[i];
-    module_.on_before_optimizer_step(optimizer, i);
-    optimizer.step();
-    optimizer.zero_grad();
-  }
+  };
+  // The plugin unscales (16-mixed) before `clip` and may skip the step on inf/NaN gradients; the
+  // step still counts, as in Lightning, so schedules and checkpoints do not drift.
+  trainer_.precision_->optimizer_step(optimization_.optimizers, clip, [this](size_t i) {
+    module_.on_before_optimizer_step(*optimization_.optimizers[i], i);
+  });
+  for (const auto& optimizer : optimization_.optimizers) optimizer->zero_grad();
   ++progress_.global_step;
   step_schedulers(Interval::kStep);
 }
@@ -522,11 +524,14 @@ void Trainer::FitRun::train_epoch() {
   }
   while (progress_.batches_done < num_train_batches_ && !stop_) {
     const int64_t i = progress_.batches_done;
-    const Batch batch = to_precision(train_.batch(i), plan_.precision);
+    const Batch batch = to_precision(train_.batch(i), *trainer_.precision_);
     module_.on_train_batch_start(batch, i);
     train_results_.set_batch_size(batch.data.defined() ? batch.data.size(0) : 1);
     strategy_.before_forward(module_);
-    const torch::Tensor loss = strategy_.training_step(module_, batch, i);
+    const torch::Tensor loss = [&] {
+      const AutocastGuard autocast = trainer_.precision_->forward_context();
+      return strategy_.training_step(module_, batch, i);
+    }();
     VOLT_CHECK(loss.defined() && loss.numel() == 1 && loss.requires_grad(),
                "{}::training_step must return a scalar loss that requires grad; got {}. HINT: return the loss "
                "computed from the model's outputs, not a detached value or a number.",
@@ -537,7 +542,7 @@ void Trainer::FitRun::train_epoch() {
     const bool steps = (i + 1) % accumulate == 0 || last;
     // Only the backward pass that precedes an optimizer step communicates (PyTorch's no_sync).
     strategy_.before_backward(loss, steps);
-    (accumulate == 1 ? loss : loss / static_cast<double>(accumulate)).backward();
+    trainer_.precision_->backward(accumulate == 1 ? loss : loss / static_cast<double>(accumulate));
     if (steps) optimizer_step();
     module_.on_train_batch_end(loss, batch, i);
     ++progress_.batches_done;
@@ -643,7 +648,7 @@ FitResult Trainer::FitRun::run(const std::string& ckpt_path) {
              "a fraction such as 0.5.",
              plan_.val_check_interval.count(), num_train_batches_, num_train_batches_);
 
-  if (plan_.precision == Precision::k64True) module_.to(torch::kDouble);
+  trainer_.precision_->convert_module(module_);
   module_.train();
   optimization_ = module_.configure_optimizers();
   validate_optimization(optimization_, module_);
@@ -654,7 +659,7 @@ FitResult Trainer::FitRun::run(const std::string& ckpt_path) {
 
   setup_loggers();
   setup_callbacks();
-  parts_ = TrainingParts{&module_, &optimization_, &trainer_.callbacks_};
+  parts_ = TrainingParts{&module_, &optimization_, &trainer_.callbacks_, trainer_.precision_.get()};
   parts_.config = &trainer_.options_.config;
   if (plan_.enable_progress_bar && plan_.is_global_zero()) {
     ProgressBarOptions options;
@@ -780,8 +785,12 @@ Trainer::Trainer(TrainerOptions options) : Trainer(std::move(options), Env::from
 Trainer::Trainer(TrainerOptions options, const Env& env, const MachineInfo& machine)
     : options_(std::move(options)),
       plan_(resolve_run_plan(options_, env, machine)),
-      checkpoint_io_(std::make_shared<TorchCheckpointIO>()) {
+      checkpoint_io_(std::make_shared<TorchCheckpointIO>()),
+      precision_(make_precision_plugin(plan_.precision, device_type(plan_.accelerator))) {
   callbacks_ = options_.callbacks;
+  if (plan_.is_global_zero()) {
+    for (const auto& note : plan_.notes) std::cout << "Note: " << note << "\n";
+  }
   // Now, not in fit: SLURM's signal kills a process that does not catch it, and it may come
   // while the program is still loading its data.
   if (plan_.requeue.enabled) requeue_guard_ = std::make_unique<internal::RequeueSignalGuard>(plan_.requeue.signal);
@@ -889,7 +898,7 @@ EvalResult Trainer::evaluate(LightningModule& module, DataLoader loader, const s
              stage, test ? "test" : "val", test ? "test" : "val");
   const std::string path = resolve_ckpt_path(ckpt_path);
   if (!path.empty()) load_module_weights(checkpoint_io_->load(path), module, path);
-  if (plan_.precision == Precision::k64True) module.to(torch::kDouble);
+  precision_->convert_module(module);
   configure_loader(loader, /*evaluation=*/true);
   loader.set_epoch(0);
   const int64_t batches = (test ? plan_.limit_test_batches : plan_.limit_val_batches).resolve(loader.num_batches());
@@ -903,7 +912,7 @@ EvalResult Trainer::evaluate(LightningModule& module, DataLoader loader, const s
   EvalResult out;
   out.stage = stage;
   out.batches = batches;
-  out.examples = EvalLoop{module, loader, plan_.precision, bar.get(), *strategy_}.run(batches, test, results,
+  out.examples = EvalLoop{module, loader, *precision_, bar.get(), *strategy_}.run(batches, test, results,
                                                                           test ? "Testing" : "Validation");
   out.metrics = results.epoch_metrics(MetricTarget::kCallback);
   for (const auto& [name, value] : out.metrics) callback_metrics_[name] = value;
@@ -926,7 +935,7 @@ std::vector<torch::Tensor> Trainer::predict(LightningModule& module, DataLoader 
              "predict_dataloader() or pass a volt::DataLoader.");
   const std::string path = resolve_ckpt_path(ckpt_path);
   if (!path.empty()) load_module_weights(checkpoint_io_->load(path), module, path);
-  if (plan_.precision == Precision::k64True) module.to(torch::kDouble);
+  precision_->convert_module(module);
   configure_loader(data, /*evaluation=*/true);
   data.set_epoch(0);
   const int64_t batches = plan_.limit_predict_batches.resolve(data.num_batches());
@@ -935,7 +944,11 @@ std::vector<torch::Tensor> Trainer::predict(LightningModule& module, DataLoader 
   torch::NoGradGuard no_grad;
   std::vector<torch::Tensor> outputs;
   outputs.reserve(static_cast<size_t>(batches));
-  for (int64_t i = 0; i < batches; ++i) outputs.push_back(module.predict_step(to_precision(data.batch(i), plan_.precision), i));
+  for (int64_t i = 0; i < batches; ++i) {
+    const Batch batch = to_precision(data.batch(i), *precision_);
+    const AutocastGuard autocast = precision_->forward_context();
+    outputs.push_back(module.predict_step(batch, i));
+  }
   module.train(was_training);
   return outputs;
 }

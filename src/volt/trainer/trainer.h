@@ -13,6 +13,7 @@
 namespace volt {
 
 class CheckpointIO;
+class PrecisionPlugin;
 class Strategy;
 namespace internal {
 class RequeueSignalGuard;
@@ -53,6 +54,9 @@ class Trainer {
   const RunPlan& plan() const { return plan_; }
   /// The callbacks in use, the default ones included once fit started.
   const std::vector<std::shared_ptr<Callback>>& callbacks() const { return callbacks_; }
+  /// The precision plugin of this run (autocast, loss scaling, casts), for strategies that run
+  /// the steps themselves (dp).
+  PrecisionPlugin& precision_plugin() { return *precision_; }
   /// The callback metrics after the last stage.
   const std::map<std::string, double>& callback_metrics() const { return callback_metrics_; }
 
@@ -66,6 +70,7 @@ class Trainer {
   RunPlan plan_;
   std::unique_ptr<Strategy> strategy_;
   std::shared_ptr<CheckpointIO> checkpoint_io_;
+  std::unique_ptr<PrecisionPlugin> precision_;
   std::vector<std::shared_ptr<Callback>> callbacks_;
   std::map<std::string, double> callback_metrics_;
   std::string best_model_path_;

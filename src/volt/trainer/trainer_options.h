@@ -113,8 +113,15 @@ struct TrainerOptions {
   /// or "ddp2" (dp inside each node, ddp across nodes). `distributed_backend` is the seed
   /// documents' old name.
   std::string strategy = "auto";
-  /// "32-true"/"32" (default) or "64-true"/"64".
+  /// "32-true"/"32" (default), "64-true"/"64", "16-mixed"/"16", "bf16-mixed"/"bf16", "16-true" or
+  /// "bf16-true". The mixed modes run the steps under autocast (16-mixed also scales the loss);
+  /// a CPU build with LibTorch 1.13 runs 32-true, 64-true, bf16-mixed and bf16-true.
   std::string precision = "32-true";
+  /// Seed documents (Lightning 0.x): true means precision='16-mixed' (a note says so).
+  bool use_amp = false;
+  /// Seed documents: apex's level with use_amp, "O0" (32-true), "O1"/"O2" (16-mixed) or "O3"
+  /// (16-true); empty: unset.
+  std::string amp_level;
   /// Nodes in the job.
   int64_t num_nodes = 1;
   /// Intra-op threads per process; 0: OMP_NUM_THREADS, else SLURM_CPUS_PER_TASK, else all cores

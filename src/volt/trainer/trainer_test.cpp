@@ -15,9 +15,11 @@
 #include <filesystem>
 #include <fstream>
 #include <functional>
+#include <limits>
 #include <map>
 #include <memory>
 #include <optional>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -28,6 +30,8 @@
 #include "volt/checkpoint/checkpoint_io.h"
 #include "volt/core/error.h"
 #include "volt/optim/lr_scheduler.h"
+#include "volt/precision/precision_plugin.h"
+#include "volt/trainer/checkpoint_state.h"
 #include "volt/trainer/hpc_checkpoints.h"
 
 namespace volt {
@@ -711,6 +715,7 @@ class ResumeTest : public TrainerTest {
   Outcome fit(const TinyOptions& module_options, TrainerOptions options, const std::string& ckpt_path = "",
               uint64_t init_seed = 7) {
     auto module = make_module(module_options, init_seed);
+    options.precision = precision_;
     Trainer trainer = make_trainer(std::move(options));
     trainer.set_checkpoint_io(io_);
     Outcome out;
@@ -749,6 +754,7 @@ class ResumeTest : public TrainerTest {
 
  protected:
   std::shared_ptr<InMemoryCheckpointIO> io_ = std::make_shared<InMemoryCheckpointIO>();
+  std::string precision_ = "32-true";  // every fit's precision
 };
 
 TEST_F(ResumeTest, FromAnEpochEndCheckpointIsBitIdentical) {
@@ -792,6 +798,12 @@ TEST_F(ResumeTest, WithGradientAccumulationIsBitIdentical) {
   // 6 batches of 4, 3 optimizer steps per epoch; the step-2 checkpoint is after batch 4.
   const TinyOptions options{.train_size = 24, .dropout = 0.3, .optimizer = Optim::kAdam, .lr = 0.01};
   expect_exact_resume(options, 2, {.max_steps = 2}, every_n_steps(2), "epoch=0-step=2.ckpt");
+}
+
+TEST_F(ResumeTest, Bf16MixedIsBitIdentical) {
+  precision_ = "bf16-mixed";
+  const TinyOptions options{.dropout = 0.3, .optimizer = Optim::kAdam, .lr = 0.01};
+  expect_exact_resume(options, 1, {.max_steps = 3}, every_n_steps(3), "epoch=0-step=3.ckpt");
 }
 
 TEST_F(ResumeTest, FromACheckpointAfterTheLastBatchStillValidatesThatEpoch) {
@@ -997,6 +1009,104 @@ TEST_F(TrainerTest, SigintStopsAfterTheCurrentBatchAndRestoresTheHandler) {
 
 /// Runs fits as tasks of a fake SLURM batch job (array task 70_7) with a fake `scontrol` on PATH
 /// that records its arguments, so the whole save-requeue-restart cycle runs in one process.
+// ---- precision -----------------------------------------------------------------------------------
+
+/// Records the dtype of the model's output in each step.
+class DtypeRecorder : public TinyModule {
+ public:
+  using TinyModule::TinyModule;
+  torch::Tensor training_step(const Batch& batch, int64_t batch_idx) override {
+    train_dtypes.insert(forward(batch.data).scalar_type());
+    return TinyModule::training_step(batch, batch_idx);
+  }
+  void validation_step(const Batch& batch, int64_t batch_idx) override {
+    val_dtypes.insert(forward(batch.data).scalar_type());
+    TinyModule::validation_step(batch, batch_idx);
+  }
+  /// Output dtypes seen in training and validation steps.
+  std::set<c10::ScalarType> train_dtypes, val_dtypes;
+};
+
+TEST_F(TrainerTest, Bf16MixedRunsTheStepsInBf16AndLowersTheLoss) {
+  torch::manual_seed(7);
+  DtypeRecorder module({.train_size = 64, .lr = 0.05});
+  const Batch all = module.train_data()->get_batch(torch::arange(64));
+  const torch::Tensor x = all.data, y = all.target;
+  const double before = torch::mse_loss(module.forward(x), y).item<double>();
+  const FitResult result =
+      make_trainer({.precision = "bf16-mixed", .max_epochs = 5, .seed = 1, .enable_checkpointing = false}).fit(module);
+  const double after = torch::mse_loss(module.forward(x), y).item<double>();
+  EXPECT_LT(after, 0.8 * before) << before << " -> " << after;
+  EXPECT_EQ(module.train_dtypes, std::set<c10::ScalarType>{torch::kBFloat16});
+  EXPECT_EQ(module.val_dtypes, std::set<c10::ScalarType>{torch::kBFloat16});
+  for (const auto& p : module.parameters()) EXPECT_EQ(p.scalar_type(), torch::kFloat32) << "weights stay float32";
+  EXPECT_EQ(result.global_step, 80);
+}
+
+/// MSE written with elementwise ops: LibTorch 1.13's CPU mse_loss has no bfloat16 kernel.
+class ElementwiseMse : public DtypeRecorder {
+ public:
+  using DtypeRecorder::DtypeRecorder;
+  torch::Tensor training_step(const Batch& batch, int64_t batch_idx) override {
+    const torch::Tensor out = forward(batch.data);
+    train_dtypes.insert(out.scalar_type());
+    return (out - batch.target).pow(2).mean();
+  }
+  void validation_step(const Batch& batch, int64_t batch_idx) override {
+    log("val/loss", (forward(batch.data) - batch.target).pow(2).mean());
+  }
+};
+
+TEST_F(TrainerTest, Bf16TrueTrainsABf16Module) {
+  ElementwiseMse module;
+  make_trainer({.precision = "bf16-true", .max_epochs = 1, .enable_checkpointing = false}).fit(module);
+  EXPECT_EQ(module.train_dtypes, std::set<c10::ScalarType>{torch::kBFloat16});
+  for (const auto& p : module.parameters()) EXPECT_EQ(p.scalar_type(), torch::kBFloat16);
+}
+
+TEST_F(TrainerTest, SixteenMixedScalerStateRoundTripsThroughACheckpointFile) {
+  // The CUDA build's 16-mixed plugin; its scaler runs on CPU tensors (no CPU fp16 autocast in 1.13).
+  auto module = make_module();
+  const OptimizerConfig optimization = module->configure_optimizers();
+  const std::vector<std::shared_ptr<Callback>> callbacks;
+  auto saved = make_precision_plugin(Precision::k16Mixed, c10::DeviceType::CUDA, {.init_scale = 1024.0});
+  // One overflowing step (scale 1024 -> 512), then one finite step (growth tracker 1).
+  for (const float factor : {std::numeric_limits<float>::infinity(), 1.0f}) {
+    const Batch batch = module->train_data()->get_batch(torch::arange(4));
+    saved->backward(module->loss(batch) * factor);
+    saved->optimizer_step(optimization.optimizers, [] {}, [](size_t) {});
+    optimization.optimizers[0]->zero_grad();
+  }
+  const std::string path = (root_ / "amp.ckpt").string();
+  fs::create_directories(root_);
+  TorchCheckpointIO io;
+  io.save(make_checkpoint({module.get(), &optimization, &callbacks, saved.get()}, {}), path);
+
+  const c10::IValue loaded = io.load(path);
+  const StateDict state = loaded.toGenericDict().at(kScalerCheckpointKey).toGenericDict();
+  EXPECT_EQ(state.at("scale").toDouble(), 512.0);
+  EXPECT_EQ(state.at("_growth_tracker").toInt(), 1);
+  auto restored = make_precision_plugin(Precision::k16Mixed, c10::DeviceType::CUDA);
+  restore_checkpoint(loaded, {module.get(), &optimization, &callbacks, restored.get()}, path);
+  EXPECT_EQ(restored->scaler()->get_scale(), 512.0);
+  EXPECT_EQ(restored->scaler()->growth_tracker(), 1);
+  EXPECT_EQ(restored->scaler()->options().growth_interval, 2000);
+
+  // A checkpoint without scaler state (32-true, or older) still loads and keeps a fresh scaler.
+  StateDict without = loaded.toGenericDict().copy();  // Dicts share their entries; copy before erasing
+  ASSERT_EQ(without.erase(kScalerCheckpointKey), 1u);
+  auto fresh = make_precision_plugin(Precision::k16Mixed, c10::DeviceType::CUDA);
+  restore_checkpoint(without, {module.get(), &optimization, &callbacks, fresh.get()}, path);
+  EXPECT_EQ(fresh->scaler()->get_scale(), 65536.0);
+}
+
+TEST_F(TrainerTest, A32TrueCheckpointHasNoScalerState) {
+  auto module = make_module();
+  const FitResult result = make_trainer({.max_epochs = 1, .seed = 1}).fit(*module);
+  const c10::IValue checkpoint = TorchCheckpointIO().load(result.last_model_path);
+  EXPECT_FALSE(checkpoint.toGenericDict().contains(kScalerCheckpointKey));
+}
+
 class RequeueTest : public TrainerTest {
  protected:
   void SetUp() override {
