@@ -17,6 +17,8 @@ TARGETS = [
     ("mlp", [], 0.87, 900),
     ("cnn", [], 0.90, 1500),
     ("mlp-ddp2", ["--strategy", "ddp", "--devices", "2", "--batch-size", "32"], 0.87, 900),
+    # Mixed precision on CPU: steps under bfloat16 autocast, float32 weights.
+    ("mlp-bf16mixed", ["--precision", "bf16-mixed"], 0.87, 900),
 ]
 
 

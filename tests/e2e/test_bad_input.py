@@ -32,7 +32,11 @@ CASES = [
     ("accelerator-gpu", ["--accelerator", "gpu"], 1, ["accelerator='gpu'", "'cpu'"], True),
     # (--devices 2 was refused before DDP; now it launches 2 processes, so it is no bad input.)
     ("devices-text", ["--devices", "two"], 1, ["devices='two'", "\"0,1\""], True),
-    ("precision-16-mixed", ["--precision", "16-mixed"], 1, ["precision='16-mixed'", "'32-true'"], True),
+    ("precision-16-mixed", ["--precision", "16-mixed"], 1,
+     ["precision='16-mixed'", "'32-true'", "HINT: use precision='bf16-mixed'"], True),
+    ("use-amp-on-cpu", ["--use-amp"], 1, ["use_amp=true became precision='16-mixed'", "precision='bf16-mixed'"], True),
+    ("amp-level-unknown", ["--use-amp", "--amp-level", "O7"], 1, ["amp_level='O7'", "'O1'"], True),
+    ("precision-unknown", ["--precision", "8-mixed"], 1, ["precision='8-mixed'", "'bf16-mixed' (alias bf16)"], True),
     ("model-resnet", ["--model", "resnet"], 1, ["--model=resnet", "'mlp'", "'cnn'"], True),
     ("lr-negative", ["--lr", "-1"], 1, ["--lr=-1"], True),
     ("hidden-zero", ["--hidden", "0"], 1, ["--hidden=0"], True),
