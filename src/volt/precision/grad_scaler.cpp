@@ -1,11 +1,11 @@
 #include "volt/precision/grad_scaler.h"
 
-#include <algorithm>
-#include <cmath>
-
 #include <ATen/ops/_amp_foreach_non_finite_check_and_unscale.h>
 #include <ATen/ops/_amp_update_scale.h>
 #include <fmt/format.h>
+
+#include <algorithm>
+#include <cmath>
 
 #include "volt/core/error.h"
 
@@ -53,8 +53,10 @@ void update_scale(torch::Tensor& scale, torch::Tensor& growth_tracker, const tor
 
 double number(const c10::impl::GenericDict& state, const char* key) {
   const auto it = state.find(key);
-  VOLT_CHECK(it != state.end(), "GradScaler state has no '{}'. HINT: pass a GradScaler.state_dict(), which holds "
-             "scale, growth_factor, backoff_factor, growth_interval and _growth_tracker.", key);
+  VOLT_CHECK(it != state.end(),
+             "GradScaler state has no '{}'. HINT: pass a GradScaler.state_dict(), which holds "
+             "scale, growth_factor, backoff_factor, growth_interval and _growth_tracker.",
+             key);
   const c10::IValue& value = it->value();
   if (value.isDouble()) return value.toDouble();
   if (value.isInt()) return static_cast<double>(value.toInt());
@@ -99,9 +101,11 @@ bool GradScaler::any_found(const OptimizerState& state) {
 
 void GradScaler::unscale_(torch::optim::Optimizer& optimizer) {
   OptimizerState& state = state_of(optimizer);
-  VOLT_CHECK(!state.unscaled, "GradScaler::unscale_ was already called for this optimizer since the last update(). "
+  VOLT_CHECK(!state.unscaled,
+             "GradScaler::unscale_ was already called for this optimizer since the last update(). "
              "HINT: unscale once per step, before clipping; step() unscales only when unscale_ did not.");
-  VOLT_CHECK(!state.stepped, "GradScaler::unscale_ is called after step() for this optimizer. HINT: call update() "
+  VOLT_CHECK(!state.stepped,
+             "GradScaler::unscale_ is called after step() for this optimizer. HINT: call update() "
              "to finish the iteration first.");
   // In double, as PyTorch does, so the reciprocal of a large scale stays exact.
   const torch::Tensor inv_scale = scale_.to(torch::kDouble).reciprocal().to(torch::kFloat32);
@@ -114,7 +118,8 @@ void GradScaler::unscale_(torch::optim::Optimizer& optimizer) {
       VOLT_CHECK(grad.scalar_type() != torch::kHalf,
                  "GradScaler cannot unscale float16 gradients: their parameters are float16. HINT: '16-mixed' keeps "
                  "parameters in float32; '16-true' trains without a scaler.");
-      auto it = std::find_if(by_device.begin(), by_device.end(), [&](const auto& d) { return d.first == grad.device(); });
+      auto it =
+          std::find_if(by_device.begin(), by_device.end(), [&](const auto& d) { return d.first == grad.device(); });
       if (it == by_device.end()) it = by_device.insert(by_device.end(), {grad.device(), {}});
       it->second.push_back(grad);
     }
@@ -128,7 +133,8 @@ void GradScaler::unscale_(torch::optim::Optimizer& optimizer) {
 }
 
 bool GradScaler::step(torch::optim::Optimizer& optimizer) {
-  VOLT_CHECK(!state_of(optimizer).stepped, "GradScaler::step was already called for this optimizer since the last "
+  VOLT_CHECK(!state_of(optimizer).stepped,
+             "GradScaler::step was already called for this optimizer since the last "
              "update(). HINT: call update() once per iteration, after the steps.");
   if (!state_of(optimizer).unscaled) unscale_(optimizer);
   OptimizerState& state = state_of(optimizer);
@@ -139,7 +145,8 @@ bool GradScaler::step(torch::optim::Optimizer& optimizer) {
 }
 
 void GradScaler::update() {
-  VOLT_CHECK(!per_optimizer_.empty(), "GradScaler::update found no inf/NaN checks of this iteration. HINT: call "
+  VOLT_CHECK(!per_optimizer_.empty(),
+             "GradScaler::update found no inf/NaN checks of this iteration. HINT: call "
              "step(optimizer) (or unscale_) before update().");
   torch::Tensor found = torch::zeros({1}, torch::TensorOptions().dtype(torch::kFloat32).device(scale_.device()));
   for (const auto& [optimizer, state] : per_optimizer_) {

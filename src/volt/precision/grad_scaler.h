@@ -1,14 +1,14 @@
 // Dynamic loss scaling for float16 training, with torch.cuda.amp.GradScaler's semantics.
 #pragma once
 
-#include <cstdint>
-#include <map>
-#include <vector>
-
 #include <ATen/core/Dict.h>
 #include <ATen/core/ivalue.h>
 #include <torch/optim/optimizer.h>
 #include <torch/types.h>
+
+#include <cstdint>
+#include <map>
+#include <vector>
 
 namespace volt {
 

@@ -1,8 +1,8 @@
 #include "volt/precision/precision.h"
 
-#include <algorithm>
-
 #include <fmt/format.h>
+
+#include <algorithm>
 
 #include "volt/core/error.h"
 #include "volt/core/strings.h"
@@ -18,12 +18,18 @@ constexpr Precision kAllPrecisions[] = {Precision::k32True,    Precision::k64Tru
 /// "'32-true' (alias 32)" and so on, for messages.
 std::string with_alias(Precision precision) {
   switch (precision) {
-    case Precision::k32True: return "'32-true' (alias 32)";
-    case Precision::k64True: return "'64-true' (alias 64)";
-    case Precision::k16Mixed: return "'16-mixed' (alias 16)";
-    case Precision::kBf16Mixed: return "'bf16-mixed' (alias bf16)";
-    case Precision::k16True: return "'16-true'";
-    case Precision::kBf16True: return "'bf16-true'";
+    case Precision::k32True:
+      return "'32-true' (alias 32)";
+    case Precision::k64True:
+      return "'64-true' (alias 64)";
+    case Precision::k16Mixed:
+      return "'16-mixed' (alias 16)";
+    case Precision::kBf16Mixed:
+      return "'bf16-mixed' (alias bf16)";
+    case Precision::k16True:
+      return "'16-true'";
+    case Precision::kBf16True:
+      return "'bf16-true'";
   }
   return "?";
 }
@@ -38,12 +44,18 @@ std::string list(const std::vector<Precision>& precisions) {
 
 const char* to_string(Precision precision) {
   switch (precision) {
-    case Precision::k32True: return "32-true";
-    case Precision::k64True: return "64-true";
-    case Precision::k16Mixed: return "16-mixed";
-    case Precision::kBf16Mixed: return "bf16-mixed";
-    case Precision::k16True: return "16-true";
-    case Precision::kBf16True: return "bf16-true";
+    case Precision::k32True:
+      return "32-true";
+    case Precision::k64True:
+      return "64-true";
+    case Precision::k16Mixed:
+      return "16-mixed";
+    case Precision::kBf16Mixed:
+      return "bf16-mixed";
+    case Precision::k16True:
+      return "16-true";
+    case Precision::kBf16True:
+      return "bf16-true";
   }
   return "?";
 }
@@ -58,9 +70,10 @@ Precision parse_precision(const std::string& text) {
   for (Precision p : kAllPrecisions) {
     if (t == to_string(p)) return p;
   }
-  throw Error(fmt::format("precision='{}' is not a precision; expected one of {}. HINT: '32-true' is the default; "
-                          "'bf16-mixed' is mixed precision on CPU.",
-                          text, list({std::begin(kAllPrecisions), std::end(kAllPrecisions)})));
+  throw Error(
+      fmt::format("precision='{}' is not a precision; expected one of {}. HINT: '32-true' is the default; "
+                  "'bf16-mixed' is mixed precision on CPU.",
+                  text, list({std::begin(kAllPrecisions), std::end(kAllPrecisions)})));
 }
 
 bool is_mixed(Precision precision) { return precision == Precision::k16Mixed || precision == Precision::kBf16Mixed; }
@@ -76,12 +89,13 @@ void check_precision_supported(Precision precision, c10::DeviceType device) {
   const auto supported = supported_precisions(device);
   if (std::find(supported.begin(), supported.end(), precision) != supported.end()) return;
   const Precision nearest = precision == Precision::k16True ? Precision::kBf16True : Precision::kBf16Mixed;
-  throw Error(fmt::format("precision='{}' cannot run on {} with this LibTorch ({}): it has no float16 {} for that "
-                          "device. Supported here: {}. HINT: use precision='{}' (bfloat16 has float32's range, so it "
-                          "needs no loss scaling), or a CUDA build of Volt for '{}'.",
-                          to_string(precision), c10::DeviceTypeName(device, /*lower_case=*/true),
-                          compat::torch_version(), precision == Precision::k16Mixed ? "autocast" : "matrix kernels",
-                          list(supported), to_string(nearest), to_string(precision)));
+  throw Error(
+      fmt::format("precision='{}' cannot run on {} with this LibTorch ({}): it has no float16 {} for that "
+                  "device. Supported here: {}. HINT: use precision='{}' (bfloat16 has float32's range, so it "
+                  "needs no loss scaling), or a CUDA build of Volt for '{}'.",
+                  to_string(precision), c10::DeviceTypeName(device, /*lower_case=*/true), compat::torch_version(),
+                  precision == Precision::k16Mixed ? "autocast" : "matrix kernels", list(supported), to_string(nearest),
+                  to_string(precision)));
 }
 
 }  // namespace volt

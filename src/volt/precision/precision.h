@@ -1,10 +1,10 @@
 // The numeric precision of a run: Lightning's precision names and what this build can run.
 #pragma once
 
+#include <c10/core/DeviceType.h>
+
 #include <string>
 #include <vector>
-
-#include <c10/core/DeviceType.h>
 
 namespace volt {
 

@@ -89,13 +89,18 @@ std::unique_ptr<PrecisionPlugin> make_precision_plugin(Precision precision, c10:
                                                        GradScalerOptions scaler_options) {
   check_precision_supported(precision, device);
   switch (precision) {
-    case Precision::k32True: return std::make_unique<FullPrecision>();
-    case Precision::k64True: return std::make_unique<CastPrecision>(precision, at::kDouble);
-    case Precision::k16True: return std::make_unique<CastPrecision>(precision, at::kHalf);
-    case Precision::kBf16True: return std::make_unique<CastPrecision>(precision, at::kBFloat16);
+    case Precision::k32True:
+      return std::make_unique<FullPrecision>();
+    case Precision::k64True:
+      return std::make_unique<CastPrecision>(precision, at::kDouble);
+    case Precision::k16True:
+      return std::make_unique<CastPrecision>(precision, at::kHalf);
+    case Precision::kBf16True:
+      return std::make_unique<CastPrecision>(precision, at::kBFloat16);
     case Precision::k16Mixed:
       return std::make_unique<MixedPrecision>(precision, device, std::make_unique<GradScaler>(scaler_options));
-    case Precision::kBf16Mixed: return std::make_unique<MixedPrecision>(precision, device, nullptr);
+    case Precision::kBf16Mixed:
+      return std::make_unique<MixedPrecision>(precision, device, nullptr);
   }
   return std::make_unique<FullPrecision>();
 }

@@ -1,14 +1,14 @@
 // What the loops call to run a module at a precision: Lightning's precision plugins.
 #pragma once
 
-#include <functional>
-#include <memory>
-#include <vector>
-
 #include <ATen/core/Dict.h>
 #include <torch/nn/module.h>
 #include <torch/optim/optimizer.h>
 #include <torch/types.h>
+
+#include <functional>
+#include <memory>
+#include <vector>
 
 #include "volt/precision/autocast_guard.h"
 #include "volt/precision/grad_scaler.h"
@@ -52,7 +52,8 @@ class PrecisionPlugin {
   /// gradients hold inf/NaN (16-mixed skips the step and lowers the scale). Returns true when
   /// the optimizers stepped. Gradients are not zeroed here.
   virtual bool optimizer_step(const std::vector<std::shared_ptr<torch::optim::Optimizer>>& optimizers,
-                              const std::function<void()>& clip_gradients, const std::function<void(size_t)>& before_step);
+                              const std::function<void()>& clip_gradients,
+                              const std::function<void(size_t)>& before_step);
   /// State to checkpoint under kScalerCheckpointKey; empty when the mode has none.
   virtual c10::impl::GenericDict state_dict() const;
   /// Restores state_dict() (ignored by modes without state).

@@ -57,7 +57,8 @@ TEST(PrecisionPlugin, Bf16MixedTrainingLowersTheLoss) {
       loss = torch::mse_loss(model->forward(x).to(torch::kFloat32), y);
     }
     plugin->backward(loss);
-    EXPECT_TRUE(plugin->optimizer_step(optimizers, [] {}, [](size_t) {}));
+    EXPECT_TRUE(plugin->optimizer_step(
+        optimizers, [] {}, [](size_t) {}));
     optimizers[0]->zero_grad();
     losses.push_back(loss.item<double>());
   }
@@ -75,15 +76,16 @@ TEST(PrecisionPlugin, SixteenMixedUnscalesBeforeClippingAndSkipsOverflow) {
   EXPECT_TRUE(torch::allclose(w.grad(), torch::tensor({768.0f, 1024.0f})));
   torch::Tensor seen_by_clip;
   int before_step_calls = 0;
-  EXPECT_TRUE(plugin->optimizer_step(optimizers, [&] { seen_by_clip = w.grad().clone(); },
-                                     [&](size_t) { ++before_step_calls; }));
+  EXPECT_TRUE(plugin->optimizer_step(
+      optimizers, [&] { seen_by_clip = w.grad().clone(); }, [&](size_t) { ++before_step_calls; }));
   EXPECT_TRUE(torch::allclose(seen_by_clip, torch::tensor({3.0f, 4.0f})));
   EXPECT_TRUE(torch::allclose(w.detach(), torch::tensor({-2.0f, -3.0f})));
   EXPECT_EQ(before_step_calls, 1);
 
   optimizers[0]->zero_grad();
   plugin->backward((w * std::numeric_limits<float>::infinity()).sum());
-  EXPECT_FALSE(plugin->optimizer_step(optimizers, [] {}, [](size_t) {}));
+  EXPECT_FALSE(plugin->optimizer_step(
+      optimizers, [] {}, [](size_t) {}));
   EXPECT_TRUE(torch::allclose(w.detach(), torch::tensor({-2.0f, -3.0f})));
   EXPECT_EQ(plugin->scaler()->get_scale(), 128.0);
   EXPECT_EQ(plugin->state_dict().at("scale").toDouble(), 128.0);
@@ -94,15 +96,16 @@ TEST(PrecisionPlugin, SixteenMixedStateRoundTrips) {
   torch::Tensor w = torch::ones({2}).requires_grad_(true);
   const Optimizers optimizers{std::make_shared<torch::optim::SGD>(std::vector<torch::Tensor>{w}, 1.0)};
   saved->backward((w * std::numeric_limits<float>::infinity()).sum());
-  saved->optimizer_step(optimizers, [] {}, [](size_t) {});
+  saved->optimizer_step(
+      optimizers, [] {}, [](size_t) {});
   const auto restored = sixteen_mixed();
   restored->load_state_dict(saved->state_dict());
   EXPECT_EQ(restored->scaler()->get_scale(), 128.0);
 }
 
 TEST(PrecisionPlugin, TrueModesCastTheModuleAndFloatingInputs) {
-  for (const auto& [precision, dtype] : {std::pair{Precision::kBf16True, torch::kBFloat16},
-                                         std::pair{Precision::k64True, torch::kFloat64}}) {
+  for (const auto& [precision, dtype] :
+       {std::pair{Precision::kBf16True, torch::kBFloat16}, std::pair{Precision::k64True, torch::kFloat64}}) {
     const auto plugin = make_precision_plugin(precision, c10::DeviceType::CPU);
     torch::nn::Linear linear(4, 2);
     plugin->convert_module(*linear);
