@@ -3,6 +3,7 @@
 #   volt_cc_library(NAME n SRCS ... DEPS ... [TORCH])
 #     A static library `volt_n` (alias volt::n). TORCH links LibTorch and reuses the shared
 #     precompiled torch header, so only targets that need LibTorch pay for its headers.
+#     Installed and exported as volt::n (cmake/VoltInstall.cmake).
 #   volt_cc_test(NAME n SRCS ... DEPS ... [TORCH] [LABELS ...])
 #     A GoogleTest binary registered with CTest via gtest_discover_tests.
 
@@ -28,6 +29,8 @@ function(volt_cc_library)
   cmake_parse_arguments(V "TORCH" "NAME" "SRCS;DEPS" ${ARGN})
   add_library(volt_${V_NAME} STATIC ${V_SRCS})
   add_library(volt::${V_NAME} ALIAS volt_${V_NAME})
+  set_target_properties(volt_${V_NAME} PROPERTIES EXPORT_NAME ${V_NAME})
+  set_property(GLOBAL APPEND PROPERTY VOLT_LIBRARIES volt_${V_NAME})
   target_include_directories(volt_${V_NAME} PUBLIC
     $<BUILD_INTERFACE:${PROJECT_SOURCE_DIR}/src>
     $<INSTALL_INTERFACE:include>)

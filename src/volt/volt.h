@@ -1,6 +1,10 @@
 // Volt's umbrella header: everything a training program needs.
 #pragma once
 
+// LibTorch's whole C++ API (torch::nn, torch::optim, ...): a module file needs nothing else. In
+// this build the precompiled header hid that it was missing; installed users have no PCH.
+#include <torch/torch.h>
+
 #include "volt/callbacks/early_stopping.h"
 #include "volt/callbacks/lr_monitor.h"
 #include "volt/callbacks/model_checkpoint.h"
