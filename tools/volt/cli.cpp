@@ -515,7 +515,7 @@ int new_project(const NewFlags& flags, const std::string& self) {
       "  cd {}\n"
       "  cmake -S . -B build{}\n"
       "  cmake --build build -j\n"
-      "  ./build/{} --config config.toml\n",
+      "  ./build/{} --config config.yaml\n",
       name, flags.dir, prefix.empty() ? "" : fmt::format(" (finding Volt in {})", prefix), flags.dir,
       prefix.empty() ? "   # add -DCMAKE_PREFIX_PATH=<where Volt is installed> unless it is in /usr or /usr/local" : "",
       name);
@@ -538,10 +538,10 @@ void add_new_and_plot_commands(CLI::App& app, NewFlags& new_flags, PlotOptions& 
   CLI::App* create = app.add_subcommand(
       "new",
       "Create a training project in <dir>: a LightningModule (an MLP on Fashion-MNIST, or synthetic data when the "
-      "data set is not installed), CMakeLists.txt using find_package(volt), config.toml and a README.");
+      "data set is not installed), CMakeLists.txt using find_package(volt), config.yaml and a README.");
   create->footer(
       "Example:\n  volt new my_model && cd my_model && cmake -S . -B build && cmake --build build -j\n"
-      "  ./build/my_model --config config.toml");
+      "  ./build/my_model --config config.yaml");
   create->add_option("dir", new_flags.dir, "the project's directory (new or empty)")->required();
   create->add_option("--name", new_flags.name, "the program's name (default: the directory's name)");
   create->callback([&] { action = [&] { return new_project(new_flags, self); }; });

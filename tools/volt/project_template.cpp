@@ -48,10 +48,11 @@ constexpr const char* kClassifier =
 #include <string>
 #include <utility>
 
+#include <volt/core/error.h>
 #include <volt/datasets/fashion_mnist.h>
 #include <volt/volt.h>
 
-/// The module's hyperparameters; each is a flag of the program and a key of config.toml.
+/// The module's hyperparameters; each is a flag of the program and a key of config.yaml.
 struct ClassifierOptions {
   /// Adam's learning rate.
   double lr = 1e-3;
@@ -60,7 +61,7 @@ struct ClassifierOptions {
   /// Examples per training batch.
   int64_t batch_size = 64;
   /// "fashion-mnist", "synthetic", or "auto" (Fashion-MNIST when data_dir has it).
-  std::string data = "auto";
+  std::string dataset = "auto";
   /// Where the Fashion-MNIST IDX files are.
   std::string data_dir = volt::datasets::kFashionMnistDefaultDir;
 };
@@ -73,7 +74,7 @@ class Classifier : public volt::LightningModule {
     net_ = register_module("net", nn::Sequential(nn::Flatten(), nn::Linear(784, options_.hidden), nn::ReLU(),
                                                  nn::Linear(options_.hidden, 10)));
     save_hyperparameters({{"lr", options_.lr}, {"hidden", options_.hidden}, {"batch_size", options_.batch_size},
-                          {"data", options_.data}});
+                          {"dataset", options_.dataset}});
   }
 
   torch::Tensor forward(const torch::Tensor& images) { return net_->forward(images); }
@@ -128,10 +129,10 @@ class Classifier : public volt::LightningModule {
   }
 
   bool use_fashion_mnist() const {
-    if (options_.data == "fashion-mnist") return true;
-    if (options_.data == "synthetic") return false;
-    if (options_.data != "auto") {
-      throw volt::Error("--data=" + options_.data +
+    if (options_.dataset == "fashion-mnist") return true;
+    if (options_.dataset == "synthetic") return false;
+    if (options_.dataset != "auto") {
+      throw volt::Error("--dataset=" + options_.dataset +
                         " is unknown; expected fashion-mnist, synthetic or auto. HINT: auto uses Fashion-MNIST "
                         "when --data-dir has it.");
     }
@@ -148,9 +149,10 @@ class Classifier : public volt::LightningModule {
 
 constexpr const char* kMain = R"volt(// @NAME@: trains a Classifier with Volt's Trainer.
 //
-//   ./build/@NAME@ --config config.toml            flags from the file, as keys without the dashes
-//   ./build/@NAME@ --max-epochs 1 --data synthetic  a flag on the command line wins over the file
-//   ./build/@NAME@ --help                           every Trainer flag (--devices, --max-steps, ...)
+//   ./build/@NAME@ --config config.yaml                the settings in the file
+//   ./build/@NAME@ --config config.yaml --max-epochs 1  a flag on the command line wins over the file
+//   ./build/@NAME@ --print-config                       every setting with its value, as YAML
+//   ./build/@NAME@ --help                               every flag (--devices, --max-steps, ...)
 #include <iostream>
 
 #include <volt/cli/trainer_flags.h>
@@ -164,13 +166,17 @@ int main(int argc, char** argv) {
     volt::TrainerOptions trainer_options;
     trainer_options.max_epochs = 3;
     volt::TrainerFlagText flag_text;
+    // Also adds --config and --print-config; an option's group is its section in config.yaml.
     volt::add_trainer_flags(app, trainer_options, flag_text);
-    app.add_option("--lr", module_options.lr, "Adam's learning rate")->capture_default_str();
-    app.add_option("--hidden", module_options.hidden, "width of the hidden layer")->capture_default_str();
-    app.add_option("--batch-size", module_options.batch_size, "examples per batch")->capture_default_str();
-    app.add_option("--data", module_options.data, "fashion-mnist, synthetic or auto")->capture_default_str();
-    app.add_option("--data-dir", module_options.data_dir, "where the Fashion-MNIST files are")->capture_default_str();
-    app.set_config("--config", "", "read flags from a TOML file such as config.toml");
+    app.add_option("--lr", module_options.lr, "Adam's learning rate")->capture_default_str()->group("Model");
+    app.add_option("--hidden", module_options.hidden, "width of the hidden layer")->capture_default_str()->group("Model");
+    app.add_option("--batch-size", module_options.batch_size, "examples per batch")->capture_default_str()->group("Data");
+    app.add_option("--dataset", module_options.dataset, "fashion-mnist, synthetic or auto")
+        ->capture_default_str()
+        ->group("Data");
+    app.add_option("--data-dir", module_options.data_dir, "where the Fashion-MNIST files are")
+        ->capture_default_str()
+        ->group("Data");
     try {
       app.parse(argc, argv);
     } catch (const CLI::ParseError& e) {
@@ -187,33 +193,36 @@ int main(int argc, char** argv) {
 )volt";
 
 constexpr const char* kConfig =
-    R"volt(# Flags of @NAME@, read with `--config config.toml`: each key is a flag without its dashes, and
-# a flag given on the command line wins. `./build/@NAME@ --help` lists them all.
-max-epochs = 3
-seed = 0
-lr = 0.001
-hidden = 128
-batch-size = 64
-data = "auto"
+    R"volt(# Settings of @NAME@, read with `--config config.yaml`; a flag on the command line wins.
+# `./build/@NAME@ --print-config` prints every key with its value.
+trainer:
+  max_epochs: 3
+  seed: 0
+model:
+  lr: 0.001
+  hidden: 128
+data:
+  batch_size: 64
+  dataset: auto
 )volt";
 
 constexpr const char* kReadme = R"volt(# @NAME@
 
 A training program built on Volt (made by `volt new`): `src/classifier.h`
 is the LightningModule (an MLP on Fashion-MNIST, or on synthetic images when the data set is not
-installed), `src/main.cpp` the command line, `config.toml` its settings.
+installed), `src/main.cpp` the command line, `config.yaml` its settings.
 
 ## Build and train
 
 ```bash
 cmake -S . -B build            # add -DCMAKE_PREFIX_PATH=<volt prefix> if Volt is not found
 cmake --build build -j
-./build/@NAME@ --config config.toml
+./build/@NAME@ --config config.yaml
 volt plot lightning_logs/version_0     # loss and accuracy curves as metrics.png
 ```
 
 Logs and checkpoints go to `lightning_logs/version_N/` (`--default-root-dir` moves them).
-`./build/@NAME@ --help` lists every flag; `--max-epochs 1 --data synthetic` trains in seconds.
+`./build/@NAME@ --help` lists every flag; `--max-epochs 1 --dataset synthetic` trains in seconds.
 )volt";
 
 constexpr const char* kGitignore = R"volt(build/
@@ -251,7 +260,7 @@ std::string project_name_from_dir(const std::string& dir) {
 std::vector<ProjectFile> render_project(const std::string& name, const std::string& volt_prefix) {
   std::vector<ProjectFile> files = {
       {"CMakeLists.txt", kCMakeLists}, {"src/main.cpp", kMain}, {"src/classifier.h", kClassifier},
-      {"config.toml", kConfig},        {"README.md", kReadme},  {".gitignore", kGitignore},
+      {"config.yaml", kConfig},        {"README.md", kReadme},  {".gitignore", kGitignore},
   };
   for (auto& file : files) file.text = substitute(file.text, name, volt_prefix);
   return files;

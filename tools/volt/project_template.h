@@ -21,7 +21,7 @@ std::string project_name_from_dir(const std::string& dir);
 
 /// The files of project `name`: CMakeLists.txt (find_package(volt), with `volt_prefix` as a
 /// search hint when not empty), src/main.cpp, src/classifier.h (a LightningModule on Fashion-MNIST
-/// or synthetic data), config.toml, README.md and .gitignore.
+/// or synthetic data), config.yaml, README.md and .gitignore.
 std::vector<ProjectFile> render_project(const std::string& name, const std::string& volt_prefix);
 
 /// The prefix Volt is installed in when the `volt` at `executable` is an installed one

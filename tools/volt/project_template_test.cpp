@@ -23,7 +23,7 @@ TEST(RenderProject, SubstitutesTheNameAndPrefixEverywhere) {
     EXPECT_EQ(file.text.find("@NAME@"), std::string::npos) << file.path;
     EXPECT_EQ(file.text.find("@PREFIX@"), std::string::npos) << file.path;
   }
-  EXPECT_EQ(paths, (std::vector<std::string>{"CMakeLists.txt", "src/main.cpp", "src/classifier.h", "config.toml",
+  EXPECT_EQ(paths, (std::vector<std::string>{"CMakeLists.txt", "src/main.cpp", "src/classifier.h", "config.yaml",
                                              "README.md", ".gitignore"}));
   const std::string& cmake = files[0].text;
   EXPECT_NE(cmake.find("project(demo LANGUAGES CXX)"), std::string::npos);

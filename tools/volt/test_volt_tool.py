@@ -321,7 +321,7 @@ def test_new_writes_a_project_and_refuses_to_overwrite(tmp_path):
     result = run("new", project)
     assert result.returncode == 0, result.stderr
     assert "created the project my_model" in result.stdout
-    for name in ("CMakeLists.txt", "src/main.cpp", "src/classifier.h", "config.toml", "README.md", ".gitignore"):
+    for name in ("CMakeLists.txt", "src/main.cpp", "src/classifier.h", "config.yaml", "README.md", ".gitignore"):
         assert (project / name).is_file(), name
     cmake = (project / "CMakeLists.txt").read_text()
     assert "find_package(volt CONFIG" in cmake and "target_link_libraries(my_model PRIVATE volt::volt)" in cmake
