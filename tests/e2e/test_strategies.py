@@ -21,6 +21,15 @@ def test_dp_with_two_replicas_trains_and_tests(binary, dataset, tmp_path):
     assert acc > 0.5, run  # 20 batches of MLP training: far above chance (0.1)
 
 
+def test_dp_runs_the_batch_norm_cnn(binary, dataset, tmp_path):
+    # BatchNorm updates its buffers in place in every replica's forward pass: the replicas take
+    # turns and every replica's graph must still back-propagate.
+    run = run_binary(binary, ["--model", "cnn", "--max-epochs", "1", "--strategy", "dp", "--devices", "2",
+                              "--seed", "1", "--limit-train-batches", "5", "--limit-val-batches", "2",
+                              "--limit-test-batches", "2", "--no-progress-bar"], tmp_path)
+    assert_ok(run)
+
+
 def test_ddp2_two_nodes_of_two_replicas_train_and_test(binary, dataset, tmp_path):
     port = free_port()
     args = [binary, "--model", "mlp", "--max-epochs", "1", "--strategy", "ddp2", "--devices", "2", "--num-nodes",

@@ -1,6 +1,7 @@
 #include "volt/strategies/data_parallel.h"
 
 #include <ATen/ThreadLocalState.h>
+#include <torch/csrc/autograd/variable.h>
 
 #include <exception>
 #include <map>
@@ -131,15 +132,31 @@ torch::Tensor DataParallel::training_step(LightningModule& module, const Batch& 
     for (auto& thread : threads) thread.join();
   } else {
     // Buffers are written in place by forward passes: the replicas take turns (still on their
-    // own threads, the path CUDA takes) and the root's buffer values are kept.
+    // own threads, the path CUDA takes) and the root's buffer values are kept. Each graph saved
+    // the buffers it updated (BatchNorm saves its running statistics, though its training
+    // backward never reads them) at the version its own forward left: every replica starts
+    // from a fresh version counter and the buffers end at the version the root saw, so the
+    // replicas' graphs all pass autograd's in-place check, as one forward pass would.
+    const auto fresh_versions = [&buffers] {
+      for (const auto& b : buffers) torch::autograd::impl::set_version_counter(b, c10::VariableVersion(0));
+    };
+    fresh_versions();
     run(0);
     std::vector<torch::Tensor> root_buffers;
-    if (errors[0] == nullptr) {
-      for (const auto& b : buffers) root_buffers.push_back(b.detach().clone());
+    std::vector<uint32_t> root_versions;
+    for (const auto& b : buffers) {
+      root_buffers.push_back(b.detach().clone());
+      root_versions.push_back(static_cast<uint32_t>(b._version()));
     }
-    for (size_t r = 1; r < n && errors[0] == nullptr; ++r) std::thread(run, r).join();
+    for (size_t r = 1; r < n && errors[0] == nullptr; ++r) {
+      fresh_versions();
+      std::thread(run, r).join();
+    }
     torch::NoGradGuard no_grad;
-    for (size_t i = 0; i < root_buffers.size(); ++i) buffers[i].detach().copy_(root_buffers[i]);
+    for (size_t i = 0; i < buffers.size(); ++i) {
+      buffers[i].detach().copy_(root_buffers[i]);
+      torch::autograd::impl::set_version_counter(buffers[i], c10::VariableVersion(root_versions[i]));
+    }
   }
   for (const auto& error : errors) {
     if (error) std::rethrow_exception(error);

@@ -111,6 +111,17 @@ TEST(DataParallel, BuffersKeepTheRootReplicasUpdate) {
   EXPECT_EQ(net.norm->num_batches_tracked.item<int64_t>(), 1);
 }
 
+TEST(DataParallel, ModulesWithBuffersBackPropagateThroughEveryReplica) {
+  // BatchNorm saves its running statistics for backward and updates them in place: a second
+  // replica's forward pass must not fail the first replica's graph's in-place check.
+  Net net(/*batch_norm=*/true);
+  RecordingSink sink;
+  net.set_metric_sink(&sink);
+  const torch::Tensor loss = DataParallel({.replicas = 3}).training_step(net, make_batch(12), 0);
+  EXPECT_NO_THROW(loss.backward());
+  EXPECT_TRUE(net.hidden->weight.grad().defined());
+}
+
 TEST(DataParallel, AFailingReplicaThrowsOnTheCallingThread) {
   Net net;
   RecordingSink sink;
