@@ -144,6 +144,50 @@ TEST_F(CSVLoggerTest, ANewKeyAfterRowsWereWrittenRewritesTheFileUnderTheWiderHea
   EXPECT_FALSE(fs::exists(fs::path(logger.log_dir()) / "metrics.csv.tmp"));
 }
 
+TEST_F(CSVLoggerTest, AnAppendingLoggerContinuesTheFileAnEarlierRunLeft) {
+  // A requeued job logs into the same (job id) version folder after its restart.
+  LoggerOptions o = options();
+  o.version = "4242";
+  {
+    CSVLogger first(o);
+    first.log_metrics({{"loss", 0.5}, {"val,acc", 0.25}}, 0);
+  }
+  o.append = true;
+  CSVLogger second(o);
+  second.log_metrics({{"loss", 0.4}}, 1);
+  second.log_metrics({{"acc", 0.9}}, 2);  // a new column still rewrites the whole file
+  second.save();
+  const Table table = metrics(second);
+  ASSERT_EQ(table.size(), 4u);
+  EXPECT_EQ(table[0], (std::vector<std::string>{"acc", "loss", "step", "val,acc"}));
+  EXPECT_EQ(table[1], (std::vector<std::string>{"", "0.5", "0", "0.25"}));
+  EXPECT_EQ(table[2], (std::vector<std::string>{"", "0.4", "1", ""}));
+  EXPECT_EQ(table[3], (std::vector<std::string>{"0.9", "", "2", ""}));
+
+  // Without append, the same folder starts over, as Lightning's CSVLogger does.
+  o.append = false;
+  CSVLogger third(o);
+  third.log_metrics({{"loss", 0.1}}, 3);
+  third.save();
+  EXPECT_EQ(metrics(third).size(), 2u);
+}
+
+TEST_F(CSVLoggerTest, AppendingToAFileThisLoggerDidNotWriteIsAnError) {
+  LoggerOptions o = options();
+  o.version = "v";
+  o.append = true;
+  fs::create_directories(root_ / "exp" / "v");
+  std::ofstream(root_ / "exp" / "v" / "metrics.csv") << "b,a\r\n1,2\r\n";
+  CSVLogger logger(o);
+  logger.log_metrics({{"loss", 0.1}}, 0);
+  try {
+    logger.save();
+    FAIL() << "expected an error";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("HINT: move the file away"), std::string::npos) << e.what();
+  }
+}
+
 TEST_F(CSVLoggerTest, RowsAreBufferedUntilEveryNthCall) {
   CSVLogger logger(options(), /*flush_logs_every_n_steps=*/3);
   EXPECT_FALSE(fs::exists(logger.log_dir())) << "the constructor must not create the log dir";
