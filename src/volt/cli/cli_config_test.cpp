@@ -1,5 +1,7 @@
 #include "volt/cli/cli_config.h"
 
+#include <unistd.h>
+
 #include <fstream>
 #include <string>
 #include <vector>
@@ -42,7 +44,9 @@ struct Program {
 };
 
 std::string write_file(const std::string& name, const std::string& text) {
-  const std::string path = ::testing::TempDir() + name;
+  // CTest runs each test in its own process, two at a time: a shared name would let one test
+  // read the file another is writing.
+  const std::string path = ::testing::TempDir() + std::to_string(::getpid()) + "_" + name;
   std::ofstream(path) << text;
   return path;
 }
