@@ -184,7 +184,7 @@ TEST(CliConfig, WrongTypesNameTheKeyAndWhatIsAccepted) {
 
 TEST(CliConfig, InvalidYamlNamesTheFileAndLine) {
   const std::string message = config_error("trainer:\n  max_epochs: [3\n");
-  EXPECT_NE(message.find("'" + ::testing::TempDir() + "bad.yaml' is not valid YAML"), std::string::npos) << message;
+  EXPECT_NE(message.find("'" + ::testing::TempDir() + std::to_string(::getpid()) + "_bad.yaml' is not valid YAML"), std::string::npos) << message;
   EXPECT_NE(message.find("line "), std::string::npos) << message;
 }
 
