@@ -729,6 +729,16 @@ FitResult Trainer::FitRun::run(const std::string& ckpt_path) {
     progress_.batches_done = 0;
     progress_.epoch_done = false;
   }
+  // A requeue asked for at the very last step comes too late to matter: the run is complete, and
+  // a restarted job would only load the checkpoint to find nothing left to do.
+  const bool complete = (plan_.max_epochs >= 0 && progress_.epoch >= plan_.max_epochs) ||
+                        (plan_.max_steps >= 0 && progress_.global_step >= plan_.max_steps);
+  if (stop_code_ == kRequeueStop && complete) {
+    stop_code_ = kCallbackStop;
+    stop_reason_ = plan_.max_steps >= 0 && progress_.global_step >= plan_.max_steps ? StopReason::kMaxSteps
+                                                                                      : StopReason::kMaxEpochs;
+    stop_message_.clear();
+  }
   // SLURM is ending this run: save where it stands, at the step every rank stopped at.
   const bool save_hpc = stop_code_ == kRequeueStop || (stop_code_ == kTerminateStop && plan_.requeue.checkpoint_on_sigterm);
   if (stop_ && save_hpc) {

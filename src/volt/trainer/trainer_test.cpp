@@ -1192,6 +1192,19 @@ TEST_F(RequeueTest, TwoRequeuesMidEpochEndBitIdenticalToAnUninterruptedRun) {
   EXPECT_TRUE(bit_identical(resumed, parameters_of(*straight_module)));
 }
 
+TEST_F(RequeueTest, ASignalDuringTheLastStepFinishesTheRunInsteadOfRequeueing) {
+  TinyOptions last{.train_size = 16};
+  last.signal_at_batch = 3;  // the 4th and last batch of the only epoch
+  const FitResult result = run_job(last, {.max_epochs = 1}, 0);
+  EXPECT_EQ(result.reason, StopReason::kMaxEpochs);
+  EXPECT_EQ(result.global_step, 4);
+  EXPECT_EQ(result.hpc_checkpoint_path, "");
+  EXPECT_EQ(scontrol_calls(), "");
+  // A signal one step earlier still requeues.
+  last.signal_at_batch = 2;
+  EXPECT_EQ(run_job(last, {.max_epochs = 1}, 0).reason, StopReason::kRequeued);
+}
+
 TEST_F(RequeueTest, AFirstRunWithoutHpcCheckpointsStartsFresh) {
   const FitResult result = run_job({}, {.max_epochs = 1}, 0);
   EXPECT_EQ(result.resumed_from, "");
