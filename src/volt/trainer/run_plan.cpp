@@ -224,6 +224,15 @@ int64_t resolve_threads(const TrainerOptions& options, const Env& env, const Mac
   return std::max<int64_t>(1, machine.cores / processes_per_node);
 }
 
+/// `dir` made absolute against the machine's working directory, normalized, without a trailing '/'.
+std::string absolute_dir(const std::string& dir, const MachineInfo& machine) {
+  std::filesystem::path path = dir;
+  if (path.is_relative()) path = std::filesystem::path(machine.cwd) / path;
+  std::string out = path.lexically_normal().string();
+  if (out.size() > 1 && out.back() == '/') out.pop_back();
+  return out;
+}
+
 void check_non_negative(int64_t value, const char* name) {
   VOLT_CHECK(value >= 0, "{}={} must be >= 0.", name, value);
 }
@@ -349,10 +358,7 @@ RunPlan resolve_run_plan(const TrainerOptions& options, const Env& env, const Ma
   plan.enable_model_summary = options.enable_model_summary;
   plan.ckpt_path = options.ckpt_path;
 
-  std::filesystem::path root = options.default_root_dir.empty() ? machine.cwd : options.default_root_dir;
-  if (root.is_relative()) root = std::filesystem::path(machine.cwd) / root;
-  plan.root_dir = root.lexically_normal().string();
-  if (plan.root_dir.size() > 1 && plan.root_dir.back() == '/') plan.root_dir.pop_back();
+  plan.root_dir = absolute_dir(options.default_root_dir.empty() ? machine.cwd : options.default_root_dir, machine);
 
   plan.requeue = resolve_requeue_policy(env, options.auto_requeue, options.requeue_signal, options.checkpoint_on_sigterm);
   VOLT_CHECK(options.hpc_checkpoints_to_keep >= 1,
@@ -360,10 +366,8 @@ RunPlan resolve_run_plan(const TrainerOptions& options, const Env& env, const Ma
              "keep only the newest, or auto_requeue=false and checkpoint_on_sigterm=false to write none.",
              options.hpc_checkpoints_to_keep);
   plan.hpc_checkpoints_to_keep = options.hpc_checkpoints_to_keep;
-  std::filesystem::path hpc_dir = options.hpc_checkpoint_dir.empty() ? root : std::filesystem::path(options.hpc_checkpoint_dir);
-  if (hpc_dir.is_relative()) hpc_dir = std::filesystem::path(machine.cwd) / hpc_dir;
-  plan.hpc_checkpoint_dir = hpc_dir.lexically_normal().string();
-  if (plan.hpc_checkpoint_dir.size() > 1 && plan.hpc_checkpoint_dir.back() == '/') plan.hpc_checkpoint_dir.pop_back();
+  plan.hpc_checkpoint_dir =
+      options.hpc_checkpoint_dir.empty() ? plan.root_dir : absolute_dir(options.hpc_checkpoint_dir, machine);
 
   if (options.fast_dev_run > 0) {
     // Lightning's fast_dev_run: n batches of each stage, one epoch, nothing written.
