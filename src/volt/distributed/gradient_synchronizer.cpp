@@ -7,6 +7,7 @@
 
 #include "volt/core/error.h"
 #include "volt/core/strings.h"
+#include "volt/torch_compat.h"
 
 namespace volt {
 
@@ -56,10 +57,9 @@ ReducerSynchronizer::ReducerSynchronizer(std::vector<torch::Tensor> parameters, 
   std::reverse(limits.begin(), limits.end());
   std::unordered_map<size_t, std::string> param_names;
   for (size_t i = 0; i < names.size(); ++i) param_names[i] = names[i];
-  reducer_ = std::make_shared<FixedLayoutReducer>(std::move(parameters), std::move(buckets), std::move(limits),
-                                             std::move(group), sparse, cap, options.find_unused_parameters,
-                                             /*gradient_as_bucket_view=*/false, std::move(param_names),
-                                             kFirstBucketBytes);
+  reducer_ = compat::make_reducer<FixedLayoutReducer>(std::move(parameters), std::move(buckets), std::move(limits),
+                                                       std::move(group), sparse, cap, options.find_unused_parameters,
+                                                       std::move(param_names), kFirstBucketBytes);
 }
 
 ReducerSynchronizer::~ReducerSynchronizer() = default;

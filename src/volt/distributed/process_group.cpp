@@ -7,6 +7,9 @@
 #include <torch/csrc/distributed/c10d/ProcessGroupGloo.hpp>
 #include <torch/csrc/distributed/c10d/TCPStore.hpp>
 #include <torch/csrc/distributed/c10d/comm.hpp>
+#ifdef USE_C10D_NCCL
+#include <torch/csrc/distributed/c10d/ProcessGroupNCCL.hpp>
+#endif
 
 #include "volt/core/error.h"
 #include "volt/core/strings.h"
@@ -42,10 +45,17 @@ c10d::ReduceOp reduce_op(Reduce op) {
 
 ProcessGroup::ProcessGroup(const Topology& topology, const ProcessGroupOptions& options)
     : topology_(topology), options_(options) {
+#ifdef USE_C10D_NCCL
+  VOLT_CHECK(options_.backend == "gloo" || options_.backend == "nccl",
+             "process group backend '{}' is not supported; supported: 'gloo', 'nccl'. HINT: use 'nccl' for CUDA "
+             "tensors, 'gloo' for CPU tensors.",
+             options_.backend);
+#else
   VOLT_CHECK(options_.backend == "gloo",
              "process group backend '{}' is not available in this build; supported: 'gloo'. HINT: NCCL needs a "
-             "CUDA build of LibTorch.",
+             "CUDA build of LibTorch (scripts/build-cuda.sh).",
              options_.backend);
+#endif
   const std::string where = fmt::format("{}:{}", topology_.main_address, topology_.main_port);
   c10d::TCPStoreOptions store_options;
   store_options.port = static_cast<uint16_t>(topology_.main_port);
@@ -100,15 +110,33 @@ ProcessGroup::ProcessGroup(const Topology& topology, const ProcessGroupOptions& 
   gloo_options->devices.push_back(is_loopback(topology_.main_address)
                                       ? c10d::ProcessGroupGloo::createDeviceForHostname("127.0.0.1")
                                       : c10d::ProcessGroupGloo::createDefaultDevice());
-  group_ = compat::make_gloo_group(prefixed, static_cast<int>(topology_.global_rank),
-                                   static_cast<int>(topology_.world_size), gloo_options);
+  const int rank = static_cast<int>(topology_.global_rank);
+  const int size = static_cast<int>(topology_.world_size);
+#ifdef USE_C10D_NCCL
+  if (options_.backend == "nccl") {
+    // NCCL for the CUDA tensors (gradient buckets, the start-state broadcast); Gloo stays for
+    // the CPU scalars of metrics and stop decisions. NCCL binds to the current CUDA device,
+    // which the Trainer set to this rank's before joining.
+    auto nccl_options = c10d::ProcessGroupNCCL::Options::create();
+    nccl_options->timeout = options_.timeout;
+    auto nccl = c10::make_intrusive<c10d::ProcessGroupNCCL>(c10::make_intrusive<c10d::PrefixStore>("cuda/", prefixed),
+                                                            rank, size, nccl_options);
+    group_ = compat::make_process_group(prefixed, rank, size, gloo_options, nccl);
+    return;
+  }
+#endif
+  group_ = compat::make_process_group(prefixed, rank, size, gloo_options);
 }
 
 ProcessGroup::~ProcessGroup() = default;
 
 c10::intrusive_ptr<c10d::ProcessGroup> ProcessGroup::backend() const { return group_; }
 
-void ProcessGroup::barrier() { group_->barrier()->wait(); }
+void ProcessGroup::barrier() {
+  // An all-reduce of a CPU scalar: a barrier that always runs on Gloo, also where NCCL is the
+  // group's default backend (NCCL's barrier has to guess a device).
+  all_reduce(0.0, Reduce::kSum);
+}
 
 void ProcessGroup::broadcast(std::vector<torch::Tensor> tensors, int64_t root) {
   if (tensors.empty()) return;
