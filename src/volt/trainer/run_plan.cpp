@@ -11,12 +11,14 @@
 #include "volt/core/error.h"
 #include "volt/core/strings.h"
 #include "volt/slurm/hostlist.h"
+#include "volt/trainer/gpu_placement.h"
 
 namespace volt {
 
 const char* to_string(Accelerator accelerator) {
   switch (accelerator) {
     case Accelerator::kCpu: return "cpu";
+    case Accelerator::kCuda: return "cuda";
   }
   return "?";
 }
@@ -34,6 +36,7 @@ const char* to_string(StrategyKind strategy) {
 c10::DeviceType device_type(Accelerator accelerator) {
   switch (accelerator) {
     case Accelerator::kCpu: return c10::DeviceType::CPU;
+    case Accelerator::kCuda: return c10::DeviceType::CUDA;
   }
   return c10::DeviceType::CPU;
 }
@@ -51,19 +54,34 @@ MachineInfo MachineInfo::current() {
   char host[256] = {};
   if (gethostname(host, sizeof(host) - 1) == 0) info.host = host;
   info.gpus = static_cast<int64_t>(torch::cuda::device_count());
+#ifdef USE_C10D_NCCL
+  info.cuda_build = true;  // the CUDA LibTorch's torch_cuda target defines it
+#endif
   return info;
 }
 
 namespace {
 
-/// `what` is how the user asked ("accelerator='gpu'", "gpus=2"); `gpus` the visible CUDA devices.
-Accelerator resolve_accelerator(const std::string& text, const std::string& what, int64_t gpus) {
+/// `what` is how the user asked ("accelerator='gpu'", "gpus=2"); "auto" is CUDA when a GPU is visible.
+Accelerator resolve_accelerator(const std::string& text, const std::string& what, const MachineInfo& machine) {
   const std::string t = to_lower(trim(text));
-  if (t == "auto" || t == "cpu") return Accelerator::kCpu;
-  throw Error(fmt::format("{} is not available in this build (LibTorch without CUDA; {} CUDA devices visible); "
-                          "available: cpu; supported: 'cpu', 'auto'. HINT: use accelerator=\"cpu\" with devices=N "
-                          "(N processes, or N replicas under dp), or build Volt against a CUDA LibTorch.",
-                          what, gpus));
+  if (t == "cpu") return Accelerator::kCpu;
+  if (t == "auto") return machine.gpus > 0 ? Accelerator::kCuda : Accelerator::kCpu;
+  if (t == "gpu" || t == "cuda") {
+    VOLT_CHECK(machine.cuda_build,
+               "{} is not available in this build (LibTorch without CUDA); available: cpu. HINT: use "
+               "accelerator=\"cpu\" with devices=N (N processes, or N replicas under dp), or build Volt against a "
+               "CUDA LibTorch (scripts/build-cuda.sh).",
+               what);
+    VOLT_CHECK(machine.gpus > 0,
+               "{} asks for CUDA devices, but this process sees none (CUDA build, 0 devices visible); available: "
+               "cpu. HINT: check the driver (nvidia-smi) and CUDA_VISIBLE_DEVICES, or use accelerator=\"cpu\".",
+               what);
+    return Accelerator::kCuda;
+  }
+  throw Error(fmt::format("{} is not supported; supported: 'auto', 'cpu', 'gpu', 'cuda'. HINT: 'auto' picks the "
+                          "GPUs when any is visible.",
+                          what));
 }
 
 /// Apex's optimization levels as the native mode nearest to each.
@@ -128,11 +146,13 @@ std::pair<std::optional<StrategyKind>, bool> resolve_strategy(const std::string&
                           text));
 }
 
-/// CPU "devices" are processes: a count, -1 for one per core, or a list (its length counts).
-int64_t resolve_devices(const DeviceRequest& devices, const MachineInfo& machine) {
-  if (devices.is_auto()) return 1;
+/// Devices per node. CPU "devices" are processes: a count, -1 for one per core, or a list (its
+/// length counts). CUDA devices: a count, a list, or every visible one for "auto" and -1.
+int64_t resolve_devices(const DeviceRequest& devices, Accelerator accelerator, const MachineInfo& machine) {
+  const bool cuda = accelerator == Accelerator::kCuda;
+  if (devices.is_auto()) return cuda ? machine.gpus : 1;
   if (!devices.indices().empty()) return static_cast<int64_t>(devices.indices().size());
-  if (devices.count() == -1) return machine.cores;
+  if (devices.count() == -1) return cuda ? machine.gpus : machine.cores;
   VOLT_CHECK(devices.count() >= 1, "devices={} is invalid; expected a count >= 1, -1, \"auto\" or a list.",
              devices.to_string());
   return devices.count();
@@ -224,6 +244,26 @@ int64_t resolve_threads(const TrainerOptions& options, const Env& env, const Mac
   return std::max<int64_t>(1, machine.cores / processes_per_node);
 }
 
+/// c10d's backend: NCCL for CUDA tensors where this LibTorch has it, Gloo otherwise.
+std::string resolve_backend(const std::string& text, Accelerator accelerator, const MachineInfo& machine) {
+  const std::string t = to_lower(trim(text));
+  const bool cuda = accelerator == Accelerator::kCuda;
+  if (t == "auto") return cuda && machine.cuda_build ? "nccl" : "gloo";
+  if (t == "gloo") return "gloo";
+  if (t == "nccl") {
+    VOLT_CHECK(machine.cuda_build,
+               "process_group_backend='nccl' is not available in this CPU build; supported: 'auto', 'gloo'. HINT: "
+               "'nccl' needs a CUDA build of LibTorch (scripts/build-cuda.sh); use 'gloo' on CPU.");
+    VOLT_CHECK(cuda,
+               "process_group_backend='nccl' reduces CUDA tensors, but the run's accelerator is cpu. HINT: use "
+               "accelerator=\"gpu\", or process_group_backend='gloo' (or 'auto') on CPU.");
+    return "nccl";
+  }
+  throw Error(fmt::format("process_group_backend='{}' is not supported; supported: 'auto', 'gloo'{}. HINT: 'auto' "
+                          "picks nccl for GPUs and gloo for CPUs.",
+                          text, machine.cuda_build ? ", 'nccl'" : " (and 'nccl' in CUDA builds)"));
+}
+
 /// `dir` made absolute against the machine's working directory, normalized, without a trailing '/'.
 std::string absolute_dir(const std::string& dir, const MachineInfo& machine) {
   std::filesystem::path path = dir;
@@ -255,12 +295,13 @@ RunPlan resolve_run_plan(const TrainerOptions& options, const Env& env, const Ma
   const bool gpus_requested = options.gpus && (options.gpus->is_auto() || !options.gpus->indices().empty() ||
                                                options.gpus->count() != 0);
   plan.accelerator = gpus_requested ? resolve_accelerator("gpu", fmt::format("gpus={}", options.gpus->to_string()),
-                                                          machine.gpus)
+                                                          machine)
                                     : resolve_accelerator(options.accelerator,
-                                                          fmt::format("accelerator='{}'", options.accelerator),
-                                                          machine.gpus);
+                                                          fmt::format("accelerator='{}'", options.accelerator), machine);
   plan.precision = resolve_precision(options, plan.accelerator, plan.notes);
-  plan.devices = resolve_devices(options.devices, machine);
+  // gpus=N is the seed documents' accelerator="gpu", devices=N.
+  const DeviceRequest& device_request = gpus_requested ? *options.gpus : options.devices;
+  plan.devices = resolve_devices(device_request, plan.accelerator, machine);
   VOLT_CHECK(options.num_nodes >= 1, "num_nodes={} must be >= 1.", options.num_nodes);
   plan.num_nodes = options.num_nodes;
   const auto [strategy, find_unused] = resolve_strategy(options.strategy);
@@ -291,12 +332,19 @@ RunPlan resolve_run_plan(const TrainerOptions& options, const Env& env, const Ma
     plan.launch_local_processes =
         !cluster.creates_processes_externally && processes_per_node > 1 && !env.has("LOCAL_RANK");
   }
-  const std::string backend = to_lower(trim(options.process_group_backend));
-  VOLT_CHECK(backend == "auto" || backend == "gloo",
-             "process_group_backend='{}' is not available in this CPU build; supported: 'auto', 'gloo'. HINT: 'nccl' "
-             "needs a CUDA build of LibTorch.",
-             options.process_group_backend);
-  plan.process_group_backend = "gloo";
+  if (plan.accelerator == Accelerator::kCuda) {
+    GpuPlacementRequest request;
+    request.devices = device_request;
+    request.processes_per_node = processes_per_node;
+    request.local_rank = plan.topology.local_rank;
+    request.cluster = cluster.kind;
+    request.launches_local_processes = plan.launch_local_processes;
+    request.visible_gpus = machine.gpus;
+    GpuPlacement placement = place_gpus(request, env);
+    plan.cuda_devices = std::move(placement.devices);
+    plan.child_env = std::move(placement.child_env);
+  }
+  plan.process_group_backend = resolve_backend(options.process_group_backend, plan.accelerator, machine);
   VOLT_CHECK(options.process_group_timeout > 0 && options.join_timeout > 0,
              "process_group_timeout={} and join_timeout={} must be positive (seconds).", options.process_group_timeout,
              options.join_timeout);
@@ -388,6 +436,11 @@ RunPlan resolve_run_plan(const TrainerOptions& options, const Env& env, const Ma
   return plan;
 }
 
+c10::Device RunPlan::root_device() const {
+  if (accelerator == Accelerator::kCpu || cuda_devices.empty()) return c10::Device(c10::DeviceType::CPU);
+  return c10::Device(c10::DeviceType::CUDA, static_cast<c10::DeviceIndex>(cuda_devices.front()));
+}
+
 std::string RunPlan::describe() const {
   std::string out;
   const auto line = [&out](const char* key, const std::string& value) { out += fmt::format("{:<24}{}\n", key, value); };
@@ -399,6 +452,12 @@ std::string RunPlan::describe() const {
                                                                                           : "bfloat16")
                                                     : std::string()));
   line("devices x nodes", fmt::format("{} x {} (world size {})", devices, num_nodes, topology.world_size));
+  if (!cuda_devices.empty()) {
+    std::vector<std::string> ids;
+    for (int64_t d : cuda_devices) ids.push_back(fmt::format("cuda:{}", d));
+    line("this process's devices", join(ids, ", "));
+  }
+  if (strategy == StrategyKind::kDdp || strategy == StrategyKind::kDdp2) line("process group backend", process_group_backend);
   line("cluster environment", to_string(cluster));
   line("rank", fmt::format("global {} / local {} / node {}", topology.global_rank, topology.local_rank,
                            topology.node_rank));

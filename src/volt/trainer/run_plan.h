@@ -6,6 +6,8 @@
 
 #include <chrono>
 
+#include <c10/core/Device.h>
+
 #include "volt/core/env.h"
 #include "volt/distributed/topology.h"
 #include "volt/environments/cluster_environment.h"
@@ -16,10 +18,10 @@
 namespace volt {
 
 /// The accelerator a run uses.
-enum class Accelerator { kCpu };
-/// "cpu".
+enum class Accelerator { kCpu, kCuda };
+/// "cpu" or "cuda".
 const char* to_string(Accelerator accelerator);
-/// The device type whose kernels the accelerator runs (CPU for kCpu).
+/// The device type whose kernels the accelerator runs (CPU for kCpu, CUDA for kCuda).
 c10::DeviceType device_type(Accelerator accelerator);
 
 /// How the work is spread over processes and devices.
@@ -35,6 +37,12 @@ struct RunPlan {
   int64_t devices = 1;       ///< devices per node: processes (ddp) or replicas of one process (dp, ddp2)
   int64_t replicas_per_process = 1;  ///< dp, ddp2: module replicas each process runs, one per device
   int64_t num_nodes = 1;     ///< nodes
+  /// CUDA devices this process uses, as it numbers them (after CUDA_VISIBLE_DEVICES): one under
+  /// ddp and single_device, the node's devices under dp and ddp2, the root first. Empty on CPU.
+  std::vector<int64_t> cuda_devices;
+  /// Variables for the local ranks this process launches (CUDA_DEVICE_ORDER and
+  /// CUDA_VISIBLE_DEVICES naming the selected GPUs); empty on CPU and under srun/torchrun.
+  Env::Vars child_env;
   Topology topology;         ///< ranks, world size and rendezvous address of this process
   ClusterKind cluster = ClusterKind::kLocal;  ///< who made the processes
   bool launch_local_processes = false;  ///< this process starts its node's other local ranks
@@ -83,6 +91,8 @@ struct RunPlan {
 
   /// True for the process that writes logs and checkpoints.
   bool is_global_zero() const { return topology.global_rank == 0; }
+  /// Where the module's parameters live and batches go: the CPU, or the first of cuda_devices.
+  c10::Device root_device() const;
   /// A multi-line description ("precision: 32-true" ...), printed by the CLI's --print-plan.
   std::string describe() const;
 };
@@ -97,6 +107,8 @@ struct MachineInfo {
   std::string host = "localhost";
   /// CUDA devices this process sees (after CUDA_VISIBLE_DEVICES); 0 in CPU builds.
   int64_t gpus = 0;
+  /// True when Volt was built against a CUDA LibTorch, which has c10d's NCCL backend.
+  bool cuda_build = false;
   /// This machine, read once (sched_getaffinity cores, getcwd).
   static MachineInfo current();
 };

@@ -64,7 +64,10 @@ TEST(RunPlan, FastDevRunLimitsEverythingAndWritesNothing) {
 }
 
 TEST(RunPlan, UnsupportedHardwareSaysWhatIsSupported) {
-  EXPECT_NE(error_of({.accelerator = "gpu"}).find("supported: 'cpu', 'auto'"), std::string::npos);
+  EXPECT_NE(error_of({.accelerator = "gpu"}).find("LibTorch without CUDA"), std::string::npos);
+  EXPECT_NE(error_of({.accelerator = "gpu"}).find("available: cpu"), std::string::npos);
+  EXPECT_NE(error_of({.accelerator = "tpu"}).find("supported: 'auto', 'cpu', 'gpu', 'cuda'"), std::string::npos);
+  EXPECT_NE(error_of({.process_group_backend = "nccl"}).find("not available in this CPU build"), std::string::npos);
   EXPECT_NE(error_of({.devices = 2, .strategy = "single_device"}).find("strategy='ddp'"), std::string::npos);
   EXPECT_NE(error_of({.strategy = "dpp"}).find("'dp', 'ddp2'"), std::string::npos);
   EXPECT_NE(error_of({.gpus = DeviceRequest(2)}).find("gpus=2 is not available"), std::string::npos);
@@ -170,6 +173,99 @@ TEST(RunPlan, SlurmAllocationMismatchesSayWhatToChange) {
   } catch (const Error& e) {
     EXPECT_NE(std::string(e.what()).find("srun"), std::string::npos) << e.what();
   }
+}
+
+// ---- CUDA plans, resolved for a machine with GPUs that a CUDA build would report ----------------
+
+MachineInfo gpu_machine(int64_t gpus) {
+  MachineInfo m = kMachine;
+  m.gpus = gpus;
+  m.cuda_build = true;
+  return m;
+}
+
+RunPlan gpu_plan(const TrainerOptions& options, int64_t gpus, Env::Vars env = {}) {
+  return resolve_run_plan(options, Env(std::move(env)), gpu_machine(gpus));
+}
+
+std::string gpu_error(const TrainerOptions& options, int64_t gpus, Env::Vars env = {}) {
+  try {
+    gpu_plan(options, gpus, std::move(env));
+  } catch (const Error& e) {
+    return e.what();
+  }
+  return "";
+}
+
+TEST(RunPlanCuda, AutoUsesEveryVisibleGpuWithDdpAndNccl) {
+  const RunPlan p = gpu_plan({}, 4);
+  EXPECT_EQ(p.accelerator, Accelerator::kCuda);
+  EXPECT_EQ(p.devices, 4);
+  EXPECT_EQ(p.strategy, StrategyKind::kDdp);
+  EXPECT_EQ(p.process_group_backend, "nccl");
+  EXPECT_TRUE(p.launch_local_processes);
+  EXPECT_EQ(p.cuda_devices, std::vector<int64_t>({0}));
+  EXPECT_EQ(p.root_device(), c10::Device(c10::DeviceType::CUDA, 0));
+  EXPECT_EQ(p.child_env.at("CUDA_VISIBLE_DEVICES"), "0,1,2,3");
+  EXPECT_EQ(p.child_env.at("CUDA_DEVICE_ORDER"), "PCI_BUS_ID");
+  EXPECT_NE(p.describe().find("cuda:0"), std::string::npos);
+  // The CPU stays available on a GPU machine, and Gloo on GPUs when asked for.
+  EXPECT_EQ(gpu_plan({.accelerator = "cpu"}, 4).root_device(), c10::Device(c10::DeviceType::CPU));
+  EXPECT_EQ(gpu_plan({.process_group_backend = "gloo"}, 2).process_group_backend, "gloo");
+}
+
+TEST(RunPlanCuda, SeedDocumentGpuRequestsSelectDevices) {
+  const RunPlan one = gpu_plan({.gpus = DeviceRequest(1)}, 4);
+  EXPECT_EQ(one.strategy, StrategyKind::kSingleDevice);
+  EXPECT_EQ(one.cuda_devices, std::vector<int64_t>({0}));
+  const RunPlan listed = gpu_plan({.gpus = DeviceRequest("1, 3"), .strategy = "ddp"}, 4);
+  EXPECT_EQ(listed.devices, 2);
+  EXPECT_EQ(listed.cuda_devices, std::vector<int64_t>({1}));  // rank 0 of the selection
+  EXPECT_EQ(listed.child_env.at("CUDA_VISIBLE_DEVICES"), "1,3");
+  const RunPlan single = gpu_plan({.accelerator = "gpu", .devices = DeviceRequest({2})}, 4);
+  EXPECT_EQ(single.root_device(), c10::Device(c10::DeviceType::CUDA, 2));
+  EXPECT_TRUE(single.child_env.empty());
+  EXPECT_EQ(gpu_plan({.gpus = DeviceRequest(-1), .strategy = "dp"}, 3).replicas_per_process, 3);
+}
+
+TEST(RunPlanCuda, DpAndDdp2DriveTheNodesGpusFromOneProcess) {
+  const RunPlan dp = gpu_plan({.gpus = DeviceRequest(2), .strategy = "dp"}, 2);
+  EXPECT_EQ(dp.cuda_devices, std::vector<int64_t>({0, 1}));
+  EXPECT_EQ(dp.replicas_per_process, 2);
+  EXPECT_EQ(dp.topology.world_size, 1);
+  const RunPlan ddp2 = gpu_plan({.gpus = DeviceRequest(2), .strategy = "ddp2", .num_nodes = 2}, 2,
+                                {{"NODE_RANK", "1"}, {"MASTER_ADDR", "10.1.1.1"}, {"MASTER_PORT", "5555"}});
+  EXPECT_EQ(ddp2.cuda_devices, std::vector<int64_t>({0, 1}));
+  EXPECT_EQ(ddp2.topology.world_size, 2);
+  EXPECT_EQ(ddp2.process_group_backend, "nccl");
+}
+
+TEST(RunPlanCuda, SlurmTasksKeepTheGpusSlurmGaveThem) {
+  // --gpus-per-task=1: each task sees only its own GPU, as device 0.
+  const RunPlan bound = gpu_plan({.gpus = DeviceRequest(2), .num_nodes = 2}, 1, slurm_step(3));
+  EXPECT_EQ(bound.cuda_devices, std::vector<int64_t>({0}));
+  EXPECT_TRUE(bound.child_env.empty());
+  // --gres=gpu:2 without binding: each task sees the node's GPUs and takes its local rank's.
+  const RunPlan shared = gpu_plan({.gpus = DeviceRequest(2), .num_nodes = 2}, 2, slurm_step(3));
+  EXPECT_EQ(shared.cuda_devices, std::vector<int64_t>({1}));
+  EXPECT_TRUE(shared.child_env.empty());
+}
+
+TEST(RunPlanCuda, RequestsTheMachineCannotServeSayWhatIsAvailable) {
+  EXPECT_NE(gpu_error({.accelerator = "gpu"}, 0).find("sees none"), std::string::npos);
+  EXPECT_NE(gpu_error({.gpus = DeviceRequest(4)}, 2).find("sees 2"), std::string::npos);
+  EXPECT_NE(gpu_error({.accelerator = "gpu", .devices = DeviceRequest({5})}, 2).find("CUDA device 5"),
+            std::string::npos);
+  EXPECT_NE(gpu_error({.accelerator = "cpu", .process_group_backend = "nccl"}, 2).find("accelerator is cpu"),
+            std::string::npos);
+  EXPECT_NE(gpu_error({.process_group_backend = "mpi"}, 2).find("'nccl'"), std::string::npos);
+}
+
+TEST(RunPlanCuda, SixteenBitMixedRunsOnGpus) {
+  EXPECT_EQ(gpu_plan({.gpus = DeviceRequest(1), .precision = "16"}, 1).precision, Precision::k16Mixed);
+  const RunPlan amp = gpu_plan({.gpus = DeviceRequest(2), .strategy = "dp", .use_amp = true}, 2);
+  EXPECT_EQ(amp.precision, Precision::k16Mixed);  // dp + 16-bit: the seed documents' Lightning could not
+  ASSERT_EQ(amp.notes.size(), 1u);
 }
 
 TEST(RunPlan, OutOfRangeValuesAreErrors) {
