@@ -43,6 +43,10 @@ class FashionMnistModule : public volt::LightningModule {
   volt::DataLoader val_dataloader() override;
   volt::DataLoader test_dataloader() override;
   volt::DataLoader predict_dataloader() override { return test_dataloader(); }
+  /// dp and ddp2 on several GPUs run a copy of the network on each device but the first.
+  std::shared_ptr<volt::LightningModule> make_replica() const override {
+    return std::make_shared<FashionMnistModule>(options_);
+  }
 
  private:
   void load_training_split();

@@ -157,6 +157,12 @@ class LightningModule : public torch::nn::Module {
                                                               const GradientSyncOptions& options) {
     return nullptr;
   }
+  /// A new module of the same architecture (same options), for dp and ddp2 on several CUDA
+  /// devices: the device after the first runs such a copy, which Volt fills with this module's
+  /// values before every step and whose gradients it routes back here, so its own initial values
+  /// do not matter. The default returns nullptr, which such a run reports as an error; CPU runs
+  /// and ddp never call it. Typical override: `return std::make_shared<MyModel>(options_);`.
+  virtual std::shared_ptr<LightningModule> make_replica() const { return nullptr; }
 
   // ---- logging -------------------------------------------------------------------------------
   /// Logs a scalar tensor under `name`; see LogOptions for aggregation and destinations.

@@ -1,15 +1,20 @@
 #include "volt/strategies/data_parallel.h"
 
 #include <ATen/ThreadLocalState.h>
+#include <c10/core/DeviceGuard.h>
+#include <torch/csrc/autograd/function.h>
+#include <torch/csrc/autograd/functions/utils.h>
 #include <torch/csrc/autograd/variable.h>
 
 #include <exception>
 #include <map>
+#include <optional>
 #include <string>
 #include <thread>
 
 #include "volt/core/error.h"
 #include "volt/module/lightning_module.h"
+#include "volt/torch_compat.h"
 
 namespace volt {
 
@@ -73,6 +78,74 @@ void log_combined(LightningModule& module, const std::vector<ReplicaLog>& logs, 
   }
 }
 
+/// The backward of a copied parameter: its gradient, moved to the root's device, flows into the
+/// module parameter it was copied from (Broadcast's backward in PyTorch's DataParallel).
+class GradientToRoot : public torch::autograd::Node {
+ public:
+  explicit GradientToRoot(c10::Device root) : root_(root) {}
+  torch::autograd::variable_list apply(torch::autograd::variable_list&& grads) override {
+    return {grads.at(0).defined() ? grads[0].to(root_) : torch::Tensor()};
+  }
+  std::string name() const override { return "volt::GradientToRoot"; }
+
+ private:
+  c10::Device root_;
+};
+
+/// "'fc.weight' [256, 784]" for messages.
+std::string describe(const std::string& name, const torch::Tensor& tensor) {
+  return fmt::format("'{}' {}", name, c10::str(tensor.sizes()));
+}
+
+/// Checks that `copy` has `module`'s tensors (names, order, shapes) and gives each of them
+/// storage on `device` with the module's dtype.
+void place_copy(const LightningModule& module, LightningModule& copy, c10::Device device) {
+  const auto check_and_place = [&](const auto& mine, const auto& theirs, const char* what) {
+    const size_t count = std::max(mine.size(), theirs.size());
+    for (size_t i = 0; i < count; ++i) {
+      const bool same = i < mine.size() && i < theirs.size() && mine[i].key() == theirs[i].key() &&
+                        mine[i].value().sizes() == theirs[i].value().sizes();
+      VOLT_CHECK(same,
+                 "dp copies {} to every device with make_replica(), but the copy's {} differ from the module's at "
+                 "position {}: the module has {}, the copy has {}. HINT: make_replica() must return a new module "
+                 "built with the same options (same layers and sizes).",
+                 module.name(), what, i, i < mine.size() ? describe(mine[i].key(), mine[i].value()) : "nothing",
+                 i < theirs.size() ? describe(theirs[i].key(), theirs[i].value()) : "nothing");
+      torch::Tensor target = theirs[i].value();
+      target.set_data(mine[i].value().detach().to(device, /*non_blocking=*/false, /*copy=*/true));
+      // A frozen parameter's copy must not collect a gradient of its own.
+      if (!mine[i].value().requires_grad()) target.requires_grad_(false);
+    }
+  };
+  torch::NoGradGuard no_grad;
+  check_and_place(module.named_parameters(/*recurse=*/true).items(), copy.named_parameters(/*recurse=*/true).items(),
+                  "parameters");
+  check_and_place(module.named_buffers(/*recurse=*/true).items(), copy.named_buffers(/*recurse=*/true).items(),
+                  "buffers");
+}
+
+/// Copies the module's current values into `copy` and routes each copied parameter's gradient
+/// back to the module's parameter.
+void refresh_copy(const LightningModule& module, LightningModule& copy) {
+  const std::vector<torch::Tensor> params = module.parameters(/*recurse=*/true);
+  const std::vector<torch::Tensor> copied = copy.parameters(/*recurse=*/true);
+  for (size_t i = 0; i < params.size(); ++i) {
+    {
+      torch::NoGradGuard no_grad;
+      copied[i].detach().copy_(params[i].detach());
+    }
+    if (!params[i].requires_grad()) continue;
+    auto node = compat::make_autograd_node<GradientToRoot>(params[i].device());
+    node->set_next_edges(torch::autograd::collect_next_edges(params[i]));
+    torch::Tensor copy_param = copied[i];  // the same tensor; LibTorch 1.x takes it by non-const reference
+    torch::autograd::set_history(copy_param, node);
+  }
+  const std::vector<torch::Tensor> buffers = module.buffers(/*recurse=*/true);
+  const std::vector<torch::Tensor> copied_buffers = copy.buffers(/*recurse=*/true);
+  torch::NoGradGuard no_grad;
+  for (size_t i = 0; i < buffers.size(); ++i) copied_buffers[i].detach().copy_(buffers[i].detach());
+}
+
 }  // namespace
 
 std::vector<Batch> split_batch(const Batch& batch, int64_t pieces) {
@@ -99,13 +172,47 @@ std::vector<Batch> split_batch(const Batch& batch, int64_t pieces) {
   return out;
 }
 
-DataParallel::DataParallel(DataParallelOptions options) : options_(options) {
+DataParallel::DataParallel(DataParallelOptions options) : options_(std::move(options)) {
   VOLT_CHECK(options_.replicas >= 1, "dp needs at least 1 device; got {}.", options_.replicas);
+  VOLT_INTERNAL_ASSERT(options_.devices.empty() || static_cast<int64_t>(options_.devices.size()) == options_.replicas,
+                       "dp: {} devices for {} replicas", options_.devices.size(), options_.replicas);
 }
 
-torch::Tensor DataParallel::training_step(LightningModule& module, const Batch& batch, int64_t batch_idx) const {
-  const std::vector<Batch> pieces = split_batch(batch, options_.replicas);
+std::vector<LightningModule*> DataParallel::refresh_replicas(LightningModule& module, size_t count) {
+  std::vector<LightningModule*> replicas(count, &module);
+  if (options_.devices.empty()) return replicas;
+  copies_.resize(std::max(copies_.size(), count - 1));
+  for (size_t r = 1; r < count; ++r) {
+    std::shared_ptr<LightningModule>& copy = copies_[r - 1];
+    if (!copy) {
+      copy = module.make_replica();
+      VOLT_CHECK(copy != nullptr && copy.get() != &module,
+                 "dp on {} devices runs a copy of {} on each device but the first, and its make_replica() returned {}. "
+                 "HINT: override make_replica() to return a new module built with the same options, e.g. `return "
+                 "std::make_shared<MyModel>(options_);`, or use strategy='ddp' (one process per device), which needs "
+                 "no copies.",
+                 options_.devices.size(), module.name(), copy ? "the module itself" : "nullptr (the default)");
+      place_copy(module, *copy, options_.devices[r]);
+    }
+    copy->train(module.is_training());
+    refresh_copy(module, *copy);
+    replicas[r] = copy.get();
+  }
+  return replicas;
+}
+
+torch::Tensor DataParallel::training_step(LightningModule& module, const Batch& batch, int64_t batch_idx) {
+  std::vector<Batch> pieces = split_batch(batch, options_.replicas);
   const size_t n = pieces.size();
+  const bool copies = !options_.devices.empty();
+  const std::vector<LightningModule*> replicas = refresh_replicas(module, n);
+  if (copies) {
+    // Scatter: each piece goes to its replica's device.
+    for (size_t r = 0; r < n; ++r) {
+      pieces[r].data = pieces[r].data.to(options_.devices[r]);
+      if (pieces[r].target.defined()) pieces[r].target = pieces[r].target.to(options_.devices[r]);
+    }
+  }
   std::vector<int64_t> sizes(n);
   for (size_t r = 0; r < n; ++r) sizes[r] = pieces[r].data.size(0);
   std::vector<torch::Tensor> losses(n);
@@ -117,19 +224,25 @@ torch::Tensor DataParallel::training_step(LightningModule& module, const Batch& 
   const auto run = [&](size_t r) {
     const at::ThreadLocalStateGuard state(caller_state);
     const internal::ThreadMetricSinkScope sink(&logs[r]);
+    // The current CUDA device is per thread and not part of ThreadLocalState.
+    std::optional<c10::DeviceGuard> device;
+    if (copies && !options_.devices[r].is_cpu()) device.emplace(options_.devices[r]);
     try {
-      losses[r] = module.training_step(pieces[r], batch_idx);
+      losses[r] = replicas[r]->training_step(pieces[r], batch_idx);
     } catch (...) {
       errors[r] = std::current_exception();
     }
   };
-  const std::vector<torch::Tensor> buffers = module.buffers(/*recurse=*/true);
+  // Copies own their buffers; threads over the module share its buffers.
+  const std::vector<torch::Tensor> buffers = copies ? std::vector<torch::Tensor>{} : module.buffers(/*recurse=*/true);
   if (buffers.empty() && !options_.deterministic) {
     std::vector<std::thread> threads;
     threads.reserve(n - 1);
     for (size_t r = 1; r < n; ++r) threads.emplace_back(run, r);
     run(0);
     for (auto& thread : threads) thread.join();
+  } else if (copies) {
+    for (size_t r = 0; r < n && errors[0] == nullptr; ++r) run(r);  // deterministic: in replica order
   } else {
     // Buffers are written in place by forward passes: the replicas take turns (still on their
     // own threads, the path CUDA takes) and the root's buffer values are kept. Each graph saved
@@ -161,8 +274,10 @@ torch::Tensor DataParallel::training_step(LightningModule& module, const Batch& 
   for (const auto& error : errors) {
     if (error) std::rethrow_exception(error);
   }
-  // Gather on the root device (a no-op on CPU, where every replica's device is the root's).
-  const torch::Device root = losses[0].defined() ? losses[0].device() : torch::Device(torch::kCPU);
+  // Gather on the root device (a no-op on CPU, where every replica's device is the root's); the
+  // copy to the root is differentiable, so each loss's gradient goes back to its replica.
+  const torch::Device root = copies ? options_.devices[0]
+                                    : losses[0].defined() ? losses[0].device() : torch::Device(torch::kCPU);
   for (auto& loss : losses) {
     if (loss.defined()) loss = loss.to(root);
   }

@@ -3,8 +3,10 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <vector>
 
+#include <c10/core/Device.h>
 #include <torch/types.h>
 
 #include "volt/data/dataset.h"
@@ -22,6 +24,11 @@ struct DataParallelOptions {
   /// Run the replicas one after another in replica order, so that random draws (dropout) are
   /// taken in the same order on every run; otherwise they run concurrently when they can.
   bool deterministic = false;
+  /// The replicas' devices, root first (CUDA builds: the node's GPUs). Empty: every replica is a
+  /// thread over the module's own parameters on the CPU. Given: replica 0 is the module itself
+  /// and replica r is a copy on devices[r] (LightningModule::make_replica), refreshed from the
+  /// module before every step; devices may repeat (tests copy replicas on the CPU).
+  std::vector<c10::Device> devices;
 };
 
 /// Splits `batch` along dim 0 into at most `pieces` consecutive pieces, as DataParallel's
@@ -31,7 +38,14 @@ std::vector<Batch> split_batch(const Batch& batch, int64_t pieces);
 
 /// Runs one training step data-parallel: scatter, a replica per piece, gather, reduce.
 ///
-/// All replicas share the module's one set of parameters: each piece's forward pass records
+/// With DataParallelOptions::devices (CUDA), replica r > 0 is a copy of the module on its
+/// device, as torch::nn::parallel::replicate makes them: before each step the module's
+/// parameters and buffers are copied into it, and each copied parameter's backward sends its
+/// gradient to the module parameter it came from (Broadcast's backward), so backward of the
+/// combined loss sums every replica's gradient into the module's one `.grad`. Buffers
+/// (BatchNorm statistics) stay those the root replica computed.
+///
+/// Without devices (CPU), all replicas share the module's one set of parameters: each piece's forward pass records
 /// its own autograd graph over the same parameter tensors (LibTorch's autograd is thread-safe
 /// for this), and backward of the combined loss accumulates every replica's gradient into the
 /// same `.grad`, so no gradient copy or reduction step exists that could drift. That is what
@@ -51,12 +65,18 @@ class DataParallel {
   /// Splits `batch`, runs module.training_step on every piece (replica 0, the root, on this
   /// thread), and returns module.training_step_end of the losses gathered on the root's device.
   /// An exception in any replica is rethrown here, after every replica finished.
-  torch::Tensor training_step(LightningModule& module, const Batch& batch, int64_t batch_idx) const;
+  torch::Tensor training_step(LightningModule& module, const Batch& batch, int64_t batch_idx);
   /// The number of replicas (devices).
   int64_t replicas() const { return options_.replicas; }
 
  private:
+  /// The modules that run the pieces: the module itself, then copies refreshed from it (devices
+  /// given) or the module again (CPU threads).
+  std::vector<LightningModule*> refresh_replicas(LightningModule& module, size_t count);
+
   DataParallelOptions options_;
+  /// Copies for replicas 1.. (devices given), made once by make_replica.
+  std::vector<std::shared_ptr<LightningModule>> copies_;
 };
 
 }  // namespace volt

@@ -4,6 +4,7 @@
 
 #include <stdexcept>
 
+#include "volt/core/error.h"
 #include "volt/module/lightning_module.h"
 
 namespace volt {
@@ -11,8 +12,9 @@ namespace {
 
 /// A two-layer regression that logs its loss; optionally with BatchNorm, optionally failing.
 struct Net : LightningModule {
-  explicit Net(bool batch_norm = false) {
-    torch::manual_seed(0);
+  /// `seed` picks the initial weights (copies made by make_replica start from others).
+  explicit Net(bool batch_norm = false, uint64_t seed = 0) : batch_norm_(batch_norm) {
+    torch::manual_seed(seed);
     hidden = register_module("hidden", torch::nn::Linear(6, 5));
     out = register_module("out", torch::nn::Linear(5, 1));
     if (batch_norm) norm = register_module("norm", torch::nn::BatchNorm1d(5));
@@ -27,7 +29,15 @@ struct Net : LightningModule {
     return loss;
   }
   OptimizerConfig configure_optimizers() override { return {}; }
+  std::shared_ptr<LightningModule> make_replica() const override {
+    if (!replicable) return nullptr;
+    auto copy = std::make_shared<Net>(batch_norm_, /*seed=*/7);
+    copy->fail_on_examples = fail_on_examples;
+    return copy;
+  }
 
+  bool batch_norm_;
+  bool replicable = true;
   torch::nn::Linear hidden{nullptr};
   torch::nn::Linear out{nullptr};
   torch::nn::BatchNorm1d norm{nullptr};
@@ -142,6 +152,109 @@ TEST(DataParallelOptions, DefaultsAreTwoConcurrentReplicas) {
   const DataParallelOptions options;
   EXPECT_EQ(options.replicas, 2);
   EXPECT_FALSE(options.deterministic);
+  EXPECT_TRUE(options.devices.empty());  // CPU threads over the module's own parameters
+}
+
+// ---- copies per device: the CUDA path, run here with every "device" on the CPU --------------
+
+DataParallelOptions copies_on_cpu(int64_t replicas) {
+  return {.replicas = replicas, .devices = std::vector<c10::Device>(static_cast<size_t>(replicas), torch::kCPU)};
+}
+
+TEST(DataParallelCopies, GradientsFlowBackToTheModuleAndEqualTheWholeBatchsStepAfterStep) {
+  Net net;
+  Net reference;
+  RecordingSink sink;
+  net.set_metric_sink(&sink);
+  reference.set_metric_sink(&sink);
+  DataParallel dp(copies_on_cpu(4));
+  for (int step = 0; step < 3; ++step) {
+    const Batch batch = make_batch(10 + step);
+    const torch::Tensor whole = reference.training_step(batch, step);
+    whole.backward();
+    const auto expected = gradients(reference);
+    const torch::Tensor loss = dp.training_step(net, batch, step);
+    EXPECT_NEAR(loss.item<double>(), whole.item<double>(), 1e-6) << step;
+    loss.backward();
+    const auto actual = gradients(net);
+    for (size_t i = 0; i < expected.size(); ++i) {
+      EXPECT_TRUE(torch::allclose(actual[i], expected[i], 1e-5, 1e-7)) << "step " << step << ", tensor " << i;
+    }
+    // An optimizer step on the module only: the next step's copies must start from it.
+    torch::NoGradGuard no_grad;
+    for (size_t i = 0; i < expected.size(); ++i) {
+      net.parameters()[i].sub_(0.1 * expected[i]);
+      reference.parameters()[i].sub_(0.1 * expected[i]);
+    }
+  }
+}
+
+TEST(DataParallelCopies, DeterministicCopiesRunInOrderAndLogOnce) {
+  Net net;
+  RecordingSink sink;
+  net.set_metric_sink(&sink);
+  const Batch batch = make_batch(8);
+  const double whole = net.training_step(batch, 0).item<double>();
+  sink.values.clear();
+  DataParallelOptions options = copies_on_cpu(3);
+  options.deterministic = true;
+  DataParallel(options).training_step(net, batch, 0);
+  ASSERT_EQ(sink.values.size(), 2u);
+  EXPECT_NEAR(sink.values[0].second, whole, 1e-6);
+  EXPECT_EQ(sink.values[1].second, 8.0);
+}
+
+TEST(DataParallelCopies, BuffersKeepTheRootReplicasUpdate) {
+  Net net(/*batch_norm=*/true);
+  Net root(/*batch_norm=*/true);
+  RecordingSink sink;
+  net.set_metric_sink(&sink);
+  root.set_metric_sink(&sink);
+  const Batch batch = make_batch(8);
+  root.training_step(split_batch(batch, 2)[0], 0);
+  const torch::Tensor loss = DataParallel(copies_on_cpu(2)).training_step(net, batch, 0);
+  EXPECT_NO_THROW(loss.backward());
+  EXPECT_TRUE(torch::equal(net.norm->running_mean, root.norm->running_mean));
+  EXPECT_EQ(net.norm->num_batches_tracked.item<int64_t>(), 1);
+}
+
+TEST(DataParallelCopies, AModuleWithoutMakeReplicaIsToldHowToProvideOne) {
+  Net net;
+  net.replicable = false;
+  RecordingSink sink;
+  net.set_metric_sink(&sink);
+  try {
+    DataParallel(copies_on_cpu(2)).training_step(net, make_batch(8), 0);
+    FAIL() << "expected an error";
+  } catch (const Error& e) {
+    const std::string message = e.what();
+    EXPECT_NE(message.find("make_replica() returned nullptr"), std::string::npos) << message;
+    EXPECT_NE(message.find("strategy='ddp'"), std::string::npos) << message;
+  }
+}
+
+TEST(DataParallelCopies, ACopyOfAnotherArchitectureIsRefusedNamingTheTensor) {
+  struct Mismatched : Net {
+    std::shared_ptr<LightningModule> make_replica() const override { return std::make_shared<Net>(/*batch_norm=*/true); }
+  } net;
+  RecordingSink sink;
+  net.set_metric_sink(&sink);
+  try {
+    DataParallel(copies_on_cpu(2)).training_step(net, make_batch(8), 0);
+    FAIL() << "expected an error";
+  } catch (const Error& e) {
+    const std::string message = e.what();
+    EXPECT_NE(message.find("parameters differ from the module's at position 4"), std::string::npos) << message;
+    EXPECT_NE(message.find("'norm.weight' [5]"), std::string::npos) << message;
+  }
+}
+
+TEST(DataParallelCopies, AFailingCopyThrowsOnTheCallingThread) {
+  Net net;
+  RecordingSink sink;
+  net.set_metric_sink(&sink);
+  net.fail_on_examples = 2;  // the last of 3 + 3 + 2, run by a copy
+  EXPECT_THROW(DataParallel(copies_on_cpu(3)).training_step(net, make_batch(8), 0), std::runtime_error);
 }
 
 }  // namespace

@@ -13,7 +13,7 @@ class DpStrategy : public Strategy {
  public:
   /// `topology` is the trivial one (rank 0 of 1); `options.replicas` is the device count.
   DpStrategy(Topology topology, DataParallelOptions options)
-      : topology_(std::move(topology)), parallel_(options) {}
+      : topology_(std::move(topology)), parallel_(std::move(options)) {}
   std::string name() const override { return "dp"; }
   const Topology& topology() const override { return topology_; }
   torch::Tensor training_step(LightningModule& module, const Batch& batch, int64_t batch_idx) override {
