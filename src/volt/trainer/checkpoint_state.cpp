@@ -2,6 +2,7 @@
 
 #include <ATen/CPUGeneratorImpl.h>
 #include <nlohmann/json.hpp>
+#include <torch/cuda.h>
 
 #include "volt/callbacks/callback.h"
 #include "volt/core/error.h"
@@ -101,6 +102,16 @@ StateDict make_checkpoint(const TrainingParts& parts, const FitProgress& progres
     auto generator = at::detail::getDefaultCPUGenerator();
     std::lock_guard<std::mutex> lock(generator.mutex());
     rng.insert("torch", generator.get_state());
+  }
+  // Lightning's "torch.cuda": each visible GPU's generator, so that dropout on a GPU resumes exactly.
+  if (const int64_t gpus = static_cast<int64_t>(torch::cuda::device_count()); gpus > 0) {
+    c10::impl::GenericList states(c10::AnyType::get());
+    for (int64_t i = 0; i < gpus; ++i) {
+      auto generator = at::globalContext().defaultGenerator(c10::Device(c10::DeviceType::CUDA, static_cast<c10::DeviceIndex>(i)));
+      std::lock_guard<std::mutex> lock(generator.mutex());
+      states.push_back(generator.get_state());
+    }
+    rng.insert("torch.cuda", states);
   }
   checkpoint.insert("rng_states", rng);
   checkpoint.insert("hyper_parameters", json_to_ivalue(hyper_parameters(parts)));
@@ -221,6 +232,16 @@ FitProgress restore_checkpoint(const c10::IValue& checkpoint, const TrainingPart
     auto generator = at::detail::getDefaultCPUGenerator();
     std::lock_guard<std::mutex> lock(generator.mutex());
     generator.set_state(entry(rng, "torch", path).toTensor());
+  }
+  if (rng.contains("torch.cuda") && rng.at("torch.cuda").isList()) {
+    // A resume on fewer GPUs restores the ones it has, as Lightning does.
+    const auto states = rng.at("torch.cuda").toListRef();
+    const auto gpus = std::min<size_t>(states.size(), torch::cuda::device_count());
+    for (size_t i = 0; i < gpus; ++i) {
+      auto generator = at::globalContext().defaultGenerator(c10::Device(c10::DeviceType::CUDA, static_cast<c10::DeviceIndex>(i)));
+      std::lock_guard<std::mutex> lock(generator.mutex());
+      generator.set_state(states[i].toTensor());
+    }
   }
 
   const StateDict loops = as_dict(entry(top, "loops", path), "loops", path);

@@ -3,6 +3,7 @@
 #include <malloc.h>
 #include <signal.h>
 
+#include <c10/core/impl/DeviceGuardImplInterface.h>
 #include <torch/torch.h>
 
 namespace volt::internal {
@@ -38,6 +39,10 @@ void configure_process(const RunPlan& plan) {
   torch::set_num_threads(static_cast<int>(plan.num_threads));
   if (plan.seed) torch::manual_seed(*plan.seed);
   at::globalContext().setDeterministicAlgorithms(plan.deterministic, /*warn_only=*/false);
+  // NCCL, the caching allocator and new CUDA tensors use the current device: make it this
+  // process's root device. Through the device-generic guard API, so CPU builds compile it too.
+  const c10::Device root = plan.root_device();
+  if (root.is_cuda()) c10::impl::getDeviceGuardImpl(root.type())->setDevice(root);
 }
 
 StopSignalGuard::StopSignalGuard() {

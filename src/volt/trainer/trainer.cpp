@@ -42,11 +42,17 @@ double seconds_since(std::chrono::steady_clock::time_point start) {
 
 bool stdout_is_tty() { return isatty(fileno(stdout)) != 0; }
 
-/// Casts floating inputs and targets to the module's dtype (the -true precisions; others keep them).
-Batch to_precision(Batch batch, const PrecisionPlugin& precision) {
-  batch.data = precision.convert_input(batch.data);
-  batch.target = precision.convert_input(batch.target);
+/// Moves a batch to the module's device (Lightning's batch_to_device) and casts floating inputs and
+/// targets to the module's dtype (the -true precisions; others keep them).
+Batch prepare_batch(Batch batch, c10::Device device, const PrecisionPlugin& precision) {
+  if (batch.data.defined()) batch.data = precision.convert_input(batch.data.to(device));
+  if (batch.target.defined()) batch.target = precision.convert_input(batch.target.to(device));
   return batch;
+}
+
+/// Puts the module on the run's device (a no-op on the CPU, where modules are built).
+void place_module(LightningModule& module, c10::Device device) {
+  if (!device.is_cpu()) module.to(device);
 }
 
 std::string optimizer_kind(const torch::optim::Optimizer& optimizer) {
@@ -120,6 +126,7 @@ std::string newest_checkpoint(const std::string& dir) {
 struct EvalLoop {
   LightningModule& module;
   const DataLoader& loader;
+  c10::Device device;
   const PrecisionPlugin& precision;
   ProgressBar* bar;
   Strategy& strategy;
@@ -133,7 +140,7 @@ struct EvalLoop {
     if (bar) bar->start(stage, 0, batches);
     int64_t examples = 0;
     for (int64_t i = 0; i < batches; ++i) {
-      const Batch batch = to_precision(loader.batch(i), precision);
+      const Batch batch = prepare_batch(loader.batch(i), device, precision);
       // Evaluation loaders are not padded: every example counts once in the epoch means.
       const int64_t size = batch.data.defined() ? batch.data.size(0) : 1;
       results.set_batch_size(size);
@@ -447,7 +454,7 @@ void Trainer::FitRun::sanity_check() {
   const torch::Tensor rng = generator.get_state();
   ResultCollection throwaway(/*training=*/false);
   val_.set_epoch(0);
-  EvalLoop{module_, val_, *trainer_.precision_, eval_bar_.get(), strategy_}.run(n, /*test=*/false, throwaway, "Sanity Checking");
+  EvalLoop{module_, val_, plan_.root_device(), *trainer_.precision_, eval_bar_.get(), strategy_}.run(n, /*test=*/false, throwaway, "Sanity Checking");
   generator.set_state(rng);
 }
 
@@ -459,7 +466,7 @@ void Trainer::FitRun::run_validation(int64_t batches) {
   progress_.validation_pending = false;
   val_results_.reset();
   val_.set_epoch(0);
-  EvalLoop{module_, val_, *trainer_.precision_, eval_bar_.get(), strategy_}.run(batches, /*test=*/false, val_results_, "Validation");
+  EvalLoop{module_, val_, plan_.root_device(), *trainer_.precision_, eval_bar_.get(), strategy_}.run(batches, /*test=*/false, val_results_, "Validation");
   for (const auto& [name, value] : val_results_.epoch_metrics(MetricTarget::kCallback))
     trainer_.callback_metrics_[name] = value;
   log_metrics(val_results_.epoch_metrics(MetricTarget::kLogger));
@@ -524,7 +531,7 @@ void Trainer::FitRun::train_epoch() {
   }
   while (progress_.batches_done < num_train_batches_ && !stop_) {
     const int64_t i = progress_.batches_done;
-    const Batch batch = to_precision(train_.batch(i), *trainer_.precision_);
+    const Batch batch = prepare_batch(train_.batch(i), plan_.root_device(), *trainer_.precision_);
     module_.on_train_batch_start(batch, i);
     train_results_.set_batch_size(batch.data.defined() ? batch.data.size(0) : 1);
     strategy_.before_forward(module_);
@@ -649,6 +656,8 @@ FitResult Trainer::FitRun::run(const std::string& ckpt_path) {
              plan_.val_check_interval.count(), num_train_batches_, num_train_batches_);
 
   trainer_.precision_->convert_module(module_);
+  // Before configure_optimizers, as in Lightning, so the optimizers hold the device's parameters.
+  place_module(module_, plan_.root_device());
   module_.train();
   optimization_ = module_.configure_optimizers();
   validate_optimization(optimization_, module_);
@@ -811,9 +820,11 @@ Trainer::Trainer(TrainerOptions options, const Env& env, const MachineInfo& mach
     strategy_ = std::make_unique<SingleDeviceStrategy>(plan_.topology);
     return;
   }
-  const DataParallelOptions dp{.replicas = plan_.replicas_per_process, .deterministic = plan_.deterministic};
+  DataParallelOptions dp{.replicas = plan_.replicas_per_process, .deterministic = plan_.deterministic};
+  // On GPUs each replica has its device (copies of the module); on the CPU they are threads.
+  for (int64_t device : plan_.cuda_devices) dp.devices.emplace_back(c10::DeviceType::CUDA, static_cast<c10::DeviceIndex>(device));
   if (plan_.strategy == StrategyKind::kDp) {
-    strategy_ = std::make_unique<DpStrategy>(plan_.topology, dp);
+    strategy_ = std::make_unique<DpStrategy>(plan_.topology, std::move(dp));
     return;
   }
   // The one impure step of planning: a launcher picks a free rendezvous port for its children.
@@ -825,11 +836,14 @@ Trainer::Trainer(TrainerOptions options, const Env& env, const MachineInfo& mach
   ddp.gradient_sync.bucket_cap_mb = plan_.bucket_cap_mb;
   ddp.gradient_sync.find_unused_parameters = plan_.find_unused_parameters;
   ddp.launch_local_processes = plan_.launch_local_processes;
+  // The processes this one launches see only the GPUs the plan selected (CUDA_VISIBLE_DEVICES).
+  Env child_env = env;
+  for (const auto& [name, value] : plan_.child_env) child_env = child_env.with(name, value);
   if (plan_.strategy == StrategyKind::kDdp2) {
-    strategy_ = std::make_unique<Ddp2Strategy>(plan_.topology, ddp, dp, env);
+    strategy_ = std::make_unique<Ddp2Strategy>(plan_.topology, ddp, std::move(dp), std::move(child_env));
     return;
   }
-  strategy_ = std::make_unique<DdpStrategy>(plan_.topology, ddp, env);
+  strategy_ = std::make_unique<DdpStrategy>(plan_.topology, ddp, std::move(child_env));
 }
 
 Trainer::~Trainer() {
@@ -909,6 +923,7 @@ EvalResult Trainer::evaluate(LightningModule& module, DataLoader loader, const s
   const std::string path = resolve_ckpt_path(ckpt_path);
   if (!path.empty()) load_module_weights(checkpoint_io_->load(path), module, path);
   precision_->convert_module(module);
+  place_module(module, plan_.root_device());
   configure_loader(loader, /*evaluation=*/true);
   loader.set_epoch(0);
   const int64_t batches = (test ? plan_.limit_test_batches : plan_.limit_val_batches).resolve(loader.num_batches());
@@ -922,7 +937,7 @@ EvalResult Trainer::evaluate(LightningModule& module, DataLoader loader, const s
   EvalResult out;
   out.stage = stage;
   out.batches = batches;
-  out.examples = EvalLoop{module, loader, *precision_, bar.get(), *strategy_}.run(batches, test, results,
+  out.examples = EvalLoop{module, loader, plan_.root_device(), *precision_, bar.get(), *strategy_}.run(batches, test, results,
                                                                           test ? "Testing" : "Validation");
   out.metrics = results.epoch_metrics(MetricTarget::kCallback);
   for (const auto& [name, value] : out.metrics) callback_metrics_[name] = value;
@@ -946,6 +961,7 @@ std::vector<torch::Tensor> Trainer::predict(LightningModule& module, DataLoader 
   const std::string path = resolve_ckpt_path(ckpt_path);
   if (!path.empty()) load_module_weights(checkpoint_io_->load(path), module, path);
   precision_->convert_module(module);
+  place_module(module, plan_.root_device());
   configure_loader(data, /*evaluation=*/true);
   data.set_epoch(0);
   const int64_t batches = plan_.limit_predict_batches.resolve(data.num_batches());
@@ -955,7 +971,7 @@ std::vector<torch::Tensor> Trainer::predict(LightningModule& module, DataLoader 
   std::vector<torch::Tensor> outputs;
   outputs.reserve(static_cast<size_t>(batches));
   for (int64_t i = 0; i < batches; ++i) {
-    const Batch batch = to_precision(data.batch(i), *precision_);
+    const Batch batch = prepare_batch(data.batch(i), plan_.root_device(), *precision_);
     const AutocastGuard autocast = precision_->forward_context();
     outputs.push_back(module.predict_step(batch, i));
   }
