@@ -17,10 +17,12 @@
 
 #include <ATen/autocast_mode.h>
 #include <torch/csrc/autograd/edge.h>
+#include <torch/optim/optimizer.h>
 #include <torch/csrc/distributed/c10d/PrefixStore.hpp>
 #include <torch/csrc/distributed/c10d/ProcessGroupGloo.hpp>
 
 #include <memory>
+#include <sstream>
 #include <stdexcept>
 #include <string>
 #include <type_traits>
@@ -118,6 +120,25 @@ auto make_autograd_node(Args&&... args) {
     return std::make_shared<NodeT>(std::forward<Args>(args)...);
   } else {
     return c10::make_intrusive<NodeT>(std::forward<Args>(args)...);
+  }
+}
+
+/// The key type of Optimizer::state(): the parameter's TensorImpl address as a string in 1.x,
+/// the address itself in recent 2.x.
+using OptimizerStateKey =
+    typename std::decay_t<decltype(std::declval<torch::optim::Optimizer&>().state())>::key_type;
+
+/// The key LibTorch's optimizers file `param`'s state under in Optimizer::state(). (A template
+/// only so that the branch for the other LibTorch is discarded, not compiled.)
+template <typename Key = OptimizerStateKey>
+Key optimizer_state_key(const at::Tensor& param) {
+  void* address = param.unsafeGetTensorImpl();
+  if constexpr (std::is_same_v<Key, std::string>) {
+    std::ostringstream out;  // what 1.x's c10::guts::to_string writes
+    out << address;
+    return out.str();
+  } else {
+    return address;
   }
 }
 

@@ -30,6 +30,7 @@ def test_print_plan(binary, tmp_path):
     # "key" padded to 24 columns, then the value (a 23-character key leaves a single space).
     plan = {line[:24].strip(): line[24:].strip() for line in run.stdout.splitlines() if line}
     assert plan["accelerator"] == "cpu"
+    assert plan["libtorch"].count(".") == 2, plan["libtorch"]  # e.g. 1.13.1
     assert plan["precision"] == "32-true"
     assert plan["max_epochs"] == "4"
     assert plan["limit_train_batches"] == "0.25"

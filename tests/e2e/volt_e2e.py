@@ -79,6 +79,20 @@ def run_binary(binary, args, root=None, timeout=180, env=None):
     return Run(full, root, proc, time.monotonic() - start)
 
 
+def print_plan(binary, args=()):
+    """The binary's --print-plan as a dict ("key" padded to 24 columns, then the value)."""
+    run = subprocess.run([binary, "--print-plan", "--num-threads", "1", *args], capture_output=True, text=True,
+                         timeout=60, cwd="/")
+    assert run.returncode == 0, run.stderr
+    return {line[:24].strip(): line[24:].strip() for line in run.stdout.splitlines() if line}
+
+
+def libtorch_version(binary):
+    """(major, minor) of the LibTorch the binary was built against, from its plan."""
+    major, minor = print_plan(binary)["libtorch"].split(".")[:2]
+    return int(major), int(minor)
+
+
 def merge_flags(*groups):
     """Concatenates flag lists; a later `--flag value` (or `--switch`) replaces an earlier one, since
     CLI11 refuses a repeated option."""

@@ -19,6 +19,7 @@
 
 #include "volt/core/error.h"
 #include "volt/optim/field_reader.h"
+#include "volt/torch_compat.h"
 
 namespace volt {
 namespace {
@@ -27,16 +28,14 @@ using internal::FieldReader;
 using internal::Problems;
 using GenericDict = c10::impl::GenericDict;
 using OptimizerStates =
-    std::vector<std::pair<std::string, std::unique_ptr<torch::optim::OptimizerParamState>>>;
+    std::vector<std::pair<compat::OptimizerStateKey, std::unique_ptr<torch::optim::OptimizerParamState>>>;
 
 constexpr const char* kLoadHint =
     "HINT: build the optimizer as the run that wrote the checkpoint did (same optimizer, same "
     "model, the same parameter groups in the same order), or resume without the optimizer state.";
 
 /// The key LibTorch's optimizers use for a parameter in `Optimizer::state()`.
-std::string state_key(const torch::Tensor& param) {
-  return c10::guts::to_string(param.unsafeGetTensorImpl());
-}
+compat::OptimizerStateKey state_key(const torch::Tensor& param) { return compat::optimizer_state_key(param); }
 
 [[noreturn]] void throw_problems(const Problems& problems) {
   throw CheckpointError(fmt::format("the optimizer state does not fit this optimizer:{}\n{}",

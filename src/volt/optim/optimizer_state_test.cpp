@@ -10,6 +10,7 @@
 #include <torch/torch.h>
 
 #include "volt/core/error.h"
+#include "volt/torch_compat.h"
 
 namespace volt {
 namespace {
@@ -31,7 +32,7 @@ class HandWrittenMomentum : public torch::optim::Optimizer {
       const auto& options = static_cast<const torch::optim::SGDOptions&>(group.options());
       for (auto& param : group.params()) {
         if (!param.grad().defined()) continue;
-        auto& slot = state_[c10::guts::to_string(param.unsafeGetTensorImpl())];
+        auto& slot = state_[compat::optimizer_state_key(param)];
         if (!slot) {
           auto state = std::make_unique<torch::optim::SGDParamState>();
           state->momentum_buffer(torch::zeros_like(param));
@@ -59,7 +60,7 @@ class Unsaveable : public torch::optim::Optimizer {
       : Optimizer(std::move(groups), std::make_unique<torch::optim::SGDOptions>(0.1)) {}
   torch::Tensor step(LossClosure closure = nullptr) override {
     for (const auto& param : param_groups_[0].params()) {
-      state_[c10::guts::to_string(param.unsafeGetTensorImpl())] =
+      state_[compat::optimizer_state_key(param)] =
           std::make_unique<torch::optim::SGDParamState>();
     }
     return {};
@@ -267,7 +268,7 @@ TEST(LoadOptimizerStateDict, AcceptsIntStepsAndTupleBetasAsPythonWritesThem) {
   EXPECT_EQ(std::get<0>(options.betas()), 0.5);
   EXPECT_EQ(std::get<1>(options.betas()), 0.6);
   const auto& param_state = static_cast<const torch::optim::AdamParamState&>(
-      *loaded.state().at(c10::guts::to_string(model->parameters()[1].unsafeGetTensorImpl())));
+      *loaded.state().at(compat::optimizer_state_key(model->parameters()[1])));
   EXPECT_EQ(param_state.step(), 7);
 }
 
@@ -278,7 +279,7 @@ TEST(LoadOptimizerStateDict, LoadedStateDoesNotShareMemoryWithTheCheckpoint) {
   const c10::IValue state = optimizer_state_dict(sgd);
   torch::optim::SGD loaded(model->parameters(), torch::optim::SGDOptions(0.1).momentum(0.9));
   load_optimizer_state_dict(loaded, state);
-  const std::string key = c10::guts::to_string(model->parameters()[0].unsafeGetTensorImpl());
+  const auto key = compat::optimizer_state_key(model->parameters()[0]);
   const auto& original_buffer =
       static_cast<const torch::optim::SGDParamState&>(*sgd.state().at(key)).momentum_buffer();
   const auto& loaded_buffer =

@@ -14,9 +14,11 @@ namespace {
 /// `digits` (an optional '-' then digits) with a ',' between groups of three, like Python's ",".
 std::string group_thousands(const std::string& digits) {
   const std::size_t begin = !digits.empty() && digits[0] == '-' ? 1 : 0;
-  std::string out = digits;
-  for (auto i = static_cast<int64_t>(digits.size()) - 3; i > static_cast<int64_t>(begin); i -= 3) {
-    out.insert(static_cast<std::size_t>(i), ",");
+  // Appended char by char: GCC 12's -Wstringop-overflow misreads std::string::insert here in C++20.
+  std::string out = digits.substr(0, begin);
+  for (std::size_t i = begin; i < digits.size(); ++i) {
+    if (i > begin && (digits.size() - i) % 3 == 0) out += ',';
+    out += digits[i];
   }
   return out;
 }

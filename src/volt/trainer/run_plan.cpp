@@ -11,6 +11,7 @@
 #include "volt/core/error.h"
 #include "volt/core/strings.h"
 #include "volt/slurm/hostlist.h"
+#include "volt/torch_compat.h"
 #include "volt/trainer/gpu_placement.h"
 
 namespace volt {
@@ -69,13 +70,14 @@ Accelerator resolve_accelerator(const std::string& text, const std::string& what
   if (t == "auto") return machine.gpus > 0 ? Accelerator::kCuda : Accelerator::kCpu;
   if (t == "gpu" || t == "cuda") {
     VOLT_CHECK(machine.cuda_build,
-               "{} is not available in this build (LibTorch without CUDA); available: cpu. HINT: use "
-               "accelerator=\"cpu\" with devices=N (N processes, or N replicas under dp), or build Volt against a "
-               "CUDA LibTorch (scripts/build-cuda.sh).",
+               "{} is not available in this build (LibTorch without CUDA); available: cpu; supported here: 'cpu', "
+               "'auto'. HINT: use accelerator=\"cpu\" with devices=N (N processes, or N replicas under dp), or build "
+               "Volt against a CUDA LibTorch (scripts/build-cuda.sh).",
                what);
     VOLT_CHECK(machine.gpus > 0,
                "{} asks for CUDA devices, but this process sees none (CUDA build, 0 devices visible); available: "
-               "cpu. HINT: check the driver (nvidia-smi) and CUDA_VISIBLE_DEVICES, or use accelerator=\"cpu\".",
+               "cpu; supported here: 'cpu', 'auto'. HINT: check the driver (nvidia-smi) and CUDA_VISIBLE_DEVICES, "
+               "or use accelerator='cpu'.",
                what);
     return Accelerator::kCuda;
   }
@@ -445,6 +447,7 @@ std::string RunPlan::describe() const {
   std::string out;
   const auto line = [&out](const char* key, const std::string& value) { out += fmt::format("{:<24}{}\n", key, value); };
   line("accelerator", to_string(accelerator));
+  line("libtorch", compat::torch_version());
   line("strategy", to_string(strategy));
   line("precision", fmt::format("{}{}", to_string(precision),
                                 is_mixed(precision) ? fmt::format(" (autocast to {})", precision == Precision::k16Mixed

@@ -27,8 +27,12 @@ int64_t BatchLimit::resolve(int64_t available) const {
 }
 
 std::string BatchLimit::to_string() const {
-  // "1.0", not "1": a fraction must not read like a count of one batch.
-  return is_fraction_ ? fmt::format("{:#}", fraction_) : std::to_string(count_);
+  if (!is_fraction_) return std::to_string(count_);
+  // "1.0", not "1": a fraction must not read like a count of one batch. (Not fmt's "{:#}", whose
+  // output for 1.0 changed from "1.0" to "1." in fmt 10, which upstream LibTorch ships.)
+  std::string text = fmt::format("{}", fraction_);
+  if (text.find_first_of(".en") == std::string::npos) text += ".0";
+  return text;
 }
 
 DeviceRequest::DeviceRequest(const std::string& text) : is_auto_(false) {
