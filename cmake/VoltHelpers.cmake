@@ -20,6 +20,9 @@ function(_volt_use_torch target)
   target_link_libraries(${target} PUBLIC ${TORCH_LIBRARIES})
   # Torch's own headers are not ours to fix: include them as system headers.
   target_include_directories(${target} SYSTEM PUBLIC ${TORCH_INCLUDE_DIRS})
+  if(VOLT_TORCH_FMT_HEADER_ONLY)
+    target_compile_definitions(${target} PUBLIC FMT_HEADER_ONLY)  # see the top CMakeLists.txt
+  endif()
   if(TARGET volt_torch_pch)
     target_precompile_headers(${target} REUSE_FROM volt_torch_pch)
   endif()
