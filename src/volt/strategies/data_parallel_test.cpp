@@ -5,6 +5,7 @@
 #include <stdexcept>
 
 #include "volt/core/error.h"
+#include "volt/core/testing.h"
 #include "volt/module/lightning_module.h"
 
 namespace volt {
@@ -93,20 +94,27 @@ TEST(DataParallel, GradientsEqualThoseOfTheWholeBatch) {
   for (size_t i = 0; i < expected.size(); ++i) EXPECT_TRUE(torch::allclose(actual[i], expected[i], 1e-5, 1e-7)) << i;
 }
 
-TEST(DataParallel, ReplicasLogOnceThroughTheModulesSink) {
+DataParallelOptions copies_on_cpu(int64_t replicas) {
+  return {.replicas = replicas, .devices = std::vector<c10::Device>(static_cast<size_t>(replicas), torch::kCPU)};
+}
+
+/// Checks that a step of 8 examples over `options`' replicas logs each value once, combined.
+void expect_replicas_log_once(const DataParallelOptions& options) {
   Net net;
   RecordingSink sink;
   net.set_metric_sink(&sink);
   const Batch batch = make_batch(8);
   const double whole = net.training_step(batch, 0).item<double>();
   sink.values.clear();
-  DataParallel({.replicas = 3}).training_step(net, batch, 0);
+  DataParallel(options).training_step(net, batch, 0);
   ASSERT_EQ(sink.values.size(), 2u);
   EXPECT_EQ(sink.values[0].first, "train/loss");
   EXPECT_NEAR(sink.values[0].second, whole, 1e-6);  // mean weighted by piece size (3, 3, 2)
   EXPECT_EQ(sink.values[1].first, "train/examples");
   EXPECT_EQ(sink.values[1].second, 8.0);  // reduce_fx sum adds the pieces
 }
+
+TEST(DataParallel, ReplicasLogOnceThroughTheModulesSink) { expect_replicas_log_once({.replicas = 3}); }
 
 TEST(DataParallel, BuffersKeepTheRootReplicasUpdate) {
   Net net(/*batch_norm=*/true);
@@ -157,10 +165,6 @@ TEST(DataParallelOptions, DefaultsAreTwoConcurrentReplicas) {
 
 // ---- copies per device: the CUDA path, run here with every "device" on the CPU --------------
 
-DataParallelOptions copies_on_cpu(int64_t replicas) {
-  return {.replicas = replicas, .devices = std::vector<c10::Device>(static_cast<size_t>(replicas), torch::kCPU)};
-}
-
 TEST(DataParallelCopies, GradientsFlowBackToTheModuleAndEqualTheWholeBatchsStepAfterStep) {
   Net net;
   Net reference;
@@ -190,18 +194,9 @@ TEST(DataParallelCopies, GradientsFlowBackToTheModuleAndEqualTheWholeBatchsStepA
 }
 
 TEST(DataParallelCopies, DeterministicCopiesRunInOrderAndLogOnce) {
-  Net net;
-  RecordingSink sink;
-  net.set_metric_sink(&sink);
-  const Batch batch = make_batch(8);
-  const double whole = net.training_step(batch, 0).item<double>();
-  sink.values.clear();
   DataParallelOptions options = copies_on_cpu(3);
   options.deterministic = true;
-  DataParallel(options).training_step(net, batch, 0);
-  ASSERT_EQ(sink.values.size(), 2u);
-  EXPECT_NEAR(sink.values[0].second, whole, 1e-6);
-  EXPECT_EQ(sink.values[1].second, 8.0);
+  expect_replicas_log_once(options);
 }
 
 TEST(DataParallelCopies, BuffersKeepTheRootReplicasUpdate) {
@@ -218,35 +213,28 @@ TEST(DataParallelCopies, BuffersKeepTheRootReplicasUpdate) {
   EXPECT_EQ(net.norm->num_batches_tracked.item<int64_t>(), 1);
 }
 
+/// The error of a step of `net` over two copies.
+std::string copies_error(Net& net) {
+  RecordingSink sink;
+  net.set_metric_sink(&sink);
+  return testing::error_message([&] { DataParallel(copies_on_cpu(2)).training_step(net, make_batch(8), 0); });
+}
+
 TEST(DataParallelCopies, AModuleWithoutMakeReplicaIsToldHowToProvideOne) {
   Net net;
   net.replicable = false;
-  RecordingSink sink;
-  net.set_metric_sink(&sink);
-  try {
-    DataParallel(copies_on_cpu(2)).training_step(net, make_batch(8), 0);
-    FAIL() << "expected an error";
-  } catch (const Error& e) {
-    const std::string message = e.what();
-    EXPECT_NE(message.find("make_replica() returned nullptr"), std::string::npos) << message;
-    EXPECT_NE(message.find("strategy='ddp'"), std::string::npos) << message;
-  }
+  const std::string message = copies_error(net);
+  EXPECT_NE(message.find("make_replica() returned nullptr"), std::string::npos) << message;
+  EXPECT_NE(message.find("strategy='ddp'"), std::string::npos) << message;
 }
 
 TEST(DataParallelCopies, ACopyOfAnotherArchitectureIsRefusedNamingTheTensor) {
   struct Mismatched : Net {
     std::shared_ptr<LightningModule> make_replica() const override { return std::make_shared<Net>(/*batch_norm=*/true); }
   } net;
-  RecordingSink sink;
-  net.set_metric_sink(&sink);
-  try {
-    DataParallel(copies_on_cpu(2)).training_step(net, make_batch(8), 0);
-    FAIL() << "expected an error";
-  } catch (const Error& e) {
-    const std::string message = e.what();
-    EXPECT_NE(message.find("parameters differ from the module's at position 4"), std::string::npos) << message;
-    EXPECT_NE(message.find("'norm.weight' [5]"), std::string::npos) << message;
-  }
+  const std::string message = copies_error(net);
+  EXPECT_NE(message.find("parameters differ from the module's at position 4"), std::string::npos) << message;
+  EXPECT_NE(message.find("'norm.weight' [5]"), std::string::npos) << message;
 }
 
 TEST(DataParallelCopies, AFailingCopyThrowsOnTheCallingThread) {
