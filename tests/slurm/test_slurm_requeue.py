@@ -44,12 +44,12 @@ def assert_same_weights(a, b):
         assert torch.equal(sa[name], sb[name]), f"{name} differs by up to {(sa[name] - sb[name]).abs().max()}"
 
 
-def run_reference(cluster, tmp_path, nodes, tasks, batch):
+def run_reference(cluster, tmp_path, nodes, tasks, batch, epochs=2):
     root = tmp_path / "reference"
     root.mkdir()
     script = write_script(tmp_path / "reference.sh",
                           [f"--nodes={nodes}", f"--ntasks-per-node={tasks}", "--time=5", f"--output={root}/job.out"],
-                          f"srun {EXAMPLE} {example_args(tasks, nodes, batch, root)}")
+                          f"srun {EXAMPLE} {example_args(tasks, nodes, batch, root, epochs)}")
     job = sbatch(cluster, script)
     fields = wait_for_end(cluster, job, 300)
     assert fields.get("JobState") == "COMPLETED", (root / "job.out").read_text()
@@ -59,7 +59,10 @@ def run_reference(cluster, tmp_path, nodes, tasks, batch):
 @pytest.mark.parametrize("nodes,tasks,batch", [(1, 1, 64), (2, 2, 16)], ids=["1x1", "2x2"])
 def test_a_job_requeued_twice_mid_epoch_ends_bit_identical_to_an_uninterrupted_run(cluster, tmp_path, nodes, tasks,
                                                                                     batch):
-    reference = run_reference(cluster, tmp_path, nodes, tasks, batch)
+    # 4 epochs (about 6 s for 1x1 here, 1.8 ms a step): each signal, 1 s into a (restarted) run,
+    # leaves the rest still running when it arrives; with 2 epochs a restart could finish first.
+    epochs = 4
+    reference = run_reference(cluster, tmp_path, nodes, tasks, batch, epochs)
     root = tmp_path / "requeued"
     root.mkdir()
     log = root / "job.out"
@@ -67,11 +70,11 @@ def test_a_job_requeued_twice_mid_epoch_ends_bit_identical_to_an_uninterrupted_r
                           [f"--nodes={nodes}", f"--ntasks-per-node={tasks}", "--time=5", "--requeue",
                            "--open-mode=append", f"--output={log}"],
                           'echo "restart=${SLURM_RESTART_COUNT:-0}"\n'
-                          f"srun {EXAMPLE} {example_args(tasks, nodes, batch, root)}")
+                          f"srun {EXAMPLE} {example_args(tasks, nodes, batch, root, epochs)}")
     job = sbatch(cluster, script)
     for signalled in (1, 2):
         wait_for_text(log, FIT_STARTED, signalled, 120)
-        time.sleep(1.5)  # into the first epoch's training
+        time.sleep(1.0)  # into the (resumed) epoch's training
         subprocess.run(["scancel", "--signal=USR1", job], env=cluster, check=True, timeout=30)
         wait_for_text(log, "Requeued SLURM job", signalled, 60)
     fields = wait_for_end(cluster, job, 300)
