@@ -17,9 +17,9 @@
 
 #include <ATen/autocast_mode.h>
 #include <torch/csrc/autograd/edge.h>
-#include <torch/optim/optimizer.h>
 #include <torch/csrc/distributed/c10d/PrefixStore.hpp>
 #include <torch/csrc/distributed/c10d/ProcessGroupGloo.hpp>
+#include <torch/optim/optimizer.h>
 
 #include <memory>
 #include <sstream>
@@ -39,8 +39,8 @@ inline const char* torch_version() { return TORCH_VERSION; }
 #define VOLT_TORCH_PROCESS_GROUP_WITHOUT_OPTIONS VOLT_TORCH_AT_LEAST(2, 6)
 
 /// A c10d process group over `store`: Gloo for CPU tensors and, with `nccl` (a ProcessGroupNCCL
-/// made over PrefixStore("cuda/", store); CUDA builds of LibTorch 2.x), NCCL for CUDA tensors, so that the metric reductions on CPU scalars and the
-/// gradient buckets on the GPU each go to their own backend (torch.distributed's
+/// made over PrefixStore("cuda/", store); CUDA builds of LibTorch 2.x), NCCL for CUDA tensors, so that the metric
+/// reductions on CPU scalars and the gradient buckets on the GPU each go to their own backend (torch.distributed's
 /// "cpu:gloo,cuda:nccl"). Each backend rendezvouses under its own key prefix, as
 /// torch.distributed does. LibTorch 1.x: ProcessGroupGloo is itself a ProcessGroup, and NCCL is
 /// not offered (std::invalid_argument).
@@ -56,8 +56,8 @@ c10::intrusive_ptr<c10d::ProcessGroup> make_process_group(
   auto group = c10::make_intrusive<c10d::ProcessGroup>(store, rank, size);
 #else
   auto group = c10::make_intrusive<c10d::ProcessGroup>(
-      store, rank, size, c10::make_intrusive<c10d::ProcessGroup::Options>(with_nccl ? "nccl" : "gloo",
-                                                                           gloo_options->timeout));
+      store, rank, size,
+      c10::make_intrusive<c10d::ProcessGroup::Options>(with_nccl ? "nccl" : "gloo", gloo_options->timeout));
 #endif
   group->setBackend(c10::DeviceType::CPU, c10d::ProcessGroup::BackendType::GLOO, gloo);
   group->setDefaultBackend(c10d::ProcessGroup::BackendType::GLOO);
@@ -125,8 +125,7 @@ auto make_autograd_node(Args&&... args) {
 
 /// The key type of Optimizer::state(): the parameter's TensorImpl address as a string in 1.x,
 /// the address itself in recent 2.x.
-using OptimizerStateKey =
-    typename std::decay_t<decltype(std::declval<torch::optim::Optimizer&>().state())>::key_type;
+using OptimizerStateKey = typename std::decay_t<decltype(std::declval<torch::optim::Optimizer&>().state())>::key_type;
 
 /// The key LibTorch's optimizers file `param`'s state under in Optimizer::state(). (A template
 /// only so that the branch for the other LibTorch is discarded, not compiled.)

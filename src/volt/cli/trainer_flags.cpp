@@ -78,7 +78,8 @@ void add_trainer_flags(CLI::App& app, TrainerOptions& o, TrainerFlagText& t) {
   // The group is the config section: these flags are the keys under `trainer:`.
   const std::string previous_group = app.option_defaults()->get_group();
   app.option_defaults()->group(kTrainerGroup);
-  app.add_option("--accelerator", o.accelerator, "auto (the GPUs when any is visible), cpu, gpu or cuda")->capture_default_str();
+  app.add_option("--accelerator", o.accelerator, "auto (the GPUs when any is visible), cpu, gpu or cuda")
+      ->capture_default_str();
   app.add_option("--devices", t.devices, "devices per node: a count, -1, auto, or a list 0,1");
   app.add_option("--gpus", t.gpus, "CUDA devices (the seed documents' name): a count, -1, or a list 0,1");
   app.add_option("--strategy,--distributed-backend", o.strategy,
@@ -87,7 +88,9 @@ void add_trainer_flags(CLI::App& app, TrainerOptions& o, TrainerFlagText& t) {
       ->capture_default_str();
   app.add_flag("--find-unused-parameters", o.find_unused_parameters, "ddp: allow parameters without gradients");
   app.add_option("--bucket-cap-mb", o.bucket_cap_mb, "ddp: gradient bucket size in MiB")->capture_default_str();
-  app.add_option("--process-group-backend", o.process_group_backend, "ddp: auto (nccl on GPUs, gloo on CPUs), gloo or nccl")->capture_default_str();
+  app.add_option("--process-group-backend", o.process_group_backend,
+                 "ddp: auto (nccl on GPUs, gloo on CPUs), gloo or nccl")
+      ->capture_default_str();
   app.add_option("--process-group-timeout", o.process_group_timeout, "ddp: seconds a collective may wait")
       ->capture_default_str();
   app.add_option("--join-timeout", o.join_timeout, "ddp: seconds to wait for every rank to join")->capture_default_str();

@@ -58,8 +58,8 @@ ReducerSynchronizer::ReducerSynchronizer(std::vector<torch::Tensor> parameters, 
   std::unordered_map<size_t, std::string> param_names;
   for (size_t i = 0; i < names.size(); ++i) param_names[i] = names[i];
   reducer_ = compat::make_reducer<FixedLayoutReducer>(std::move(parameters), std::move(buckets), std::move(limits),
-                                                       std::move(group), sparse, cap, options.find_unused_parameters,
-                                                       std::move(param_names), kFirstBucketBytes);
+                                                      std::move(group), sparse, cap, options.find_unused_parameters,
+                                                      std::move(param_names), kFirstBucketBytes);
 }
 
 ReducerSynchronizer::~ReducerSynchronizer() = default;

@@ -1,13 +1,5 @@
 #include "volt/optim/optimizer_state.h"
 
-#include <cstring>
-#include <memory>
-#include <sstream>
-#include <string>
-#include <typeinfo>
-#include <utility>
-#include <vector>
-
 #include <c10/util/Type.h>
 #include <fmt/format.h>
 #include <torch/optim/adagrad.h>
@@ -16,6 +8,14 @@
 #include <torch/optim/rmsprop.h>
 #include <torch/optim/sgd.h>
 #include <torch/serialize/archive.h>
+
+#include <cstring>
+#include <memory>
+#include <sstream>
+#include <string>
+#include <typeinfo>
+#include <utility>
+#include <vector>
 
 #include "volt/core/error.h"
 #include "volt/optim/field_reader.h"

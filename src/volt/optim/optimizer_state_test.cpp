@@ -1,15 +1,15 @@
-#include "volt/core/testing.h"
 #include "volt/optim/optimizer_state.h"
+
+#include <gtest/gtest.h>
+#include <torch/torch.h>
 
 #include <functional>
 #include <memory>
 #include <string>
 #include <vector>
 
-#include <gtest/gtest.h>
-#include <torch/torch.h>
-
 #include "volt/core/error.h"
+#include "volt/core/testing.h"
 #include "volt/torch_compat.h"
 
 namespace volt {
@@ -60,8 +60,7 @@ class Unsaveable : public torch::optim::Optimizer {
       : Optimizer(std::move(groups), std::make_unique<torch::optim::SGDOptions>(0.1)) {}
   torch::Tensor step(LossClosure closure = nullptr) override {
     for (const auto& param : param_groups_[0].params()) {
-      state_[compat::optimizer_state_key(param)] =
-          std::make_unique<torch::optim::SGDParamState>();
+      state_[compat::optimizer_state_key(param)] = std::make_unique<torch::optim::SGDParamState>();
     }
     return {};
   }

@@ -276,8 +276,9 @@ torch::Tensor DataParallel::training_step(LightningModule& module, const Batch& 
   }
   // Gather on the root device (a no-op on CPU, where every replica's device is the root's); the
   // copy to the root is differentiable, so each loss's gradient goes back to its replica.
-  const torch::Device root = copies ? options_.devices[0]
-                                    : losses[0].defined() ? losses[0].device() : torch::Device(torch::kCPU);
+  const torch::Device root = copies                ? options_.devices[0]
+                             : losses[0].defined() ? losses[0].device()
+                                                   : torch::Device(torch::kCPU);
   for (auto& loss : losses) {
     if (loss.defined()) loss = loss.to(root);
   }

@@ -2,12 +2,12 @@
 // the module runs training_step per piece, and the pieces' losses are combined on the root.
 #pragma once
 
+#include <c10/core/Device.h>
+#include <torch/types.h>
+
 #include <cstdint>
 #include <memory>
 #include <vector>
-
-#include <c10/core/Device.h>
-#include <torch/types.h>
 
 #include "volt/data/dataset.h"
 

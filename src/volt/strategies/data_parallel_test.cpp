@@ -230,7 +230,9 @@ TEST(DataParallelCopies, AModuleWithoutMakeReplicaIsToldHowToProvideOne) {
 
 TEST(DataParallelCopies, ACopyOfAnotherArchitectureIsRefusedNamingTheTensor) {
   struct Mismatched : Net {
-    std::shared_ptr<LightningModule> make_replica() const override { return std::make_shared<Net>(/*batch_norm=*/true); }
+    std::shared_ptr<LightningModule> make_replica() const override {
+      return std::make_shared<Net>(/*batch_norm=*/true);
+    }
   } net;
   const std::string message = copies_error(net);
   EXPECT_NE(message.find("parameters differ from the module's at position 4"), std::string::npos) << message;

@@ -1,8 +1,9 @@
 #include "volt/trainer/checkpoint_state.h"
 
 #include <ATen/CPUGeneratorImpl.h>
-#include <nlohmann/json.hpp>
 #include <torch/cuda.h>
+
+#include <nlohmann/json.hpp>
 
 #include "volt/callbacks/callback.h"
 #include "volt/core/error.h"
@@ -45,6 +46,11 @@ nlohmann::json hyper_parameters(const TrainingParts& parts) {
              hparams.is_object() ? "an object with a \"config\" key" : "not an object");
   hparams["config"] = *parts.config;
   return hparams;
+}
+
+/// The default generator of CUDA device `index` (device-generic, so CPU builds compile it).
+at::Generator cuda_generator(int64_t index) {
+  return at::globalContext().defaultGenerator(c10::Device(c10::DeviceType::CUDA, static_cast<c10::DeviceIndex>(index)));
 }
 
 }  // namespace
@@ -107,7 +113,7 @@ StateDict make_checkpoint(const TrainingParts& parts, const FitProgress& progres
   if (const int64_t gpus = static_cast<int64_t>(torch::cuda::device_count()); gpus > 0) {
     c10::impl::GenericList states(c10::AnyType::get());
     for (int64_t i = 0; i < gpus; ++i) {
-      auto generator = at::globalContext().defaultGenerator(c10::Device(c10::DeviceType::CUDA, static_cast<c10::DeviceIndex>(i)));
+      auto generator = cuda_generator(i);
       std::lock_guard<std::mutex> lock(generator.mutex());
       states.push_back(generator.get_state());
     }
@@ -238,7 +244,7 @@ FitProgress restore_checkpoint(const c10::IValue& checkpoint, const TrainingPart
     const auto states = rng.at("torch.cuda").toListRef();
     const auto gpus = std::min<size_t>(states.size(), torch::cuda::device_count());
     for (size_t i = 0; i < gpus; ++i) {
-      auto generator = at::globalContext().defaultGenerator(c10::Device(c10::DeviceType::CUDA, static_cast<c10::DeviceIndex>(i)));
+      auto generator = cuda_generator(static_cast<int64_t>(i));
       std::lock_guard<std::mutex> lock(generator.mutex());
       generator.set_state(states[i].toTensor());
     }

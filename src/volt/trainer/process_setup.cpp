@@ -1,9 +1,8 @@
 #include "volt/trainer/process_setup.h"
 
+#include <c10/core/impl/DeviceGuardImplInterface.h>
 #include <malloc.h>
 #include <signal.h>
-
-#include <c10/core/impl/DeviceGuardImplInterface.h>
 #include <torch/torch.h>
 
 namespace volt::internal {

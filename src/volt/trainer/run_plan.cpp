@@ -1,12 +1,11 @@
 #include "volt/trainer/run_plan.h"
 
 #include <sched.h>
+#include <torch/cuda.h>
 #include <unistd.h>
 
 #include <filesystem>
 #include <thread>
-
-#include <torch/cuda.h>
 
 #include "volt/core/error.h"
 #include "volt/core/strings.h"
@@ -19,7 +18,8 @@ namespace volt {
 const char* to_string(Accelerator accelerator) {
   switch (accelerator) {
     case Accelerator::kCpu: return "cpu";
-    case Accelerator::kCuda: return "cuda";
+    case Accelerator::kCuda:
+      return "cuda";
   }
   return "?";
 }
@@ -37,7 +37,8 @@ const char* to_string(StrategyKind strategy) {
 c10::DeviceType device_type(Accelerator accelerator) {
   switch (accelerator) {
     case Accelerator::kCpu: return c10::DeviceType::CPU;
-    case Accelerator::kCuda: return c10::DeviceType::CUDA;
+    case Accelerator::kCuda:
+      return c10::DeviceType::CUDA;
   }
   return c10::DeviceType::CPU;
 }
@@ -81,9 +82,10 @@ Accelerator resolve_accelerator(const std::string& text, const std::string& what
                what);
     return Accelerator::kCuda;
   }
-  throw Error(fmt::format("{} is not supported; supported: 'auto', 'cpu', 'gpu', 'cuda'. HINT: 'auto' picks the "
-                          "GPUs when any is visible.",
-                          what));
+  throw Error(
+      fmt::format("{} is not supported; supported: 'auto', 'cpu', 'gpu', 'cuda'. HINT: 'auto' picks the "
+                  "GPUs when any is visible.",
+                  what));
 }
 
 /// Apex's optimization levels as the native mode nearest to each.
@@ -261,9 +263,10 @@ std::string resolve_backend(const std::string& text, Accelerator accelerator, co
                "accelerator=\"gpu\", or process_group_backend='gloo' (or 'auto') on CPU.");
     return "nccl";
   }
-  throw Error(fmt::format("process_group_backend='{}' is not supported; supported: 'auto', 'gloo'{}. HINT: 'auto' "
-                          "picks nccl for GPUs and gloo for CPUs.",
-                          text, machine.cuda_build ? ", 'nccl'" : " (and 'nccl' in CUDA builds)"));
+  throw Error(
+      fmt::format("process_group_backend='{}' is not supported; supported: 'auto', 'gloo'{}. HINT: 'auto' "
+                  "picks nccl for GPUs and gloo for CPUs.",
+                  text, machine.cuda_build ? ", 'nccl'" : " (and 'nccl' in CUDA builds)"));
 }
 
 /// `dir` made absolute against the machine's working directory, normalized, without a trailing '/'.
@@ -296,10 +299,10 @@ RunPlan resolve_run_plan(const TrainerOptions& options, const Env& env, const Ma
   // The seed documents' gpus=N asks for CUDA devices; gpus=0 is the CPU.
   const bool gpus_requested = options.gpus && (options.gpus->is_auto() || !options.gpus->indices().empty() ||
                                                options.gpus->count() != 0);
-  plan.accelerator = gpus_requested ? resolve_accelerator("gpu", fmt::format("gpus={}", options.gpus->to_string()),
-                                                          machine)
-                                    : resolve_accelerator(options.accelerator,
-                                                          fmt::format("accelerator='{}'", options.accelerator), machine);
+  plan.accelerator =
+      gpus_requested
+          ? resolve_accelerator("gpu", fmt::format("gpus={}", options.gpus->to_string()), machine)
+          : resolve_accelerator(options.accelerator, fmt::format("accelerator='{}'", options.accelerator), machine);
   plan.precision = resolve_precision(options, plan.accelerator, plan.notes);
   // gpus=N is the seed documents' accelerator="gpu", devices=N.
   const DeviceRequest& device_request = gpus_requested ? *options.gpus : options.devices;
@@ -460,7 +463,8 @@ std::string RunPlan::describe() const {
     for (int64_t d : cuda_devices) ids.push_back(fmt::format("cuda:{}", d));
     line("this process's devices", join(ids, ", "));
   }
-  if (strategy == StrategyKind::kDdp || strategy == StrategyKind::kDdp2) line("process group backend", process_group_backend);
+  if (strategy == StrategyKind::kDdp || strategy == StrategyKind::kDdp2)
+    line("process group backend", process_group_backend);
   line("cluster environment", to_string(cluster));
   line("rank", fmt::format("global {} / local {} / node {}", topology.global_rank, topology.local_rank,
                            topology.node_rank));

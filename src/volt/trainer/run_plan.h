@@ -1,12 +1,11 @@
 // What will run: TrainerOptions with every "auto" resolved.
 #pragma once
 
-#include <string>
-#include <vector>
+#include <c10/core/Device.h>
 
 #include <chrono>
-
-#include <c10/core/Device.h>
+#include <string>
+#include <vector>
 
 #include "volt/core/env.h"
 #include "volt/distributed/topology.h"

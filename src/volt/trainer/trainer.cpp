@@ -454,7 +454,8 @@ void Trainer::FitRun::sanity_check() {
   const torch::Tensor rng = generator.get_state();
   ResultCollection throwaway(/*training=*/false);
   val_.set_epoch(0);
-  EvalLoop{module_, val_, plan_.root_device(), *trainer_.precision_, eval_bar_.get(), strategy_}.run(n, /*test=*/false, throwaway, "Sanity Checking");
+  EvalLoop{module_, val_, plan_.root_device(), *trainer_.precision_, eval_bar_.get(), strategy_}.run(
+      n, /*test=*/false, throwaway, "Sanity Checking");
   generator.set_state(rng);
 }
 
@@ -466,7 +467,8 @@ void Trainer::FitRun::run_validation(int64_t batches) {
   progress_.validation_pending = false;
   val_results_.reset();
   val_.set_epoch(0);
-  EvalLoop{module_, val_, plan_.root_device(), *trainer_.precision_, eval_bar_.get(), strategy_}.run(batches, /*test=*/false, val_results_, "Validation");
+  EvalLoop{module_, val_, plan_.root_device(), *trainer_.precision_, eval_bar_.get(), strategy_}.run(
+      batches, /*test=*/false, val_results_, "Validation");
   for (const auto& [name, value] : val_results_.epoch_metrics(MetricTarget::kCallback))
     trainer_.callback_metrics_[name] = value;
   log_metrics(val_results_.epoch_metrics(MetricTarget::kLogger));
@@ -822,7 +824,8 @@ Trainer::Trainer(TrainerOptions options, const Env& env, const MachineInfo& mach
   }
   DataParallelOptions dp{.replicas = plan_.replicas_per_process, .deterministic = plan_.deterministic};
   // On GPUs each replica has its device (copies of the module); on the CPU they are threads.
-  for (int64_t device : plan_.cuda_devices) dp.devices.emplace_back(c10::DeviceType::CUDA, static_cast<c10::DeviceIndex>(device));
+  for (int64_t device : plan_.cuda_devices)
+    dp.devices.emplace_back(c10::DeviceType::CUDA, static_cast<c10::DeviceIndex>(device));
   if (plan_.strategy == StrategyKind::kDp) {
     strategy_ = std::make_unique<DpStrategy>(plan_.topology, std::move(dp));
     return;
@@ -937,8 +940,8 @@ EvalResult Trainer::evaluate(LightningModule& module, DataLoader loader, const s
   EvalResult out;
   out.stage = stage;
   out.batches = batches;
-  out.examples = EvalLoop{module, loader, plan_.root_device(), *precision_, bar.get(), *strategy_}.run(batches, test, results,
-                                                                          test ? "Testing" : "Validation");
+  out.examples = EvalLoop{module, loader, plan_.root_device(), *precision_, bar.get(), *strategy_}.run(
+      batches, test, results, test ? "Testing" : "Validation");
   out.metrics = results.epoch_metrics(MetricTarget::kCallback);
   for (const auto& [name, value] : out.metrics) callback_metrics_[name] = value;
   return out;

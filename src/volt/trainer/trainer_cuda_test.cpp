@@ -23,17 +23,17 @@ namespace {
 namespace fs = std::filesystem;
 
 /// Skips the calling test, saying why, unless this process sees `count` CUDA devices.
-#define VOLT_REQUIRE_GPUS(count)                                                                              \
-  if (const int64_t visible = static_cast<int64_t>(torch::cuda::device_count()); visible < (count))          \
-  GTEST_SKIP() << "needs " << (count) << " CUDA device(s); this process sees " << visible                    \
+#define VOLT_REQUIRE_GPUS(count)                                                                    \
+  if (const int64_t visible = static_cast<int64_t>(torch::cuda::device_count()); visible < (count)) \
+  GTEST_SKIP() << "needs " << (count) << " CUDA device(s); this process sees " << visible           \
                << (MachineInfo::current().cuda_build ? " (CUDA build)" : " (CPU build of LibTorch: no CUDA)")
 
 /// An MLP regression whose steps record the device they ran on.
 struct Regression : LightningModule {
   explicit Regression(uint64_t seed = 0) : LightningModule("Regression") {
     torch::manual_seed(seed);
-    net = register_module("net", torch::nn::Sequential(torch::nn::Linear(8, 32), torch::nn::ReLU(),
-                                                       torch::nn::Linear(32, 1)));
+    net = register_module("net",
+                          torch::nn::Sequential(torch::nn::Linear(8, 32), torch::nn::ReLU(), torch::nn::Linear(32, 1)));
   }
   torch::Tensor training_step(const Batch& batch, int64_t) override {
     step_device = batch.data.device();
