@@ -14,9 +14,9 @@ namespace {
 class Mlp : public volt::LightningModule {
  public:
   explicit Mlp(std::shared_ptr<volt::TensorDataset> data) : volt::LightningModule("Mlp"), data_(std::move(data)) {
-    net_ = register_module("net", torch::nn::Sequential(torch::nn::Flatten(), torch::nn::Linear(784, 256),
-                                                        torch::nn::ReLU(), torch::nn::Linear(256, 256),
-                                                        torch::nn::ReLU(), torch::nn::Linear(256, 10)));
+    net_ = register_module(
+        "net", torch::nn::Sequential(torch::nn::Flatten(), torch::nn::Linear(784, 256), torch::nn::ReLU(),
+                                     torch::nn::Linear(256, 256), torch::nn::ReLU(), torch::nn::Linear(256, 10)));
   }
   torch::Tensor training_step(const volt::Batch& batch, int64_t) override {
     return torch::nn::functional::cross_entropy(net_->forward(batch.data), batch.target);
@@ -24,9 +24,7 @@ class Mlp : public volt::LightningModule {
   volt::OptimizerConfig configure_optimizers() override {
     return std::make_shared<torch::optim::Adam>(parameters(), torch::optim::AdamOptions(1e-3));
   }
-  volt::DataLoader train_dataloader() override {
-    return volt::DataLoader(data_, {.batch_size = 64, .shuffle = true});
-  }
+  volt::DataLoader train_dataloader() override { return volt::DataLoader(data_, {.batch_size = 64, .shuffle = true}); }
 
  private:
   std::shared_ptr<volt::TensorDataset> data_;
@@ -72,7 +70,8 @@ int main(int argc, char** argv) {
     const volt::FitResult result = trainer.fit(model);
     const auto& t = clock->times;
     if (!trainer.plan().is_global_zero()) return 0;
-    VOLT_CHECK(static_cast<int64_t>(t.size()) > warmup + 1, "ran {} steps; need more than --warmup={}", t.size(), warmup);
+    VOLT_CHECK(static_cast<int64_t>(t.size()) > warmup + 1, "ran {} steps; need more than --warmup={}", t.size(),
+               warmup);
     const double seconds = std::chrono::duration<double>(t.back() - t[static_cast<size_t>(warmup)]).count();
     const double per_step_ms = 1000.0 * seconds / static_cast<double>(t.size() - 1 - static_cast<size_t>(warmup));
     std::cout << "volt processes=" << trainer.plan().topology.world_size << " step_ms=" << per_step_ms

@@ -26,8 +26,10 @@
 #include <fcntl.h>
 #include <stdlib.h>
 #include <time.h>
+#include <torch/torch.h>
 #include <unistd.h>
 
+#include <CLI/CLI.hpp>
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -38,9 +40,6 @@
 #include <sstream>
 #include <string>
 #include <vector>
-
-#include <CLI/CLI.hpp>
-#include <torch/torch.h>
 
 #include "volt/datasets/fashion_mnist.h"
 #include "volt/trainer/process_setup.h"
@@ -76,10 +75,10 @@ struct Stamp {
 
 /// The moments of one run.
 struct StepTimes {
-  Stamp start;                 // fit() called / the loop started
-  Stamp train_start;           // on_train_start / the loop's setup done, before the first batch
-  std::vector<Stamp> step_end; // right after each optimizer step
-  Stamp finish;                // fit() returned / the loop ended
+  Stamp start;                  // fit() called / the loop started
+  Stamp train_start;            // on_train_start / the loop's setup done, before the first batch
+  std::vector<Stamp> step_end;  // right after each optimizer step
+  Stamp finish;                 // fit() returned / the loop ended
 };
 
 /// The MLP as a LightningModule; the hand loop uses the same class, calling net() directly.
@@ -209,12 +208,12 @@ void run_trainer(BenchMlp& model, volt::DataLoader loader, const BenchOptions& o
 
 /// The figures of one run on one clock, in milliseconds.
 struct RunStats {
-  double setup = 0;        // start to the first batch (fit()'s setup; the loop's optimizer)
-  double first_step = 0;   // start to the end of the first optimizer step
-  double mean_step = 0;    // (end of step N-1 - end of step warmup-1) / (N - warmup)
-  double median_step = 0;  // median of the step-to-step intervals after warm-up
-  double slowest_step = 0; // the longest interval after warm-up (an epoch end's checkpoint shows here)
-  double total = 0;        // start to fit()/loop return, teardown (final checkpoint) included
+  double setup = 0;         // start to the first batch (fit()'s setup; the loop's optimizer)
+  double first_step = 0;    // start to the end of the first optimizer step
+  double mean_step = 0;     // (end of step N-1 - end of step warmup-1) / (N - warmup)
+  double median_step = 0;   // median of the step-to-step intervals after warm-up
+  double slowest_step = 0;  // the longest interval after warm-up (an epoch end's checkpoint shows here)
+  double total = 0;         // start to fit()/loop return, teardown (final checkpoint) included
 };
 
 RunStats summarize(const StepTimes& t, int64_t warmup, double Stamp::*clock) {
@@ -270,10 +269,12 @@ std::string fixed(double v, int digits) {
 void print_table(const std::string& clock_name, double Stamp::*clock, const std::vector<std::string>& names,
                  const std::vector<std::vector<StepTimes>>& runs, const BenchOptions& o,
                  std::vector<std::string>& verdicts) {
-  std::cout << "\n" << clock_name << " (ms; medians over repeats; ratios: median [min, max] over repeats)\n"
+  std::cout << "\n"
+            << clock_name << " (ms; medians over repeats; ratios: median [min, max] over repeats)\n"
             << std::left << std::setw(18) << "contender" << std::right << std::setw(8) << "setup" << std::setw(12)
             << "first step" << std::setw(11) << "mean step" << std::setw(13) << "median step" << std::setw(9)
-            << "slowest" << std::setw(10) << "total" << "   mean ratio vs hand     median ratio\n";
+            << "slowest" << std::setw(10) << "total"
+            << "   mean ratio vs hand     median ratio\n";
   const bool have_hand = !runs[0].empty();
   for (size_t c = 0; c < names.size(); ++c) {
     if (runs[c].empty()) continue;
@@ -391,7 +392,8 @@ int run(int argc, char** argv) {
   }
   std::filesystem::remove_all(root_dir);
 
-  std::cout << "\n" << o.steps << " steps x " << o.repeats << " repeats, steady state = steps " << o.warmup << ".."
+  std::cout << "\n"
+            << o.steps << " steps x " << o.repeats << " repeats, steady state = steps " << o.warmup << ".."
             << o.steps - 1 << ", 1 thread, allocator tuning " << (o.tune_allocator ? "on" : "off")
             << (o.log_loss ? ", training_step logs train/loss" : "") << "\n";
   std::vector<std::string> verdicts;

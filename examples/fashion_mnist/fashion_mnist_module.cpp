@@ -21,12 +21,13 @@ torch::nn::Sequential make_net(const ModuleOptions& o) {
     // Batch norm steadies the first epochs (and gives the model buffers, which ddp broadcasts).
     return nn::Sequential(nn::Conv2d(nn::Conv2dOptions(1, 32, 3).padding(1)), nn::BatchNorm2d(32), nn::ReLU(),
                           nn::MaxPool2d(2), nn::Conv2d(nn::Conv2dOptions(32, 64, 3).padding(1)), nn::BatchNorm2d(64),
-                          nn::ReLU(), nn::MaxPool2d(2),
-                          nn::Flatten(), nn::Linear(64 * 7 * 7, 128), nn::ReLU(), nn::Linear(128, 10));
+                          nn::ReLU(), nn::MaxPool2d(2), nn::Flatten(), nn::Linear(64 * 7 * 7, 128), nn::ReLU(),
+                          nn::Linear(128, 10));
   }
-  throw volt::Error(fmt::format("--model={} is unknown; expected 'mlp' or 'cnn'. HINT: pass --model mlp (fast) or "
-                                "--model cnn (more accurate).",
-                                o.model));
+  throw volt::Error(
+      fmt::format("--model={} is unknown; expected 'mlp' or 'cnn'. HINT: pass --model mlp (fast) or "
+                  "--model cnn (more accurate).",
+                  o.model));
 }
 
 /// Checks the options a user can get wrong on the command line (LibTorch's own checks would
@@ -98,8 +99,10 @@ void FashionMnistModule::load_training_split() {
   const torch::Tensor order = torch::randperm(n, generator, torch::kLong);
   const torch::Tensor train_idx = order.narrow(0, 0, n - options_.val_size);
   const torch::Tensor val_idx = order.narrow(0, n - options_.val_size, options_.val_size);
-  train_ = std::make_shared<volt::TensorDataset>(data.images.index_select(0, train_idx), data.labels.index_select(0, train_idx));
-  val_ = std::make_shared<volt::TensorDataset>(data.images.index_select(0, val_idx), data.labels.index_select(0, val_idx));
+  train_ = std::make_shared<volt::TensorDataset>(data.images.index_select(0, train_idx),
+                                                 data.labels.index_select(0, train_idx));
+  val_ =
+      std::make_shared<volt::TensorDataset>(data.images.index_select(0, val_idx), data.labels.index_select(0, val_idx));
 }
 
 volt::DataLoader FashionMnistModule::train_dataloader() {

@@ -28,7 +28,9 @@ int main(int argc, char** argv) {
         ->capture_default_str()
         ->group("Model");
     app.add_option("--hidden", module_options.hidden, "MLP hidden width")->capture_default_str()->group("Model");
-    app.add_option("--batch-size", module_options.batch_size, "examples per batch")->capture_default_str()->group("Data");
+    app.add_option("--batch-size", module_options.batch_size, "examples per batch")
+        ->capture_default_str()
+        ->group("Data");
     app.add_option("--val-size", module_options.val_size, "training images held out for validation")
         ->capture_default_str()
         ->group("Data");
@@ -58,25 +60,28 @@ int main(int argc, char** argv) {
     // Without validation (--val-size 0 or --limit-val-batches 0) there is no val/acc to rank by:
     // keep the latest checkpoints instead of failing at the end of the first epoch.
     const volt::BatchLimit& val_limit = trainer_options.limit_val_batches;
-    const bool validates = module_options.val_size > 0 && (val_limit.is_fraction() ? val_limit.fraction() > 0
-                                                                                      : val_limit.count() > 0);
+    const bool validates =
+        module_options.val_size > 0 && (val_limit.is_fraction() ? val_limit.fraction() > 0 : val_limit.count() > 0);
     if (trainer_options.enable_checkpointing) {
       trainer_options.callbacks.push_back(std::make_shared<volt::ModelCheckpoint>(
-          validates ? volt::ModelCheckpointOptions{.filename = "{epoch}-{step}-{val/acc:.4f}", .monitor = "val/acc",
-                                                   .mode = volt::Mode::kMax, .save_top_k = save_top_k,
-                                                   .save_last = true}
-                    : volt::ModelCheckpointOptions{.filename = "{epoch}-{step}",
-                                                   .save_top_k = std::min<int64_t>(save_top_k, 1),
-                                                   .save_last = true}));
+          validates
+              ? volt::ModelCheckpointOptions{.filename = "{epoch}-{step}-{val/acc:.4f}",
+                                             .monitor = "val/acc",
+                                             .mode = volt::Mode::kMax,
+                                             .save_top_k = save_top_k,
+                                             .save_last = true}
+              : volt::ModelCheckpointOptions{
+                    .filename = "{epoch}-{step}", .save_top_k = std::min<int64_t>(save_top_k, 1), .save_last = true}));
     }
     VOLT_CHECK(patience >= 0, "--early-stopping-patience={} must be >= 0 (0: off).", patience);
     if (patience > 0 && !validates) {
-      throw volt::Error("--early-stopping-patience needs validation, which --val-size 0 or --limit-val-batches 0 "
-                        "turns off. HINT: drop one of them.");
+      throw volt::Error(
+          "--early-stopping-patience needs validation, which --val-size 0 or --limit-val-batches 0 "
+          "turns off. HINT: drop one of them.");
     }
     if (patience > 0) {
-      trainer_options.callbacks.push_back(
-          std::make_shared<volt::EarlyStopping>(volt::EarlyStoppingOptions{.monitor = "val/loss", .patience = patience}));
+      trainer_options.callbacks.push_back(std::make_shared<volt::EarlyStopping>(
+          volt::EarlyStoppingOptions{.monitor = "val/loss", .patience = patience}));
     }
     volt::Trainer trainer(trainer_options);
     if (print_plan) {

@@ -17,14 +17,14 @@
 
 #include <ATen/autocast_mode.h>
 #include <torch/csrc/autograd/edge.h>
-#include <torch/csrc/distributed/c10d/PrefixStore.hpp>
-#include <torch/csrc/distributed/c10d/ProcessGroupGloo.hpp>
 #include <torch/optim/optimizer.h>
 
 #include <memory>
 #include <sstream>
 #include <stdexcept>
 #include <string>
+#include <torch/csrc/distributed/c10d/PrefixStore.hpp>
+#include <torch/csrc/distributed/c10d/ProcessGroupGloo.hpp>
 #include <type_traits>
 #include <unordered_map>
 #include <vector>

@@ -7,16 +7,14 @@
 #include <chrono>
 #include <fstream>
 #include <mutex>
-#include <thread>
-
 #include <nlohmann/json.hpp>
+#include <thread>
+#include <torch/csrc/distributed/c10d/ProcessGroup.hpp>
 
 #include "volt/cli/trainer_flags.h"
 #include "volt/core/error.h"
 #include "volt/distributed/gradient_synchronizer.h"
 #include "volt/distributed/process_group.h"
-
-#include <torch/csrc/distributed/c10d/ProcessGroup.hpp>
 #include "volt/volt.h"
 
 namespace {
@@ -38,8 +36,8 @@ struct ProbeOptions {
   double lr = 0.1;
   bool with_unused = false;
   bool custom_hooks = false;
-  int64_t stop_rank = -1;  // a callback on this rank alone asks to stop ...
-  int64_t stop_step = 0;   // ... after this many optimizer steps
+  int64_t stop_rank = -1;     // a callback on this rank alone asks to stop ...
+  int64_t stop_step = 0;      // ... after this many optimizer steps
   int64_t step_sleep_ms = 0;  // sleep in every training step (a long job that costs no CPU)
 };
 
@@ -71,7 +69,6 @@ class CountingSynchronizer : public volt::GradientSynchronizer {
  private:
   std::shared_ptr<volt::GradientSynchronizer> inner_;
 };
-
 
 class Probe : public volt::LightningModule {
  public:
@@ -205,7 +202,8 @@ int main(int argc, char** argv) {
     volt::apply_trainer_flags(text, options);
     if (probe.out.empty()) probe.out = options.default_root_dir;
     if (probe.out.empty()) throw volt::Error("ddp_probe needs --out or --default-root-dir. HINT: pass --out DIR.");
-    if (probe.stop_rank >= 0) options.callbacks.push_back(std::make_shared<StopOnOneRank>(probe.stop_rank, probe.stop_step));
+    if (probe.stop_rank >= 0)
+      options.callbacks.push_back(std::make_shared<StopOnOneRank>(probe.stop_rank, probe.stop_step));
     if (probe.fail_mode == "nojoin" && rank_from_env() == probe.fail_rank) {
       // Never reaches the rendezvous: sleeps past every join timeout, then leaves quietly.
       std::this_thread::sleep_for(std::chrono::seconds(120));

@@ -10,13 +10,13 @@
 //       {"dtype": ..., "shape": [...], "values": [...flattened...]}.
 //
 // Exits 2 with the message on stderr when the checkpoint is rejected (volt::Error).
-#include <nlohmann/json.hpp>
 #include <torch/torch.h>
 
 #include <cstdint>
 #include <cstring>
 #include <fstream>
 #include <iostream>
+#include <nlohmann/json.hpp>
 #include <string>
 
 #include "volt/checkpoint/checkpoint_io.h"
@@ -28,8 +28,7 @@ using Json = nlohmann::ordered_json;
 
 struct NetImpl : torch::nn::Module {
   NetImpl()
-      : fc1(register_module("fc1", torch::nn::Linear(4, 3))),
-        fc2(register_module("fc2", torch::nn::Linear(3, 2))) {
+      : fc1(register_module("fc1", torch::nn::Linear(4, 3))), fc2(register_module("fc2", torch::nn::Linear(3, 2))) {
     register_buffer("scale", torch::tensor({0.5f, -1.25f}));
   }
   torch::nn::Linear fc1;
@@ -37,9 +36,7 @@ struct NetImpl : torch::nn::Module {
 };
 TORCH_MODULE(Net);
 
-c10::impl::GenericDict string_dict() {
-  return c10::impl::GenericDict(c10::StringType::get(), c10::AnyType::get());
-}
+c10::impl::GenericDict string_dict() { return c10::impl::GenericDict(c10::StringType::get(), c10::AnyType::get()); }
 
 c10::impl::GenericList list_of(std::initializer_list<c10::IValue> items) {
   c10::impl::GenericList list(c10::AnyType::get());

@@ -10,11 +10,10 @@
 #include <iostream>
 #include <map>
 #include <memory>
+#include <nlohmann/json.hpp>
 #include <optional>
 #include <string>
 #include <vector>
-
-#include <nlohmann/json.hpp>
 
 #include "volt/core/error.h"
 #include "volt/loggers/loggers.h"
@@ -42,7 +41,8 @@ Args parse_args(int argc, char** argv) {
     } else if (args.save_dir.empty() && arg.rfind("--", 0) != 0) {
       args.save_dir = arg;
     } else {
-      throw volt::Error("tb_writer: unexpected argument '" + arg + "'. HINT: tb_writer SAVE_DIR "
+      throw volt::Error("tb_writer: unexpected argument '" + arg +
+                        "'. HINT: tb_writer SAVE_DIR "
                         "[--version V] [--status S] [--no-csv]");
     }
   }
@@ -57,14 +57,16 @@ std::vector<std::pair<int64_t, std::map<std::string, double>>> run_metrics() {
   int64_t step = 0;
   for (int epoch = 0; epoch < 3; ++epoch) {
     for (int batch = 0; batch < 4; ++batch, ++step) {
-      rows.push_back({step, {{"train/loss", 2.302585 / (1.0 + 0.37 * static_cast<double>(step))},
-                             {"lr-Adam", 1e-3 * std::pow(0.5, epoch)}}});
+      rows.push_back({step,
+                      {{"train/loss", 2.302585 / (1.0 + 0.37 * static_cast<double>(step))},
+                       {"lr-Adam", 1e-3 * std::pow(0.5, epoch)}}});
     }
-    rows.push_back({step - 1, {{"val/loss", 0.1 * (3 - epoch)},
-                               {"val/acc", epoch == 0 ? 0.0 : 0.8 + 0.05 * epoch},
-                               {"delta", -1.5e-7 * (epoch + 1)},
-                               {"big", 3.0e38},
-                               {"epoch", epoch}}});
+    rows.push_back({step - 1,
+                    {{"val/loss", 0.1 * (3 - epoch)},
+                     {"val/acc", epoch == 0 ? 0.0 : 0.8 + 0.05 * epoch},
+                     {"delta", -1.5e-7 * (epoch + 1)},
+                     {"big", 3.0e38},
+                     {"epoch", epoch}}});
   }
   return rows;
 }
@@ -111,9 +113,14 @@ int main(int argc, char** argv) try {
       {"event_file", tensorboard->event_file_path()},
       {"pid", static_cast<long long>(::getpid())},
       {"scalars", scalars},
-      {"hparams", {{"lr", 0.001}, {"batch_size", 64}, {"model", "cnn"}, {"deterministic", true},
-                   {"optimizer/name", "adam"}, {"optimizer/betas", "[0.9,0.999]"},
-                   {"seed", "None"}}},
+      {"hparams",
+       {{"lr", 0.001},
+        {"batch_size", 64},
+        {"model", "cnn"},
+        {"deterministic", true},
+        {"optimizer/name", "adam"},
+        {"optimizer/betas", "[0.9,0.999]"},
+        {"seed", "None"}}},
       {"status", args.status},
   };
   std::cout << report.dump(2) << "\n";

@@ -7,8 +7,10 @@ namespace volt {
 
 const char* to_string(Mode mode) {
   switch (mode) {
-    case Mode::kMin: return "min";
-    case Mode::kMax: return "max";
+    case Mode::kMin:
+      return "min";
+    case Mode::kMax:
+      return "max";
   }
   return "?";
 }
@@ -29,9 +31,10 @@ double monitored_value(const std::map<std::string, double>* metrics, const std::
   std::vector<std::string> names;
   if (metrics != nullptr)
     for (const auto& [name, value] : *metrics) names.push_back("'" + name + "'");
-  throw Error(fmt::format("{} could not find the monitored metric '{}'; logged metrics are: [{}]. HINT: "
-                          "call log(\"{}\", value) in a step, or monitor one of the names above.",
-                          who, monitor, join(names, ", "), monitor));
+  throw Error(
+      fmt::format("{} could not find the monitored metric '{}'; logged metrics are: [{}]. HINT: "
+                  "call log(\"{}\", value) in a step, or monitor one of the names above.",
+                  who, monitor, join(names, ", "), monitor));
 }
 
 }  // namespace internal

@@ -10,10 +10,12 @@ EarlyStopping::EarlyStopping(EarlyStoppingOptions options) : options_(std::move(
   VOLT_CHECK(!options_.monitor.empty(),
              "EarlyStopping needs a metric to monitor. HINT: pass {{.monitor = \"val/loss\"}}.");
   VOLT_CHECK(options_.patience >= 0, "EarlyStopping patience={} must be >= 0.", options_.patience);
-  VOLT_CHECK(options_.min_delta >= 0, "EarlyStopping min_delta={} must be >= 0 (it is applied in the "
-             "direction of `mode`).", options_.min_delta);
-  best_score_ = options_.mode == Mode::kMin ? std::numeric_limits<double>::infinity()
-                                            : -std::numeric_limits<double>::infinity();
+  VOLT_CHECK(options_.min_delta >= 0,
+             "EarlyStopping min_delta={} must be >= 0 (it is applied in the "
+             "direction of `mode`).",
+             options_.min_delta);
+  best_score_ =
+      options_.mode == Mode::kMin ? std::numeric_limits<double>::infinity() : -std::numeric_limits<double>::infinity();
 }
 
 std::string EarlyStopping::state_key() const {
@@ -41,9 +43,10 @@ Decision EarlyStopping::evaluate(const CallbackContext& context) {
   const std::string name = options_.monitor;
   stopped_epoch_ = context.epoch;
   if (options_.check_finite && !std::isfinite(current)) {
-    return Decision::stop_training(fmt::format("Monitored metric {} = {} is not finite. Previous best value "
-                                               "was {:.3f}. Signaling Trainer to stop.",
-                                               name, current, best_score_));
+    return Decision::stop_training(
+        fmt::format("Monitored metric {} = {} is not finite. Previous best value "
+                    "was {:.3f}. Signaling Trainer to stop.",
+                    name, current, best_score_));
   }
   if (options_.stopping_threshold && !better(*options_.stopping_threshold, current)) {
     return Decision::stop_training(fmt::format("Stopping threshold reached: {} = {} {} {}.", name, current,
@@ -61,9 +64,10 @@ Decision EarlyStopping::evaluate(const CallbackContext& context) {
   }
   ++wait_count_;
   if (wait_count_ >= options_.patience) {
-    return Decision::stop_training(fmt::format("Monitored metric {} did not improve in the last {} records. "
-                                               "Best score: {:.3f}. Signaling Trainer to stop.",
-                                               name, wait_count_, best_score_));
+    return Decision::stop_training(
+        fmt::format("Monitored metric {} did not improve in the last {} records. "
+                    "Best score: {:.3f}. Signaling Trainer to stop.",
+                    name, wait_count_, best_score_));
   }
   return {};
 }

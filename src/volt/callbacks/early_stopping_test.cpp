@@ -1,8 +1,8 @@
 #include "volt/callbacks/early_stopping.h"
 
-#include <cmath>
-
 #include <gtest/gtest.h>
+
+#include <cmath>
 
 #include "volt/callbacks/testing_services.h"
 #include "volt/core/error.h"

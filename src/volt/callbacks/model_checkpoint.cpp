@@ -25,9 +25,10 @@ ModelCheckpoint::ModelCheckpoint(ModelCheckpointOptions options) : options_(std:
 }
 
 std::string ModelCheckpoint::state_key() const {
-  return fmt::format("ModelCheckpoint{{'monitor': '{}', 'mode': '{}', 'every_n_train_steps': {}, "
-                     "'every_n_epochs': {}}}",
-                     options_.monitor, to_string(options_.mode), options_.every_n_train_steps, every_n_epochs_);
+  return fmt::format(
+      "ModelCheckpoint{{'monitor': '{}', 'mode': '{}', 'every_n_train_steps': {}, "
+      "'every_n_epochs': {}}}",
+      options_.monitor, to_string(options_.mode), options_.every_n_train_steps, every_n_epochs_);
 }
 
 void ModelCheckpoint::setup(const FitInfo& info) {
@@ -121,9 +122,8 @@ void ModelCheckpoint::save(const CallbackContext& context, CallbackServices& ser
       const bool min = options_.mode == Mode::kMin;
       const auto better = [min](double a, double b) { return min ? a < b : a > b; };
       const auto worst = [&]() {
-        return std::max_element(best_k_models_.begin(), best_k_models_.end(), [&](const auto& a, const auto& b) {
-          return better(a.second, b.second);
-        });
+        return std::max_element(best_k_models_.begin(), best_k_models_.end(),
+                                [&](const auto& a, const auto& b) { return better(a.second, b.second); });
       };
       const bool room = options_.save_top_k == -1 || static_cast<int64_t>(best_k_models_.size()) < options_.save_top_k;
       if (room || better(score, worst()->second)) {

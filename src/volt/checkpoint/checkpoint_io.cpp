@@ -1,6 +1,12 @@
 #include "volt/checkpoint/checkpoint_io.h"
 
+#include <ATen/ATen.h>
+#include <caffe2/serialize/in_memory_adapter.h>
+#include <caffe2/serialize/inline_container.h>
 #include <fcntl.h>
+#include <fmt/ranges.h>
+#include <torch/csrc/jit/serialization/export.h>
+#include <torch/csrc/jit/serialization/pickler.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -12,13 +18,6 @@
 #include <memory>
 #include <system_error>
 #include <utility>
-
-#include <ATen/ATen.h>
-#include <caffe2/serialize/in_memory_adapter.h>
-#include <caffe2/serialize/inline_container.h>
-#include <fmt/ranges.h>
-#include <torch/csrc/jit/serialization/export.h>
-#include <torch/csrc/jit/serialization/pickler.h>
 
 #include "volt/checkpoint/plain_unpickler.h"
 #include "volt/core/error.h"
@@ -36,8 +35,7 @@ constexpr const char* kRecoveryHint =
 std::string key_path_or_root(const std::string& path) { return path.empty() ? "<root>" : path; }
 
 at::Tensor plain_tensor(const at::Tensor& tensor, const std::string& path) {
-  VOLT_INTERNAL_ASSERT(tensor.defined(), "checkpoint value at {} is an undefined tensor",
-                       key_path_or_root(path));
+  VOLT_INTERNAL_ASSERT(tensor.defined(), "checkpoint value at {} is an undefined tensor", key_path_or_root(path));
   VOLT_INTERNAL_ASSERT(tensor.layout() == at::kStrided && !tensor.is_quantized(),
                        "checkpoint tensor at {} has layout {} (quantized: {}); only dense tensors "
                        "are plain. HINT: convert it with .to_dense() / .dequantize() before saving",
@@ -47,8 +45,8 @@ at::Tensor plain_tensor(const at::Tensor& tensor, const std::string& path) {
   at::Tensor result = tensor.detach().to(at::kCPU);
   // A view would drag its whole base storage into the file (torch.save writes storages), and
   // the pickler writes storages as they lie in memory: copy to a compact, contiguous tensor.
-  const bool compact = result.is_contiguous() && result.storage_offset() == 0 &&
-                       result.storage().nbytes() == result.nbytes();
+  const bool compact =
+      result.is_contiguous() && result.storage_offset() == 0 && result.storage().nbytes() == result.nbytes();
   if (!compact) result = result.clone(at::MemoryFormat::Contiguous);
   return result;
 }
@@ -85,8 +83,7 @@ c10::IValue to_plain(const c10::IValue& value, const std::string& path) {
     // One key kind per dict: c10::Dict is typed by key, and both kinds are plain in Python
     // (string keys for layouts and state_dicts, int keys for optimizer states).
     const bool int_keys = !dict.empty() && dict.begin()->key().isInt();
-    const c10::TypePtr key_type =
-        int_keys ? c10::TypePtr(c10::IntType::get()) : c10::TypePtr(c10::StringType::get());
+    const c10::TypePtr key_type = int_keys ? c10::TypePtr(c10::IntType::get()) : c10::TypePtr(c10::StringType::get());
     c10::impl::GenericDict out(key_type, c10::AnyType::get());
     out.reserve(dict.size());
     for (const auto& entry : dict) {
@@ -121,10 +118,10 @@ std::string short_message(const c10::Error& error) {
 
 c10::IValue read_archive(caffe2::serialize::PyTorchStreamReader& reader, const std::string& what) {
   if (!reader.hasRecord("data.pkl")) {
-    throw CheckpointError(fmt::format(
-        "{} is truncated or corrupt (a record is missing: the zip archive has no data.pkl; it "
-        "holds [{}]). Expected a torch.save archive. {}",
-        what, fmt::join(reader.getAllRecords(), ", "), kRecoveryHint));
+    throw CheckpointError(
+        fmt::format("{} is truncated or corrupt (a record is missing: the zip archive has no data.pkl; it "
+                    "holds [{}]). Expected a torch.save archive. {}",
+                    what, fmt::join(reader.getAllRecords(), ", "), kRecoveryHint));
   }
   try {
     // torch.save in PyTorch 2.x records the byte order; tensors are read as this machine's.
@@ -132,44 +129,41 @@ c10::IValue read_archive(caffe2::serialize::PyTorchStreamReader& reader, const s
       auto [order, order_size] = reader.getRecord("byteorder");
       const std::string byteorder(static_cast<const char*>(order.get()), order_size);
       if (byteorder != "little") {
-        throw CheckpointError(fmt::format(
-            "{} was written on a {}-endian machine; Volt reads little-endian checkpoints only. "
-            "HINT: re-save it with torch.save on a little-endian machine",
-            what, byteorder));
+        throw CheckpointError(
+            fmt::format("{} was written on a {}-endian machine; Volt reads little-endian checkpoints only. "
+                        "HINT: re-save it with torch.save on a little-endian machine",
+                        what, byteorder));
       }
     }
     auto [pickle, pickle_size] = reader.getRecord("data.pkl");
     const internal::ReadRecord read_record = [&](const std::string& key) {
       const std::string name = "data/" + key;
       if (!reader.hasRecord(name)) {
-        throw CheckpointError(fmt::format(
-            "{} is truncated or corrupt (a record is missing: {} is not in the zip archive). {}",
-            what, name, kRecoveryHint));
+        throw CheckpointError(
+            fmt::format("{} is truncated or corrupt (a record is missing: {} is not in the zip archive). {}", what,
+                        name, kRecoveryHint));
       }
       auto [data, size] = reader.getRecord(name);
       return std::make_pair(std::move(data), size);
     };
     // Our own unpickler rather than readArchiveAndTensors: LibTorch 1.13's cannot read the
     // OrderedDict of a Python state_dict (see plain_unpickler.h).
-    return internal::unpickle_plain(static_cast<const char*>(pickle.get()), pickle_size,
-                                    read_record, what);
+    return internal::unpickle_plain(static_cast<const char*>(pickle.get()), pickle_size, read_record, what);
   } catch (const c10::Error& error) {
     // The zip layer checks sizes and CRCs of records as it reads them.
-    throw CheckpointError(fmt::format("{} is truncated or corrupt ({}). {}", what,
-                                      short_message(error), kRecoveryHint));
+    throw CheckpointError(
+        fmt::format("{} is truncated or corrupt ({}). {}", what, short_message(error), kRecoveryHint));
   }
 }
 
-c10::IValue open_and_read(
-    const std::function<std::unique_ptr<caffe2::serialize::PyTorchStreamReader>()>& open,
-    const std::string& what) {
+c10::IValue open_and_read(const std::function<std::unique_ptr<caffe2::serialize::PyTorchStreamReader>()>& open,
+                          const std::string& what) {
   std::unique_ptr<caffe2::serialize::PyTorchStreamReader> reader;
   try {
     reader = open();
   } catch (const c10::Error& error) {
-    throw CheckpointError(
-        fmt::format("{} is truncated or corrupt (not a readable zip archive: {}). {}", what,
-                    short_message(error), kRecoveryHint));
+    throw CheckpointError(fmt::format("{} is truncated or corrupt (not a readable zip archive: {}). {}", what,
+                                      short_message(error), kRecoveryHint));
   }
   return read_archive(*reader, what);
 }
@@ -196,16 +190,15 @@ std::string describe_bad_magic(const char* head, size_t size, const std::string&
       what, hex, kRecoveryHint);
 }
 
-[[noreturn]] void throw_io_error(const std::string& step, const std::string& file,
-                                 const std::string& path, int error_number) {
-  throw CheckpointError(fmt::format(
-      "could not write checkpoint '{}': {} '{}' failed: {}. HINT: check that the directory "
-      "exists and is writable and that the disk has free space",
-      path, step, file, std::strerror(error_number)));
+[[noreturn]] void throw_io_error(const std::string& step, const std::string& file, const std::string& path,
+                                 int error_number) {
+  throw CheckpointError(
+      fmt::format("could not write checkpoint '{}': {} '{}' failed: {}. HINT: check that the directory "
+                  "exists and is writable and that the disk has free space",
+                  path, step, file, std::strerror(error_number)));
 }
 
-void write_all(int fd, const std::vector<char>& bytes, const std::string& tmp,
-               const std::string& path) {
+void write_all(int fd, const std::vector<char>& bytes, const std::string& tmp, const std::string& path) {
   size_t written = 0;
   while (written < bytes.size()) {
     const ssize_t n = ::write(fd, bytes.data() + written, bytes.size() - written);
@@ -236,10 +229,9 @@ std::vector<char> save_to_bytes(const c10::IValue& value) {
   // and lists in `torch.jit._pickle.restore_type_tag`, a global the weights-only loader rejects.
   // No tensor table: tensors are then written as torch.save does (`_rebuild_tensor_v2` over
   // persistent storage ids) and collected in tensorData().
-  torch::jit::Pickler pickler(
-      [&](const char* data, size_t size) { pickle.insert(pickle.end(), data, data + size); },
-      /*tensor_table=*/nullptr, /*type_renamer=*/nullptr, /*memoized_class_types=*/nullptr,
-      /*get_tensor_id=*/nullptr, /*tag_aggregates=*/false);
+  torch::jit::Pickler pickler([&](const char* data, size_t size) { pickle.insert(pickle.end(), data, data + size); },
+                              /*tensor_table=*/nullptr, /*type_renamer=*/nullptr, /*memoized_class_types=*/nullptr,
+                              /*get_tensor_id=*/nullptr, /*tag_aggregates=*/false);
   pickler.protocol();
   pickler.pushIValue(plain);
   pickler.stop();
@@ -252,8 +244,7 @@ std::vector<char> save_to_bytes(const c10::IValue& value) {
     archive.insert(archive.end(), bytes, bytes + size);
     return size;
   });
-  torch::jit::writeArchiveAndTensors("data", pickle.data(), pickle.size(), pickler.tensorData(),
-                                     writer);
+  torch::jit::writeArchiveAndTensors("data", pickle.data(), pickle.size(), pickler.tensorData(), writer);
   // Finish the zip (version record, central directory) now rather than in the writer's
   // destructor, which would run after `archive` is returned.
   writer.writeEndOfFile();
@@ -262,19 +253,16 @@ std::vector<char> save_to_bytes(const c10::IValue& value) {
 
 c10::IValue load_from_bytes(const std::vector<char>& bytes, const std::string& what) {
   if (bytes.empty()) {
-    throw CheckpointError(fmt::format(
-        "{} is empty (0 bytes), expected a torch.save zip archive. {}", what, kRecoveryHint));
-  }
-  if (bytes.size() < sizeof(kZipMagic) ||
-      !std::equal(std::begin(kZipMagic), std::end(kZipMagic), bytes.begin())) {
     throw CheckpointError(
-        describe_bad_magic(bytes.data(), std::min(bytes.size(), sizeof(kZipMagic)), what));
+        fmt::format("{} is empty (0 bytes), expected a torch.save zip archive. {}", what, kRecoveryHint));
+  }
+  if (bytes.size() < sizeof(kZipMagic) || !std::equal(std::begin(kZipMagic), std::end(kZipMagic), bytes.begin())) {
+    throw CheckpointError(describe_bad_magic(bytes.data(), std::min(bytes.size(), sizeof(kZipMagic)), what));
   }
   return open_and_read(
       [&] {
         return std::make_unique<caffe2::serialize::PyTorchStreamReader>(
-            std::make_shared<caffe2::serialize::MemoryReadAdapter>(
-                bytes.data(), static_cast<off_t>(bytes.size())));
+            std::make_shared<caffe2::serialize::MemoryReadAdapter>(bytes.data(), static_cast<off_t>(bytes.size())));
       },
       what);
 }
@@ -322,39 +310,37 @@ c10::IValue load_checkpoint_file(const std::string& path) {
   std::error_code ec;
   const fs::file_status status = fs::status(path, ec);
   if (!fs::exists(status)) {
-    throw CheckpointError(fmt::format(
-        "{} is missing (no such file). HINT: check the path, or point ckpt_path at an existing "
-        "checkpoint",
-        what));
+    throw CheckpointError(
+        fmt::format("{} is missing (no such file). HINT: check the path, or point ckpt_path at an existing "
+                    "checkpoint",
+                    what));
   }
   if (fs::is_directory(status)) {
-    throw CheckpointError(fmt::format(
-        "{} is a directory, expected a checkpoint file. HINT: point ckpt_path at a file inside "
-        "it",
-        what));
+    throw CheckpointError(
+        fmt::format("{} is a directory, expected a checkpoint file. HINT: point ckpt_path at a file inside "
+                    "it",
+                    what));
   }
   const auto size = fs::file_size(path, ec);
   if (!ec && size == 0) {
-    throw CheckpointError(fmt::format(
-        "{} is empty (0 bytes), expected a torch.save zip archive. {}", what, kRecoveryHint));
+    throw CheckpointError(
+        fmt::format("{} is empty (0 bytes), expected a torch.save zip archive. {}", what, kRecoveryHint));
   }
   std::ifstream in(path, std::ios::binary);
   if (!in) {
-    throw CheckpointError(fmt::format("{} cannot be opened: {}. HINT: check its permissions", what,
-                                      std::strerror(errno)));
+    throw CheckpointError(
+        fmt::format("{} cannot be opened: {}. HINT: check its permissions", what, std::strerror(errno)));
   }
   char head[sizeof(kZipMagic)] = {};
   in.read(head, sizeof(head));
   const auto head_size = static_cast<size_t>(in.gcount());
-  if (head_size < sizeof(kZipMagic) ||
-      !std::equal(std::begin(kZipMagic), std::end(kZipMagic), head)) {
+  if (head_size < sizeof(kZipMagic) || !std::equal(std::begin(kZipMagic), std::end(kZipMagic), head)) {
     throw CheckpointError(describe_bad_magic(head, head_size, what));
   }
   in.close();
   // The reader reads records from the file as needed, so a large checkpoint is not held in
   // memory twice.
-  return open_and_read(
-      [&] { return std::make_unique<caffe2::serialize::PyTorchStreamReader>(path); }, what);
+  return open_and_read([&] { return std::make_unique<caffe2::serialize::PyTorchStreamReader>(path); }, what);
 }
 
 void TorchCheckpointIO::save(const c10::IValue& checkpoint, const std::string& path) {
@@ -368,8 +354,7 @@ void TorchCheckpointIO::remove(const std::string& path) {
   fs::remove(path, ec);
   if (ec) {
     throw CheckpointError(fmt::format(
-        "could not remove checkpoint '{}': {}. HINT: check the permissions of its directory", path,
-        ec.message()));
+        "could not remove checkpoint '{}': {}. HINT: check the permissions of its directory", path, ec.message()));
   }
 }
 
@@ -390,10 +375,10 @@ c10::IValue InMemoryCheckpointIO::load(const std::string& path) {
     const std::lock_guard<std::mutex> lock(mutex_);
     const auto it = files_.find(path);
     if (it == files_.end()) {
-      throw CheckpointError(fmt::format(
-          "checkpoint '{}' is missing (in memory; stored: [{}]). HINT: save it first, or load "
-          "one of the stored paths",
-          path, fmt::join(paths_locked(), ", ")));
+      throw CheckpointError(
+          fmt::format("checkpoint '{}' is missing (in memory; stored: [{}]). HINT: save it first, or load "
+                      "one of the stored paths",
+                      path, fmt::join(paths_locked(), ", ")));
     }
     bytes = it->second;
   }

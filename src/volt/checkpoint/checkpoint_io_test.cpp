@@ -1,11 +1,10 @@
 #include "volt/checkpoint/checkpoint_io.h"
 
-#include <unistd.h>
-
 #include <caffe2/serialize/in_memory_adapter.h>
 #include <caffe2/serialize/inline_container.h>
 #include <gtest/gtest.h>
 #include <torch/torch.h>
+#include <unistd.h>
 
 #include <cmath>
 #include <cstdint>
@@ -117,8 +116,7 @@ void expect_same(const c10::IValue& expected, const c10::IValue& actual, const s
       // Insertion order survives the round trip, as in a Python dict.
       EXPECT_EQ(entry.key(), a_it->key());
       ASSERT_TRUE(a.contains(entry.key())) << entry.key();
-      expect_same(entry.value(), a.at(entry.key()),
-                  fmt::format("{}[{}]", path, c10::str(entry.key())));
+      expect_same(entry.value(), a.at(entry.key()), fmt::format("{}[{}]", path, c10::str(entry.key())));
       ++a_it;
     }
     return;
@@ -127,9 +125,7 @@ void expect_same(const c10::IValue& expected, const c10::IValue& actual, const s
   EXPECT_EQ(expected, actual);
 }
 
-c10::impl::GenericDict string_dict() {
-  return c10::impl::GenericDict(c10::StringType::get(), c10::AnyType::get());
-}
+c10::impl::GenericDict string_dict() { return c10::impl::GenericDict(c10::StringType::get(), c10::AnyType::get()); }
 
 // A checkpoint with every plain kind of value, nested.
 c10::IValue every_plain_value() {
@@ -193,8 +189,7 @@ c10::IValue every_plain_value() {
 
 std::string data_pkl(const std::vector<char>& archive) {
   caffe2::serialize::PyTorchStreamReader reader(
-      std::make_shared<caffe2::serialize::MemoryReadAdapter>(archive.data(),
-                                                             static_cast<off_t>(archive.size())));
+      std::make_shared<caffe2::serialize::MemoryReadAdapter>(archive.data(), static_cast<off_t>(archive.size())));
   auto [data, size] = reader.getRecord("data.pkl");
   return std::string(static_cast<const char*>(data.get()), size);
 }
@@ -217,8 +212,7 @@ TEST(CheckpointIo, ArchiveHasTheRecordNamesTorchSaveWrites) {
   root.insert("b", torch::zeros({3}, torch::kFloat64));
   const std::vector<char> archive = save_to_bytes(root);
   caffe2::serialize::PyTorchStreamReader reader(
-      std::make_shared<caffe2::serialize::MemoryReadAdapter>(archive.data(),
-                                                             static_cast<off_t>(archive.size())));
+      std::make_shared<caffe2::serialize::MemoryReadAdapter>(archive.data(), static_cast<off_t>(archive.size())));
   EXPECT_TRUE(reader.hasRecord("data.pkl"));
   EXPECT_TRUE(reader.hasRecord("data/0"));
   EXPECT_TRUE(reader.hasRecord("data/1"));
@@ -280,8 +274,7 @@ TEST(CheckpointIo, AValueThatIsNotPlainThrowsNamingItsKeyPath) {
     save_to_bytes(root);
     FAIL() << "expected volt::InternalError";
   } catch (const InternalError& error) {
-    EXPECT_NE(std::string(error.what()).find(R"(["loops"]["devices"][1])"), std::string::npos)
-        << error.what();
+    EXPECT_NE(std::string(error.what()).find(R"(["loops"]["devices"][1])"), std::string::npos) << error.what();
     EXPECT_NE(std::string(error.what()).find("Device"), std::string::npos) << error.what();
   }
 }
@@ -367,8 +360,7 @@ TEST(CheckpointIo, AnArchiveWithoutItsTensorRecordThrowsCheckpointError) {
   std::vector<char> broken;
   {
     caffe2::serialize::PyTorchStreamWriter writer([&](const void* data, size_t size) {
-      broken.insert(broken.end(), static_cast<const char*>(data),
-                    static_cast<const char*>(data) + size);
+      broken.insert(broken.end(), static_cast<const char*>(data), static_cast<const char*>(data) + size);
       return size;
     });
     writer.writeRecord("data.pkl", pickle.data(), pickle.size());

@@ -127,41 +127,103 @@ class Machine {
  private:
   void step(uint8_t op, size_t at) {
     switch (op) {
-      case kProto: read<uint8_t>(); return;
-      case kFrame: read<uint64_t>(); return;
-      case kMark: marks_.push_back(stack_.size()); return;
-      case kPop: pop(); return;
-      case kPopMark: pop_to_mark(); return;
-      case kNone: push(c10::IValue()); return;
-      case kNewTrue: push(true); return;
-      case kNewFalse: push(false); return;
-      case kBinInt: push(static_cast<int64_t>(read<int32_t>())); return;
-      case kBinInt1: push(static_cast<int64_t>(read<uint8_t>())); return;
-      case kBinInt2: push(static_cast<int64_t>(read<uint16_t>())); return;
-      case kLong1: push(read_long(read<uint8_t>())); return;
-      case kBinFloat: push(read_big_endian_double()); return;
+      case kProto:
+        read<uint8_t>();
+        return;
+      case kFrame:
+        read<uint64_t>();
+        return;
+      case kMark:
+        marks_.push_back(stack_.size());
+        return;
+      case kPop:
+        pop();
+        return;
+      case kPopMark:
+        pop_to_mark();
+        return;
+      case kNone:
+        push(c10::IValue());
+        return;
+      case kNewTrue:
+        push(true);
+        return;
+      case kNewFalse:
+        push(false);
+        return;
+      case kBinInt:
+        push(static_cast<int64_t>(read<int32_t>()));
+        return;
+      case kBinInt1:
+        push(static_cast<int64_t>(read<uint8_t>()));
+        return;
+      case kBinInt2:
+        push(static_cast<int64_t>(read<uint16_t>()));
+        return;
+      case kLong1:
+        push(read_long(read<uint8_t>()));
+        return;
+      case kBinFloat:
+        push(read_big_endian_double());
+        return;
       case kShortBinString:
-      case kShortBinUnicode: push(read_string(read<uint8_t>())); return;
-      case kBinUnicode: push(read_string(read<uint32_t>())); return;
-      case kBinUnicode8: push(read_string(read<uint64_t>())); return;
-      case kEmptyList: push(c10::impl::GenericList(c10::AnyType::get())); return;
+      case kShortBinUnicode:
+        push(read_string(read<uint8_t>()));
+        return;
+      case kBinUnicode:
+        push(read_string(read<uint32_t>()));
+        return;
+      case kBinUnicode8:
+        push(read_string(read<uint64_t>()));
+        return;
+      case kEmptyList:
+        push(c10::impl::GenericList(c10::AnyType::get()));
+        return;
       case kEmptyDict:
         push(c10::impl::GenericDict(c10::AnyType::get(), c10::AnyType::get()));
         return;
-      case kEmptyTuple: push_tuple({}); return;
-      case kTuple: push_tuple(pop_to_mark()); return;
-      case kTuple1: push_tuple(pop_n(1)); return;
-      case kTuple2: push_tuple(pop_n(2)); return;
-      case kTuple3: push_tuple(pop_n(3)); return;
-      case kAppend: append(pop_n(1)); return;
-      case kAppends: append(pop_to_mark()); return;
-      case kSetItem: set_items(pop_n(2)); return;
-      case kSetItems: set_items(pop_to_mark()); return;
-      case kBinPut: memo_put(read<uint8_t>()); return;
-      case kLongBinPut: memo_put(read<uint32_t>()); return;
-      case kMemoize: memo_put(static_cast<uint32_t>(memo_.size())); return;
-      case kBinGet: memo_get(read<uint8_t>()); return;
-      case kLongBinGet: memo_get(read<uint32_t>()); return;
+      case kEmptyTuple:
+        push_tuple({});
+        return;
+      case kTuple:
+        push_tuple(pop_to_mark());
+        return;
+      case kTuple1:
+        push_tuple(pop_n(1));
+        return;
+      case kTuple2:
+        push_tuple(pop_n(2));
+        return;
+      case kTuple3:
+        push_tuple(pop_n(3));
+        return;
+      case kAppend:
+        append(pop_n(1));
+        return;
+      case kAppends:
+        append(pop_to_mark());
+        return;
+      case kSetItem:
+        set_items(pop_n(2));
+        return;
+      case kSetItems:
+        set_items(pop_to_mark());
+        return;
+      case kBinPut:
+        memo_put(read<uint8_t>());
+        return;
+      case kLongBinPut:
+        memo_put(read<uint32_t>());
+        return;
+      case kMemoize:
+        memo_put(static_cast<uint32_t>(memo_.size()));
+        return;
+      case kBinGet:
+        memo_get(read<uint8_t>());
+        return;
+      case kLongBinGet:
+        memo_get(read<uint32_t>());
+        return;
       case kGlobal: {
         std::string module = read_line();
         std::string name = read_line();
@@ -174,11 +236,19 @@ class Machine {
         push_global(module, name);
         return;
       }
-      case kReduce: reduce(); return;
-      case kBuild: build(); return;
-      case kBinPersId: persistent_load(); return;
-      case kNewObj: not_plain("creates an object with NEWOBJ (a pickled class instance)");
-      default: corrupt(fmt::format("unsupported pickle opcode 0x{:02x} at byte {}", op, at));
+      case kReduce:
+        reduce();
+        return;
+      case kBuild:
+        build();
+        return;
+      case kBinPersId:
+        persistent_load();
+        return;
+      case kNewObj:
+        not_plain("creates an object with NEWOBJ (a pickled class instance)");
+      default:
+        corrupt(fmt::format("unsupported pickle opcode 0x{:02x} at byte {}", op, at));
     }
   }
 
@@ -186,8 +256,7 @@ class Machine {
 
   void need(size_t n) {
     if (n > size_ - pos_) {
-      corrupt(fmt::format("its pickle is cut short: {} more bytes needed at byte {} of {}", n, pos_,
-                          size_));
+      corrupt(fmt::format("its pickle is cut short: {} more bytes needed at byte {} of {}", n, pos_, size_));
     }
   }
 
@@ -267,8 +336,7 @@ class Machine {
   std::vector<Item> pop_n(size_t n) {
     const size_t floor = marks_.empty() ? 0 : marks_.back();
     if (stack_.size() < floor + n) corrupt("its pickle pops from an empty stack");
-    std::vector<Item> items(std::make_move_iterator(stack_.end() - n),
-                            std::make_move_iterator(stack_.end()));
+    std::vector<Item> items(std::make_move_iterator(stack_.end() - n), std::make_move_iterator(stack_.end()));
     stack_.resize(stack_.size() - n);
     return items;
   }
@@ -277,8 +345,7 @@ class Machine {
     if (marks_.empty()) corrupt("its pickle has no MARK where one is needed");
     const size_t mark = marks_.back();
     marks_.pop_back();
-    std::vector<Item> items(std::make_move_iterator(stack_.begin() + mark),
-                            std::make_move_iterator(stack_.end()));
+    std::vector<Item> items(std::make_move_iterator(stack_.begin() + mark), std::make_move_iterator(stack_.end()));
     stack_.resize(mark);
     return items;
   }
@@ -300,8 +367,7 @@ class Machine {
 
   void memo_get(uint32_t index) {
     const auto it = memo_.find(index);
-    if (it == memo_.end())
-      corrupt(fmt::format("its pickle reads memo entry {} that was never written", index));
+    if (it == memo_.end()) corrupt(fmt::format("its pickle reads memo entry {} that was never written", index));
     stack_.push_back(it->second);
   }
 
@@ -309,7 +375,8 @@ class Machine {
 
   c10::IValue to_value(const Item& item) {
     switch (item.kind) {
-      case Item::Kind::kValue: return item.value;
+      case Item::Kind::kValue:
+        return item.value;
       case Item::Kind::kTuple: {
         std::vector<c10::IValue> values;
         values.reserve(item.tuple->size());
@@ -318,8 +385,10 @@ class Machine {
       }
       case Item::Kind::kGlobal:
         not_plain(fmt::format("holds the global `{}` itself as a value", item.global));
-      case Item::Kind::kStorageType: not_plain("holds a storage class itself as a value");
-      case Item::Kind::kStorage: not_plain("holds a bare storage (not a tensor) as a value");
+      case Item::Kind::kStorageType:
+        not_plain("holds a storage class itself as a value");
+      case Item::Kind::kStorage:
+        not_plain("holds a bare storage (not a tensor) as a value");
     }
     corrupt("its pickle holds an unknown kind of value");
   }
@@ -427,8 +496,7 @@ class Machine {
     const std::vector<int64_t> sizes = ints_arg(a[2], "size");
     const std::vector<int64_t> strides = ints_arg(a[3], "stride");
     try {
-      return at::empty({0}, at::TensorOptions().dtype(a[0].dtype))
-          .set_(a[0].storage, offset, sizes, strides);
+      return at::empty({0}, at::TensorOptions().dtype(a[0].dtype)).set_(a[0].storage, offset, sizes, strides);
     } catch (const c10::Error& error) {
       corrupt(fmt::format("a tensor does not fit its storage: {}", error.what_without_backtrace()));
     }
@@ -439,10 +507,9 @@ class Machine {
   void persistent_load() {
     Item pid = pop();
     const std::vector<Item>* a = pid.kind == Item::Kind::kTuple ? pid.tuple.get() : nullptr;
-    if (a == nullptr || a->size() < 5 || (*a)[0].kind != Item::Kind::kValue ||
-        !(*a)[0].value.isString() || (*a)[0].value.toStringRef() != "storage" ||
-        (*a)[1].kind != Item::Kind::kStorageType || (*a)[2].kind != Item::Kind::kValue ||
-        !(*a)[2].value.isString()) {
+    if (a == nullptr || a->size() < 5 || (*a)[0].kind != Item::Kind::kValue || !(*a)[0].value.isString() ||
+        (*a)[0].value.toStringRef() != "storage" || (*a)[1].kind != Item::Kind::kStorageType ||
+        (*a)[2].kind != Item::Kind::kValue || !(*a)[2].value.isString()) {
       not_plain("has a persistent id that is not a torch.save storage");
     }
     const at::ScalarType dtype = (*a)[1].dtype;
@@ -462,8 +529,8 @@ class Machine {
     auto [data, record_size] = read_record_(key);
     const size_t bytes = static_cast<size_t>(numel) * at::elementSize(dtype);
     if (numel < 0 || record_size < bytes) {
-      corrupt(fmt::format("a record is too short: data/{} has {} bytes, expected {} ({} x {})", key,
-                          record_size, bytes, numel, c10::toString(dtype)));
+      corrupt(fmt::format("a record is too short: data/{} has {} bytes, expected {} ({} x {})", key, record_size, bytes,
+                          numel, c10::toString(dtype)));
     }
     item.storage = at::Storage(at::Storage::use_byte_size_t(), bytes, std::move(data),
                                /*allocator=*/nullptr, /*resizable=*/false);
@@ -481,12 +548,12 @@ class Machine {
   }
 
   [[noreturn]] void not_plain(const std::string& detail) {
-    throw CheckpointError(fmt::format(
-        "{} is not a plain checkpoint: its pickle {}; Volt reads only dicts, lists, tuples, "
-        "strings, numbers, bools, None and tensors (what torch.load(weights_only=True) reads). "
-        "HINT: in Python, save plain values, e.g. torch.save({{\"state_dict\": "
-        "model.state_dict()}}, path) rather than the model or custom objects.",
-        what_, detail));
+    throw CheckpointError(
+        fmt::format("{} is not a plain checkpoint: its pickle {}; Volt reads only dicts, lists, tuples, "
+                    "strings, numbers, bools, None and tensors (what torch.load(weights_only=True) reads). "
+                    "HINT: in Python, save plain values, e.g. torch.save({{\"state_dict\": "
+                    "model.state_dict()}}, path) rather than the model or custom objects.",
+                    what_, detail));
   }
 
   const char* data_;
@@ -502,8 +569,7 @@ class Machine {
 
 }  // namespace
 
-c10::IValue unpickle_plain(const char* data, size_t size, const ReadRecord& read_record,
-                           const std::string& what) {
+c10::IValue unpickle_plain(const char* data, size_t size, const ReadRecord& read_record, const std::string& what) {
   return Machine(data, size, read_record, what).run();
 }
 

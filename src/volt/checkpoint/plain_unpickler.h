@@ -28,7 +28,6 @@ using ReadRecord = std::function<std::pair<at::DataPtr, size_t>(const std::strin
 ///
 /// Throws volt::CheckpointError, starting with `what`, for any other global (a pickled class),
 /// an unsupported opcode, or a stream that is cut short.
-c10::IValue unpickle_plain(const char* data, size_t size, const ReadRecord& read_record,
-                           const std::string& what);
+c10::IValue unpickle_plain(const char* data, size_t size, const ReadRecord& read_record, const std::string& what);
 
 }  // namespace volt::internal

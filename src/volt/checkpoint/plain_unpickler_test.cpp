@@ -63,8 +63,8 @@ TEST(PlainUnpickler, ReadsAnOrderedDictWithMetadataAsAPlainDictInOrder) {
 
 TEST(PlainUnpickler, ReadsProtocolFourFramesMemoizeAndShortStrings) {
   // {"k": ["é", 2**62, True, None]}, protocol 4.
-  const auto root = unpickle(
-      from_hex("8004951d000000000000007d948c016b945d94288c02c3a9948a080000000000000040884e65732e"));
+  const auto root =
+      unpickle(from_hex("8004951d000000000000007d948c016b945d94288c02c3a9948a080000000000000040884e65732e"));
   const auto list = root.toGenericDict().at("k").toList();
   ASSERT_EQ(list.size(), 4u);
   EXPECT_EQ(list.get(0).toStringRef(), "\xc3\xa9");
@@ -75,9 +75,9 @@ TEST(PlainUnpickler, ReadsProtocolFourFramesMemoizeAndShortStrings) {
 
 TEST(PlainUnpickler, RefusesAGlobalThatIsNotPlainNamingIt) {
   // {"x": fractions.Fraction(1, 3)}
-  const std::string message = error_of(
-      from_hex("80027d71005801000000787101636672616374696f6e730a4672616374696f6e0a71024b014b038671"
-               "03527104732e"));
+  const std::string message =
+      error_of(from_hex("80027d71005801000000787101636672616374696f6e730a4672616374696f6e0a71024b014b038671"
+                        "03527104732e"));
   EXPECT_NE(message.find("fractions.Fraction"), std::string::npos) << message;
   EXPECT_NE(message.find("HINT:"), std::string::npos) << message;
 }
@@ -86,8 +86,7 @@ TEST(PlainUnpickler, APickleCutShortIsTruncatedOrCorrupt) {
   const std::string whole = from_hex(kStateDictLike);
   for (size_t keep : {size_t{0}, size_t{1}, size_t{9}, whole.size() / 2, whole.size() - 1}) {
     const std::string message = error_of(whole.substr(0, keep));
-    EXPECT_NE(message.find("truncated or corrupt"), std::string::npos)
-        << "kept " << keep << ": " << message;
+    EXPECT_NE(message.find("truncated or corrupt"), std::string::npos) << "kept " << keep << ": " << message;
   }
 }
 

@@ -1,14 +1,14 @@
 #include "volt/cli/cli_config.h"
 
+#include <fmt/format.h>
+#include <yaml-cpp/yaml.h>
+
 #include <algorithm>
 #include <iostream>
 #include <iterator>
 #include <map>
 #include <set>
 #include <vector>
-
-#include <fmt/format.h>
-#include <yaml-cpp/yaml.h>
 
 #include "volt/core/error.h"
 #include "volt/core/strings.h"
@@ -50,7 +50,8 @@ std::string yaml_float_text(double value) {
   std::string text = fmt::format("{}", value);
   const auto exponent = text.find('e');
   const std::string mantissa = text.substr(0, exponent);
-  if (mantissa.find('.') == std::string::npos) text.insert(exponent == std::string::npos ? text.size() : exponent, ".0");
+  if (mantissa.find('.') == std::string::npos)
+    text.insert(exponent == std::string::npos ? text.size() : exponent, ".0");
   return text;
 }
 
@@ -149,10 +150,11 @@ class ConfigReader {
 
   std::vector<CLI::ConfigItem> read(const YAML::Node& root) {
     if (root.IsNull()) return {};
-    VOLT_CHECK(root.IsMap(),
-               "config file '{}' holds a {} at the top; expected sections and keys such as `trainer: {{max_epochs: 3}}`. "
-               "HINT: `{} --print-config` prints a complete config to start from.",
-               file_, node_kind(root), program_);
+    VOLT_CHECK(
+        root.IsMap(),
+        "config file '{}' holds a {} at the top; expected sections and keys such as `trainer: {{max_epochs: 3}}`. "
+        "HINT: `{} --print-config` prints a complete config to start from.",
+        file_, node_kind(root), program_);
     for (const auto& pair : root) {
       const std::string name = key_text(pair.first, "");
       if (pair.second.IsMap()) {
@@ -173,8 +175,10 @@ class ConfigReader {
   }
 
   std::string key_text(const YAML::Node& key, const std::string& section) const {
-    VOLT_CHECK(key.IsScalar(), "config file '{}' has a {} as a key{}; expected a name. HINT: keys are option names "
-               "such as max_epochs.", file_, node_kind(key), section.empty() ? "" : " under '" + section + ":'");
+    VOLT_CHECK(key.IsScalar(),
+               "config file '{}' has a {} as a key{}; expected a name. HINT: keys are option names "
+               "such as max_epochs.",
+               file_, node_kind(key), section.empty() ? "" : " under '" + section + ":'");
     return key.Scalar();
   }
 
@@ -245,8 +249,8 @@ class ConfigReader {
     if (node.IsScalar()) inputs.push_back(node.Scalar());
     for (const YAML::Node& item : node) {
       if (!node.IsSequence()) break;
-      VOLT_CHECK(item.IsScalar(), "config file '{}': {} holds a nested {}; expected a list of values. {}", file_,
-                 where, node_kind(item), hint());
+      VOLT_CHECK(item.IsScalar(), "config file '{}': {} holds a nested {}; expected a list of values. {}", file_, where,
+                 node_kind(item), hint());
       inputs.push_back(item.Scalar());
     }
     // A list for an option that takes one value is written as the flag would take it: "0,1".
@@ -318,8 +322,8 @@ class ConfigReader {
       bool value = false;
       converts = CLI::detail::lexical_cast(input, value);
     }
-    VOLT_CHECK(converts, "config file '{}': {}='{}' is not {} ({} takes {}). {}", file_, where, input,
-               expected(option), option.get_name(), type, hint());
+    VOLT_CHECK(converts, "config file '{}': {}='{}' is not {} ({} takes {}). {}", file_, where, input, expected(option),
+               option.get_name(), type, hint());
     for (int index = 0;; ++index) {
       CLI::Validator* validator = nullptr;
       try {
@@ -365,10 +369,11 @@ class YamlConfig : public CLI::Config {
     try {
       root = YAML::Load(text);
     } catch (const YAML::Exception& e) {
-      throw Error(fmt::format("config file '{}' is not valid YAML: {} (line {}, column {}). HINT: `{} --print-config` "
-                              "prints a valid config to start from.",
-                              file, e.msg, e.mark.line + 1, e.mark.column + 1,
-                              app_->get_name().empty() ? "the program" : app_->get_name()));
+      throw Error(
+          fmt::format("config file '{}' is not valid YAML: {} (line {}, column {}). HINT: `{} --print-config` "
+                      "prints a valid config to start from.",
+                      file, e.msg, e.mark.line + 1, e.mark.column + 1,
+                      app_->get_name().empty() ? "the program" : app_->get_name()));
     }
     return ConfigReader(*app_, file).read(root);
   }
@@ -426,10 +431,12 @@ json resolved_config(CLI::App& app) {
     json& target = section.empty() ? config : config[section];
     VOLT_CHECK(target.is_null() || target.is_object(),
                "{}: the config section '{}:' has the name of a top-level option. HINT: put --{} in a group, or "
-               "rename the group.", app.get_name(), section, section);
+               "rename the group.",
+               app.get_name(), section, section);
     VOLT_CHECK(!target.contains(key),
                "{}: two options (or an option and a section) share the config key '{}'. HINT: give one of them "
-               "another long name or group.", app.get_name(), key);
+               "another long name or group.",
+               app.get_name(), key);
     target[key] = resolved_value(*option);
   }
   return config;

@@ -12,10 +12,9 @@
 // the wrong type are volt::Errors naming the file, the key and what is accepted.
 #pragma once
 
-#include <string>
-
 #include <CLI/CLI.hpp>
 #include <nlohmann/json.hpp>
+#include <string>
 
 namespace volt {
 

@@ -1,12 +1,11 @@
 #include "volt/cli/cli_config.h"
 
+#include <gtest/gtest.h>
 #include <unistd.h>
 
 #include <fstream>
 #include <string>
 #include <vector>
-
-#include <gtest/gtest.h>
 
 #include "volt/cli/trainer_flags.h"
 #include "volt/core/error.h"
@@ -157,8 +156,7 @@ TEST(CliConfig, UnknownSectionListsTheSections) {
 
 TEST(CliConfig, KeyInTheWrongSectionSaysWhereItBelongs) {
   const std::string message = config_error("model:\n  max_epochs: 3\n");
-  EXPECT_NE(message.find("'max_epochs' is a 'trainer:' key, but it is under 'model:'"), std::string::npos)
-      << message;
+  EXPECT_NE(message.find("'max_epochs' is a 'trainer:' key, but it is under 'model:'"), std::string::npos) << message;
   EXPECT_NE(message.find("HINT: move it to 'trainer:'"), std::string::npos) << message;
   EXPECT_NE(config_error("max_epochs: 3\n").find("at the top level"), std::string::npos);
 }
@@ -184,7 +182,9 @@ TEST(CliConfig, WrongTypesNameTheKeyAndWhatIsAccepted) {
 
 TEST(CliConfig, InvalidYamlNamesTheFileAndLine) {
   const std::string message = config_error("trainer:\n  max_epochs: [3\n");
-  EXPECT_NE(message.find("'" + ::testing::TempDir() + std::to_string(::getpid()) + "_bad.yaml' is not valid YAML"), std::string::npos) << message;
+  EXPECT_NE(message.find("'" + ::testing::TempDir() + std::to_string(::getpid()) + "_bad.yaml' is not valid YAML"),
+            std::string::npos)
+      << message;
   EXPECT_NE(message.find("line "), std::string::npos) << message;
 }
 
@@ -224,9 +224,8 @@ TEST(CliConfig, ResolvedConfigHoldsWhatWasGiven) {
 
 TEST(CliConfig, PrintedConfigReadBackGivesTheSameConfig) {
   Program first;
-  first.parse({"--max-epochs", "2", "--limit-train-batches", "0.1", "--devices", "0,1", "--no-logger", "--model",
-               "cnn", "--lr", "3e-4", "--gradient-clip-val", "0.5", "--save-top-k", "3", "--default-root-dir",
-               "runs/x"});
+  first.parse({"--max-epochs", "2", "--limit-train-batches", "0.1", "--devices", "0,1", "--no-logger", "--model", "cnn",
+               "--lr", "3e-4", "--gradient-clip-val", "0.5", "--save-top-k", "3", "--default-root-dir", "runs/x"});
   const nlohmann::json printed = resolved_config(first.app);
   Program second;
   second.parse({"--config", write_file("printed.yaml", to_hparams_yaml(printed))});

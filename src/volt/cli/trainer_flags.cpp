@@ -57,9 +57,8 @@ void describe_trainer_flags(CLI::App& app, const TrainerOptions& o) {
   }
   for (const char* name : {"--limit-train-batches", "--limit-val-batches", "--limit-test-batches",
                            "--limit-predict-batches", "--val-check-interval"}) {
-    app.get_option(name)->check(parsed_by([name = std::string(name)](const std::string& text) {
-      BatchLimit::parse(text, name);
-    }));
+    app.get_option(name)->check(
+        parsed_by([name = std::string(name)](const std::string& text) { BatchLimit::parse(text, name); }));
   }
   app.get_option("--devices")->check(parsed_by([](const std::string& text) { (void)DeviceRequest(text); }));
   app.get_option("--gradient-clip-algorithm")->check(parsed_by([](const std::string& text) {
@@ -93,7 +92,8 @@ void add_trainer_flags(CLI::App& app, TrainerOptions& o, TrainerFlagText& t) {
       ->capture_default_str();
   app.add_option("--process-group-timeout", o.process_group_timeout, "ddp: seconds a collective may wait")
       ->capture_default_str();
-  app.add_option("--join-timeout", o.join_timeout, "ddp: seconds to wait for every rank to join")->capture_default_str();
+  app.add_option("--join-timeout", o.join_timeout, "ddp: seconds to wait for every rank to join")
+      ->capture_default_str();
   app.add_flag("--use-distributed-sampler,--replace-sampler-ddp,!--no-distributed-sampler", o.use_distributed_sampler,
                "shard the loaders across processes (default on)");
   app.add_option("--precision", o.precision,
@@ -101,23 +101,28 @@ void add_trainer_flags(CLI::App& app, TrainerOptions& o, TrainerFlagText& t) {
       ->capture_default_str();
   app.add_flag("--use-amp", o.use_amp, "seed documents: precision 16-mixed (prints what it became)");
   app.add_option("--amp-level", o.amp_level, "seed documents: apex level O0, O1, O2 or O3 (mapped to a precision)");
-  app.add_option("--num-nodes,--nb-gpu-nodes", o.num_nodes, "nodes in the job (--nb-gpu-nodes: the old name)")->capture_default_str();
+  app.add_option("--num-nodes,--nb-gpu-nodes", o.num_nodes, "nodes in the job (--nb-gpu-nodes: the old name)")
+      ->capture_default_str();
   app.add_option("--num-threads", o.num_threads, "intra-op threads per process (0: automatic)")->capture_default_str();
-  app.add_flag("--tune-allocator,!--no-tune-allocator", o.tune_allocator,
-               "pin glibc malloc thresholds (default on)");
+  app.add_flag("--tune-allocator,!--no-tune-allocator", o.tune_allocator, "pin glibc malloc thresholds (default on)");
   app.add_option("--max-epochs", t.max_epochs, "stop after this many epochs (-1: no limit)");
   app.add_option("--min-epochs", o.min_epochs, "train at least this many epochs")->capture_default_str();
-  app.add_option("--max-steps", o.max_steps, "stop after this many optimizer steps (-1: no limit)")->capture_default_str();
-  app.add_option("--limit-train-batches", t.limit_train_batches, "batches per epoch: a count (10) or a fraction (0.25)");
+  app.add_option("--max-steps", o.max_steps, "stop after this many optimizer steps (-1: no limit)")
+      ->capture_default_str();
+  app.add_option("--limit-train-batches", t.limit_train_batches,
+                 "batches per epoch: a count (10) or a fraction (0.25)");
   app.add_option("--limit-val-batches", t.limit_val_batches, "validation batches: a count or a fraction");
   app.add_option("--limit-test-batches", t.limit_test_batches, "test batches: a count or a fraction");
   app.add_option("--limit-predict-batches", t.limit_predict_batches, "predict batches: a count or a fraction");
-  app.add_option("--fast-dev-run", o.fast_dev_run, "run N batches of each stage once, writing nothing")->capture_default_str();
+  app.add_option("--fast-dev-run", o.fast_dev_run, "run N batches of each stage once, writing nothing")
+      ->capture_default_str();
   app.add_option("--val-check-interval", t.val_check_interval, "validate every fraction of an epoch or N batches");
-  app.add_option("--check-val-every-n-epoch", o.check_val_every_n_epoch, "validate every N epochs")->capture_default_str();
+  app.add_option("--check-val-every-n-epoch", o.check_val_every_n_epoch, "validate every N epochs")
+      ->capture_default_str();
   app.add_option("--num-sanity-val-steps", o.num_sanity_val_steps, "validation batches before training (-1: all)")
       ->capture_default_str();
-  app.add_option("--accumulate-grad-batches", o.accumulate_grad_batches, "batches per optimizer step")->capture_default_str();
+  app.add_option("--accumulate-grad-batches", o.accumulate_grad_batches, "batches per optimizer step")
+      ->capture_default_str();
   app.add_option("--gradient-clip-val", t.gradient_clip_val, "clip gradients to this value");
   app.add_option("--gradient-clip-algorithm", t.gradient_clip_algorithm, "norm or value");
   app.add_option("--seed", t.seed, "seed LibTorch and the loaders");
@@ -127,7 +132,8 @@ void add_trainer_flags(CLI::App& app, TrainerOptions& o, TrainerFlagText& t) {
   app.add_flag("--logger,!--no-logger", o.logger, "write CSV logs (default on)");
   app.add_flag("--enable-progress-bar,!--no-progress-bar", o.enable_progress_bar, "show progress (default on)");
   app.add_flag("--enable-checkpointing,!--no-checkpointing", o.enable_checkpointing, "save checkpoints (default on)");
-  app.add_flag("--enable-model-summary,!--no-model-summary", o.enable_model_summary, "print the model summary (default on)");
+  app.add_flag("--enable-model-summary,!--no-model-summary", o.enable_model_summary,
+               "print the model summary (default on)");
   app.add_option("--ckpt-path", o.ckpt_path, "resume from last, best or a checkpoint file");
   app.add_flag("--auto-requeue,!--no-auto-requeue", o.auto_requeue,
                "SLURM: on the requeue signal save an HPC checkpoint and requeue the job (default on)");
@@ -142,15 +148,19 @@ void add_trainer_flags(CLI::App& app, TrainerOptions& o, TrainerFlagText& t) {
 }
 
 void apply_trainer_flags(const TrainerFlagText& t, TrainerOptions& o) {
-  if (!t.limit_train_batches.empty()) o.limit_train_batches = BatchLimit::parse(t.limit_train_batches, "--limit-train-batches");
+  if (!t.limit_train_batches.empty())
+    o.limit_train_batches = BatchLimit::parse(t.limit_train_batches, "--limit-train-batches");
   if (!t.limit_val_batches.empty()) o.limit_val_batches = BatchLimit::parse(t.limit_val_batches, "--limit-val-batches");
-  if (!t.limit_test_batches.empty()) o.limit_test_batches = BatchLimit::parse(t.limit_test_batches, "--limit-test-batches");
+  if (!t.limit_test_batches.empty())
+    o.limit_test_batches = BatchLimit::parse(t.limit_test_batches, "--limit-test-batches");
   if (!t.limit_predict_batches.empty())
     o.limit_predict_batches = BatchLimit::parse(t.limit_predict_batches, "--limit-predict-batches");
-  if (!t.val_check_interval.empty()) o.val_check_interval = BatchLimit::parse(t.val_check_interval, "--val-check-interval");
+  if (!t.val_check_interval.empty())
+    o.val_check_interval = BatchLimit::parse(t.val_check_interval, "--val-check-interval");
   if (!t.devices.empty()) o.devices = DeviceRequest(t.devices);
   if (!t.gpus.empty()) o.gpus = DeviceRequest(t.gpus);
-  if (!t.gradient_clip_algorithm.empty()) o.gradient_clip_algorithm = parse_gradient_clip_algorithm(t.gradient_clip_algorithm);
+  if (!t.gradient_clip_algorithm.empty())
+    o.gradient_clip_algorithm = parse_gradient_clip_algorithm(t.gradient_clip_algorithm);
   if (t.max_epochs != -2) o.max_epochs = t.max_epochs;
   if (t.seed != -1) {
     VOLT_CHECK(t.seed >= 0, "--seed={} must be >= 0.", t.seed);

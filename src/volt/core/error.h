@@ -6,10 +6,10 @@
 // place that catches everything and maps it to an exit code.
 #pragma once
 
+#include <fmt/format.h>
+
 #include <stdexcept>
 #include <string>
-
-#include <fmt/format.h>
 
 namespace volt {
 
@@ -32,21 +32,19 @@ class InternalError : public std::logic_error {
 };
 
 namespace internal {
-[[noreturn]] void throw_internal(const char* file, int line, const char* condition,
-                                 const std::string& message);
+[[noreturn]] void throw_internal(const char* file, int line, const char* condition, const std::string& message);
 }  // namespace internal
 
 }  // namespace volt
 
 /// Throws volt::Error with a fmt-formatted message when `cond` is false (user input).
-#define VOLT_CHECK(cond, ...)                              \
-  do {                                                     \
+#define VOLT_CHECK(cond, ...)                                   \
+  do {                                                          \
     if (!(cond)) throw ::volt::Error(fmt::format(__VA_ARGS__)); \
   } while (false)
 
 /// Throws volt::InternalError naming the file and line when `cond` is false (Volt's bug).
-#define VOLT_INTERNAL_ASSERT(cond, ...)                                                       \
-  do {                                                                                        \
-    if (!(cond))                                                                              \
-      ::volt::internal::throw_internal(__FILE__, __LINE__, #cond, fmt::format("" __VA_ARGS__)); \
+#define VOLT_INTERNAL_ASSERT(cond, ...)                                                                    \
+  do {                                                                                                     \
+    if (!(cond)) ::volt::internal::throw_internal(__FILE__, __LINE__, #cond, fmt::format("" __VA_ARGS__)); \
   } while (false)

@@ -8,8 +8,10 @@ namespace {
 enum class Color { kRed, kGreen };
 const char* to_string(Color c) {
   switch (c) {
-    case Color::kRed: return "red";
-    case Color::kGreen: return "green";
+    case Color::kRed:
+      return "red";
+    case Color::kGreen:
+      return "green";
   }
   return "?";
 }

@@ -1,10 +1,10 @@
 // Helpers shared by Volt's GoogleTest tests (header-only; tests include it, the library does not).
 #pragma once
 
+#include <gtest/gtest.h>
+
 #include <functional>
 #include <string>
-
-#include <gtest/gtest.h>
 
 #include "volt/core/error.h"
 

@@ -9,8 +9,7 @@ namespace volt {
 DataLoader::DataLoader(std::shared_ptr<const Dataset> dataset, DataLoaderOptions options)
     : dataset_(std::move(dataset)), options_(options) {
   VOLT_CHECK(dataset_ != nullptr, "DataLoader got a null dataset.");
-  VOLT_CHECK(options_.batch_size >= 1,
-             "DataLoader batch_size={} must be at least 1. HINT: pass a positive batch size.",
+  VOLT_CHECK(options_.batch_size >= 1, "DataLoader batch_size={} must be at least 1. HINT: pass a positive batch size.",
              options_.batch_size);
   configure(1, 0, 0);
 }
@@ -39,8 +38,7 @@ void DataLoader::set_epoch(int64_t epoch) {
 int64_t DataLoader::num_batches() const {
   if (!defined()) return 0;
   const int64_t n = sampler_->num_samples();
-  return options_.drop_last ? n / options_.batch_size
-                            : (n + options_.batch_size - 1) / options_.batch_size;
+  return options_.drop_last ? n / options_.batch_size : (n + options_.batch_size - 1) / options_.batch_size;
 }
 
 Batch DataLoader::batch(int64_t index) const {
@@ -50,6 +48,5 @@ Batch DataLoader::batch(int64_t index) const {
   const int64_t length = std::min(options_.batch_size, epoch_indices_.size(0) - start);
   return dataset_->get_batch(epoch_indices_.narrow(0, start, length));
 }
-
 
 }  // namespace volt

@@ -8,8 +8,7 @@ namespace volt {
 namespace {
 
 std::shared_ptr<TensorDataset> counting_dataset(int64_t n) {
-  return std::make_shared<TensorDataset>(torch::arange(n, torch::kFloat).unsqueeze(1),
-                                         torch::arange(n, torch::kLong));
+  return std::make_shared<TensorDataset>(torch::arange(n, torch::kFloat).unsqueeze(1), torch::arange(n, torch::kLong));
 }
 
 TEST(DataLoader, BatchesCoverTheEpochWithAShortLastBatch) {

@@ -18,8 +18,7 @@ TensorDataset::TensorDataset(torch::Tensor data, torch::Tensor target)
 int64_t TensorDataset::size() const { return data_.size(0); }
 
 Batch TensorDataset::get_batch(const torch::Tensor& indices) const {
-  return Batch{data_.index_select(0, indices),
-               target_.defined() ? target_.index_select(0, indices) : torch::Tensor()};
+  return Batch{data_.index_select(0, indices), target_.defined() ? target_.index_select(0, indices) : torch::Tensor()};
 }
 
 }  // namespace volt

@@ -5,8 +5,8 @@
 // of an epoch can be produced directly: resuming mid-epoch needs no replay of earlier batches.
 #pragma once
 
-#include <torch/types.h>
 #include <torch/data/example.h>
+#include <torch/types.h>
 
 namespace volt {
 

@@ -1,9 +1,9 @@
 #include "volt/data/distributed_sampler.h"
 
-#include <algorithm>
-
 #include <ATen/ATen.h>
 #include <ATen/CPUGeneratorImpl.h>
+
+#include <algorithm>
 
 #include "volt/core/error.h"
 

@@ -1,9 +1,9 @@
 // Which examples a process sees in an epoch, and in what order.
 #pragma once
 
-#include <cstdint>
-
 #include <torch/types.h>
+
+#include <cstdint>
 
 namespace volt {
 

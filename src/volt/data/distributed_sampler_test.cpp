@@ -1,8 +1,8 @@
 #include "volt/data/distributed_sampler.h"
 
-#include <set>
-
 #include <gtest/gtest.h>
+
+#include <set>
 
 #include "volt/core/error.h"
 

@@ -1,8 +1,8 @@
 #include "volt/datasets/fashion_mnist.h"
 
-#include <filesystem>
-
 #include <fmt/format.h>
+
+#include <filesystem>
 
 #include "volt/core/error.h"
 #include "volt/core/strings.h"
@@ -23,8 +23,8 @@ std::string find_idx_file(const std::filesystem::path& dir, const std::string& s
   if (std::filesystem::exists(compressed)) return compressed.string();
   const std::filesystem::path plain = dir / stem;
   if (std::filesystem::exists(plain)) return plain.string();
-  throw Error(fmt::format("Fashion-MNIST file '{}' (or '{}') does not exist.\n{}",
-                          compressed.string(), plain.string(), kInstallHint));
+  throw Error(fmt::format("Fashion-MNIST file '{}' (or '{}') does not exist.\n{}", compressed.string(), plain.string(),
+                          kInstallHint));
 }
 
 std::string shape_string(const torch::Tensor& tensor) {
@@ -37,8 +37,10 @@ std::string shape_string(const torch::Tensor& tensor) {
 
 const char* to_string(Split split) {
   switch (split) {
-    case Split::kTrain: return "train";
-    case Split::kTest: return "test";
+    case Split::kTrain:
+      return "train";
+    case Split::kTest:
+      return "test";
   }
   VOLT_INTERNAL_ASSERT(false, "unknown Split {}", static_cast<int>(split));
 }
@@ -49,15 +51,13 @@ Split parse_split(std::string_view text) {
 }
 
 const std::vector<std::string>& fashion_mnist_classes() {
-  static const std::vector<std::string> kClasses = {
-      "T-shirt/top", "Trouser", "Pullover", "Dress", "Coat",
-      "Sandal",      "Shirt",   "Sneaker",  "Bag",   "Ankle boot"};
+  static const std::vector<std::string> kClasses = {"T-shirt/top", "Trouser", "Pullover", "Dress", "Coat",
+                                                    "Sandal",      "Shirt",   "Sneaker",  "Bag",   "Ankle boot"};
   return kClasses;
 }
 
 FashionMnist load_fashion_mnist(const std::string& dir, Split split) {
-  VOLT_CHECK(std::filesystem::is_directory(dir),
-             "Fashion-MNIST directory '{}' does not exist.\n{}", dir, kInstallHint);
+  VOLT_CHECK(std::filesystem::is_directory(dir), "Fashion-MNIST directory '{}' does not exist.\n{}", dir, kInstallHint);
   const std::string prefix = split == Split::kTrain ? "train" : "t10k";
   const std::string images_path = find_idx_file(dir, prefix + "-images-idx3-ubyte");
   const std::string labels_path = find_idx_file(dir, prefix + "-labels-idx1-ubyte");
@@ -65,10 +65,8 @@ FashionMnist load_fashion_mnist(const std::string& dir, Split split) {
   const torch::Tensor labels = read_idx_file(labels_path);
 
   VOLT_CHECK(images.dim() == 3 && images.size(1) == kImageSide && images.size(2) == kImageSide,
-             "'{}' holds images of shape {}; expected [N, 28, 28].", images_path,
-             shape_string(images));
-  VOLT_CHECK(labels.dim() == 1, "'{}' holds labels of shape {}; expected [N].", labels_path,
-             shape_string(labels));
+             "'{}' holds images of shape {}; expected [N, 28, 28].", images_path, shape_string(images));
+  VOLT_CHECK(labels.dim() == 1, "'{}' holds labels of shape {}; expected [N].", labels_path, shape_string(labels));
   VOLT_CHECK(images.size(0) == labels.size(0),
              "'{}' holds {} images but '{}' holds {} labels; expected one label per image. "
              "HINT: the two files come from different splits or downloads; install them again.",
@@ -76,8 +74,8 @@ FashionMnist load_fashion_mnist(const std::string& dir, Split split) {
   if (labels.numel() > 0) {
     const int64_t largest = labels.max().item<int64_t>();
     VOLT_CHECK(largest < kClassCount,
-               "'{}' holds the label {}; expected labels in [0, 9] (Fashion-MNIST's 10 classes).",
-               labels_path, largest);
+               "'{}' holds the label {}; expected labels in [0, 9] (Fashion-MNIST's 10 classes).", labels_path,
+               largest);
   }
 
   // As torchvision's ToTensor() then Normalize((0.2860,), (0.3530,)), so that models and

@@ -2,11 +2,11 @@
 // a drop-in replacement for MNIST, read from its IDX files.
 #pragma once
 
+#include <torch/types.h>
+
 #include <string>
 #include <string_view>
 #include <vector>
-
-#include <torch/types.h>
 
 #include "volt/datasets/idx_file.h"
 

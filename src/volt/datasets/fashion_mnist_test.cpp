@@ -1,11 +1,11 @@
 #include "volt/datasets/fashion_mnist.h"
 
+#include <gtest/gtest.h>
+#include <torch/torch.h>
+
 #include <chrono>
 #include <filesystem>
 #include <iostream>
-
-#include <gtest/gtest.h>
-#include <torch/torch.h>
 
 #include "volt/core/error.h"
 #include "volt/datasets/test_files.h"
@@ -41,10 +41,8 @@ TEST(LoadFashionMnist, ReadsGzipAndPlainFilesAndNormalizes) {
 }
 
 TEST(LoadFashionMnist, MissingDirectorySaysHowToInstallTheData) {
-  const std::string message =
-      error_message([] { load_fashion_mnist("/nonexistent/fashion", Split::kTrain); });
-  EXPECT_NE(message.find("directory '/nonexistent/fashion' does not exist"), std::string::npos)
-      << message;
+  const std::string message = error_message([] { load_fashion_mnist("/nonexistent/fashion", Split::kTrain); });
+  EXPECT_NE(message.find("directory '/nonexistent/fashion' does not exist"), std::string::npos) << message;
   EXPECT_NE(message.find("HINT: install Debian's package with `apt-get install "
                          "dataset-fashion-mnist`, or pass the directory that holds the IDX "
                          "files (--data-dir)"),
@@ -56,8 +54,8 @@ TEST(LoadFashionMnist, MissingFileNamesBothAcceptedNames) {
   ScratchDir dir;
   write_tiny_train_split(dir);
   const std::string message = error_message([&] { load_fashion_mnist(dir.path(), Split::kTest); });
-  EXPECT_NE(message.find("'" + dir.file("t10k-images-idx3-ubyte.gz") + "' (or '" +
-                         dir.file("t10k-images-idx3-ubyte") + "') does not exist"),
+  EXPECT_NE(message.find("'" + dir.file("t10k-images-idx3-ubyte.gz") + "' (or '" + dir.file("t10k-images-idx3-ubyte") +
+                         "') does not exist"),
             std::string::npos)
       << message;
   EXPECT_NE(message.find("apt-get install dataset-fashion-mnist"), std::string::npos) << message;
@@ -66,20 +64,16 @@ TEST(LoadFashionMnist, MissingFileNamesBothAcceptedNames) {
 TEST(LoadFashionMnist, ImageAndLabelCountsMustAgree) {
   ScratchDir dir;
   write_tiny_train_split(dir, /*labels=*/2);
-  const std::string message =
-      error_message([&] { load_fashion_mnist(dir.path(), Split::kTrain); });
+  const std::string message = error_message([&] { load_fashion_mnist(dir.path(), Split::kTrain); });
   EXPECT_NE(message.find("holds 3 images but"), std::string::npos) << message;
-  EXPECT_NE(message.find("holds 2 labels; expected one label per image"), std::string::npos)
-      << message;
+  EXPECT_NE(message.find("holds 2 labels; expected one label per image"), std::string::npos) << message;
 }
 
 TEST(LoadFashionMnist, LabelsOutsideTheTenClassesAreRejected) {
   ScratchDir dir;
   write_tiny_train_split(dir, 3, /*first_label=*/12);
-  const std::string message =
-      error_message([&] { load_fashion_mnist(dir.path(), Split::kTrain); });
-  EXPECT_NE(message.find("holds the label 12; expected labels in [0, 9]"), std::string::npos)
-      << message;
+  const std::string message = error_message([&] { load_fashion_mnist(dir.path(), Split::kTrain); });
+  EXPECT_NE(message.find("holds the label 12; expected labels in [0, 9]"), std::string::npos) << message;
 }
 
 TEST(LoadFashionMnist, ImagesMustBe28By28) {
@@ -87,11 +81,8 @@ TEST(LoadFashionMnist, ImagesMustBe28By28) {
   write_tiny_train_split(dir);
   testing::write_gzip(dir.file("train-images-idx3-ubyte.gz"),
                       idx_bytes({3, 27, 28}, std::vector<uint8_t>(3 * 27 * 28)));
-  const std::string message =
-      error_message([&] { load_fashion_mnist(dir.path(), Split::kTrain); });
-  EXPECT_NE(message.find("holds images of shape [3, 27, 28]; expected [N, 28, 28]"),
-            std::string::npos)
-      << message;
+  const std::string message = error_message([&] { load_fashion_mnist(dir.path(), Split::kTrain); });
+  EXPECT_NE(message.find("holds images of shape [3, 27, 28]; expected [N, 28, 28]"), std::string::npos) << message;
 }
 
 TEST(Split, NamesRoundTripAndBadNamesListTheChoices) {
@@ -110,9 +101,9 @@ TEST(FashionMnistClasses, AreTheTenNamesInLabelOrder) {
 }
 
 /// Skips the test, saying why, when Debian's Fashion-MNIST package is not installed.
-#define SKIP_WITHOUT_INSTALLED_FASHION_MNIST()                                               \
-  if (!std::filesystem::is_directory(kFashionMnistDefaultDir))                               \
-  GTEST_SKIP() << kFashionMnistDefaultDir                                                    \
+#define SKIP_WITHOUT_INSTALLED_FASHION_MNIST()                 \
+  if (!std::filesystem::is_directory(kFashionMnistDefaultDir)) \
+  GTEST_SKIP() << kFashionMnistDefaultDir                      \
                << " does not exist; install the package dataset-fashion-mnist to run this test"
 
 TEST(InstalledFashionMnist, TrainSplitHas6000ImagesPerClassNormalizedToMean0Std1) {
@@ -120,15 +111,14 @@ TEST(InstalledFashionMnist, TrainSplitHas6000ImagesPerClassNormalizedToMean0Std1
   const auto start = std::chrono::steady_clock::now();
   const FashionMnist train = load_fashion_mnist(kFashionMnistDefaultDir, Split::kTrain);
   const auto elapsed = std::chrono::steady_clock::now() - start;
-  std::cout << "loading the train split took "
-            << std::chrono::duration_cast<std::chrono::milliseconds>(elapsed).count() << " ms\n";
+  std::cout << "loading the train split took " << std::chrono::duration_cast<std::chrono::milliseconds>(elapsed).count()
+            << " ms\n";
 
   EXPECT_EQ(train.images.sizes(), (std::vector<int64_t>{60000, 1, 28, 28}));
   EXPECT_EQ(train.labels.sizes(), (std::vector<int64_t>{60000}));
   EXPECT_EQ(train.labels.min().item<int64_t>(), 0);
   EXPECT_EQ(train.labels.max().item<int64_t>(), 9);
-  EXPECT_TRUE(torch::equal(torch::bincount(train.labels),
-                           torch::full({10}, 6000, torch::kInt64)));
+  EXPECT_TRUE(torch::equal(torch::bincount(train.labels), torch::full({10}, 6000, torch::kInt64)));
   EXPECT_NEAR(train.images.mean().item<double>(), 0.0, 1e-3);
   EXPECT_NEAR(train.images.std().item<double>(), 1.0, 1e-3);
 }

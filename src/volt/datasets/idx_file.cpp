@@ -1,5 +1,6 @@
 #include "volt/datasets/idx_file.h"
 
+#include <fmt/format.h>
 #include <zlib.h>
 
 #include <algorithm>
@@ -10,8 +11,6 @@
 #include <filesystem>
 #include <limits>
 #include <vector>
-
-#include <fmt/format.h>
 
 #include "volt/core/error.h"
 #include "volt/core/strings.h"
@@ -28,13 +27,20 @@ constexpr int64_t kMaxElements = int64_t{1} << 40;
 /// The IDX type codes, for messages about the ones Volt does not read.
 const char* type_name(uint8_t code) {
   switch (code) {
-    case 0x08: return "unsigned byte";
-    case 0x09: return "signed byte";
-    case 0x0B: return "short";
-    case 0x0C: return "int";
-    case 0x0D: return "float";
-    case 0x0E: return "double";
-    default: return "unknown";
+    case 0x08:
+      return "unsigned byte";
+    case 0x09:
+      return "signed byte";
+    case 0x0B:
+      return "short";
+    case 0x0C:
+      return "int";
+    case 0x0D:
+      return "float";
+    case 0x0E:
+      return "double";
+    default:
+      return "unknown";
   }
 }
 
@@ -64,8 +70,7 @@ class GzReader {
       if (got < 0) {
         int code = 0;
         const char* message = gzerror(file_, &code);
-        throw Error(fmt::format("cannot read IDX file '{}': {} (a damaged gzip file?)", path_,
-                                message));
+        throw Error(fmt::format("cannot read IDX file '{}': {} (a damaged gzip file?)", path_, message));
       }
       if (got == 0) break;
       done += static_cast<size_t>(got);
@@ -92,8 +97,8 @@ torch::Tensor read_idx_file(const std::string& path) {
   std::array<uint8_t, 4> magic{};
   VOLT_CHECK(reader.read(magic.data(), magic.size()) == magic.size(),
              "IDX file '{}' is truncated: it is shorter than the 4-byte magic number.", path);
-  const uint32_t magic_number = (uint32_t{magic[0]} << 24) | (uint32_t{magic[1]} << 16) |
-                                (uint32_t{magic[2]} << 8) | uint32_t{magic[3]};
+  const uint32_t magic_number =
+      (uint32_t{magic[0]} << 24) | (uint32_t{magic[1]} << 16) | (uint32_t{magic[2]} << 8) | uint32_t{magic[3]};
   VOLT_CHECK(magic[0] == 0 && magic[1] == 0 && magic[3] > 0,
              "'{}' is not an IDX file: its magic number is 0x{:08x}; expected two zero bytes, a "
              "type code and a number of dimensions (e.g. 0x00000803 for images, 0x00000801 for "
@@ -114,8 +119,7 @@ torch::Tensor read_idx_file(const std::string& path) {
   int64_t elements = 1;
   for (size_t i = 0; i < rank; ++i) {
     const uint8_t* b = &header[4 * i];
-    const int64_t dim = (int64_t{b[0]} << 24) | (int64_t{b[1]} << 16) | (int64_t{b[2]} << 8) |
-                        int64_t{b[3]};
+    const int64_t dim = (int64_t{b[0]} << 24) | (int64_t{b[1]} << 16) | (int64_t{b[2]} << 8) | int64_t{b[3]};
     dims.push_back(dim);
     elements = std::min(elements * dim, kMaxElements + 1);
   }

@@ -1,9 +1,9 @@
 // Reading IDX files, the format of MNIST and its drop-in replacements (Fashion-MNIST, KMNIST).
 #pragma once
 
-#include <string>
-
 #include <torch/types.h>
+
+#include <string>
 
 namespace volt::datasets {
 

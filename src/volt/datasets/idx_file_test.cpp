@@ -1,9 +1,9 @@
 #include "volt/datasets/idx_file.h"
 
-#include <numeric>
-
 #include <gtest/gtest.h>
 #include <torch/torch.h>
+
+#include <numeric>
 
 #include "volt/core/error.h"
 #include "volt/datasets/test_files.h"
@@ -41,24 +41,21 @@ TEST(ReadIdxFile, ReadsAGzipFileIntoATensorOfItsShape) {
 TEST(ReadIdxFile, MissingFileIsNamed) {
   ScratchDir dir;
   const std::string message = error_message([&] { read_idx_file(dir.file("absent.gz")); });
-  EXPECT_NE(message.find("'" + dir.file("absent.gz") + "' does not exist"), std::string::npos)
-      << message;
+  EXPECT_NE(message.find("'" + dir.file("absent.gz") + "' does not exist"), std::string::npos) << message;
 }
 
 TEST(ReadIdxFile, BadMagicNumberIsReportedWithWhatWasFound) {
   ScratchDir dir;
   testing::write_plain(dir.file("bad"), "PK\x03\x04 not an idx file");
   const std::string message = error_message([&] { read_idx_file(dir.file("bad")); });
-  EXPECT_NE(message.find("is not an IDX file: its magic number is 0x504b0304"), std::string::npos)
-      << message;
+  EXPECT_NE(message.find("is not an IDX file: its magic number is 0x504b0304"), std::string::npos) << message;
 }
 
 TEST(ReadIdxFile, OtherDataTypesAreRejectedByName) {
   ScratchDir dir;
   testing::write_plain(dir.file("floats"), idx_bytes({1}, {0, 0, 0, 0}, 0x0D));
   const std::string message = error_message([&] { read_idx_file(dir.file("floats")); });
-  EXPECT_NE(message.find("type 0x0d (float); expected 0x08 (unsigned byte)"), std::string::npos)
-      << message;
+  EXPECT_NE(message.find("type 0x0d (float); expected 0x08 (unsigned byte)"), std::string::npos) << message;
 }
 
 TEST(ReadIdxFile, TruncatedDataSaysHowMuchWasDeclaredAndFound) {
@@ -76,16 +73,14 @@ TEST(ReadIdxFile, TruncatedHeaderIsReported) {
   // Rank 3, but only 2 bytes of the first size follow.
   testing::write_plain(dir.file("header"), std::string("\0\0\x08\x03\0\0", 6));
   const std::string message = error_message([&] { read_idx_file(dir.file("header")); });
-  EXPECT_NE(message.find("truncated: its header declares 3 dimensions"), std::string::npos)
-      << message;
+  EXPECT_NE(message.find("truncated: its header declares 3 dimensions"), std::string::npos) << message;
 }
 
 TEST(ReadIdxFile, TrailingDataIsReported) {
   ScratchDir dir;
   testing::write_plain(dir.file("long"), idx_bytes({4}, counting(6)));
   const std::string message = error_message([&] { read_idx_file(dir.file("long")); });
-  EXPECT_NE(message.find("holds more data than its header declares (shape [4], 4 bytes)"),
-            std::string::npos)
+  EXPECT_NE(message.find("holds more data than its header declares (shape [4], 4 bytes)"), std::string::npos)
       << message;
 }
 

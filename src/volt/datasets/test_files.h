@@ -1,6 +1,8 @@
 // Helpers for the datasets tests: a scratch directory and IDX files written into it.
 #pragma once
 
+#include <gtest/gtest.h>
+#include <unistd.h>
 #include <zlib.h>
 
 #include <cstdint>
@@ -8,9 +10,6 @@
 #include <fstream>
 #include <string>
 #include <vector>
-
-#include <gtest/gtest.h>
-#include <unistd.h>
 
 #include "volt/core/error.h"
 
@@ -22,8 +21,7 @@ class ScratchDir {
   ScratchDir() {
     const auto* info = ::testing::UnitTest::GetInstance()->current_test_info();
     path_ = std::filesystem::temp_directory_path() /
-            ("volt_datasets_" + std::to_string(::getpid()) + "_" + info->test_suite_name() + "_" +
-             info->name());
+            ("volt_datasets_" + std::to_string(::getpid()) + "_" + info->test_suite_name() + "_" + info->name());
     std::filesystem::remove_all(path_);
     std::filesystem::create_directories(path_);
   }
@@ -41,8 +39,7 @@ class ScratchDir {
 };
 
 /// The bytes of an IDX file: magic (0, 0, `type`, rank), big-endian `dims`, then `data`.
-inline std::string idx_bytes(const std::vector<uint32_t>& dims, const std::vector<uint8_t>& data,
-                             uint8_t type = 0x08) {
+inline std::string idx_bytes(const std::vector<uint32_t>& dims, const std::vector<uint8_t>& data, uint8_t type = 0x08) {
   std::string bytes = {0, 0, static_cast<char>(type), static_cast<char>(dims.size())};
   for (const uint32_t dim : dims) {
     for (const int shift : {24, 16, 8, 0}) bytes.push_back(static_cast<char>((dim >> shift) & 0xFF));
@@ -62,8 +59,7 @@ inline void write_plain(const std::string& path, const std::string& bytes) {
 inline void write_gzip(const std::string& path, const std::string& bytes) {
   gzFile file = gzopen(path.c_str(), "wb");
   ASSERT_NE(file, nullptr) << path;
-  ASSERT_EQ(gzwrite(file, bytes.data(), static_cast<unsigned>(bytes.size())),
-            static_cast<int>(bytes.size()));
+  ASSERT_EQ(gzwrite(file, bytes.data(), static_cast<unsigned>(bytes.size())), static_cast<int>(bytes.size()));
   ASSERT_EQ(gzclose(file), Z_OK);
 }
 

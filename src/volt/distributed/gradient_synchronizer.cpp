@@ -2,7 +2,6 @@
 
 #include <algorithm>
 #include <sstream>
-
 #include <torch/csrc/distributed/c10d/reducer.hpp>
 
 #include "volt/core/error.h"
@@ -35,10 +34,11 @@ std::string explain_unfinished_reduction(const std::string& message, const std::
     size_t index = 0;
     while (in >> index) unused.push_back(index < names.size() ? "'" + names[index] + "'" : std::to_string(index));
   }
-  return fmt::format("ddp: some parameters got no gradient in the previous step{}{}, so their gradients were never "
-                     "averaged. HINT: set find_unused_parameters=true (--find-unused-parameters, or strategy="
-                     "\"ddp_find_unused_parameters_true\"), or make every parameter take part in the loss.",
-                     unused.empty() ? "" : ": ", join(unused, ", "));
+  return fmt::format(
+      "ddp: some parameters got no gradient in the previous step{}{}, so their gradients were never "
+      "averaged. HINT: set find_unused_parameters=true (--find-unused-parameters, or strategy="
+      "\"ddp_find_unused_parameters_true\"), or make every parameter take part in the loss.",
+      unused.empty() ? "" : ": ", join(unused, ", "));
 }
 }  // namespace
 

@@ -1,11 +1,11 @@
 // Averages gradients across processes during the backward pass.
 #pragma once
 
+#include <torch/types.h>
+
 #include <memory>
 #include <string>
 #include <vector>
-
-#include <torch/types.h>
 
 namespace c10d {
 class ProcessGroup;

@@ -2,7 +2,6 @@
 
 #include <cstring>
 #include <thread>
-
 #include <torch/csrc/distributed/c10d/PrefixStore.hpp>
 #include <torch/csrc/distributed/c10d/ProcessGroupGloo.hpp>
 #include <torch/csrc/distributed/c10d/TCPStore.hpp>
@@ -34,9 +33,12 @@ std::vector<uint8_t> bytes_of(const std::string& s) { return std::vector<uint8_t
 c10d::ReduceOp reduce_op(Reduce op) {
   switch (op) {
     case Reduce::kMean:
-    case Reduce::kSum: return c10d::ReduceOp::SUM;
-    case Reduce::kMax: return c10d::ReduceOp::MAX;
-    case Reduce::kMin: return c10d::ReduceOp::MIN;
+    case Reduce::kSum:
+      return c10d::ReduceOp::SUM;
+    case Reduce::kMax:
+      return c10d::ReduceOp::MAX;
+    case Reduce::kMin:
+      return c10d::ReduceOp::MIN;
   }
   return c10d::ReduceOp::SUM;
 }
@@ -67,15 +69,16 @@ ProcessGroup::ProcessGroup(const Topology& topology, const ProcessGroupOptions& 
     store_ = c10::make_intrusive<c10d::TCPStore>(topology_.main_address, store_options);
   } catch (const std::exception& e) {
     if (topology_.global_rank == 0) {
-      throw Error(fmt::format("rank 0 on {} could not open the rendezvous at {}: {}. HINT: another job may use port "
-                              "{}; set MASTER_PORT to a free port.",
-                              topology_.host, where, e.what(), topology_.main_port));
+      throw Error(
+          fmt::format("rank 0 on {} could not open the rendezvous at {}: {}. HINT: another job may use port "
+                      "{}; set MASTER_PORT to a free port.",
+                      topology_.host, where, e.what(), topology_.main_port));
     }
-    throw Error(fmt::format("rank {} on {} could not reach rank 0's rendezvous at {} within {}: rank 0 never joined "
-                            "(expected on {}). HINT: check rank 0's log for an earlier error, and that MASTER_ADDR "
-                            "is reachable from this host.",
-                            topology_.global_rank, topology_.host, where, seconds(options_.join_timeout),
-                            topology_.expected_host(0)));
+    throw Error(fmt::format(
+        "rank {} on {} could not reach rank 0's rendezvous at {} within {}: rank 0 never joined "
+        "(expected on {}). HINT: check rank 0's log for an earlier error, and that MASTER_ADDR "
+        "is reachable from this host.",
+        topology_.global_rank, topology_.host, where, seconds(options_.join_timeout), topology_.expected_host(0)));
   }
 
   // Rendezvous with a deadline: every rank announces itself, then waits for all the others.
@@ -85,9 +88,10 @@ ProcessGroup::ProcessGroup(const Topology& topology, const ProcessGroupOptions& 
   while (store_->add(kJoinedCount, 0) < topology_.world_size) {
     if (options_.abort_check) {
       if (auto reason = options_.abort_check()) {
-        throw Error(fmt::format("rank {} on {}: the rendezvous at {} was abandoned: {}. HINT: that rank's error is "
-                                "printed above.",
-                                topology_.global_rank, topology_.host, where, *reason));
+        throw Error(
+            fmt::format("rank {} on {}: the rendezvous at {} was abandoned: {}. HINT: that rank's error is "
+                        "printed above.",
+                        topology_.global_rank, topology_.host, where, *reason));
       }
     }
     if (std::chrono::steady_clock::now() > deadline) {
@@ -97,10 +101,11 @@ ProcessGroup::ProcessGroup(const Topology& topology, const ProcessGroupOptions& 
           missing.push_back(fmt::format("rank {} (expected on {})", r, topology_.expected_host(r)));
         }
       }
-      throw Error(fmt::format("rank {} on {}: {} of {} ranks never joined the rendezvous at {} within {}: {}. HINT: "
-                              "look at those ranks' logs; a rank that crashes before Trainer::fit never joins.",
-                              topology_.global_rank, topology_.host, missing.size(), topology_.world_size, where,
-                              seconds(options_.join_timeout), join(missing, ", ")));
+      throw Error(
+          fmt::format("rank {} on {}: {} of {} ranks never joined the rendezvous at {} within {}: {}. HINT: "
+                      "look at those ranks' logs; a rank that crashes before Trainer::fit never joins.",
+                      topology_.global_rank, topology_.host, missing.size(), topology_.world_size, where,
+                      seconds(options_.join_timeout), join(missing, ", ")));
     }
     std::this_thread::sleep_for(std::chrono::milliseconds(20));
   }

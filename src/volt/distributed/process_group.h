@@ -2,14 +2,14 @@
 // the collectives the trainer needs, with bounded waits and named failures.
 #pragma once
 
+#include <torch/types.h>
+
 #include <chrono>
 #include <functional>
 #include <memory>
 #include <optional>
 #include <string>
 #include <vector>
-
-#include <torch/types.h>
 
 #include "volt/distributed/topology.h"
 #include "volt/module/log_options.h"

@@ -9,16 +9,16 @@ namespace volt {
 
 /// The ranks of this process and the shape of the job (processes laid out node by node).
 struct Topology {
-  int64_t world_size = 1;        ///< processes in total
-  int64_t global_rank = 0;       ///< this process
-  int64_t local_rank = 0;        ///< this process on its node
-  int64_t node_rank = 0;         ///< this process's node
-  int64_t num_nodes = 1;         ///< nodes
-  int64_t processes_per_node = 1;  ///< processes on each node
+  int64_t world_size = 1;                  ///< processes in total
+  int64_t global_rank = 0;                 ///< this process
+  int64_t local_rank = 0;                  ///< this process on its node
+  int64_t node_rank = 0;                   ///< this process's node
+  int64_t num_nodes = 1;                   ///< nodes
+  int64_t processes_per_node = 1;          ///< processes on each node
   std::string main_address = "127.0.0.1";  ///< rank 0's host, for the rendezvous
-  int main_port = 0;             ///< the rendezvous port
-  std::string host;              ///< this process's host name (for messages)
-  std::vector<std::string> node_hosts;  ///< host of each node, when the launcher says (SLURM)
+  int main_port = 0;                       ///< the rendezvous port
+  std::string host;                        ///< this process's host name (for messages)
+  std::vector<std::string> node_hosts;     ///< host of each node, when the launcher says (SLURM)
 
   /// True for rank 0, which writes logs and checkpoints.
   bool is_global_zero() const { return global_rank == 0; }

@@ -8,10 +8,14 @@ namespace volt {
 
 const char* to_string(ClusterKind kind) {
   switch (kind) {
-    case ClusterKind::kLocal: return "local";
-    case ClusterKind::kTorchrun: return "torchrun";
-    case ClusterKind::kSlurm: return "slurm";
-    case ClusterKind::kMpi: return "mpi";
+    case ClusterKind::kLocal:
+      return "local";
+    case ClusterKind::kTorchrun:
+      return "torchrun";
+    case ClusterKind::kSlurm:
+      return "slurm";
+    case ClusterKind::kMpi:
+      return "mpi";
   }
   return "?";
 }
@@ -25,8 +29,10 @@ namespace {
 
 int64_t required_int(const Env& env, const char* name, int64_t min) {
   const auto value = env.get_int(name);
-  VOLT_CHECK(value.has_value(), "environment variable {} is not set, but the launcher's other variables are. HINT: "
-             "start the job with its launcher (srun, torchrun, mpirun) or set {} yourself.", name, name);
+  VOLT_CHECK(value.has_value(),
+             "environment variable {} is not set, but the launcher's other variables are. HINT: "
+             "start the job with its launcher (srun, torchrun, mpirun) or set {} yourself.",
+             name, name);
   VOLT_CHECK(*value >= min, "environment variable {}={} must be >= {}.", name, *value, min);
   return *value;
 }
@@ -79,7 +85,8 @@ std::optional<ClusterInfo> read_torchrun(const Env& env) {
   info.world_size = required_int(env, "WORLD_SIZE", 1);
   info.main_address = env.get_or("MASTER_ADDR", "127.0.0.1");
   info.main_port = port_from(env, "MASTER_PORT");
-  VOLT_CHECK(info.main_port.has_value(), "torchrun set RANK but not MASTER_PORT. HINT: run under torchrun, which sets "
+  VOLT_CHECK(info.main_port.has_value(),
+             "torchrun set RANK but not MASTER_PORT. HINT: run under torchrun, which sets "
              "both, or export MASTER_PORT.");
   check_ranks(info, "RANK", "WORLD_SIZE");
   return info;
@@ -99,12 +106,14 @@ std::optional<ClusterInfo> read_slurm(const Env& env) {
   info.num_nodes = optional_int(env, "SLURM_NNODES", 1);
   const std::string array_job = env.get_or("SLURM_ARRAY_JOB_ID", "");
   const std::string array_task = env.get_or("SLURM_ARRAY_TASK_ID", "");
-  info.job_id = !array_job.empty() && !array_task.empty() ? array_job + "_" + array_task : env.get_or("SLURM_JOB_ID", "");
+  info.job_id =
+      !array_job.empty() && !array_task.empty() ? array_job + "_" + array_task : env.get_or("SLURM_JOB_ID", "");
   if (const auto address = env.get("MASTER_ADDR")) {
     info.main_address = *address;
   } else {
     const std::string nodes = env.get_or("SLURM_JOB_NODELIST", env.get_or("SLURM_NODELIST", ""));
-    VOLT_CHECK(!nodes.empty(), "SLURM_JOB_NODELIST is not set inside a SLURM job, so the main address is unknown. "
+    VOLT_CHECK(!nodes.empty(),
+               "SLURM_JOB_NODELIST is not set inside a SLURM job, so the main address is unknown. "
                "HINT: export MASTER_ADDR in the job script.");
     info.main_address = slurm::first_host(nodes);
   }
@@ -152,8 +161,8 @@ ClusterInfo read_local(const Env& env) {
   info.global_rank = optional_int(env, "GLOBAL_RANK", 0).value_or(info.local_rank);
   info.main_address = env.get_or("MASTER_ADDR", "127.0.0.1");
   info.main_port = port_from(env, "MASTER_PORT");
-  info.slurm_interactive = env.has("SLURM_JOB_ID") &&
-                           (env.get_or("SLURM_JOB_NAME", "") == "bash" || env.get_or("SLURM_JOB_NAME", "") == "interactive");
+  info.slurm_interactive = env.has("SLURM_JOB_ID") && (env.get_or("SLURM_JOB_NAME", "") == "bash" ||
+                                                       env.get_or("SLURM_JOB_NAME", "") == "interactive");
   check_ranks(info, "GLOBAL_RANK", "WORLD_SIZE");
   return info;
 }

@@ -8,8 +8,9 @@ namespace volt {
 namespace {
 
 Env::Vars slurm_task(const std::string& procid, const std::string& localid, const std::string& nodeid) {
-  return {{"SLURM_NTASKS", "4"},   {"SLURM_PROCID", procid},   {"SLURM_LOCALID", localid},
-          {"SLURM_NODEID", nodeid}, {"SLURM_NNODES", "2"},     {"SLURM_JOB_ID", "123456"},
+  return {{"SLURM_NTASKS", "4"},       {"SLURM_PROCID", procid},
+          {"SLURM_LOCALID", localid},  {"SLURM_NODEID", nodeid},
+          {"SLURM_NNODES", "2"},       {"SLURM_JOB_ID", "123456"},
           {"SLURM_JOB_NAME", "train"}, {"SLURM_JOB_NODELIST", "node[07-08]"}};
 }
 
@@ -75,8 +76,13 @@ TEST(ClusterEnvironment, InteractiveSlurmAllocationsAreNotManaged) {
 
 TEST(ClusterEnvironment, TorchrunComesBeforeSlurm) {
   auto vars = slurm_task("0", "0", "0");
-  vars.insert({{"RANK", "1"}, {"GROUP_RANK", "0"}, {"LOCAL_RANK", "1"}, {"LOCAL_WORLD_SIZE", "2"},
-               {"WORLD_SIZE", "2"}, {"MASTER_ADDR", "h"}, {"MASTER_PORT", "1234"}});
+  vars.insert({{"RANK", "1"},
+               {"GROUP_RANK", "0"},
+               {"LOCAL_RANK", "1"},
+               {"LOCAL_WORLD_SIZE", "2"},
+               {"WORLD_SIZE", "2"},
+               {"MASTER_ADDR", "h"},
+               {"MASTER_PORT", "1234"}});
   const ClusterInfo info = detect_cluster(Env(vars));
   EXPECT_EQ(info.kind, ClusterKind::kTorchrun);
   EXPECT_EQ(info.global_rank, 1);
@@ -84,7 +90,8 @@ TEST(ClusterEnvironment, TorchrunComesBeforeSlurm) {
 }
 
 TEST(ClusterEnvironment, OpenMpiAndMpichVariables) {
-  const ClusterInfo ompi = detect_cluster(Env(Env::Vars{{"OMPI_COMM_WORLD_SIZE", "4"}, {"OMPI_COMM_WORLD_RANK", "3"},
+  const ClusterInfo ompi = detect_cluster(Env(Env::Vars{{"OMPI_COMM_WORLD_SIZE", "4"},
+                                                        {"OMPI_COMM_WORLD_RANK", "3"},
                                                         {"OMPI_COMM_WORLD_LOCAL_RANK", "1"},
                                                         {"OMPI_COMM_WORLD_LOCAL_SIZE", "2"}}));
   EXPECT_EQ(ompi.kind, ClusterKind::kMpi);
@@ -95,8 +102,8 @@ TEST(ClusterEnvironment, OpenMpiAndMpichVariables) {
 }
 
 TEST(ClusterEnvironment, VoltLauncherVariablesAreRead) {
-  const ClusterInfo info = detect_cluster(Env(Env::Vars{{"LOCAL_RANK", "1"}, {"NODE_RANK", "1"}, {"GLOBAL_RANK", "3"},
-                                                        {"WORLD_SIZE", "4"}, {"MASTER_PORT", "4000"}}));
+  const ClusterInfo info = detect_cluster(Env(Env::Vars{
+      {"LOCAL_RANK", "1"}, {"NODE_RANK", "1"}, {"GLOBAL_RANK", "3"}, {"WORLD_SIZE", "4"}, {"MASTER_PORT", "4000"}}));
   EXPECT_EQ(info.kind, ClusterKind::kLocal);
   EXPECT_EQ(info.global_rank, 3);
   EXPECT_EQ(info.node_rank, 1);

@@ -93,8 +93,8 @@ RequeuePolicy resolve_requeue_policy(const Env& env, bool auto_requeue, const st
   const std::string array_task = env.get_or("SLURM_ARRAY_TASK_ID", "");
   // scontrol requeue of the bare SLURM_JOB_ID of an array task works too, but the array form is
   // what squeue shows and what SLURM documents for one task of an array.
-  policy.job_id = !array_job.empty() && !array_task.empty() ? array_job + "_" + array_task
-                                                            : env.get_or("SLURM_JOB_ID", "");
+  policy.job_id =
+      !array_job.empty() && !array_task.empty() ? array_job + "_" + array_task : env.get_or("SLURM_JOB_ID", "");
   if (!auto_requeue) {
     policy.disabled_reason = "auto_requeue=false";
     return policy;
@@ -132,7 +132,8 @@ RequeueOutcome requeue_slurm_job(const std::string& job_id, std::chrono::seconds
   char buffer[512];
   bool timed_out = false;
   while (true) {
-    const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now());
+    const auto left =
+        std::chrono::duration_cast<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now());
     if (left.count() <= 0) {
       timed_out = true;
       break;

@@ -53,7 +53,6 @@ struct RequeueOutcome {
 
 /// Runs `scontrol requeue <job_id>` (scontrol from PATH) and waits at most `timeout` for it; a
 /// controller that does not answer must not keep the job alive past its time limit.
-RequeueOutcome requeue_slurm_job(const std::string& job_id,
-                                 std::chrono::seconds timeout = std::chrono::seconds(60));
+RequeueOutcome requeue_slurm_job(const std::string& job_id, std::chrono::seconds timeout = std::chrono::seconds(60));
 
 }  // namespace volt

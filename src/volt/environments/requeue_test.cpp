@@ -1,13 +1,12 @@
 #include "volt/environments/requeue.h"
 
+#include <gtest/gtest.h>
 #include <signal.h>
 #include <stdlib.h>
 #include <unistd.h>
 
 #include <filesystem>
 #include <fstream>
-
-#include <gtest/gtest.h>
 
 #include "volt/core/error.h"
 #include "volt/core/testing.h"

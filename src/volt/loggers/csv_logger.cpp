@@ -43,14 +43,15 @@ std::string python_float(double value) {
 
 std::ofstream open_for_writing(const std::string& path, std::ios::openmode mode) {
   std::ofstream file(path, std::ios::binary | mode);
-  VOLT_CHECK(file.is_open(), "cannot open '{}' for writing: {}. HINT: check that the log "
-             "directory is writable.", path, std::strerror(errno));
+  VOLT_CHECK(file.is_open(),
+             "cannot open '{}' for writing: {}. HINT: check that the log "
+             "directory is writable.",
+             path, std::strerror(errno));
   return file;
 }
 
 void check_written(const std::ofstream& file, const std::string& path) {
-  VOLT_CHECK(!file.fail(), "cannot write '{}': {}. HINT: check free disk space.", path,
-             std::strerror(errno));
+  VOLT_CHECK(!file.fail(), "cannot write '{}': {}. HINT: check free disk space.", path, std::strerror(errno));
 }
 
 }  // namespace
@@ -62,15 +63,15 @@ CSVLogger::CSVLogger(const LoggerOptions& options, int flush_logs_every_n_steps)
       flush_logs_every_n_steps_(flush_logs_every_n_steps) {
   VOLT_CHECK(flush_logs_every_n_steps >= 1,
              "CSVLogger flush_logs_every_n_steps is {}; expected at least 1. HINT: use 1 to "
-             "write every row at once.", flush_logs_every_n_steps);
+             "write every row at once.",
+             flush_logs_every_n_steps);
 }
 
 CSVLogger::~CSVLogger() {
   try {
     save();
   } catch (const std::exception& e) {
-    std::cerr << "volt: CSVLogger lost " << pending_.size() << " metric rows: " << e.what()
-              << "\n";
+    std::cerr << "volt: CSVLogger lost " << pending_.size() << " metric rows: " << e.what() << "\n";
   }
 }
 
@@ -81,7 +82,8 @@ std::string CSVLogger::log_dir() const { return log_dir_; }
 void CSVLogger::log_hyperparams(const nlohmann::json& params) {
   VOLT_CHECK(params.is_object(),
              "log_hyperparams got a JSON {}; expected an object of name: value pairs. HINT: wrap "
-             "it, e.g. {{\"value\": ...}}.", params.type_name());
+             "it, e.g. {{\"value\": ...}}.",
+             params.type_name());
   hparams_.update(params);
   create_log_dir();
   save_hparams_to_yaml((fs::path(log_dir_) / kHparamsFileName).string(), hparams_);
@@ -149,23 +151,21 @@ std::vector<std::string> CSVLogger::read_existing_header(const std::string& path
       header.back() += c;
     }
   }
-  VOLT_CHECK(std::is_sorted(header.begin(), header.end()) &&
-                 std::find(header.begin(), header.end(), kStepKey) != header.end(),
-             "cannot continue '{}': its header is not one CSVLogger wrote (sorted names with a 'step' column). "
-             "HINT: move the file away, or set LoggerOptions::append=false to start it over.",
-             path);
+  VOLT_CHECK(
+      std::is_sorted(header.begin(), header.end()) && std::find(header.begin(), header.end(), kStepKey) != header.end(),
+      "cannot continue '{}': its header is not one CSVLogger wrote (sorted names with a 'step' column). "
+      "HINT: move the file away, or set LoggerOptions::append=false to start it over.",
+      path);
   return header;
 }
 
-std::string CSVLogger::metrics_path() const {
-  return (fs::path(log_dir_) / kMetricsFileName).string();
-}
+std::string CSVLogger::metrics_path() const { return (fs::path(log_dir_) / kMetricsFileName).string(); }
 
 void CSVLogger::create_log_dir() const {
   std::error_code ec;
   fs::create_directories(log_dir_, ec);
-  VOLT_CHECK(!ec, "cannot create log directory '{}': {}. HINT: check that save_dir is writable.",
-             log_dir_, ec.message());
+  VOLT_CHECK(!ec, "cannot create log directory '{}': {}. HINT: check that save_dir is writable.", log_dir_,
+             ec.message());
 }
 
 std::string CSVLogger::format_row(const Row& row) const {
@@ -187,13 +187,15 @@ std::string CSVLogger::format_row(const Row& row) const {
 void CSVLogger::rewrite_with_header(const std::vector<std::string>& header) const {
   const std::string path = metrics_path();
   std::ifstream in(path, std::ios::binary);
-  VOLT_CHECK(in.is_open(), "cannot reopen '{}' to add new metric columns: {}. HINT: do not move "
-             "or delete the log directory during a run.", path, std::strerror(errno));
+  VOLT_CHECK(in.is_open(),
+             "cannot reopen '{}' to add new metric columns: {}. HINT: do not move "
+             "or delete the log directory during a run.",
+             path, std::strerror(errno));
 
   std::vector<std::size_t> new_column(header_.size());
   for (std::size_t i = 0; i < header_.size(); ++i) {
-    new_column[i] = static_cast<std::size_t>(
-        std::lower_bound(header.begin(), header.end(), header_[i]) - header.begin());
+    new_column[i] =
+        static_cast<std::size_t>(std::lower_bound(header.begin(), header.end(), header_[i]) - header.begin());
   }
 
   const std::string tmp_path = path + ".tmp";
@@ -222,8 +224,10 @@ void CSVLogger::rewrite_with_header(const std::vector<std::string>& header) cons
   // Replace in one step so a crash mid-rewrite leaves the old file, not half a new one.
   std::error_code ec;
   fs::rename(tmp_path, path, ec);
-  VOLT_CHECK(!ec, "cannot replace '{}' with '{}': {}. HINT: check the log directory's "
-             "permissions.", path, tmp_path, ec.message());
+  VOLT_CHECK(!ec,
+             "cannot replace '{}' with '{}': {}. HINT: check the log directory's "
+             "permissions.",
+             path, tmp_path, ec.message());
 }
 
 }  // namespace volt

@@ -1,16 +1,15 @@
 #include "volt/loggers/csv_logger.h"
 
+#include <gtest/gtest.h>
 #include <unistd.h>
+#include <yaml-cpp/yaml.h>
 
 #include <filesystem>
 #include <fstream>
+#include <nlohmann/json.hpp>
 #include <sstream>
 #include <string>
 #include <vector>
-
-#include <gtest/gtest.h>
-#include <nlohmann/json.hpp>
-#include <yaml-cpp/yaml.h>
 
 #include "volt/core/error.h"
 
@@ -64,8 +63,7 @@ class CSVLoggerTest : public ::testing::Test {
  protected:
   void SetUp() override {
     const auto* info = ::testing::UnitTest::GetInstance()->current_test_info();
-    root_ = fs::temp_directory_path() /
-            fmt::format("volt_csv_logger_test_{}_{}", info->name(), ::getpid());
+    root_ = fs::temp_directory_path() / fmt::format("volt_csv_logger_test_{}_{}", info->name(), ::getpid());
     fs::remove_all(root_);
   }
   void TearDown() override { fs::remove_all(root_); }
@@ -112,8 +110,7 @@ TEST_F(CSVLoggerTest, TheFileIsByteForByteWhatLightningWrites) {
   logger.log_metrics({{"loss", 0.5}}, 0);
   logger.log_metrics({{"loss", 0.25}, {"val,acc", 1.0}}, 1);
   logger.finalize("success");
-  EXPECT_EQ(read_file(fs::path(logger.log_dir()) / "metrics.csv"),
-            "loss,step,\"val,acc\"\r\n0.5,0,\r\n0.25,1,1.0\r\n");
+  EXPECT_EQ(read_file(fs::path(logger.log_dir()) / "metrics.csv"), "loss,step,\"val,acc\"\r\n0.5,0,\r\n0.25,1,1.0\r\n");
 }
 
 TEST_F(CSVLoggerTest, MissingKeysLeaveEmptyCells) {
@@ -261,9 +258,7 @@ TEST_F(CSVLoggerTest, HyperparametersMustBeAnObject) {
   EXPECT_THROW(logger.log_hyperparams(nlohmann::json::array({1, 2})), Error);
 }
 
-TEST(CSVLogger, RejectsAFlushIntervalBelowOne) {
-  EXPECT_THROW(CSVLogger(LoggerOptions{}, 0), Error);
-}
+TEST(CSVLogger, RejectsAFlushIntervalBelowOne) { EXPECT_THROW(CSVLogger(LoggerOptions{}, 0), Error); }
 
 }  // namespace
 }  // namespace volt

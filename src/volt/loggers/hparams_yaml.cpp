@@ -1,13 +1,13 @@
 #include "volt/loggers/hparams_yaml.h"
 
+#include <yaml-cpp/yaml.h>
+
 #include <cerrno>
 #include <cmath>
 #include <cstring>
 #include <fstream>
-#include <string_view>
-
 #include <nlohmann/json.hpp>
-#include <yaml-cpp/yaml.h>
+#include <string_view>
 
 #include "volt/core/error.h"
 #include "volt/core/strings.h"
@@ -19,8 +19,7 @@ using nlohmann::json;
 
 /// Words that PyYAML's YAML 1.1 resolver reads as a bool or null, or refuses ("=").
 bool is_reserved_word(std::string_view text) {
-  static constexpr std::string_view kWords[] = {"yes", "no",   "true", "false", "on",
-                                                "off", "null", "~",    "=",     "<<"};
+  static constexpr std::string_view kWords[] = {"yes", "no", "true", "false", "on", "off", "null", "~", "=", "<<"};
   const std::string lower = to_lower(text);
   for (std::string_view word : kWords) {
     if (lower == word) return true;
@@ -113,12 +112,13 @@ std::string to_hparams_yaml(const nlohmann::json& params) {
 void save_hparams_to_yaml(const std::string& path, const nlohmann::json& params) {
   const std::string text = to_hparams_yaml(params);
   std::ofstream file(path, std::ios::binary | std::ios::trunc);
-  VOLT_CHECK(file.is_open(), "cannot open '{}' for writing: {}. HINT: check that the log "
-             "directory is writable.", path, std::strerror(errno));
+  VOLT_CHECK(file.is_open(),
+             "cannot open '{}' for writing: {}. HINT: check that the log "
+             "directory is writable.",
+             path, std::strerror(errno));
   file << text;
   file.close();
-  VOLT_CHECK(!file.fail(), "cannot write '{}': {}. HINT: check free disk space.", path,
-             std::strerror(errno));
+  VOLT_CHECK(!file.fail(), "cannot write '{}': {}. HINT: check free disk space.", path, std::strerror(errno));
 }
 
 }  // namespace volt

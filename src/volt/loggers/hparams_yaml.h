@@ -1,9 +1,8 @@
 // Hyperparameters as Lightning's `hparams.yaml`, readable by Python's `yaml.safe_load`.
 #pragma once
 
-#include <string>
-
 #include <nlohmann/json_fwd.hpp>
+#include <string>
 
 namespace volt {
 

@@ -1,11 +1,11 @@
 #include "volt/loggers/hparams_yaml.h"
 
-#include <cmath>
-#include <string>
-
 #include <gtest/gtest.h>
-#include <nlohmann/json.hpp>
 #include <yaml-cpp/yaml.h>
+
+#include <cmath>
+#include <nlohmann/json.hpp>
+#include <string>
 
 #include "volt/core/error.h"
 
@@ -33,13 +33,13 @@ TEST(HparamsYaml, NestedObjectsAndArraysBecomeBlockMapsAndSequences) {
 }
 
 TEST(HparamsYaml, FloatsKeepADotSoPyYamlReadsThemAsFloats) {
-  const json params = {{"a", 1e-05}, {"b", 3.0}, {"c", -2.5e20}, {"d", 0.1},
-                       {"e", std::numeric_limits<double>::infinity()}};
+  const json params = {
+      {"a", 1e-05}, {"b", 3.0}, {"c", -2.5e20}, {"d", 0.1}, {"e", std::numeric_limits<double>::infinity()}};
   EXPECT_EQ(to_hparams_yaml(params), "a: 1.0e-05\nb: 3.0\nc: -2.5e+20\nd: 0.1\ne: .inf\n");
 }
 
 TEST(HparamsYaml, StringsThatLookLikeOtherTypesAreQuoted) {
-  const json params = {{"a", "true"}, {"b", "1e-3"}, {"c", ""},     {"d", "No"},
+  const json params = {{"a", "true"},  {"b", "1e-3"}, {"c", ""},     {"d", "No"},
                        {"e", "12:30"}, {"f", "adam"}, {"g", "null"}, {"1", "key"}};
   EXPECT_EQ(to_hparams_yaml(params),
             "\"1\": key\n"
@@ -53,8 +53,11 @@ TEST(HparamsYaml, StringsThatLookLikeOtherTypesAreQuoted) {
 }
 
 TEST(HparamsYaml, ReadsBackWithTheSameValues) {
-  const json params = {{"name", "run: 1"}, {"lr", 0.0003}, {"steps", 123456789012LL},
-                       {"tags", json::array({"a", "b"})}, {"empty", json::object()}};
+  const json params = {{"name", "run: 1"},
+                       {"lr", 0.0003},
+                       {"steps", 123456789012LL},
+                       {"tags", json::array({"a", "b"})},
+                       {"empty", json::object()}};
   const YAML::Node node = YAML::Load(to_hparams_yaml(params));
   EXPECT_EQ(node["name"].as<std::string>(), "run: 1");
   EXPECT_EQ(node["lr"].as<double>(), 0.0003);

@@ -19,8 +19,7 @@ long long version_number(const std::string& folder) {
   if (folder.compare(0, kVersionPrefix.size(), kVersionPrefix) != 0) return -1;
   const std::string_view digits = std::string_view(folder).substr(kVersionPrefix.size());
   const bool all_digits =
-      !digits.empty() && std::all_of(digits.begin(), digits.end(),
-                                     [](char c) { return c >= '0' && c <= '9'; });
+      !digits.empty() && std::all_of(digits.begin(), digits.end(), [](char c) { return c >= '0' && c <= '9'; });
   if (!all_digits) return -1;
   // Too many digits to be a real version: ignore rather than overflow.
   if (digits.size() > 18) return -1;
@@ -50,8 +49,10 @@ fs::path versions_root(const LoggerOptions& options) {
 }  // namespace
 
 std::string version_name(long long number) {
-  VOLT_CHECK(number >= 0, "a logger version number is {}; expected 0 or more. HINT: use a "
-             "string version for other folder names.", number);
+  VOLT_CHECK(number >= 0,
+             "a logger version number is {}; expected 0 or more. HINT: use a "
+             "string version for other folder names.",
+             number);
   return fmt::format("{}{}", kVersionPrefix, number);
 }
 

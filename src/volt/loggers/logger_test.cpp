@@ -1,12 +1,11 @@
 #include "volt/loggers/logger.h"
 
+#include <gtest/gtest.h>
 #include <unistd.h>
 
 #include <filesystem>
 #include <fstream>
 #include <string>
-
-#include <gtest/gtest.h>
 
 #include "volt/core/error.h"
 
@@ -20,8 +19,7 @@ class LogDirTest : public ::testing::Test {
  protected:
   void SetUp() override {
     const auto* info = ::testing::UnitTest::GetInstance()->current_test_info();
-    root_ = fs::temp_directory_path() /
-            fmt::format("volt_logger_test_{}_{}", info->name(), ::getpid());
+    root_ = fs::temp_directory_path() / fmt::format("volt_logger_test_{}_{}", info->name(), ::getpid());
     fs::remove_all(root_);
     fs::create_directories(root_);
   }

@@ -1,5 +1,6 @@
 #include "volt/loggers/tensorboard_logger.h"
 
+#include <google/protobuf/struct.pb.h>
 #include <unistd.h>
 
 #include <atomic>
@@ -11,10 +12,8 @@
 #include <filesystem>
 #include <fstream>
 #include <iostream>
-#include <system_error>
-
-#include <google/protobuf/struct.pb.h>
 #include <nlohmann/json.hpp>
+#include <system_error>
 
 #include "volt/core/error.h"
 #include "volt/loggers/hparams_yaml.h"
@@ -40,8 +39,7 @@ constexpr const char* kHparamsFileName = "hparams.yaml";
 std::atomic<int> event_file_counter{0};
 
 double unix_time_now() {
-  return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch())
-      .count();
+  return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
 }
 
 std::string host_name() {
@@ -52,8 +50,7 @@ std::string host_name() {
 
 /// `params` flattened as Lightning's `_flatten_dict(params, delimiter="/")`: a nested non-empty
 /// object's leaves get "outer/inner" names.
-void flatten(const nlohmann::json& value, const std::string& key,
-             std::map<std::string, nlohmann::json>& out) {
+void flatten(const nlohmann::json& value, const std::string& key, std::map<std::string, nlohmann::json>& out) {
   if (!value.is_object() || value.empty()) {
     out[key] = value;
     return;
@@ -139,20 +136,23 @@ struct TensorBoardLogger::Impl {
   void create_log_dir() const {
     std::error_code ec;
     fs::create_directories(log_dir, ec);
-    VOLT_CHECK(!ec, "cannot create TensorBoard log directory '{}': {}. HINT: check that save_dir "
-               "is writable.", log_dir, ec.message());
+    VOLT_CHECK(!ec,
+               "cannot create TensorBoard log directory '{}': {}. HINT: check that save_dir "
+               "is writable.",
+               log_dir, ec.message());
   }
 
   void open() {
     create_log_dir();
     const long long seconds = static_cast<long long>(std::time(nullptr));
-    const std::string file_name =
-        fmt::format("{}{:010d}.{}.{}.{}{}", kEventFilePrefix, seconds, host_name(), ::getpid(),
-                    event_file_counter.fetch_add(1), options.filename_suffix);
+    const std::string file_name = fmt::format("{}{:010d}.{}.{}.{}{}", kEventFilePrefix, seconds, host_name(),
+                                              ::getpid(), event_file_counter.fetch_add(1), options.filename_suffix);
     const std::string new_path = (fs::path(log_dir) / file_name).string();
     file.open(new_path, std::ios::binary | std::ios::trunc);
-    VOLT_CHECK(file.is_open(), "cannot open TensorBoard event file '{}' for writing: {}. HINT: "
-               "check that the log directory is writable.", new_path, std::strerror(errno));
+    VOLT_CHECK(file.is_open(),
+               "cannot open TensorBoard event file '{}' for writing: {}. HINT: "
+               "check that the log directory is writable.",
+               new_path, std::strerror(errno));
     path = new_path;
     last_flush = std::chrono::steady_clock::now();
     pb::Event first;
@@ -184,20 +184,23 @@ struct TensorBoardLogger::Impl {
   }
 
   void check_written() const {
-    VOLT_CHECK(!file.fail(), "cannot write TensorBoard event file '{}': {}. HINT: check free "
-               "disk space.", path, std::strerror(errno));
+    VOLT_CHECK(!file.fail(),
+               "cannot write TensorBoard event file '{}': {}. HINT: check free "
+               "disk space.",
+               path, std::strerror(errno));
   }
 };
 
-TensorBoardLogger::TensorBoardLogger(const LoggerOptions& options,
-                                     const TensorBoardOptions& tensorboard_options)
+TensorBoardLogger::TensorBoardLogger(const LoggerOptions& options, const TensorBoardOptions& tensorboard_options)
     : impl_(std::make_unique<Impl>()) {
   VOLT_CHECK(std::isfinite(tensorboard_options.flush_secs) && tensorboard_options.flush_secs >= 0,
              "TensorBoardOptions.flush_secs is {}; expected 0 or more seconds. HINT: use 0 to "
-             "flush every record.", tensorboard_options.flush_secs);
+             "flush every record.",
+             tensorboard_options.flush_secs);
   VOLT_CHECK(tensorboard_options.filename_suffix.find('/') == std::string::npos,
              "TensorBoardOptions.filename_suffix is '{}'; expected no '/'. HINT: choose the "
-             "folder with LoggerOptions.save_dir and name.", tensorboard_options.filename_suffix);
+             "folder with LoggerOptions.save_dir and name.",
+             tensorboard_options.filename_suffix);
   impl_->name = options.name;
   impl_->version = resolve_version(options);
   LoggerOptions resolved = options;
@@ -225,7 +228,8 @@ std::string TensorBoardLogger::event_file_path() const { return impl_->path; }
 void TensorBoardLogger::log_hyperparams(const nlohmann::json& params) {
   VOLT_CHECK(params.is_object(),
              "log_hyperparams got a JSON {}; expected an object of name: value pairs. HINT: wrap "
-             "it, e.g. {{\"value\": ...}}.", params.type_name());
+             "it, e.g. {{\"value\": ...}}.",
+             params.type_name());
   impl_->hparams.update(params);
 
   std::map<std::string, nlohmann::json> flat;

@@ -4,9 +4,8 @@
 #include <cstdint>
 #include <map>
 #include <memory>
-#include <string>
-
 #include <nlohmann/json_fwd.hpp>
+#include <string>
 
 #include "volt/loggers/logger.h"
 
@@ -49,8 +48,7 @@ class TensorBoardLogger : public Logger {
   static constexpr const char* kHpMetric = "hp_metric";
 
   /// A logger writing under `resolve_log_dir(options)`, resolved once, here; creates nothing yet.
-  explicit TensorBoardLogger(const LoggerOptions& options,
-                             const TensorBoardOptions& tensorboard_options = {});
+  explicit TensorBoardLogger(const LoggerOptions& options, const TensorBoardOptions& tensorboard_options = {});
   /// Flushes and closes the file; an error is reported on stderr, since a destructor cannot throw.
   ~TensorBoardLogger() override;
   TensorBoardLogger(const TensorBoardLogger&) = delete;

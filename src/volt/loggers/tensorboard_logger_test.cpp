@@ -1,16 +1,15 @@
 #include "volt/loggers/tensorboard_logger.h"
 
+#include <gtest/gtest.h>
 #include <unistd.h>
 
 #include <filesystem>
 #include <fstream>
+#include <nlohmann/json.hpp>
 #include <regex>
 #include <sstream>
 #include <string>
 #include <vector>
-
-#include <gtest/gtest.h>
-#include <nlohmann/json.hpp>
 
 #include "volt/core/error.h"
 #include "volt/loggers/csv_logger.h"
@@ -53,8 +52,7 @@ std::vector<fs::path> event_files(const fs::path& dir) {
 }
 
 /// The hparams plugin data of the summaries tagged `tag`, in file order.
-std::vector<pb::HParamsPluginData> plugin_data(const std::vector<pb::Event>& events,
-                                               const std::string& tag) {
+std::vector<pb::HParamsPluginData> plugin_data(const std::vector<pb::Event>& events, const std::string& tag) {
   std::vector<pb::HParamsPluginData> found;
   for (const pb::Event& event : events) {
     for (const auto& value : event.summary().value()) {
@@ -72,8 +70,7 @@ class TensorBoardLoggerTest : public ::testing::Test {
  protected:
   void SetUp() override {
     const auto* info = ::testing::UnitTest::GetInstance()->current_test_info();
-    root_ = fs::temp_directory_path() /
-            fmt::format("volt_tensorboard_test_{}_{}", info->name(), ::getpid());
+    root_ = fs::temp_directory_path() / fmt::format("volt_tensorboard_test_{}_{}", info->name(), ::getpid());
     fs::remove_all(root_);
     fs::create_directories(root_);
   }
@@ -110,8 +107,7 @@ TEST_F(TensorBoardLoggerTest, TheEventFileIsNamedAsTensorBoardsWriterNamesIt) {
   logger.log_metrics({{"loss", 1.0}}, 0);
   const fs::path path(logger.event_file_path());
   EXPECT_EQ(path.parent_path().string(), logger.log_dir());
-  const std::regex pattern(fmt::format(R"(events\.out\.tfevents\.\d{{10}}\.[^.].*\.{}\.\d+)",
-                                       ::getpid()));
+  const std::regex pattern(fmt::format(R"(events\.out\.tfevents\.\d{{10}}\.[^.].*\.{}\.\d+)", ::getpid()));
   EXPECT_TRUE(std::regex_match(path.filename().string(), pattern)) << path;
   EXPECT_EQ(event_files(logger.log_dir()), std::vector<fs::path>{path});
 }
@@ -214,16 +210,14 @@ TEST_F(TensorBoardLoggerTest, TheDefaultHpMetricCanBeTurnedOff) {
 
 TEST_F(TensorBoardLoggerTest, FinalizeEndsTheSessionWithItsStatusAndClosesTheFile) {
   const std::vector<std::pair<std::string, pb::Status>> cases = {
-      {"success", pb::STATUS_SUCCESS}, {"failed", pb::STATUS_FAILURE},
-      {"interrupted", pb::STATUS_UNKNOWN}};
+      {"success", pb::STATUS_SUCCESS}, {"failed", pb::STATUS_FAILURE}, {"interrupted", pb::STATUS_UNKNOWN}};
   for (const auto& [status, expected] : cases) {
     LoggerOptions o = options();
     o.version = status;
     TensorBoardLogger logger(o);
     logger.log_hyperparams({{"lr", 0.01}});
     logger.finalize(status);
-    const auto ends = plugin_data(read_events(logger.event_file_path()),
-                                  "_hparams_/session_end_info");
+    const auto ends = plugin_data(read_events(logger.event_file_path()), "_hparams_/session_end_info");
     ASSERT_EQ(ends.size(), 1u) << status;
     EXPECT_EQ(ends[0].session_end_info().status(), expected) << status;
     EXPECT_GT(ends[0].session_end_info().end_time_secs(), 1.6e9);
@@ -234,8 +228,7 @@ TEST_F(TensorBoardLoggerTest, FinalizeWithoutHyperparametersWritesNoSessionEnd) 
   TensorBoardLogger logger(options());
   logger.log_metrics({{"loss", 1.0}}, 1);
   logger.finalize("success");
-  EXPECT_TRUE(plugin_data(read_events(logger.event_file_path()), "_hparams_/session_end_info")
-                  .empty());
+  EXPECT_TRUE(plugin_data(read_events(logger.event_file_path()), "_hparams_/session_end_info").empty());
 }
 
 TEST_F(TensorBoardLoggerTest, ARecordAfterFinalizeStartsANewFile) {

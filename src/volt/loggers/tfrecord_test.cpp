@@ -1,18 +1,16 @@
 #include "volt/loggers/tfrecord.h"
 
+#include <gtest/gtest.h>
+
 #include <stdexcept>
 #include <string>
-
-#include <gtest/gtest.h>
 
 #include "volt/loggers/tfrecord_test_reader.h"
 
 namespace volt::internal {
 namespace {
 
-TEST(Crc32c, MatchesTheStandardCheckValue) {
-  EXPECT_EQ(crc32c("123456789"), 0xE3069283u);
-}
+TEST(Crc32c, MatchesTheStandardCheckValue) { EXPECT_EQ(crc32c("123456789"), 0xE3069283u); }
 
 TEST(Crc32c, MatchesRfc3720Vectors) {
   EXPECT_EQ(crc32c(""), 0u);
@@ -36,8 +34,8 @@ TEST(FrameTfrecord, LaysOutLengthCrcDataCrc) {
 
 TEST(FrameTfrecord, RecordsRoundTripThroughAReaderThatChecksCrcs) {
   const std::string binary("\0\x01\xff\x80zz", 6);
-  const std::string file = frame_tfrecord("first") + frame_tfrecord("") + frame_tfrecord(binary) +
-                           frame_tfrecord(std::string(70000, 'x'));
+  const std::string file =
+      frame_tfrecord("first") + frame_tfrecord("") + frame_tfrecord(binary) + frame_tfrecord(std::string(70000, 'x'));
   const auto records = testing::read_tfrecords(file);
   ASSERT_EQ(records.size(), 4u);
   EXPECT_EQ(records[0], "first");

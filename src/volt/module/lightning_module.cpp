@@ -7,10 +7,14 @@ namespace volt {
 
 const char* to_string(Reduce reduce) {
   switch (reduce) {
-    case Reduce::kMean: return "mean";
-    case Reduce::kSum: return "sum";
-    case Reduce::kMax: return "max";
-    case Reduce::kMin: return "min";
+    case Reduce::kMean:
+      return "mean";
+    case Reduce::kSum:
+      return "sum";
+    case Reduce::kMax:
+      return "max";
+    case Reduce::kMin:
+      return "min";
   }
   return "?";
 }
@@ -22,8 +26,10 @@ Reduce parse_reduce(const std::string& text) {
 
 const char* to_string(Interval interval) {
   switch (interval) {
-    case Interval::kEpoch: return "epoch";
-    case Interval::kStep: return "step";
+    case Interval::kEpoch:
+      return "epoch";
+    case Interval::kStep:
+      return "step";
   }
   return "?";
 }
@@ -53,18 +59,20 @@ torch::Tensor LightningModule::training_step_end(const std::vector<torch::Tensor
     VOLT_CHECK(losses[i].defined() && losses[i].numel() == 1,
                "{}::training_step returned {} for replica {}; the default training_step_end expects scalar losses. "
                "HINT: return a scalar loss, or override training_step_end to combine your outputs.",
-               name(), losses[i].defined() ? fmt::format("shape {}", c10::str(losses[i].sizes())) : "an undefined tensor",
-               i);
-    const torch::Tensor weighted = losses[i].reshape({}) * (static_cast<double>(batch_sizes[i]) / static_cast<double>(total));
+               name(),
+               losses[i].defined() ? fmt::format("shape {}", c10::str(losses[i].sizes())) : "an undefined tensor", i);
+    const torch::Tensor weighted =
+        losses[i].reshape({}) * (static_cast<double>(batch_sizes[i]) / static_cast<double>(total));
     sum = sum.defined() ? sum + weighted : weighted;
   }
   return sum;
 }
 
 torch::Tensor LightningModule::predict_step(const Batch& batch, int64_t batch_idx) {
-  throw Error(fmt::format("{} does not implement predict_step, so Trainer::predict has nothing to run. "
-                          "HINT: override `torch::Tensor predict_step(const volt::Batch&, int64_t)`.",
-                          name()));
+  throw Error(
+      fmt::format("{} does not implement predict_step, so Trainer::predict has nothing to run. "
+                  "HINT: override `torch::Tensor predict_step(const volt::Batch&, int64_t)`.",
+                  name()));
 }
 
 void LightningModule::log(const std::string& name, const torch::Tensor& value, const LogOptions& options) {

@@ -1,14 +1,14 @@
 // The base class a user derives from: model, steps, optimizers and data in one class.
 #pragma once
 
-#include <functional>
-#include <memory>
-#include <string>
-#include <vector>
-
-#include <nlohmann/json.hpp>
 #include <torch/nn/module.h>
 #include <torch/optim/optimizer.h>
+
+#include <functional>
+#include <memory>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <vector>
 
 #include "volt/data/data_loader.h"
 #include "volt/module/log_options.h"
@@ -153,8 +153,7 @@ class LightningModule : public torch::nn::Module {
   }
   /// Wraps the model for ddp; return nullptr (the default) for c10d's Reducer over every
   /// trainable parameter, or another GradientSynchronizer (e.g. one that skips frozen parts).
-  virtual std::shared_ptr<GradientSynchronizer> configure_ddp(ProcessGroup& group,
-                                                              const GradientSyncOptions& options) {
+  virtual std::shared_ptr<GradientSynchronizer> configure_ddp(ProcessGroup& group, const GradientSyncOptions& options) {
     return nullptr;
   }
   /// A new module of the same architecture (same options), for dp and ddp2 on several CUDA

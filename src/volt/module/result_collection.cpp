@@ -6,8 +6,7 @@
 
 namespace volt {
 
-ResultCollection::ResultCollection(bool training, SyncFn sync)
-    : training_(training), sync_(std::move(sync)) {}
+ResultCollection::ResultCollection(bool training, SyncFn sync) : training_(training), sync_(std::move(sync)) {}
 
 void ResultCollection::log(const std::string& name, const torch::Tensor& value, const LogOptions& options) {
   VOLT_CHECK(value.defined() && value.numel() == 1,
@@ -39,18 +38,27 @@ void ResultCollection::log(const std::string& name, const torch::Tensor& value, 
       entry.aggregate += v * weight;
       entry.weight += weight;
       break;
-    case Reduce::kSum: entry.aggregate += v; break;
-    case Reduce::kMax: entry.aggregate = entry.count == 0 ? v : std::max(entry.aggregate, v); break;
-    case Reduce::kMin: entry.aggregate = entry.count == 0 ? v : std::min(entry.aggregate, v); break;
+    case Reduce::kSum:
+      entry.aggregate += v;
+      break;
+    case Reduce::kMax:
+      entry.aggregate = entry.count == 0 ? v : std::max(entry.aggregate, v);
+      break;
+    case Reduce::kMin:
+      entry.aggregate = entry.count == 0 ? v : std::min(entry.aggregate, v);
+      break;
   }
   ++entry.count;
 }
 
 bool ResultCollection::wanted(const Entry& entry, MetricTarget target) {
   switch (target) {
-    case MetricTarget::kLogger: return entry.options.logger;
-    case MetricTarget::kProgBar: return entry.options.prog_bar;
-    case MetricTarget::kCallback: return true;
+    case MetricTarget::kLogger:
+      return entry.options.logger;
+    case MetricTarget::kProgBar:
+      return entry.options.prog_bar;
+    case MetricTarget::kCallback:
+      return true;
   }
   return false;
 }
@@ -87,9 +95,15 @@ void ResultCollection::sync_epoch(const std::function<void(torch::Tensor&, Reduc
     if (!entry.options.sync_dist || !*entry.options.on_epoch) continue;
     switch (entry.options.reduce_fx) {
       case Reduce::kMean:
-      case Reduce::kSum: sums.push_back(&entry); break;
-      case Reduce::kMax: maxima.push_back(&entry); break;
-      case Reduce::kMin: minima.push_back(&entry); break;
+      case Reduce::kSum:
+        sums.push_back(&entry);
+        break;
+      case Reduce::kMax:
+        maxima.push_back(&entry);
+        break;
+      case Reduce::kMin:
+        minima.push_back(&entry);
+        break;
     }
   }
   if (!sums.empty()) {

@@ -1,10 +1,10 @@
 #include "volt/optim/field_reader.h"
 
-#include <cmath>
-#include <utility>
-
 #include <ATen/core/jit_type.h>
 #include <fmt/format.h>
+
+#include <cmath>
+#include <utility>
 
 #include "volt/core/strings.h"
 
@@ -164,26 +164,20 @@ at::Tensor FieldReader::tensor_like(const char* key, const at::Tensor& like) {
   const at::Tensor& tensor = value->toTensor();
   if (!tensor.defined() || tensor.sizes() != like.sizes()) {
     problem(fmt::format("{} has shape {}; the parameter it belongs to has shape {}", name(key),
-                        tensor.defined() ? shape_string(tensor.sizes()) : "(undefined)",
-                        shape_string(like.sizes())));
+                        tensor.defined() ? shape_string(tensor.sizes()) : "(undefined)", shape_string(like.sizes())));
     return {};
   }
   // Like PyTorch's load_state_dict: floating state follows the parameter's dtype and everything
   // follows its device. Always a copy, so that the loaded optimizer never shares memory with
   // the checkpoint (or with the optimizer the checkpoint was taken from).
-  const at::ScalarType dtype = tensor.is_floating_point() && like.is_floating_point()
-                                   ? like.scalar_type()
-                                   : tensor.scalar_type();
+  const at::ScalarType dtype =
+      tensor.is_floating_point() && like.is_floating_point() ? like.scalar_type() : tensor.scalar_type();
   return tensor.to(like.device(), dtype, /*non_blocking=*/false, /*copy=*/true);
 }
 
-c10::impl::GenericDict new_string_dict() {
-  return c10::impl::GenericDict(c10::StringType::get(), c10::AnyType::get());
-}
+c10::impl::GenericDict new_string_dict() { return c10::impl::GenericDict(c10::StringType::get(), c10::AnyType::get()); }
 
-c10::impl::GenericDict new_int_dict() {
-  return c10::impl::GenericDict(c10::IntType::get(), c10::AnyType::get());
-}
+c10::impl::GenericDict new_int_dict() { return c10::impl::GenericDict(c10::IntType::get(), c10::AnyType::get()); }
 
 std::string bullet_list(const Problems& problems) {
   std::string result;

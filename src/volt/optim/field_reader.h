@@ -2,14 +2,14 @@
 // state. Internal to volt::optim.
 #pragma once
 
+#include <ATen/core/Dict.h>
+#include <ATen/core/Tensor.h>
+#include <ATen/core/ivalue.h>
+
 #include <cstdint>
 #include <optional>
 #include <string>
 #include <vector>
-
-#include <ATen/core/Dict.h>
-#include <ATen/core/ivalue.h>
-#include <ATen/core/Tensor.h>
 
 namespace volt::internal {
 

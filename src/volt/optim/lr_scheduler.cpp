@@ -1,12 +1,12 @@
 #include "volt/optim/lr_scheduler.h"
 
+#include <c10/util/Exception.h>
+#include <fmt/format.h>
+
 #include <algorithm>
 #include <cmath>
 #include <limits>
 #include <utility>
-
-#include <c10/util/Exception.h>
-#include <fmt/format.h>
 
 #include "volt/core/error.h"
 #include "volt/core/strings.h"
@@ -25,17 +25,14 @@ constexpr const char* kOptionsHint =
     "HINT: the optimizer's options must implement get_lr() and set_lr() (LibTorch's SGD, Adam, "
     "AdamW, RMSprop, Adagrad and LBFGS do); override them in your OptimizerOptions subclass.";
 
-c10::List<double> to_list(const std::vector<double>& values) {
-  return c10::List<double>(values);
-}
+c10::List<double> to_list(const std::vector<double>& values) { return c10::List<double>(values); }
 
 /// Reads a list of one number per param group.
-std::optional<std::vector<double>> per_group(FieldReader& reader, const char* key,
-                                             size_t groups) {
+std::optional<std::vector<double>> per_group(FieldReader& reader, const char* key, size_t groups) {
   auto values = reader.numbers(key);
   if (values && values->size() != groups) {
-    reader.problem(fmt::format("{} has {} value(s); the optimizer has {} param group(s)",
-                               reader.name(key), values->size(), groups));
+    reader.problem(fmt::format("{} has {} value(s); the optimizer has {} param group(s)", reader.name(key),
+                               values->size(), groups));
     return std::nullopt;
   }
   return values;
@@ -72,8 +69,8 @@ void LRScheduler::advance() {
   ++last_epoch_;
   ++step_count_;
   const std::vector<double> lrs = compute_lrs();
-  VOLT_INTERNAL_ASSERT(lrs.size() == group_count(), "{} computed {} lrs for {} groups", name(),
-                       lrs.size(), group_count());
+  VOLT_INTERNAL_ASSERT(lrs.size() == group_count(), "{} computed {} lrs for {} groups", name(), lrs.size(),
+                       group_count());
   set_lrs(lrs);
   last_lr_ = lrs;
 }
@@ -91,8 +88,7 @@ std::vector<double> LRScheduler::current_lrs() const {
   try {
     for (const auto& group : optimizer_->param_groups()) lrs.push_back(group.options().get_lr());
   } catch (const c10::Error& e) {
-    throw Error(fmt::format("cannot read the optimizer's lr: {}\n{}", e.what_without_backtrace(),
-                            kOptionsHint));
+    throw Error(fmt::format("cannot read the optimizer's lr: {}\n{}", e.what_without_backtrace(), kOptionsHint));
   }
   return lrs;
 }
@@ -103,8 +99,7 @@ void LRScheduler::set_lrs(const std::vector<double>& lrs) {
       optimizer_->param_groups()[i].options().set_lr(lrs[i]);
     }
   } catch (const c10::Error& e) {
-    throw Error(fmt::format("cannot set the optimizer's lr: {}\n{}", e.what_without_backtrace(),
-                            kOptionsHint));
+    throw Error(fmt::format("cannot set the optimizer's lr: {}\n{}", e.what_without_backtrace(), kOptionsHint));
   }
 }
 
@@ -137,9 +132,7 @@ void LRScheduler::load_or_throw(const StateDict& state) {
   if (reader.has(kSchedulerKindKey)) {
     const auto kind = reader.string(kSchedulerKindKey);
     if (kind && *kind != name()) {
-      reader.problem(
-          fmt::format("the checkpoint holds the state of a {}; this scheduler is a {}", *kind,
-                      name()));
+      reader.problem(fmt::format("the checkpoint holds the state of a {}; this scheduler is a {}", *kind, name()));
     }
   }
   if (problems.empty()) {
@@ -150,11 +143,11 @@ void LRScheduler::load_or_throw(const StateDict& state) {
     load_fields(reader);
   }
   if (problems.empty()) return;
-  throw CheckpointError(fmt::format(
-      "the {} state does not fit this scheduler:{}\nHINT: create the same scheduler over the "
-      "same optimizer as the run that wrote the checkpoint, or resume without the scheduler "
-      "state.",
-      name(), internal::bullet_list(problems)));
+  throw CheckpointError(
+      fmt::format("the {} state does not fit this scheduler:{}\nHINT: create the same scheduler over the "
+                  "same optimizer as the run that wrote the checkpoint, or resume without the scheduler "
+                  "state.",
+                  name(), internal::bullet_list(problems)));
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -162,10 +155,11 @@ void LRScheduler::load_or_throw(const StateDict& state) {
 
 StepLR::StepLR(torch::optim::Optimizer& optimizer, int64_t step_size, double gamma)
     : LRScheduler(optimizer), step_size_(step_size), gamma_(gamma) {
-  VOLT_CHECK(step_size > 0, "StepLR's step_size is {}; expected > 0. HINT: it is the number of "
-             "periods between two decays.", step_size);
-  VOLT_CHECK(gamma > 0, "StepLR's gamma is {}; expected > 0. HINT: 0.1 divides the lr by 10.",
-             gamma);
+  VOLT_CHECK(step_size > 0,
+             "StepLR's step_size is {}; expected > 0. HINT: it is the number of "
+             "periods between two decays.",
+             step_size);
+  VOLT_CHECK(gamma > 0, "StepLR's gamma is {}; expected > 0. HINT: 0.1 divides the lr by 10.", gamma);
   initial_step();
 }
 
@@ -190,21 +184,18 @@ void StepLR::load_fields(FieldReader& reader) {
 // ---------------------------------------------------------------------------------------------
 // MultiStepLR
 
-MultiStepLR::MultiStepLR(torch::optim::Optimizer& optimizer, std::vector<int64_t> milestones,
-                         double gamma)
+MultiStepLR::MultiStepLR(torch::optim::Optimizer& optimizer, std::vector<int64_t> milestones, double gamma)
     : LRScheduler(optimizer), milestones_(std::move(milestones)), gamma_(gamma) {
   std::sort(milestones_.begin(), milestones_.end());
   VOLT_CHECK(milestones_.empty() || milestones_.front() >= 0,
              "MultiStepLR's milestones include {}; expected epochs >= 0.", milestones_.front());
-  VOLT_CHECK(gamma > 0, "MultiStepLR's gamma is {}; expected > 0. HINT: 0.1 divides the lr by 10.",
-             gamma);
+  VOLT_CHECK(gamma > 0, "MultiStepLR's gamma is {}; expected > 0. HINT: 0.1 divides the lr by 10.", gamma);
   initial_step();
 }
 
 std::vector<double> MultiStepLR::compute_lrs() {
   // PyTorch's bisect_right: the number of milestones reached so far.
-  const auto passed = std::upper_bound(milestones_.begin(), milestones_.end(), last_epoch()) -
-                      milestones_.begin();
+  const auto passed = std::upper_bound(milestones_.begin(), milestones_.end(), last_epoch()) - milestones_.begin();
   const double factor = std::pow(gamma_, static_cast<double>(passed));
   std::vector<double> lrs;
   for (const double base : base_lrs()) lrs.push_back(base * factor);
@@ -243,10 +234,11 @@ void MultiStepLR::load_fields(FieldReader& reader) {
 // ---------------------------------------------------------------------------------------------
 // ExponentialLR
 
-ExponentialLR::ExponentialLR(torch::optim::Optimizer& optimizer, double gamma)
-    : LRScheduler(optimizer), gamma_(gamma) {
-  VOLT_CHECK(gamma > 0, "ExponentialLR's gamma is {}; expected > 0. HINT: 0.95 lowers the lr by "
-             "5% per period.", gamma);
+ExponentialLR::ExponentialLR(torch::optim::Optimizer& optimizer, double gamma) : LRScheduler(optimizer), gamma_(gamma) {
+  VOLT_CHECK(gamma > 0,
+             "ExponentialLR's gamma is {}; expected > 0. HINT: 0.95 lowers the lr by "
+             "5% per period.",
+             gamma);
   initial_step();
 }
 
@@ -266,18 +258,18 @@ void ExponentialLR::load_fields(FieldReader& reader) {
 // ---------------------------------------------------------------------------------------------
 // CosineAnnealingLR
 
-CosineAnnealingLR::CosineAnnealingLR(torch::optim::Optimizer& optimizer, int64_t t_max,
-                                     double eta_min)
+CosineAnnealingLR::CosineAnnealingLR(torch::optim::Optimizer& optimizer, int64_t t_max, double eta_min)
     : LRScheduler(optimizer), t_max_(t_max), eta_min_(eta_min) {
-  VOLT_CHECK(t_max > 0, "CosineAnnealingLR's T_max is {}; expected > 0. HINT: it is the number "
-             "of periods from the base lr down to eta_min, e.g. max_epochs.", t_max);
+  VOLT_CHECK(t_max > 0,
+             "CosineAnnealingLR's T_max is {}; expected > 0. HINT: it is the number "
+             "of periods from the base lr down to eta_min, e.g. max_epochs.",
+             t_max);
   VOLT_CHECK(eta_min >= 0, "CosineAnnealingLR's eta_min is {}; expected >= 0.", eta_min);
   initial_step();
 }
 
 std::vector<double> CosineAnnealingLR::compute_lrs() {
-  const double cosine =
-      (1 + std::cos(kPi * static_cast<double>(last_epoch()) / static_cast<double>(t_max_))) / 2;
+  const double cosine = (1 + std::cos(kPi * static_cast<double>(last_epoch()) / static_cast<double>(t_max_))) / 2;
   std::vector<double> lrs;
   for (const double base : base_lrs()) lrs.push_back(eta_min_ + (base - eta_min_) * cosine);
   return lrs;
@@ -297,8 +289,7 @@ void CosineAnnealingLR::load_fields(FieldReader& reader) {
 // ---------------------------------------------------------------------------------------------
 // LambdaLR
 
-LambdaLR::LambdaLR(torch::optim::Optimizer& optimizer,
-                   std::function<double(int64_t epoch)> lr_lambda)
+LambdaLR::LambdaLR(torch::optim::Optimizer& optimizer, std::function<double(int64_t epoch)> lr_lambda)
     : LRScheduler(optimizer), lr_lambda_(std::move(lr_lambda)) {
   VOLT_CHECK(static_cast<bool>(lr_lambda_),
              "LambdaLR was given an empty function. HINT: pass a function from the epoch to the "
@@ -325,8 +316,10 @@ void LambdaLR::save_fields(StateDict& state) const {
 
 const char* to_string(PlateauMode mode) {
   switch (mode) {
-    case PlateauMode::kMin: return "min";
-    case PlateauMode::kMax: return "max";
+    case PlateauMode::kMin:
+      return "min";
+    case PlateauMode::kMax:
+      return "max";
   }
   VOLT_INTERNAL_ASSERT(false, "unknown PlateauMode {}", static_cast<int>(mode));
 }
@@ -338,8 +331,10 @@ PlateauMode parse_plateau_mode(std::string_view text) {
 
 const char* to_string(ThresholdMode mode) {
   switch (mode) {
-    case ThresholdMode::kRel: return "rel";
-    case ThresholdMode::kAbs: return "abs";
+    case ThresholdMode::kRel:
+      return "rel";
+    case ThresholdMode::kAbs:
+      return "abs";
   }
   VOLT_INTERNAL_ASSERT(false, "unknown ThresholdMode {}", static_cast<int>(mode));
 }
@@ -354,31 +349,29 @@ namespace {
 /// The value a metric starts out "best" at: any first metric improves on it.
 double mode_worse(PlateauMode mode) {
   switch (mode) {
-    case PlateauMode::kMin: return std::numeric_limits<double>::infinity();
-    case PlateauMode::kMax: return -std::numeric_limits<double>::infinity();
+    case PlateauMode::kMin:
+      return std::numeric_limits<double>::infinity();
+    case PlateauMode::kMax:
+      return -std::numeric_limits<double>::infinity();
   }
   VOLT_INTERNAL_ASSERT(false, "unknown PlateauMode {}", static_cast<int>(mode));
 }
 
 }  // namespace
 
-ReduceLROnPlateau::ReduceLROnPlateau(torch::optim::Optimizer& optimizer,
-                                     const ReduceLROnPlateauOptions& options)
+ReduceLROnPlateau::ReduceLROnPlateau(torch::optim::Optimizer& optimizer, const ReduceLROnPlateauOptions& options)
     : LRScheduler(optimizer),
       options_(options),
       min_lrs_(group_count(), options.min_lr),
       best_(mode_worse(options.mode)) {
   VOLT_CHECK(options.factor > 0 && options.factor < 1,
              "ReduceLROnPlateau's factor is {}; expected a value in (0, 1). HINT: the lr is "
-             "multiplied by it, e.g. 0.1 or 0.5.", options.factor);
-  VOLT_CHECK(options.patience >= 0, "ReduceLROnPlateau's patience is {}; expected >= 0.",
-             options.patience);
-  VOLT_CHECK(options.threshold >= 0, "ReduceLROnPlateau's threshold is {}; expected >= 0.",
-             options.threshold);
-  VOLT_CHECK(options.cooldown >= 0, "ReduceLROnPlateau's cooldown is {}; expected >= 0.",
-             options.cooldown);
-  VOLT_CHECK(options.min_lr >= 0, "ReduceLROnPlateau's min_lr is {}; expected >= 0.",
-             options.min_lr);
+             "multiplied by it, e.g. 0.1 or 0.5.",
+             options.factor);
+  VOLT_CHECK(options.patience >= 0, "ReduceLROnPlateau's patience is {}; expected >= 0.", options.patience);
+  VOLT_CHECK(options.threshold >= 0, "ReduceLROnPlateau's threshold is {}; expected >= 0.", options.threshold);
+  VOLT_CHECK(options.cooldown >= 0, "ReduceLROnPlateau's cooldown is {}; expected >= 0.", options.cooldown);
+  VOLT_CHECK(options.min_lr >= 0, "ReduceLROnPlateau's min_lr is {}; expected >= 0.", options.min_lr);
   VOLT_CHECK(options.eps >= 0, "ReduceLROnPlateau's eps is {}; expected >= 0.", options.eps);
   initial_step();
 }
@@ -388,14 +381,18 @@ bool ReduceLROnPlateau::is_better(double metric) const {
   switch (options_.mode) {
     case PlateauMode::kMin:
       switch (options_.threshold_mode) {
-        case ThresholdMode::kRel: return metric < best_ * (1 - threshold);
-        case ThresholdMode::kAbs: return metric < best_ - threshold;
+        case ThresholdMode::kRel:
+          return metric < best_ * (1 - threshold);
+        case ThresholdMode::kAbs:
+          return metric < best_ - threshold;
       }
       break;
     case PlateauMode::kMax:
       switch (options_.threshold_mode) {
-        case ThresholdMode::kRel: return metric > best_ * (threshold + 1);
-        case ThresholdMode::kAbs: return metric > best_ + threshold;
+        case ThresholdMode::kRel:
+          return metric > best_ * (threshold + 1);
+        case ThresholdMode::kAbs:
+          return metric > best_ + threshold;
       }
       break;
   }

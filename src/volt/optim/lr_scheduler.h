@@ -16,16 +16,16 @@
 //     }
 #pragma once
 
+#include <ATen/core/Dict.h>
+#include <ATen/core/ivalue.h>
+#include <torch/optim/optimizer.h>
+
 #include <cstdint>
 #include <functional>
 #include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
-
-#include <ATen/core/Dict.h>
-#include <ATen/core/ivalue.h>
-#include <torch/optim/optimizer.h>
 
 namespace volt {
 
@@ -134,8 +134,7 @@ class StepLR final : public LRScheduler {
 class MultiStepLR final : public LRScheduler {
  public:
   /// `milestones` >= 0 in any order (a repeated one decays repeatedly, as in PyTorch).
-  MultiStepLR(torch::optim::Optimizer& optimizer, std::vector<int64_t> milestones,
-              double gamma = 0.1);
+  MultiStepLR(torch::optim::Optimizer& optimizer, std::vector<int64_t> milestones, double gamma = 0.1);
   std::string name() const override { return "MultiStepLR"; }
 
  protected:
@@ -255,8 +254,7 @@ struct ReduceLROnPlateauOptions {
 class ReduceLROnPlateau final : public LRScheduler {
  public:
   /// Throws volt::Error when an option is out of range.
-  explicit ReduceLROnPlateau(torch::optim::Optimizer& optimizer,
-                             const ReduceLROnPlateauOptions& options = {});
+  explicit ReduceLROnPlateau(torch::optim::Optimizer& optimizer, const ReduceLROnPlateauOptions& options = {});
   std::string name() const override { return "ReduceLROnPlateau"; }
   bool needs_metric() const override { return true; }
 

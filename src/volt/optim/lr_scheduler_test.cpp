@@ -1,5 +1,7 @@
-#include "volt/core/testing.h"
 #include "volt/optim/lr_scheduler.h"
+
+#include <gtest/gtest.h>
+#include <torch/torch.h>
 
 #include <cmath>
 #include <functional>
@@ -7,10 +9,8 @@
 #include <string>
 #include <vector>
 
-#include <gtest/gtest.h>
-#include <torch/torch.h>
-
 #include "volt/core/error.h"
+#include "volt/core/testing.h"
 #include "volt/optim/optimizer_state.h"
 
 namespace volt {
@@ -26,13 +26,11 @@ struct TwoGroupSgd {
       : first(torch::ones({1}, torch::requires_grad())),
         second(torch::ones({1}, torch::requires_grad())),
         optimizer({torch::optim::OptimizerParamGroup({first}),
-                   torch::optim::OptimizerParamGroup(
-                       {second}, std::make_unique<torch::optim::SGDOptions>(0.05))},
+                   torch::optim::OptimizerParamGroup({second}, std::make_unique<torch::optim::SGDOptions>(0.05))},
                   torch::optim::SGDOptions(0.1)) {}
 
   std::vector<double> lrs() const {
-    return {optimizer.param_groups()[0].options().get_lr(),
-            optimizer.param_groups()[1].options().get_lr()};
+    return {optimizer.param_groups()[0].options().get_lr(), optimizer.param_groups()[1].options().get_lr()};
   }
 
   torch::Tensor first;
@@ -59,8 +57,16 @@ std::vector<SchedulerCase> scheduler_cases() {
   return {
       {"StepLR",  // StepLR(o, step_size=3, gamma=0.5)
        [](torch::optim::Optimizer& o) { return std::make_unique<StepLR>(o, 3, 0.5); },
-       {{0.1, 0.05}, {0.1, 0.05}, {0.1, 0.05}, {0.05, 0.025}, {0.05, 0.025}, {0.05, 0.025},
-        {0.025, 0.0125}, {0.025, 0.0125}, {0.025, 0.0125}, {0.0125, 0.00625},
+       {{0.1, 0.05},
+        {0.1, 0.05},
+        {0.1, 0.05},
+        {0.05, 0.025},
+        {0.05, 0.025},
+        {0.05, 0.025},
+        {0.025, 0.0125},
+        {0.025, 0.0125},
+        {0.025, 0.0125},
+        {0.0125, 0.00625},
         {0.0125, 0.00625}}},
       {"MultiStepLR",  // MultiStepLR(o, milestones=[2, 5, 5, 8], gamma=0.1)
        [](torch::optim::Optimizer& o) {
@@ -121,8 +127,7 @@ std::vector<SchedulerCase> scheduler_cases() {
   };
 }
 
-void expect_close(const std::vector<double>& actual, const std::vector<double>& expected,
-                  const std::string& what) {
+void expect_close(const std::vector<double>& actual, const std::vector<double>& expected, const std::string& what) {
   ASSERT_EQ(actual.size(), expected.size()) << what;
   for (size_t i = 0; i < actual.size(); ++i) {
     EXPECT_NEAR(actual[i], expected[i], 1e-12 * expected[i]) << what << ", group " << i;
@@ -173,8 +178,7 @@ TEST_P(SchedulerMatchesPytorch, ResumedScheduleIsIdenticalToTheUninterruptedOne)
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(EpochSchedulers, SchedulerMatchesPytorch,
-                         ::testing::ValuesIn(scheduler_cases()),
+INSTANTIATE_TEST_SUITE_P(EpochSchedulers, SchedulerMatchesPytorch, ::testing::ValuesIn(scheduler_cases()),
                          [](const auto& info) { return info.param.name; });
 
 TEST(StepLR, StateDictUsesPytorchsKeys) {
@@ -234,10 +238,8 @@ TEST(LRScheduler, LoadingAnotherSchedulersStateIsRejectedAndChangesNothing) {
   exponential.step();
   TwoGroupSgd other;
   StepLR step_lr(other.optimizer, 3, 0.1);
-  const std::string message =
-      checkpoint_error([&] { step_lr.load_state_dict(exponential.state_dict()); });
-  EXPECT_NE(message.find("holds the state of a ExponentialLR; this scheduler is a StepLR"),
-            std::string::npos)
+  const std::string message = checkpoint_error([&] { step_lr.load_state_dict(exponential.state_dict()); });
+  EXPECT_NE(message.find("holds the state of a ExponentialLR; this scheduler is a StepLR"), std::string::npos)
       << message;
   EXPECT_NE(message.find("HINT:"), std::string::npos) << message;
   EXPECT_EQ(step_lr.last_epoch(), 0);
@@ -257,11 +259,9 @@ TEST(LRScheduler, LoadingListsEveryProblemAndChangesNothing) {
   target.step();
   const StateDict before = target.state_dict();
   const std::string message = checkpoint_error([&] { target.load_state_dict(state); });
-  EXPECT_NE(message.find("'base_lrs'] has 1 value(s); the optimizer has 2 param group(s)"),
-            std::string::npos)
+  EXPECT_NE(message.find("'base_lrs'] has 1 value(s); the optimizer has 2 param group(s)"), std::string::npos)
       << message;
-  EXPECT_NE(message.find("['gamma'] is a String; expected a number"), std::string::npos)
-      << message;
+  EXPECT_NE(message.find("['gamma'] is a String; expected a number"), std::string::npos) << message;
   EXPECT_NE(message.find("['step_size'] is missing"), std::string::npos) << message;
   const StateDict after = target.state_dict();
   EXPECT_EQ(after.at("last_epoch").toInt(), before.at("last_epoch").toInt());
@@ -280,19 +280,16 @@ TEST(MultiStepLR, LoadsPytorchsCounterOfMilestones) {
   counter.insert(8, 1);
   state.insert_or_assign("milestones", counter);
   scheduler.load_state_dict(state);
-  EXPECT_EQ(scheduler.state_dict().at("milestones").toIntVector(),
-            (std::vector<int64_t>{2, 5, 5, 8}));
+  EXPECT_EQ(scheduler.state_dict().at("milestones").toIntVector(), (std::vector<int64_t>{2, 5, 5, 8}));
 }
 
 // Expected values: PyTorch 1.13.1 (/usr/bin/python3), with the two-group SGD above and
 //   s = ReduceLROnPlateau(o, mode='min', factor=0.5, patience=1, threshold=0.1,
 //                         threshold_mode='rel', cooldown=1, min_lr=0.02)
 //   for m in metrics: o.step(); s.step(m); seq.append(s._last_lr)
-const std::vector<double> kMinMetrics = {1.0, 0.95, 0.95, 0.8, 0.8, 0.8,
-                                         0.8, 0.5,  0.5,  0.5, 0.5, 0.5};
-const LrPairs kMinExpected = {{0.1, 0.05},   {0.1, 0.05},   {0.05, 0.025}, {0.05, 0.025},
-                              {0.05, 0.025}, {0.025, 0.02}, {0.025, 0.02}, {0.025, 0.02},
-                              {0.025, 0.02}, {0.02, 0.02},  {0.02, 0.02},  {0.02, 0.02}};
+const std::vector<double> kMinMetrics = {1.0, 0.95, 0.95, 0.8, 0.8, 0.8, 0.8, 0.5, 0.5, 0.5, 0.5, 0.5};
+const LrPairs kMinExpected = {{0.1, 0.05},   {0.1, 0.05},   {0.05, 0.025}, {0.05, 0.025}, {0.05, 0.025}, {0.025, 0.02},
+                              {0.025, 0.02}, {0.025, 0.02}, {0.025, 0.02}, {0.02, 0.02},  {0.02, 0.02},  {0.02, 0.02}};
 
 ReduceLROnPlateauOptions min_options() {
   ReduceLROnPlateauOptions options;
@@ -358,9 +355,7 @@ TEST(ReduceLROnPlateau, StepWithoutAMetricSaysWhatToDo) {
     ADD_FAILURE() << "expected a volt::Error";
   } catch (const Error& e) {
     const std::string message = e.what();
-    EXPECT_NE(message.find("ReduceLROnPlateau.step() was called without a metric"),
-              std::string::npos)
-        << message;
+    EXPECT_NE(message.find("ReduceLROnPlateau.step() was called without a metric"), std::string::npos) << message;
     EXPECT_NE(message.find("HINT:"), std::string::npos) << message;
   }
   EXPECT_EQ(scheduler.last_epoch(), 0);
@@ -396,8 +391,7 @@ TEST(PlateauMode, NamesRoundTripAndBadNamesListTheChoices) {
     parse_plateau_mode("lowest");
     ADD_FAILURE() << "expected a volt::Error";
   } catch (const Error& e) {
-    EXPECT_NE(std::string(e.what()).find("expected one of: min, max"), std::string::npos)
-        << e.what();
+    EXPECT_NE(std::string(e.what()).find("expected one of: min, max"), std::string::npos) << e.what();
   }
 }
 

@@ -101,8 +101,7 @@ struct SgdCodec {
   static void write_state(const State& state, GenericDict& dict) {
     put_if_defined(dict, "momentum_buffer", state.momentum_buffer());
   }
-  static std::unique_ptr<State> read_state(FieldReader& reader, const torch::Tensor& param,
-                                           const Options& options) {
+  static std::unique_ptr<State> read_state(FieldReader& reader, const torch::Tensor& param, const Options& options) {
     // PyTorch writes {"momentum_buffer": None} for SGD without momentum; LibTorch's SGD expects
     // no state at all then.
     if (!reader.has("momentum_buffer")) return nullptr;
@@ -139,8 +138,7 @@ struct AdamFamilyCodec {
     put(dict, "exp_avg_sq", state.exp_avg_sq());
     put_if_defined(dict, "max_exp_avg_sq", state.max_exp_avg_sq());
   }
-  static std::unique_ptr<State> read_state(FieldReader& reader, const torch::Tensor& param,
-                                           const Options& options) {
+  static std::unique_ptr<State> read_state(FieldReader& reader, const torch::Tensor& param, const Options& options) {
     auto state = std::make_unique<State>();
     if (const auto step = reader.step("step")) state->step(*step);
     state->exp_avg(reader.tensor_like("exp_avg", param));
@@ -193,8 +191,7 @@ struct RmspropCodec {
     put_if_defined(dict, "momentum_buffer", state.momentum_buffer());
     put_if_defined(dict, "grad_avg", state.grad_avg());
   }
-  static std::unique_ptr<State> read_state(FieldReader& reader, const torch::Tensor& param,
-                                           const Options& options) {
+  static std::unique_ptr<State> read_state(FieldReader& reader, const torch::Tensor& param, const Options& options) {
     auto state = std::make_unique<State>();
     if (const auto step = reader.step("step")) state->step(*step);
     state->square_avg(reader.tensor_like("square_avg", param));
@@ -238,8 +235,7 @@ struct AdagradCodec {
     put(dict, "step", step_as_tensor(state.step()));
     put(dict, "sum", state.sum());
   }
-  static std::unique_ptr<State> read_state(FieldReader& reader, const torch::Tensor& param,
-                                           const Options& options) {
+  static std::unique_ptr<State> read_state(FieldReader& reader, const torch::Tensor& param, const Options& options) {
     auto state = std::make_unique<State>();
     if (const auto step = reader.step("step")) state->step(*step);
     state->sum(reader.tensor_like("sum", param));
@@ -281,19 +277,17 @@ c10::IValue save_known(const torch::optim::Optimizer& optimizer) {
 }
 
 /// The checkpoint's param groups after checking that their number matches the optimizer's.
-std::vector<c10::IValue> read_groups(FieldReader& root, const torch::optim::Optimizer& optimizer,
-                                     Problems& problems) {
+std::vector<c10::IValue> read_groups(FieldReader& root, const torch::optim::Optimizer& optimizer, Problems& problems) {
   const auto groups = root.list("param_groups");
   if (!groups) throw_problems(problems);
   if (groups->size() != optimizer.param_groups().size()) {
-    problems.push_back(fmt::format("the checkpoint has {} param group(s); the optimizer has {}",
-                                   groups->size(), optimizer.param_groups().size()));
+    problems.push_back(fmt::format("the checkpoint has {} param group(s); the optimizer has {}", groups->size(),
+                                   optimizer.param_groups().size()));
     throw_problems(problems);
   }
   for (size_t i = 0; i < groups->size(); ++i) {
     if (!(*groups)[i].isGenericDict()) {
-      problems.push_back(fmt::format("param_groups[{}] is a {}; expected a dict", i,
-                                     (*groups)[i].tagKind()));
+      problems.push_back(fmt::format("param_groups[{}] is a {}; expected a dict", i, (*groups)[i].tagKind()));
     }
   }
   if (!problems.empty()) throw_problems(problems);
@@ -301,13 +295,13 @@ std::vector<c10::IValue> read_groups(FieldReader& root, const torch::optim::Opti
 }
 
 /// The checkpoint's parameter ids of one group, checked against the group's size.
-std::optional<std::vector<int64_t>> read_param_ids(FieldReader& group, size_t index,
-                                                   size_t expected) {
+std::optional<std::vector<int64_t>> read_param_ids(FieldReader& group, size_t index, size_t expected) {
   auto ids = group.integers("params");
   if (ids && ids->size() != expected) {
-    group.problem(fmt::format("param_groups[{}] has {} parameter(s) in the checkpoint; the "
-                              "optimizer's group has {}",
-                              index, ids->size(), expected));
+    group.problem(
+        fmt::format("param_groups[{}] has {} parameter(s) in the checkpoint; the "
+                    "optimizer's group has {}",
+                    index, ids->size(), expected));
     return std::nullopt;
   }
   return ids;
@@ -323,8 +317,7 @@ void load_known(torch::optim::Optimizer& optimizer, FieldReader& root, Problems&
   OptimizerStates new_states;
   for (size_t i = 0; i < groups.size(); ++i) {
     const auto& group = optimizer.param_groups()[i];
-    FieldReader group_reader(groups[i].toGenericDict(), fmt::format("param_groups[{}]", i),
-                             problems);
+    FieldReader group_reader(groups[i].toGenericDict(), fmt::format("param_groups[{}]", i), problems);
     // Start from the group's current options so that fields LibTorch has and PyTorch lacks keep
     // their values.
     auto options = std::make_unique<Options>(static_cast<const Options&>(group.options()));
@@ -336,19 +329,18 @@ void load_known(torch::optim::Optimizer& optimizer, FieldReader& root, Problems&
         const auto it = saved_state->find(c10::IValue(id));
         if (it == saved_state->end() || it->value().isNone()) {
           if (Codec::kEveryParamHasState) {
-            problems.push_back(fmt::format("state[{}] is missing; {} keeps state for every "
-                                           "parameter",
-                                           id, Codec::kName));
+            problems.push_back(
+                fmt::format("state[{}] is missing; {} keeps state for every "
+                            "parameter",
+                            id, Codec::kName));
           }
           continue;
         }
         if (!it->value().isGenericDict()) {
-          problems.push_back(
-              fmt::format("state[{}] is a {}; expected a dict", id, it->value().tagKind()));
+          problems.push_back(fmt::format("state[{}] is a {}; expected a dict", id, it->value().tagKind()));
           continue;
         }
-        FieldReader state_reader(it->value().toGenericDict(), fmt::format("state[{}]", id),
-                                 problems);
+        FieldReader state_reader(it->value().toGenericDict(), fmt::format("state[{}]", id), problems);
         auto state = Codec::read_state(state_reader, group.params()[j], *options);
         if (state) new_states.emplace_back(state_key(group.params()[j]), std::move(state));
       }
@@ -366,9 +358,7 @@ void load_known(torch::optim::Optimizer& optimizer, FieldReader& root, Problems&
   for (auto& [key, state] : new_states) optimizer.state()[key] = std::move(state);
 }
 
-std::string type_name(const torch::optim::Optimizer& optimizer) {
-  return c10::demangle(typeid(optimizer).name());
-}
+std::string type_name(const torch::optim::Optimizer& optimizer) { return c10::demangle(typeid(optimizer).name()); }
 
 /// The group's lr, or nullopt when its options do not implement get_lr (it throws then).
 std::optional<double> try_get_lr(const torch::optim::OptimizerOptions& options) {
@@ -386,10 +376,11 @@ c10::IValue save_archive(const torch::optim::Optimizer& optimizer) {
     optimizer.save(archive);
     archive.save_to(bytes);
   } catch (const c10::Error& e) {
-    throw Error(fmt::format("cannot save the state of optimizer {}: LibTorch said: {}\nHINT: "
-                            "implement save(OutputArchive&) and load(InputArchive&) in it, e.g. "
-                            "with torch::optim::serialize<ParamState, Options>(archive, *this).",
-                            type_name(optimizer), e.what_without_backtrace()));
+    throw Error(
+        fmt::format("cannot save the state of optimizer {}: LibTorch said: {}\nHINT: "
+                    "implement save(OutputArchive&) and load(InputArchive&) in it, e.g. "
+                    "with torch::optim::serialize<ParamState, Options>(archive, *this).",
+                    type_name(optimizer), e.what_without_backtrace()));
   }
   const std::string data = bytes.str();
   // LibTorch's default Optimizer::save writes nothing and its load reads nothing, which would
@@ -428,30 +419,27 @@ void load_archive(torch::optim::Optimizer& optimizer, FieldReader& root, Problem
   const std::vector<c10::IValue> groups = read_groups(root, optimizer, problems);
   std::vector<std::optional<double>> lrs;
   for (size_t i = 0; i < groups.size(); ++i) {
-    FieldReader group_reader(groups[i].toGenericDict(), fmt::format("param_groups[{}]", i),
-                             problems);
+    FieldReader group_reader(groups[i].toGenericDict(), fmt::format("param_groups[{}]", i), problems);
     read_param_ids(group_reader, i, optimizer.param_groups()[i].params().size());
     lrs.push_back(group_reader.has("lr") ? group_reader.number("lr") : std::nullopt);
   }
   torch::Tensor bytes = root.tensor(kLibtorchArchiveKey);
   if (bytes.defined() && (bytes.scalar_type() != torch::kUInt8 || bytes.dim() != 1)) {
-    problems.push_back(fmt::format("'{}' is a {} tensor of shape {}; expected a 1-d uint8 tensor",
-                                   kLibtorchArchiveKey, c10::toString(bytes.scalar_type()),
-                                   internal::shape_string(bytes.sizes())));
+    problems.push_back(fmt::format("'{}' is a {} tensor of shape {}; expected a 1-d uint8 tensor", kLibtorchArchiveKey,
+                                   c10::toString(bytes.scalar_type()), internal::shape_string(bytes.sizes())));
   }
   if (!problems.empty()) throw_problems(problems);
 
   bytes = bytes.to(torch::kCPU).contiguous();
   torch::serialize::InputArchive archive;
   try {
-    archive.load_from(reinterpret_cast<const char*>(bytes.data_ptr<uint8_t>()),
-                      static_cast<size_t>(bytes.numel()));
+    archive.load_from(reinterpret_cast<const char*>(bytes.data_ptr<uint8_t>()), static_cast<size_t>(bytes.numel()));
     optimizer.load(archive);
   } catch (const c10::Error& e) {
-    throw CheckpointError(fmt::format("cannot load the state of optimizer {} from its LibTorch "
-                                      "archive: LibTorch said: {}\n{}",
-                                      type_name(optimizer), e.what_without_backtrace(),
-                                      kLoadHint));
+    throw CheckpointError(
+        fmt::format("cannot load the state of optimizer {} from its LibTorch "
+                    "archive: LibTorch said: {}\n{}",
+                    type_name(optimizer), e.what_without_backtrace(), kLoadHint));
   }
   for (size_t i = 0; i < lrs.size(); ++i) {
     if (lrs[i]) optimizer.param_groups()[i].options().set_lr(*lrs[i]);
@@ -486,10 +474,10 @@ c10::IValue optimizer_state_dict(const torch::optim::Optimizer& optimizer) {
 
 void load_optimizer_state_dict(torch::optim::Optimizer& optimizer, const c10::IValue& state) {
   if (!state.isGenericDict()) {
-    throw CheckpointError(fmt::format(
-        "the optimizer state is a {}; expected a dict with 'state' and 'param_groups'.\nHINT: "
-        "pass what optimizer_state_dict() returned (e.g. checkpoint['optimizer_states'][0]).",
-        state.tagKind()));
+    throw CheckpointError(
+        fmt::format("the optimizer state is a {}; expected a dict with 'state' and 'param_groups'.\nHINT: "
+                    "pass what optimizer_state_dict() returned (e.g. checkpoint['optimizer_states'][0]).",
+                    state.tagKind()));
   }
   Problems problems;
   FieldReader root(state.toGenericDict(), "optimizer state", problems);
@@ -498,9 +486,10 @@ void load_optimizer_state_dict(torch::optim::Optimizer& optimizer, const c10::IV
   if (root.has(kOptimizerKindKey)) {
     const auto saved_kind = root.string(kOptimizerKindKey);
     if (saved_kind && *saved_kind != kind) {
-      problems.push_back(fmt::format("the checkpoint holds the state of a {} optimizer; this "
-                                     "optimizer is a {}",
-                                     *saved_kind, kind));
+      problems.push_back(
+          fmt::format("the checkpoint holds the state of a {} optimizer; this "
+                      "optimizer is a {}",
+                      *saved_kind, kind));
       throw_problems(problems);
     }
   }

@@ -56,8 +56,7 @@ class HandWrittenMomentum : public torch::optim::Optimizer {
 /// An optimizer with state but without save()/load(): LibTorch's defaults write nothing.
 class Unsaveable : public torch::optim::Optimizer {
  public:
-  explicit Unsaveable(Groups groups)
-      : Optimizer(std::move(groups), std::make_unique<torch::optim::SGDOptions>(0.1)) {}
+  explicit Unsaveable(Groups groups) : Optimizer(std::move(groups), std::make_unique<torch::optim::SGDOptions>(0.1)) {}
   torch::Tensor step(LossClosure closure = nullptr) override {
     for (const auto& param : param_groups_[0].params()) {
       state_[compat::optimizer_state_key(param)] = std::make_unique<torch::optim::SGDParamState>();
@@ -68,8 +67,7 @@ class Unsaveable : public torch::optim::Optimizer {
 
 torch::nn::Sequential make_model(int64_t hidden = 3) {
   torch::manual_seed(0);
-  return torch::nn::Sequential(torch::nn::Linear(4, hidden), torch::nn::Tanh(),
-                               torch::nn::Linear(hidden, 2));
+  return torch::nn::Sequential(torch::nn::Linear(4, hidden), torch::nn::Tanh(), torch::nn::Linear(hidden, 2));
 }
 
 /// Two groups, as a model with per-layer lrs has: the first layer, then the rest.
@@ -80,8 +78,7 @@ Groups two_groups(torch::nn::Sequential& model) {
 }
 
 /// Steps `optimizer` on batches that depend only on the step's index.
-void train(torch::nn::Sequential& model, torch::optim::Optimizer& optimizer, int first,
-           int count) {
+void train(torch::nn::Sequential& model, torch::optim::Optimizer& optimizer, int first, int count) {
   for (int i = first; i < first + count; ++i) {
     const torch::Tensor x = torch::sin(torch::arange(32, torch::kFloat32).view({8, 4}) * (i + 1));
     optimizer.zero_grad();
@@ -90,9 +87,7 @@ void train(torch::nn::Sequential& model, torch::optim::Optimizer& optimizer, int
   }
 }
 
-c10::IValue pickle_round_trip(const c10::IValue& value) {
-  return torch::pickle_load(torch::pickle_save(value));
-}
+c10::IValue pickle_round_trip(const c10::IValue& value) { return torch::pickle_load(torch::pickle_save(value)); }
 
 void copy_parameters(torch::nn::Sequential& from, torch::nn::Sequential& to) {
   torch::NoGradGuard no_grad;
@@ -118,9 +113,7 @@ std::vector<double> group_lrs(const torch::optim::Optimizer& optimizer) {
 
 c10::impl::GenericDict as_dict(const c10::IValue& value) { return value.toGenericDict(); }
 
-c10::IValue at(const c10::IValue& dict, const std::string& key) {
-  return as_dict(dict).at(c10::IValue(key));
-}
+c10::IValue at(const c10::IValue& dict, const std::string& key) { return as_dict(dict).at(c10::IValue(key)); }
 
 struct OptimizerCase {
   std::string name;
@@ -132,44 +125,32 @@ struct OptimizerCase {
 std::vector<OptimizerCase> optimizer_cases() {
   namespace o = torch::optim;
   return {
-      {"SgdPlain", [](Groups g) { return std::make_unique<o::SGD>(g, o::SGDOptions(0.1)); },
-       false},
+      {"SgdPlain", [](Groups g) { return std::make_unique<o::SGD>(g, o::SGDOptions(0.1)); }, false},
       {"SgdMomentum",
        [](Groups g) {
-         return std::make_unique<o::SGD>(
-             g, o::SGDOptions(0.1).momentum(0.9).dampening(0.1).weight_decay(1e-3));
+         return std::make_unique<o::SGD>(g, o::SGDOptions(0.1).momentum(0.9).dampening(0.1).weight_decay(1e-3));
        }},
       {"SgdNesterov",
-       [](Groups g) {
-         return std::make_unique<o::SGD>(g, o::SGDOptions(0.1).momentum(0.9).nesterov(true));
-       }},
+       [](Groups g) { return std::make_unique<o::SGD>(g, o::SGDOptions(0.1).momentum(0.9).nesterov(true)); }},
       {"Adam", [](Groups g) { return std::make_unique<o::Adam>(g, o::AdamOptions(0.01)); }},
       {"AdamAmsgrad",
        [](Groups g) {
-         return std::make_unique<o::Adam>(
-             g, o::AdamOptions(0.01).amsgrad(true).weight_decay(1e-2).betas({0.8, 0.99}));
+         return std::make_unique<o::Adam>(g, o::AdamOptions(0.01).amsgrad(true).weight_decay(1e-2).betas({0.8, 0.99}));
        }},
       {"AdamW", [](Groups g) { return std::make_unique<o::AdamW>(g, o::AdamWOptions(0.01)); }},
-      {"AdamWAmsgrad",
-       [](Groups g) {
-         return std::make_unique<o::AdamW>(g, o::AdamWOptions(0.01).amsgrad(true));
-       }},
-      {"RMSprop",
-       [](Groups g) { return std::make_unique<o::RMSprop>(g, o::RMSpropOptions(0.01)); }},
+      {"AdamWAmsgrad", [](Groups g) { return std::make_unique<o::AdamW>(g, o::AdamWOptions(0.01).amsgrad(true)); }},
+      {"RMSprop", [](Groups g) { return std::make_unique<o::RMSprop>(g, o::RMSpropOptions(0.01)); }},
       {"RMSpropCenteredMomentum",
        [](Groups g) {
-         return std::make_unique<o::RMSprop>(
-             g, o::RMSpropOptions(0.01).centered(true).momentum(0.5).weight_decay(1e-3));
+         return std::make_unique<o::RMSprop>(g,
+                                             o::RMSpropOptions(0.01).centered(true).momentum(0.5).weight_decay(1e-3));
        }},
       {"Adagrad",
        [](Groups g) {
-         return std::make_unique<o::Adagrad>(
-             g, o::AdagradOptions(0.1).lr_decay(0.01).initial_accumulator_value(0.1));
+         return std::make_unique<o::Adagrad>(g, o::AdagradOptions(0.1).lr_decay(0.01).initial_accumulator_value(0.1));
        }},
       {"CustomOptimizerThroughLibtorchArchive",
-       [](Groups g) {
-         return std::make_unique<HandWrittenMomentum>(g, o::SGDOptions(0.05).momentum(0.9));
-       }},
+       [](Groups g) { return std::make_unique<HandWrittenMomentum>(g, o::SGDOptions(0.05).momentum(0.9)); }},
   };
 }
 
@@ -206,8 +187,7 @@ TEST_P(OptimizerStateRoundTrip, ResumedTrainingIsBitIdenticalToUninterruptedTrai
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(EveryOptimizer, OptimizerStateRoundTrip,
-                         ::testing::ValuesIn(optimizer_cases()),
+INSTANTIATE_TEST_SUITE_P(EveryOptimizer, OptimizerStateRoundTrip, ::testing::ValuesIn(optimizer_cases()),
                          [](const auto& info) { return info.param.name; });
 
 TEST(OptimizerStateDict, AdamStateHasPytorchsLayoutAndKeys) {
@@ -255,11 +235,13 @@ TEST(LoadOptimizerStateDict, AcceptsIntStepsAndTupleBetasAsPythonWritesThem) {
   train(model, adam, 0, 2);
   c10::IValue state = optimizer_state_dict(adam);
   auto group = at(state, "param_groups").toListRef()[0].toGenericDict();
-  group.insert_or_assign(c10::IValue("betas"),
-                         c10::ivalue::Tuple::create({c10::IValue(0.5), c10::IValue(0.6)}));
+  group.insert_or_assign(c10::IValue("betas"), c10::ivalue::Tuple::create({c10::IValue(0.5), c10::IValue(0.6)}));
   group.insert_or_assign(c10::IValue("weight_decay"), c10::IValue(int64_t{0}));
-  at(state, "state").toGenericDict().at(c10::IValue(int64_t{1})).toGenericDict().insert_or_assign(
-      c10::IValue("step"), c10::IValue(int64_t{7}));
+  at(state, "state")
+      .toGenericDict()
+      .at(c10::IValue(int64_t{1}))
+      .toGenericDict()
+      .insert_or_assign(c10::IValue("step"), c10::IValue(int64_t{7}));
 
   torch::optim::Adam loaded(model->parameters(), torch::optim::AdamOptions(0.01));
   load_optimizer_state_dict(loaded, state);
@@ -279,8 +261,7 @@ TEST(LoadOptimizerStateDict, LoadedStateDoesNotShareMemoryWithTheCheckpoint) {
   torch::optim::SGD loaded(model->parameters(), torch::optim::SGDOptions(0.1).momentum(0.9));
   load_optimizer_state_dict(loaded, state);
   const auto key = compat::optimizer_state_key(model->parameters()[0]);
-  const auto& original_buffer =
-      static_cast<const torch::optim::SGDParamState&>(*sgd.state().at(key)).momentum_buffer();
+  const auto& original_buffer = static_cast<const torch::optim::SGDParamState&>(*sgd.state().at(key)).momentum_buffer();
   const auto& loaded_buffer =
       static_cast<const torch::optim::SGDParamState&>(*loaded.state().at(key)).momentum_buffer();
   EXPECT_TRUE(torch::equal(original_buffer, loaded_buffer));
@@ -301,8 +282,7 @@ TEST(LoadOptimizerStateDict, WrongShapesAreNamedAndLeaveTheOptimizerUnchanged) {
 
   auto wide = make_model(5);
   torch::optim::Adam target(wide->parameters(), torch::optim::AdamOptions(0.02));
-  const std::string message =
-      checkpoint_error([&] { load_optimizer_state_dict(target, state); });
+  const std::string message = checkpoint_error([&] { load_optimizer_state_dict(target, state); });
   EXPECT_NE(message.find("state[0]['exp_avg'] has shape [3, 4]; the parameter it belongs to has "
                          "shape [5, 4]"),
             std::string::npos)
@@ -317,20 +297,16 @@ TEST(LoadOptimizerStateDict, DifferentGroupCountIsReported) {
   auto model = make_model();
   torch::optim::SGD two(two_groups(model), torch::optim::SGDOptions(0.1));
   torch::optim::SGD one(model->parameters(), torch::optim::SGDOptions(0.1));
-  const std::string message =
-      checkpoint_error([&] { load_optimizer_state_dict(one, optimizer_state_dict(two)); });
-  EXPECT_NE(message.find("the checkpoint has 2 param group(s); the optimizer has 1"),
-            std::string::npos)
-      << message;
+  const std::string message = checkpoint_error([&] { load_optimizer_state_dict(one, optimizer_state_dict(two)); });
+  EXPECT_NE(message.find("the checkpoint has 2 param group(s); the optimizer has 1"), std::string::npos) << message;
 }
 
 TEST(LoadOptimizerStateDict, DifferentParameterCountInAGroupIsReported) {
   auto model = make_model();
   torch::optim::SGD all(model->parameters(), torch::optim::SGDOptions(0.1));
-  torch::optim::SGD weights_only(std::vector<torch::Tensor>{model[0]->parameters()[0]},
-                                 torch::optim::SGDOptions(0.1));
-  const std::string message = checkpoint_error(
-      [&] { load_optimizer_state_dict(weights_only, optimizer_state_dict(all)); });
+  torch::optim::SGD weights_only(std::vector<torch::Tensor>{model[0]->parameters()[0]}, torch::optim::SGDOptions(0.1));
+  const std::string message =
+      checkpoint_error([&] { load_optimizer_state_dict(weights_only, optimizer_state_dict(all)); });
   EXPECT_NE(message.find("param_groups[0] has 4 parameter(s) in the checkpoint; the optimizer's "
                          "group has 1"),
             std::string::npos)
@@ -341,8 +317,7 @@ TEST(LoadOptimizerStateDict, AnotherOptimizerKindIsReported) {
   auto model = make_model();
   torch::optim::SGD sgd(model->parameters(), torch::optim::SGDOptions(0.1));
   torch::optim::Adam adam(model->parameters());
-  const std::string message =
-      checkpoint_error([&] { load_optimizer_state_dict(adam, optimizer_state_dict(sgd)); });
+  const std::string message = checkpoint_error([&] { load_optimizer_state_dict(adam, optimizer_state_dict(sgd)); });
   EXPECT_NE(message.find("the checkpoint holds the state of a SGD optimizer; this optimizer is a "
                          "Adam"),
             std::string::npos)
@@ -357,25 +332,24 @@ TEST(LoadOptimizerStateDict, MissingAndMistypedFieldsAreAllListed) {
   auto group = at(state, "param_groups").toListRef()[0].toGenericDict();
   EXPECT_EQ(group.erase(c10::IValue("lr")), 1u);
   group.insert_or_assign(c10::IValue("eps"), c10::IValue("small"));
-  EXPECT_EQ(at(state, "state").toGenericDict().at(c10::IValue(int64_t{2})).toGenericDict().erase(
-                c10::IValue("max_exp_avg_sq")),
+  EXPECT_EQ(at(state, "state")
+                .toGenericDict()
+                .at(c10::IValue(int64_t{2}))
+                .toGenericDict()
+                .erase(c10::IValue("max_exp_avg_sq")),
             1u);
 
   torch::optim::Adam target(model->parameters(), torch::optim::AdamOptions(0.01).amsgrad(true));
-  const std::string message =
-      checkpoint_error([&] { load_optimizer_state_dict(target, state); });
+  const std::string message = checkpoint_error([&] { load_optimizer_state_dict(target, state); });
   EXPECT_NE(message.find("param_groups[0]['lr'] is missing"), std::string::npos) << message;
-  EXPECT_NE(message.find("param_groups[0]['eps'] is a String; expected a number"),
-            std::string::npos)
-      << message;
+  EXPECT_NE(message.find("param_groups[0]['eps'] is a String; expected a number"), std::string::npos) << message;
   EXPECT_NE(message.find("state[2]['max_exp_avg_sq'] is missing"), std::string::npos) << message;
 }
 
 TEST(LoadOptimizerStateDict, SomethingOtherThanADictIsRejectedWithAHint) {
   auto model = make_model();
   torch::optim::SGD sgd(model->parameters(), torch::optim::SGDOptions(0.1));
-  const std::string message =
-      checkpoint_error([&] { load_optimizer_state_dict(sgd, c10::IValue(int64_t{3})); });
+  const std::string message = checkpoint_error([&] { load_optimizer_state_dict(sgd, c10::IValue(int64_t{3})); });
   EXPECT_NE(message.find("is a Int; expected a dict"), std::string::npos) << message;
   EXPECT_NE(message.find("HINT:"), std::string::npos) << message;
 }
@@ -385,8 +359,7 @@ TEST(OptimizerStateDict, CustomOptimizerIsStoredAsItsLibtorchArchive) {
   HandWrittenMomentum optimizer(two_groups(model), torch::optim::SGDOptions(0.05).momentum(0.9));
   train(model, optimizer, 0, 1);
   const c10::IValue state = optimizer_state_dict(optimizer);
-  EXPECT_EQ(at(state, kOptimizerKindKey).toStringRef(),
-            "volt::(anonymous namespace)::HandWrittenMomentum");
+  EXPECT_EQ(at(state, kOptimizerKindKey).toStringRef(), "volt::(anonymous namespace)::HandWrittenMomentum");
   const torch::Tensor bytes = at(state, kLibtorchArchiveKey).toTensor();
   EXPECT_EQ(bytes.scalar_type(), torch::kUInt8);
   EXPECT_GT(bytes.numel(), 0);
@@ -397,11 +370,8 @@ TEST(OptimizerStateDict, CustomOptimizerStateDoesNotLoadIntoAKnownOne) {
   auto model = make_model();
   HandWrittenMomentum custom({OptimizerParamGroup(model->parameters())}, torch::optim::SGDOptions(0.05).momentum(0.9));
   torch::optim::SGD sgd(model->parameters(), torch::optim::SGDOptions(0.05).momentum(0.9));
-  const std::string message =
-      checkpoint_error([&] { load_optimizer_state_dict(sgd, optimizer_state_dict(custom)); });
-  EXPECT_NE(message.find("HandWrittenMomentum optimizer; this optimizer is a SGD"),
-            std::string::npos)
-      << message;
+  const std::string message = checkpoint_error([&] { load_optimizer_state_dict(sgd, optimizer_state_dict(custom)); });
+  EXPECT_NE(message.find("HandWrittenMomentum optimizer; this optimizer is a SGD"), std::string::npos) << message;
 }
 
 TEST(OptimizerStateDict, OptimizerWhoseSaveWritesNothingIsReportedWithAHint) {

@@ -1,10 +1,10 @@
 #include "volt/progress/model_summary.h"
 
+#include <fmt/format.h>
+
 #include <algorithm>
 #include <cmath>
 #include <unordered_set>
-
-#include <fmt/format.h>
 
 #include "volt/core/error.h"
 
@@ -42,8 +42,8 @@ std::string short_type_name(const std::string& name) {
   std::string type = name.substr(start);
   // TORCH_MODULE(Linear) names the implementation LinearImpl; users know it as Linear.
   const std::string impl = "Impl";
-  const bool ends_in_impl = type.size() > impl.size() &&
-                            type.compare(type.size() - impl.size(), impl.size(), impl) == 0;
+  const bool ends_in_impl =
+      type.size() > impl.size() && type.compare(type.size() - impl.size(), impl.size(), impl) == 0;
   if (ends_in_impl) type.resize(type.size() - impl.size());
   return type;
 }
@@ -67,9 +67,7 @@ ParamCount count_params(const std::vector<torch::Tensor>& params) {
   return count;
 }
 
-int64_t nesting(const std::string& dotted_name) {
-  return std::count(dotted_name.begin(), dotted_name.end(), '.');
-}
+int64_t nesting(const std::string& dotted_name) { return std::count(dotted_name.begin(), dotted_name.end(), '.'); }
 
 }  // namespace
 
@@ -83,8 +81,7 @@ std::string human_readable_count(int64_t number) {
   // Computed as Lightning does (a float times a power of ten) so rounding matches.
   const double scaled = static_cast<double>(number) * std::pow(10.0, -3.0 * static_cast<double>(index));
   if (index < 1 || scaled >= 100) {
-    return fmt::format("{} {}", group_thousands(std::to_string(static_cast<int64_t>(scaled))),
-                       kLabels[index]);
+    return fmt::format("{} {}", group_thousands(std::to_string(static_cast<int64_t>(scaled))), kLabels[index]);
   }
   return fmt::format("{:.1f} {}", scaled, kLabels[index]);
 }
@@ -92,13 +89,14 @@ std::string human_readable_count(int64_t number) {
 ModelSummary summarize(const torch::nn::Module& module, int max_depth) {
   VOLT_CHECK(max_depth >= -1,
              "summarize got max_depth={}; expected -1 (all levels), 0 (no rows) or more. HINT: "
-             "1 lists the direct submodules.", max_depth);
+             "1 lists the direct submodules.",
+             max_depth);
   ModelSummary summary;
   for (const auto& item : module.named_modules(/*name_prefix=*/"", /*include_self=*/false)) {
     if (max_depth >= 0 && nesting(item.key()) >= max_depth) continue;
     const ParamCount count = count_params(item.value()->parameters(/*recurse=*/true));
-    summary.rows.push_back(ModelSummaryRow{item.key(), short_type_name(item.value()->name()),
-                                           count.total, count.trainable > 0});
+    summary.rows.push_back(
+        ModelSummaryRow{item.key(), short_type_name(item.value()->name()), count.total, count.trainable > 0});
   }
   const ParamCount all = count_params(module.parameters(/*recurse=*/true));
   summary.total_params = all.total;
@@ -156,8 +154,7 @@ std::string ModelSummary::to_string() const {
   text += fmt::format("\n{:<10}Trainable params", human_readable_count(trainable_params));
   text += fmt::format("\n{:<10}Non-trainable params", human_readable_count(non_trainable_params));
   text += fmt::format("\n{:<10}Total params", human_readable_count(total_params));
-  text += fmt::format("\n{:<10}Total estimated model params size (MB)",
-                      formatted_model_size(size_mb));
+  text += fmt::format("\n{:<10}Total estimated model params size (MB)", formatted_model_size(size_mb));
   return text;
 }
 

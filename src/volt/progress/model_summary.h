@@ -1,11 +1,11 @@
 // Lightning's model summary table for a LibTorch module.
 #pragma once
 
+#include <torch/nn/module.h>
+
 #include <cstdint>
 #include <string>
 #include <vector>
-
-#include <torch/nn/module.h>
 
 namespace volt {
 

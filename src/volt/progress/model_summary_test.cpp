@@ -1,9 +1,9 @@
 #include "volt/progress/model_summary.h"
 
-#include <string>
-
 #include <gtest/gtest.h>
 #include <torch/torch.h>
+
+#include <string>
 
 #include "volt/core/error.h"
 
@@ -14,8 +14,7 @@ namespace {
 /// scale: 3 params on the module itself.
 struct NetImpl : torch::nn::Module {
   NetImpl() {
-    encoder = register_module(
-        "encoder", torch::nn::Sequential(torch::nn::Linear(10, 20), torch::nn::ReLU()));
+    encoder = register_module("encoder", torch::nn::Sequential(torch::nn::Linear(10, 20), torch::nn::ReLU()));
     head = register_module("head", torch::nn::Linear(20, 2));
     scale = register_parameter("scale", torch::ones({3}));
     for (auto& p : encoder->parameters()) p.set_requires_grad(false);
@@ -105,8 +104,7 @@ TEST(ModelSummary, LargeSizesGetThousandsSeparators) {
   ModelSummary summary;
   summary.size_mb = 12345.6789;
   const std::string table = summary.to_string();
-  EXPECT_NE(table.find("\n12,345.679Total estimated model params size (MB)"), std::string::npos)
-      << table;
+  EXPECT_NE(table.find("\n12,345.679Total estimated model params size (MB)"), std::string::npos) << table;
 }
 
 }  // namespace

@@ -1,13 +1,12 @@
 #include "volt/progress/progress_bar.h"
 
+#include <fmt/format.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
-
-#include <fmt/format.h>
 
 #include "volt/core/error.h"
 
@@ -69,9 +68,8 @@ std::string format_metrics(const std::map<std::string, double>& metrics) {
 
 /// The number of terminal columns `text` takes: one per UTF-8 code point.
 int display_width(const std::string& text) {
-  return static_cast<int>(std::count_if(text.begin(), text.end(), [](char c) {
-    return (static_cast<unsigned char>(c) & 0xC0) != 0x80;
-  }));
+  return static_cast<int>(
+      std::count_if(text.begin(), text.end(), [](char c) { return (static_cast<unsigned char>(c) & 0xC0) != 0x80; }));
 }
 
 /// `text` cut after `width` code points.
@@ -112,13 +110,16 @@ ProgressBar::ProgressBar(ProgressBarOptions options, std::ostream& out, Clock cl
       clock_(std::move(clock)) {
   VOLT_CHECK(std::isfinite(options_.refresh_seconds) && options_.refresh_seconds >= 0,
              "ProgressBarOptions.refresh_seconds is {}; expected a number of seconds >= 0. "
-             "HINT: 0.1 redraws ten times a second.", options_.refresh_seconds);
+             "HINT: 0.1 redraws ten times a second.",
+             options_.refresh_seconds);
   VOLT_CHECK(std::isfinite(options_.plain_line_seconds) && options_.plain_line_seconds >= 0,
              "ProgressBarOptions.plain_line_seconds is {}; expected a number of seconds >= 0. "
-             "HINT: 30 writes a log line every half minute.", options_.plain_line_seconds);
+             "HINT: 30 writes a log line every half minute.",
+             options_.plain_line_seconds);
   VOLT_CHECK(options_.width >= 10,
              "ProgressBarOptions.width is {}; expected at least 10 columns. HINT: 100 fits most "
-             "terminals.", options_.width);
+             "terminals.",
+             options_.width);
   VOLT_INTERNAL_ASSERT(static_cast<bool>(clock_), "ProgressBar needs a clock");
 }
 
@@ -161,8 +162,7 @@ void ProgressBar::print(const std::string& line) {
     out_ << line << '\n' << std::flush;
     return;
   }
-  out_ << '\r' << kClearToEndOfLine << line << '\n'
-       << '\r' << last_line_ << kClearToEndOfLine << std::flush;
+  out_ << '\r' << kClearToEndOfLine << line << '\n' << '\r' << last_line_ << kClearToEndOfLine << std::flush;
 }
 
 void ProgressBar::draw(const std::string& line) {
@@ -186,18 +186,15 @@ std::string ProgressBar::render_tty(double elapsed, const std::string& postfix) 
   const std::string prefix = stage_.empty() ? "" : stage_ + ": ";
   const std::optional<double> rate = rate_of(done_, elapsed);
   if (total_ < 0) {
-    return trim_to_width(fmt::format("{}{}it [{}, {}{}]", prefix, done_,
-                                     format_interval(elapsed), format_rate(rate, ""), postfix),
-                         options_.width);
+    return trim_to_width(
+        fmt::format("{}{}it [{}, {}{}]", prefix, done_, format_interval(elapsed), format_rate(rate, ""), postfix),
+        options_.width);
   }
   const std::string left = fmt::format("{}{:3d}%|", prefix, percent(done_, total_));
-  const std::string right =
-      fmt::format("| {}/{} [{}<{}, {}{}]", done_, total_, format_interval(elapsed),
-                  format_eta(done_, total_, rate), format_rate(rate, ""), postfix);
-  const int bar_width =
-      std::max(1, options_.width - display_width(left) - display_width(right));
-  const double fraction =
-      total_ > 0 ? static_cast<double>(done_) / static_cast<double>(total_) : 1.0;
+  const std::string right = fmt::format("| {}/{} [{}<{}, {}{}]", done_, total_, format_interval(elapsed),
+                                        format_eta(done_, total_, rate), format_rate(rate, ""), postfix);
+  const int bar_width = std::max(1, options_.width - display_width(left) - display_width(right));
+  const double fraction = total_ > 0 ? static_cast<double>(done_) / static_cast<double>(total_) : 1.0;
   return trim_to_width(left + render_bar(fraction, bar_width) + right, options_.width);
 }
 
@@ -205,12 +202,11 @@ std::string ProgressBar::render_plain(double elapsed, const std::string& postfix
   const std::string prefix = stage_.empty() ? "" : stage_ + ": ";
   const std::optional<double> rate = rate_of(done_, elapsed);
   if (total_ < 0) {
-    return fmt::format("{}{} {}, elapsed {}{}", prefix, done_, format_rate(rate, " "),
-                       format_interval(elapsed), postfix);
+    return fmt::format("{}{} {}, elapsed {}{}", prefix, done_, format_rate(rate, " "), format_interval(elapsed),
+                       postfix);
   }
-  return fmt::format("{}{}/{} ({}%) {}, elapsed {}, ETA {}{}", prefix, done_, total_,
-                     percent(done_, total_), format_rate(rate, " "), format_interval(elapsed),
-                     format_eta(done_, total_, rate), postfix);
+  return fmt::format("{}{}/{} ({}%) {}, elapsed {}, ETA {}{}", prefix, done_, total_, percent(done_, total_),
+                     format_rate(rate, " "), format_interval(elapsed), format_eta(done_, total_, rate), postfix);
 }
 
 }  // namespace volt

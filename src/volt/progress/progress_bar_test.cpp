@@ -1,9 +1,9 @@
 #include "volt/progress/progress_bar.h"
 
+#include <gtest/gtest.h>
+
 #include <sstream>
 #include <string>
-
-#include <gtest/gtest.h>
 
 #include "volt/core/error.h"
 
@@ -94,8 +94,7 @@ TEST(ProgressBar, PlainModeWritesAtMostOneLinePerInterval) {
   }
   EXPECT_EQ(h.count("\n"), 3);  // at 30, 60 and 90 seconds
   EXPECT_EQ(h.count("\r"), 0);
-  EXPECT_NE(h.out.str().find(
-                "Epoch 2: 150/1000 (15%) 5.00 it/s, elapsed 00:30, ETA 02:50, loss=0.5\n"),
+  EXPECT_NE(h.out.str().find("Epoch 2: 150/1000 (15%) 5.00 it/s, elapsed 00:30, ETA 02:50, loss=0.5\n"),
             std::string::npos)
       << h.out.str();
 }
@@ -107,8 +106,7 @@ TEST(ProgressBar, FinishAlwaysWritesTheFinalLine) {
   h.bar.update(10, {});
   EXPECT_EQ(h.out.str(), "") << "the update was throttled";
   h.bar.finish({{"loss", 0.25}});
-  EXPECT_EQ(h.out.str(),
-            "Epoch 0: 10/10 (100%) 5.00 it/s, elapsed 00:02, ETA 00:00, loss=0.25\n");
+  EXPECT_EQ(h.out.str(), "Epoch 0: 10/10 (100%) 5.00 it/s, elapsed 00:02, ETA 00:00, loss=0.25\n");
 }
 
 TEST(ProgressBar, FinishEndsTheTerminalLine) {
@@ -143,8 +141,7 @@ TEST(ProgressBar, SlowStepsShowSecondsPerStepAndLongRunsShowHours) {
   h.bar.start("Epoch 0", 0, 4000);
   h.now = 3725;  // 1 h 2 min 5 s
   h.bar.update(1000, {});
-  EXPECT_EQ(h.out.str(),
-            "Epoch 0: 1000/4000 (25%) 3.73 s/it, elapsed 1:02:05, ETA 3:06:15\n");
+  EXPECT_EQ(h.out.str(), "Epoch 0: 1000/4000 (25%) 3.73 s/it, elapsed 1:02:05, ETA 3:06:15\n");
 }
 
 TEST(ProgressBar, MetricsShowFourSignificantDigits) {
@@ -152,8 +149,7 @@ TEST(ProgressBar, MetricsShowFourSignificantDigits) {
   h.bar.start("Epoch 0", 0, 1);
   h.now = 1;
   h.bar.finish({{"a", 123456.0}, {"b", 0.000123456}, {"c", 2.0}});
-  EXPECT_NE(h.out.str().find(", a=1.235e+05, b=0.0001235, c=2\n"), std::string::npos)
-      << h.out.str();
+  EXPECT_NE(h.out.str().find(", a=1.235e+05, b=0.0001235, c=2\n"), std::string::npos) << h.out.str();
 }
 
 TEST(ProgressBar, PrintClearsTheBarAndRedrawsIt) {

@@ -9,9 +9,10 @@ namespace volt::slurm {
 namespace {
 
 [[noreturn]] void malformed(std::string_view expression, std::size_t position, const std::string& what) {
-  throw Error(fmt::format("malformed SLURM hostlist '{}' at position {}: {}. HINT: expected names like "
-                          "'node[01-04,7]', 'a,b' or 'rack1-[2,5]' (SLURM_JOB_NODELIST as SLURM sets it).",
-                          expression, position, what));
+  throw Error(
+      fmt::format("malformed SLURM hostlist '{}' at position {}: {}. HINT: expected names like "
+                  "'node[01-04,7]', 'a,b' or 'rack1-[2,5]' (SLURM_JOB_NODELIST as SLURM sets it).",
+                  expression, position, what));
 }
 
 bool all_digits(std::string_view text) {
@@ -61,7 +62,8 @@ void expand_item(std::string_view expression, std::string_view item, std::size_t
   while (i < item.size()) {
     const std::size_t open = item.find('[', i);
     const std::string_view literal = item.substr(i, open == std::string_view::npos ? std::string_view::npos : open - i);
-    if (literal.find(']') != std::string_view::npos) malformed(expression, offset + i + literal.find(']'), "']' without '['");
+    if (literal.find(']') != std::string_view::npos)
+      malformed(expression, offset + i + literal.find(']'), "']' without '['");
     for (auto& p : partial) p += literal;
     if (open == std::string_view::npos) break;
     const std::size_t close = item.find(']', open);
@@ -79,7 +81,8 @@ void expand_item(std::string_view expression, std::string_view item, std::size_t
     partial = std::move(next);
     i = close + 1;
   }
-  if (out.size() + partial.size() > kMaxHosts) malformed(expression, offset, fmt::format("more than {} hosts", kMaxHosts));
+  if (out.size() + partial.size() > kMaxHosts)
+    malformed(expression, offset, fmt::format("more than {} hosts", kMaxHosts));
   for (auto& p : partial) out.push_back(std::move(p));
 }
 

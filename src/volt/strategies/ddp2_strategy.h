@@ -26,7 +26,9 @@ class Ddp2Strategy : public Strategy {
   torch::Tensor training_step(LightningModule& module, const Batch& batch, int64_t batch_idx) override {
     return parallel_.training_step(module, batch, batch_idx);
   }
-  void before_backward(const torch::Tensor& loss, bool synchronize) override { ddp_.before_backward(loss, synchronize); }
+  void before_backward(const torch::Tensor& loss, bool synchronize) override {
+    ddp_.before_backward(loss, synchronize);
+  }
   void reduce(torch::Tensor& values, Reduce op) override { ddp_.reduce(values, op); }
   double reduce(double value, Reduce op) override { return ddp_.reduce(value, op); }
   bool any(bool flag) override { return ddp_.any(flag); }

@@ -3,7 +3,6 @@
 #include <signal.h>
 
 #include <thread>
-
 #include <torch/csrc/distributed/c10d/ProcessGroup.hpp>
 
 #include "volt/core/error.h"
@@ -59,10 +58,11 @@ void DdpStrategy::setup_module(LightningModule& module) {
   torch::Tensor low = shape.clone();
   group.all_reduce(shape, Reduce::kMax);
   group.all_reduce(low, Reduce::kMin);
-  VOLT_CHECK(torch::equal(shape, low),
-             "rank {} holds a model with {} tensors and {} values, but other ranks differ (max {} tensors / {} values). "
-             "HINT: every process must build the same module; check code that depends on the rank.",
-             topology_.global_rank, state.size(), numel, shape[0].item<double>(), shape[1].item<double>());
+  VOLT_CHECK(
+      torch::equal(shape, low),
+      "rank {} holds a model with {} tensors and {} values, but other ranks differ (max {} tensors / {} values). "
+      "HINT: every process must build the same module; check code that depends on the rank.",
+      topology_.global_rank, state.size(), numel, shape[0].item<double>(), shape[1].item<double>());
   {
     torch::NoGradGuard no_grad;
     group.broadcast(state, 0);

@@ -6,11 +6,11 @@
 // training step themselves (training_step), over one replica of the module per device.
 #pragma once
 
+#include <torch/types.h>
+
 #include <memory>
 #include <optional>
 #include <string>
-
-#include <torch/types.h>
 
 #include "volt/data/dataset.h"
 #include "volt/distributed/topology.h"

@@ -18,9 +18,10 @@ namespace {
 
 StateDict as_dict(const c10::IValue& value, const std::string& key, const std::string& path) {
   if (!value.isGenericDict()) {
-    throw CheckpointError(fmt::format("checkpoint '{}' has no dictionary under '{}' (found {}). HINT: the file was "
-                                      "not written by Volt or Lightning; pass another ckpt_path.",
-                                      path, key, value.tagKind()));
+    throw CheckpointError(
+        fmt::format("checkpoint '{}' has no dictionary under '{}' (found {}). HINT: the file was "
+                    "not written by Volt or Lightning; pass another ckpt_path.",
+                    path, key, value.tagKind()));
   }
   return value.toGenericDict();
 }
@@ -29,9 +30,10 @@ c10::IValue entry(const StateDict& dict, const std::string& key, const std::stri
   if (!dict.contains(key)) {
     std::vector<std::string> keys;
     for (const auto& e : dict) keys.push_back(e.key().isString() ? e.key().toStringRef() : "?");
-    throw CheckpointError(fmt::format("checkpoint '{}' lacks the key '{}'; it has: [{}]. HINT: the file was not "
-                                      "written by Volt's Trainer (a weights-only file cannot resume a fit).",
-                                      path, key, join(keys, ", ")));
+    throw CheckpointError(
+        fmt::format("checkpoint '{}' lacks the key '{}'; it has: [{}]. HINT: the file was not "
+                    "written by Volt's Trainer (a weights-only file cannot resume a fit).",
+                    path, key, join(keys, ", ")));
   }
   return dict.at(key);
 }
@@ -162,10 +164,11 @@ void load_module_weights(const c10::IValue& checkpoint, LightningModule& module,
     if (!known.count(name)) problems.push_back(fmt::format("unexpected: '{}'", name));
   }
   if (!problems.empty()) {
-    throw CheckpointError(fmt::format("checkpoint '{}' does not fit module {}:\n  {}\nHINT: load it into the "
-                                      "module it was saved from (same layers and sizes), or start without "
-                                      "ckpt_path.",
-                                      path, module.name(), join(problems, "\n  ")));
+    throw CheckpointError(
+        fmt::format("checkpoint '{}' does not fit module {}:\n  {}\nHINT: load it into the "
+                    "module it was saved from (same layers and sizes), or start without "
+                    "ckpt_path.",
+                    path, module.name(), join(problems, "\n  ")));
   }
   torch::NoGradGuard no_grad;
   for (auto& [target, source] : copies) target.copy_(source);
@@ -175,29 +178,31 @@ FitProgress restore_checkpoint(const c10::IValue& checkpoint, const TrainingPart
   const StateDict top = as_dict(checkpoint, "(top level)", path);
   const c10::IValue version = entry(top, "volt_checkpoint_version", path);
   if (!version.isInt() || version.toInt() > kCheckpointVersion) {
-    throw CheckpointError(fmt::format("checkpoint '{}' has format version {}; this Volt reads versions up to {}. "
-                                      "HINT: resume with the Volt that wrote it, or upgrade Volt.",
-                                      path, version.isInt() ? std::to_string(version.toInt()) : "?", kCheckpointVersion));
+    throw CheckpointError(
+        fmt::format("checkpoint '{}' has format version {}; this Volt reads versions up to {}. "
+                    "HINT: resume with the Volt that wrote it, or upgrade Volt.",
+                    path, version.isInt() ? std::to_string(version.toInt()) : "?", kCheckpointVersion));
   }
   load_module_weights(checkpoint, *parts.module, path);
 
   const auto& optimizers = parts.optimization->optimizers;
   const c10::IValue optimizer_states = entry(top, "optimizer_states", path);
   if (!optimizer_states.isList() || optimizer_states.toListRef().size() != optimizers.size()) {
-    throw CheckpointError(fmt::format("checkpoint '{}' holds {} optimizer states but configure_optimizers returned {}. "
-                                      "HINT: resume with the same optimizer setup.",
-                                      path, optimizer_states.isList() ? optimizer_states.toListRef().size() : 0,
-                                      optimizers.size()));
+    throw CheckpointError(
+        fmt::format("checkpoint '{}' holds {} optimizer states but configure_optimizers returned {}. "
+                    "HINT: resume with the same optimizer setup.",
+                    path, optimizer_states.isList() ? optimizer_states.toListRef().size() : 0, optimizers.size()));
   }
-  for (size_t i = 0; i < optimizers.size(); ++i) load_optimizer_state_dict(*optimizers[i], optimizer_states.toListRef()[i]);
+  for (size_t i = 0; i < optimizers.size(); ++i)
+    load_optimizer_state_dict(*optimizers[i], optimizer_states.toListRef()[i]);
 
   const auto& schedulers = parts.optimization->schedulers;
   const c10::IValue scheduler_states = entry(top, "lr_schedulers", path);
   if (!scheduler_states.isList() || scheduler_states.toListRef().size() != schedulers.size()) {
-    throw CheckpointError(fmt::format("checkpoint '{}' holds {} scheduler states but configure_optimizers returned {}. "
-                                      "HINT: resume with the same scheduler setup.",
-                                      path, scheduler_states.isList() ? scheduler_states.toListRef().size() : 0,
-                                      schedulers.size()));
+    throw CheckpointError(
+        fmt::format("checkpoint '{}' holds {} scheduler states but configure_optimizers returned {}. "
+                    "HINT: resume with the same scheduler setup.",
+                    path, scheduler_states.isList() ? scheduler_states.toListRef().size() : 0, schedulers.size()));
   }
   for (size_t i = 0; i < schedulers.size(); ++i) {
     const StateDict state = as_dict(scheduler_states.toListRef()[i], "lr_schedulers", path);
@@ -206,9 +211,10 @@ FitProgress restore_checkpoint(const c10::IValue& checkpoint, const TrainingPart
     c10::impl::GenericDict typed(c10::StringType::get(), c10::AnyType::get());
     for (const auto& e : state) {
       if (!e.key().isString()) {
-        throw CheckpointError(fmt::format("checkpoint '{}' has a scheduler state with a non-string key ({}). HINT: "
-                                          "the file was not written by Volt or Lightning; pass another ckpt_path.",
-                                          path, e.key().tagKind()));
+        throw CheckpointError(
+            fmt::format("checkpoint '{}' has a scheduler state with a non-string key ({}). HINT: "
+                        "the file was not written by Volt or Lightning; pass another ckpt_path.",
+                        path, e.key().tagKind()));
       }
       const std::string& key = e.key().toStringRef();
       if (key != "volt_interval" && key != "volt_frequency") typed.insert(key, e.value());
@@ -266,12 +272,18 @@ FitProgress restore_checkpoint(const c10::IValue& checkpoint, const TrainingPart
 
 c10::IValue json_to_ivalue(const nlohmann::json& value) {
   switch (value.type()) {
-    case nlohmann::json::value_t::null: return c10::IValue();
-    case nlohmann::json::value_t::boolean: return value.get<bool>();
-    case nlohmann::json::value_t::number_integer: return value.get<int64_t>();
-    case nlohmann::json::value_t::number_unsigned: return static_cast<int64_t>(value.get<uint64_t>());
-    case nlohmann::json::value_t::number_float: return value.get<double>();
-    case nlohmann::json::value_t::string: return value.get<std::string>();
+    case nlohmann::json::value_t::null:
+      return c10::IValue();
+    case nlohmann::json::value_t::boolean:
+      return value.get<bool>();
+    case nlohmann::json::value_t::number_integer:
+      return value.get<int64_t>();
+    case nlohmann::json::value_t::number_unsigned:
+      return static_cast<int64_t>(value.get<uint64_t>());
+    case nlohmann::json::value_t::number_float:
+      return value.get<double>();
+    case nlohmann::json::value_t::string:
+      return value.get<std::string>();
     case nlohmann::json::value_t::array: {
       c10::impl::GenericList list(c10::AnyType::get());
       for (const auto& item : value) list.push_back(json_to_ivalue(item));
@@ -283,10 +295,12 @@ c10::IValue json_to_ivalue(const nlohmann::json& value) {
       return dict;
     }
     case nlohmann::json::value_t::binary:
-    case nlohmann::json::value_t::discarded: break;
+    case nlohmann::json::value_t::discarded:
+      break;
   }
-  throw Error("hyperparameters hold a binary or discarded JSON value; expected plain values. HINT: store numbers, "
-              "strings, booleans, lists and objects only.");
+  throw Error(
+      "hyperparameters hold a binary or discarded JSON value; expected plain values. HINT: store numbers, "
+      "strings, booleans, lists and objects only.");
 }
 
 nlohmann::json ivalue_to_json(const c10::IValue& value) {

@@ -15,10 +15,9 @@
 #pragma once
 
 #include <memory>
+#include <nlohmann/json_fwd.hpp>
 #include <string>
 #include <vector>
-
-#include <nlohmann/json_fwd.hpp>
 
 #include "volt/module/lightning_module.h"
 #include "volt/module/state_dict.h"

@@ -6,11 +6,16 @@ namespace volt {
 
 const char* to_string(StopReason reason) {
   switch (reason) {
-    case StopReason::kMaxEpochs: return "max_epochs";
-    case StopReason::kMaxSteps: return "max_steps";
-    case StopReason::kCallback: return "callback";
-    case StopReason::kInterrupted: return "interrupted";
-    case StopReason::kRequeued: return "requeued";
+    case StopReason::kMaxEpochs:
+      return "max_epochs";
+    case StopReason::kMaxSteps:
+      return "max_steps";
+    case StopReason::kCallback:
+      return "callback";
+    case StopReason::kInterrupted:
+      return "interrupted";
+    case StopReason::kRequeued:
+      return "requeued";
   }
   return "?";
 }
@@ -51,8 +56,10 @@ std::string EvalResult::report() const {
   std::size_t width = 20;
   for (const auto& [name, value] : metrics) width = std::max(width, name.size() + 2);
   const std::string rule(width + 20, '-');
-  std::string out = rule + "\n" + fmt::format("{:<{}}{}\n", stage == "test" ? "Test metric" : "Validate metric", width,
-                                               "DataLoader 0") + rule + "\n";
+  std::string out =
+      rule + "\n" +
+      fmt::format("{:<{}}{}\n", stage == "test" ? "Test metric" : "Validate metric", width, "DataLoader 0") + rule +
+      "\n";
   for (const auto& [name, value] : metrics) out += fmt::format("{:<{}}{:.6g}\n", name, width, value);
   out += rule + "\n";
   return out;

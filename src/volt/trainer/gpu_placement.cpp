@@ -24,7 +24,8 @@ std::vector<int64_t> selected_devices(const GpuPlacementRequest& r, const Env& e
   VOLT_CHECK(visible > 0,
              "devices={} asks for CUDA devices, but none is visible to this process; available: cpu. HINT: use "
              "accelerator=\"cpu\", or check CUDA_VISIBLE_DEVICES{} and the driver (nvidia-smi).",
-             r.devices.to_string(), env.has("CUDA_VISIBLE_DEVICES") ? fmt::format("={}", env.get_or("CUDA_VISIBLE_DEVICES", "")) : "");
+             r.devices.to_string(),
+             env.has("CUDA_VISIBLE_DEVICES") ? fmt::format("={}", env.get_or("CUDA_VISIBLE_DEVICES", "")) : "");
   std::vector<int64_t> out;
   if (!r.devices.indices().empty()) {
     for (int index : r.devices.indices()) {
@@ -90,7 +91,7 @@ GpuPlacement place_gpus(const GpuPlacementRequest& r, const Env& env) {
   std::vector<std::string> ids;
   for (int64_t index : selected) {
     ids.push_back(index < static_cast<int64_t>(parent_ids.size()) ? trim(parent_ids[static_cast<size_t>(index)])
-                                                                   : std::to_string(index));
+                                                                  : std::to_string(index));
   }
   placement.child_env["CUDA_DEVICE_ORDER"] = "PCI_BUS_ID";
   placement.child_env["CUDA_VISIBLE_DEVICES"] = join(ids, ",");

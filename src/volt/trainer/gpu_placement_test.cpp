@@ -17,40 +17,43 @@ std::string error_of(const GpuPlacementRequest& request, Env::Vars env = {}) {
 }
 
 TEST(GpuPlacement, DdpUnderVoltsLauncherNarrowsTheChildrensDevicesInPciOrder) {
-  const GpuPlacement p = place_gpus({.devices = DeviceRequest("1,3"), .processes_per_node = 2,
-                                     .launches_local_processes = true, .visible_gpus = 4},
-                                    Env(Env::Vars{}));
+  const GpuPlacement p = place_gpus(
+      {.devices = DeviceRequest("1,3"), .processes_per_node = 2, .launches_local_processes = true, .visible_gpus = 4},
+      Env(Env::Vars{}));
   EXPECT_EQ(p.devices, (std::vector<int64_t>{1}));  // local rank 0 uses the first selected device
   EXPECT_EQ(p.child_env.at("CUDA_DEVICE_ORDER"), "PCI_BUS_ID");
   EXPECT_EQ(p.child_env.at("CUDA_VISIBLE_DEVICES"), "1,3");
 }
 
 TEST(GpuPlacement, ChildIdsPassThroughTheParentsVisibleDevices) {
-  const GpuPlacement p = place_gpus({.devices = DeviceRequest("0,2"), .processes_per_node = 2,
-                                     .launches_local_processes = true, .visible_gpus = 3},
-                                    Env(Env::Vars{{"CUDA_VISIBLE_DEVICES", "4,5,7"}}));
+  const GpuPlacement p = place_gpus(
+      {.devices = DeviceRequest("0,2"), .processes_per_node = 2, .launches_local_processes = true, .visible_gpus = 3},
+      Env(Env::Vars{{"CUDA_VISIBLE_DEVICES", "4,5,7"}}));
   EXPECT_EQ(p.child_env.at("CUDA_VISIBLE_DEVICES"), "4,7");
 }
 
 TEST(GpuPlacement, ALaunchedChildUsesItsLocalRanksDevice) {
-  const GpuPlacement p = place_gpus({.devices = DeviceRequest("1,3"), .processes_per_node = 2, .local_rank = 1,
-                                     .visible_gpus = 2},
-                                    Env(Env::Vars{{"CUDA_VISIBLE_DEVICES", "1,3"}, {kGpuSelectionVar, "1,3"}}));
+  const GpuPlacement p =
+      place_gpus({.devices = DeviceRequest("1,3"), .processes_per_node = 2, .local_rank = 1, .visible_gpus = 2},
+                 Env(Env::Vars{{"CUDA_VISIBLE_DEVICES", "1,3"}, {kGpuSelectionVar, "1,3"}}));
   EXPECT_EQ(p.devices, (std::vector<int64_t>{1}));
   EXPECT_TRUE(p.child_env.empty());
 }
 
 TEST(GpuPlacement, SlurmTasksThatSeeOnlyTheirOwnGpuUseDeviceZero) {
-  const GpuPlacement p = place_gpus({.devices = 2, .processes_per_node = 2, .local_rank = 1,
-                                     .cluster = ClusterKind::kSlurm, .visible_gpus = 1},
-                                    Env(Env::Vars{{"SLURM_LOCALID", "1"}, {"CUDA_VISIBLE_DEVICES", "0"}, {"SLURM_STEP_GPUS", "3"}}));
+  const GpuPlacement p = place_gpus(
+      {.devices = 2, .processes_per_node = 2, .local_rank = 1, .cluster = ClusterKind::kSlurm, .visible_gpus = 1},
+      Env(Env::Vars{{"SLURM_LOCALID", "1"}, {"CUDA_VISIBLE_DEVICES", "0"}, {"SLURM_STEP_GPUS", "3"}}));
   EXPECT_EQ(p.devices, (std::vector<int64_t>{0}));
   EXPECT_TRUE(p.child_env.empty());  // SLURM's variables are left as SLURM set them
 }
 
 TEST(GpuPlacement, SlurmTasksThatSeeTheNodesGpusUseTheirLocalRank) {
-  const GpuPlacement p = place_gpus({.devices = 4, .processes_per_node = 4, .local_rank = 2,
-                                     .cluster = ClusterKind::kSlurm, .launches_local_processes = true,
+  const GpuPlacement p = place_gpus({.devices = 4,
+                                     .processes_per_node = 4,
+                                     .local_rank = 2,
+                                     .cluster = ClusterKind::kSlurm,
+                                     .launches_local_processes = true,
                                      .visible_gpus = 4},
                                     Env(Env::Vars{{"CUDA_VISIBLE_DEVICES", "0,1,2,3"}}));
   EXPECT_EQ(p.devices, (std::vector<int64_t>{2}));

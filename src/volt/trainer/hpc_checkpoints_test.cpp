@@ -1,11 +1,10 @@
 #include "volt/trainer/hpc_checkpoints.h"
 
+#include <gtest/gtest.h>
 #include <unistd.h>
 
 #include <filesystem>
 #include <fstream>
-
-#include <gtest/gtest.h>
 
 namespace volt {
 namespace {

@@ -17,7 +17,8 @@ namespace volt {
 
 const char* to_string(Accelerator accelerator) {
   switch (accelerator) {
-    case Accelerator::kCpu: return "cpu";
+    case Accelerator::kCpu:
+      return "cpu";
     case Accelerator::kCuda:
       return "cuda";
   }
@@ -26,17 +27,22 @@ const char* to_string(Accelerator accelerator) {
 
 const char* to_string(StrategyKind strategy) {
   switch (strategy) {
-    case StrategyKind::kSingleDevice: return "single_device";
-    case StrategyKind::kDdp: return "ddp";
-    case StrategyKind::kDp: return "dp";
-    case StrategyKind::kDdp2: return "ddp2";
+    case StrategyKind::kSingleDevice:
+      return "single_device";
+    case StrategyKind::kDdp:
+      return "ddp";
+    case StrategyKind::kDp:
+      return "dp";
+    case StrategyKind::kDdp2:
+      return "ddp2";
   }
   return "?";
 }
 
 c10::DeviceType device_type(Accelerator accelerator) {
   switch (accelerator) {
-    case Accelerator::kCpu: return c10::DeviceType::CPU;
+    case Accelerator::kCpu:
+      return c10::DeviceType::CPU;
     case Accelerator::kCuda:
       return c10::DeviceType::CUDA;
   }
@@ -94,9 +100,10 @@ Precision precision_of_amp_level(const std::string& level) {
   if (t == "o0") return Precision::k32True;
   if (t == "o1" || t == "o2") return Precision::k16Mixed;
   if (t == "o3") return Precision::k16True;
-  throw Error(fmt::format("amp_level='{}' is not an apex optimization level; expected 'O0', 'O1', 'O2' or 'O3'. "
-                          "HINT: set precision instead ('bf16-mixed' for mixed precision on CPU).",
-                          level));
+  throw Error(
+      fmt::format("amp_level='{}' is not an apex optimization level; expected 'O0', 'O1', 'O2' or 'O3'. "
+                  "HINT: set precision instead ('bf16-mixed' for mixed precision on CPU).",
+                  level));
 }
 
 /// options.precision, with the seed documents' use_amp and amp_level (Lightning 0.x with apex)
@@ -107,9 +114,10 @@ Precision resolve_precision(const TrainerOptions& options, Accelerator accelerat
   if (!trim(options.amp_level).empty()) {
     const Precision mapped = precision_of_amp_level(options.amp_level);
     if (!asked_for_amp) {
-      notes.push_back(fmt::format("amp_level='{}' was ignored: it applies only with use_amp=true or precision=16, as "
-                                  "in Lightning",
-                                  options.amp_level));
+      notes.push_back(
+          fmt::format("amp_level='{}' was ignored: it applies only with use_amp=true or precision=16, as "
+                      "in Lightning",
+                      options.amp_level));
     } else {
       precision = mapped;
       notes.push_back(fmt::format("amp_level='{}' became precision='{}'{}", options.amp_level, to_string(mapped),
@@ -145,9 +153,10 @@ std::pair<std::optional<StrategyKind>, bool> resolve_strategy(const std::string&
   if (t == "ddp_find_unused_parameters_true") return {StrategyKind::kDdp, true};
   if (t == "dp") return {StrategyKind::kDp, false};
   if (t == "ddp2") return {StrategyKind::kDdp2, false};
-  throw Error(fmt::format("strategy='{}' is not supported; supported: 'auto', 'single_device', 'ddp', "
-                          "'ddp_find_unused_parameters_true', 'dp', 'ddp2'. HINT: use 'ddp' for several processes.",
-                          text));
+  throw Error(
+      fmt::format("strategy='{}' is not supported; supported: 'auto', 'single_device', 'ddp', "
+                  "'ddp_find_unused_parameters_true', 'dp', 'ddp2'. HINT: use 'ddp' for several processes.",
+                  text));
 }
 
 /// Devices per node. CPU "devices" are processes: a count, -1 for one per core, or a list (its
@@ -180,12 +189,14 @@ Topology resolve_topology(const ClusterInfo& cluster, int64_t devices, int64_t n
   if (cluster.creates_processes_externally) {
     const bool slurm = cluster.kind == ClusterKind::kSlurm;
     const std::string hint =
-        slurm ? fmt::format("HINT: make the job script and the Trainer agree: #SBATCH --nodes={} and "
-                            "--ntasks-per-node={}, or set devices and num_nodes to the allocation ({}).",
-                            num_nodes, devices, slurm_layout(env))
-              : fmt::format("HINT: start {} processes per node on {} nodes (e.g. torchrun --nproc-per-node={} "
-                            "--nnodes={}), or set devices and num_nodes to match.",
-                            devices, num_nodes, devices, num_nodes);
+        slurm ? fmt::format(
+                    "HINT: make the job script and the Trainer agree: #SBATCH --nodes={} and "
+                    "--ntasks-per-node={}, or set devices and num_nodes to the allocation ({}).",
+                    num_nodes, devices, slurm_layout(env))
+              : fmt::format(
+                    "HINT: start {} processes per node on {} nodes (e.g. torchrun --nproc-per-node={} "
+                    "--nnodes={}), or set devices and num_nodes to match.",
+                    devices, num_nodes, devices, num_nodes);
     VOLT_CHECK(!cluster.local_world_size || *cluster.local_world_size == devices,
                "the Trainer has devices={} per node, but {} started {} processes on this node. {}", devices,
                to_string(cluster.kind), cluster.local_world_size.value_or(0), hint);
@@ -193,8 +204,8 @@ Topology resolve_topology(const ClusterInfo& cluster, int64_t devices, int64_t n
                "the Trainer has num_nodes={}, but the {} job has {} nodes. {}", num_nodes, to_string(cluster.kind),
                cluster.num_nodes.value_or(0), hint);
     VOLT_CHECK(cluster.world_size.value_or(1) == t.world_size,
-               "the Trainer expects devices={} x num_nodes={} = {} processes, but {} started {}. {}", devices, num_nodes,
-               t.world_size, to_string(cluster.kind), cluster.world_size.value_or(1), hint);
+               "the Trainer expects devices={} x num_nodes={} = {} processes, but {} started {}. {}", devices,
+               num_nodes, t.world_size, to_string(cluster.kind), cluster.world_size.value_or(1), hint);
     if (slurm && t.world_size > 1) {
       // The batch shell of an sbatch job carries the job's task count but is one process:
       // without srun, the other ranks would never exist.
@@ -240,8 +251,8 @@ int64_t resolve_threads(const TrainerOptions& options, const Env& env, const Mac
   VOLT_CHECK(options.num_threads == 0, "num_threads={} must be >= 0 (0 picks automatically).", options.num_threads);
   for (const char* name : {"OMP_NUM_THREADS", "SLURM_CPUS_PER_TASK"}) {
     if (const auto value = env.get_int(name)) {
-      VOLT_CHECK(*value >= 1, "environment variable {}={} must be >= 1. HINT: unset it or give a positive count.",
-                 name, *value);
+      VOLT_CHECK(*value >= 1, "environment variable {}={} must be >= 1. HINT: unset it or give a positive count.", name,
+                 *value);
       return *value;
     }
   }
@@ -278,9 +289,7 @@ std::string absolute_dir(const std::string& dir, const MachineInfo& machine) {
   return out;
 }
 
-void check_non_negative(int64_t value, const char* name) {
-  VOLT_CHECK(value >= 0, "{}={} must be >= 0.", name, value);
-}
+void check_non_negative(int64_t value, const char* name) { VOLT_CHECK(value >= 0, "{}={} must be >= 0.", name, value); }
 
 void check_limit(const BatchLimit& limit, const char* name) {
   if (limit.is_fraction()) {
@@ -297,8 +306,8 @@ void check_limit(const BatchLimit& limit, const char* name) {
 RunPlan resolve_run_plan(const TrainerOptions& options, const Env& env, const MachineInfo& machine) {
   RunPlan plan;
   // The seed documents' gpus=N asks for CUDA devices; gpus=0 is the CPU.
-  const bool gpus_requested = options.gpus && (options.gpus->is_auto() || !options.gpus->indices().empty() ||
-                                               options.gpus->count() != 0);
+  const bool gpus_requested =
+      options.gpus && (options.gpus->is_auto() || !options.gpus->indices().empty() || options.gpus->count() != 0);
   plan.accelerator =
       gpus_requested
           ? resolve_accelerator("gpu", fmt::format("gpus={}", options.gpus->to_string()), machine)
@@ -383,8 +392,8 @@ RunPlan resolve_run_plan(const TrainerOptions& options, const Env& env, const Ma
              options.num_sanity_val_steps);
   VOLT_CHECK(options.accumulate_grad_batches >= 1, "accumulate_grad_batches={} must be >= 1.",
              options.accumulate_grad_batches);
-  VOLT_CHECK(!options.gradient_clip_val || *options.gradient_clip_val >= 0.0,
-             "gradient_clip_val={} must be >= 0.", options.gradient_clip_val.value_or(0.0));
+  VOLT_CHECK(!options.gradient_clip_val || *options.gradient_clip_val >= 0.0, "gradient_clip_val={} must be >= 0.",
+             options.gradient_clip_val.value_or(0.0));
   VOLT_CHECK(options.log_every_n_steps >= 1, "log_every_n_steps={} must be >= 1.", options.log_every_n_steps);
 
   // Lightning: max_epochs defaults to 1000 unless max_steps bounds the run.
@@ -413,7 +422,8 @@ RunPlan resolve_run_plan(const TrainerOptions& options, const Env& env, const Ma
 
   plan.root_dir = absolute_dir(options.default_root_dir.empty() ? machine.cwd : options.default_root_dir, machine);
 
-  plan.requeue = resolve_requeue_policy(env, options.auto_requeue, options.requeue_signal, options.checkpoint_on_sigterm);
+  plan.requeue =
+      resolve_requeue_policy(env, options.auto_requeue, options.requeue_signal, options.checkpoint_on_sigterm);
   VOLT_CHECK(options.hpc_checkpoints_to_keep >= 1,
              "hpc_checkpoints_to_keep={} must be >= 1: a requeued job resumes from the newest one. HINT: use 1 to "
              "keep only the newest, or auto_requeue=false and checkpoint_on_sigterm=false to write none.",
@@ -454,8 +464,8 @@ std::string RunPlan::describe() const {
   line("strategy", to_string(strategy));
   line("precision", fmt::format("{}{}", to_string(precision),
                                 is_mixed(precision) ? fmt::format(" (autocast to {})", precision == Precision::k16Mixed
-                                                                                          ? "float16, loss scaling"
-                                                                                          : "bfloat16")
+                                                                                           ? "float16, loss scaling"
+                                                                                           : "bfloat16")
                                                     : std::string()));
   line("devices x nodes", fmt::format("{} x {} (world size {})", devices, num_nodes, topology.world_size));
   if (!cuda_devices.empty()) {
@@ -466,8 +476,8 @@ std::string RunPlan::describe() const {
   if (strategy == StrategyKind::kDdp || strategy == StrategyKind::kDdp2)
     line("process group backend", process_group_backend);
   line("cluster environment", to_string(cluster));
-  line("rank", fmt::format("global {} / local {} / node {}", topology.global_rank, topology.local_rank,
-                           topology.node_rank));
+  line("rank",
+       fmt::format("global {} / local {} / node {}", topology.global_rank, topology.local_rank, topology.node_rank));
   if (replicas_per_process > 1 || strategy == StrategyKind::kDp || strategy == StrategyKind::kDdp2) {
     line("replicas per process",
          fmt::format("{} (each batch split across them; losses combined by training_step_end)", replicas_per_process));
@@ -476,8 +486,9 @@ std::string RunPlan::describe() const {
     line("gradient all-reduce", fmt::format("across {} nodes (one process each; loaders sharded by node)", num_nodes));
   }
   if (strategy == StrategyKind::kDdp || strategy == StrategyKind::kDdp2) {
-    line("rendezvous", fmt::format("{}:{}", topology.main_address,
-                                   topology.main_port == 0 ? std::string("(free port)") : std::to_string(topology.main_port)));
+    line("rendezvous",
+         fmt::format("{}:{}", topology.main_address,
+                     topology.main_port == 0 ? std::string("(free port)") : std::to_string(topology.main_port)));
     line("launcher", launch_local_processes ? "volt (re-runs this program)" : "external or child");
   }
   line("threads per process", std::to_string(num_threads));
@@ -494,9 +505,9 @@ std::string RunPlan::describe() const {
   line("seed", seed ? std::to_string(*seed) : "unset");
   line("deterministic", deterministic ? "true" : "false");
   line("root dir", root_dir);
-  line("auto-requeue", requeue.enabled ? fmt::format("on {} (scontrol requeue {})", signal_name(requeue.signal),
-                                                     requeue.job_id)
-                                       : fmt::format("off ({})", requeue.disabled_reason));
+  line("auto-requeue", requeue.enabled
+                           ? fmt::format("on {} (scontrol requeue {})", signal_name(requeue.signal), requeue.job_id)
+                           : fmt::format("off ({})", requeue.disabled_reason));
   line("checkpoint on SIGTERM", requeue.checkpoint_on_sigterm ? "yes" : "no");
   line("HPC checkpoints", fmt::format("{} (keep {})", hpc_checkpoint_dir, hpc_checkpoints_to_keep));
   line("fast_dev_run", fast_dev_run ? "true" : "false");

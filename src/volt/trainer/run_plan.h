@@ -30,33 +30,33 @@ const char* to_string(StrategyKind strategy);
 
 /// A fully resolved run: nothing in it is "auto" and every value has been validated.
 struct RunPlan {
-  Accelerator accelerator = Accelerator::kCpu;  ///< where tensors live
+  Accelerator accelerator = Accelerator::kCpu;          ///< where tensors live
   StrategyKind strategy = StrategyKind::kSingleDevice;  ///< how processes cooperate
-  Precision precision = Precision::k32True;  ///< parameter and compute dtype
-  int64_t devices = 1;       ///< devices per node: processes (ddp) or replicas of one process (dp, ddp2)
+  Precision precision = Precision::k32True;             ///< parameter and compute dtype
+  int64_t devices = 1;               ///< devices per node: processes (ddp) or replicas of one process (dp, ddp2)
   int64_t replicas_per_process = 1;  ///< dp, ddp2: module replicas each process runs, one per device
-  int64_t num_nodes = 1;     ///< nodes
+  int64_t num_nodes = 1;             ///< nodes
   /// CUDA devices this process uses, as it numbers them (after CUDA_VISIBLE_DEVICES): one under
   /// ddp and single_device, the node's devices under dp and ddp2, the root first. Empty on CPU.
   std::vector<int64_t> cuda_devices;
   /// Variables for the local ranks this process launches (CUDA_DEVICE_ORDER and
   /// CUDA_VISIBLE_DEVICES naming the selected GPUs); empty on CPU and under srun/torchrun.
   Env::Vars child_env;
-  Topology topology;         ///< ranks, world size and rendezvous address of this process
-  ClusterKind cluster = ClusterKind::kLocal;  ///< who made the processes
-  bool launch_local_processes = false;  ///< this process starts its node's other local ranks
+  Topology topology;                           ///< ranks, world size and rendezvous address of this process
+  ClusterKind cluster = ClusterKind::kLocal;   ///< who made the processes
+  bool launch_local_processes = false;         ///< this process starts its node's other local ranks
   std::string process_group_backend = "gloo";  ///< c10d backend (ddp)
   std::chrono::milliseconds process_group_timeout{120000};  ///< collective timeout (ddp)
-  std::chrono::milliseconds join_timeout{60000};  ///< rendezvous deadline (ddp)
-  bool find_unused_parameters = false;  ///< ddp reducer option
-  int64_t bucket_cap_mb = 25;           ///< ddp reducer option
-  bool use_distributed_sampler = true;  ///< shard loaders across processes
-  int64_t num_threads = 1;   ///< intra-op threads of this process
-  bool tune_allocator = true;  ///< pin glibc malloc thresholds
+  std::chrono::milliseconds join_timeout{60000};            ///< rendezvous deadline (ddp)
+  bool find_unused_parameters = false;                      ///< ddp reducer option
+  int64_t bucket_cap_mb = 25;                               ///< ddp reducer option
+  bool use_distributed_sampler = true;                      ///< shard loaders across processes
+  int64_t num_threads = 1;                                  ///< intra-op threads of this process
+  bool tune_allocator = true;                               ///< pin glibc malloc thresholds
 
-  int64_t max_epochs = 1000;  ///< -1: unlimited
-  int64_t min_epochs = 0;     ///< epochs before a callback may stop training
-  int64_t max_steps = -1;     ///< -1: unlimited
+  int64_t max_epochs = 1000;               ///< -1: unlimited
+  int64_t min_epochs = 0;                  ///< epochs before a callback may stop training
+  int64_t max_steps = -1;                  ///< -1: unlimited
   BatchLimit limit_train_batches = 1.0;    ///< per training epoch
   BatchLimit limit_val_batches = 1.0;      ///< per validation run
   BatchLimit limit_test_batches = 1.0;     ///< when testing
@@ -66,23 +66,23 @@ struct RunPlan {
   int64_t check_val_every_n_epoch = 1;     ///< validate every this many epochs
   int64_t num_sanity_val_steps = 2;        ///< -1: the whole validation set
 
-  int64_t accumulate_grad_batches = 1;     ///< batches per optimizer step
-  std::optional<double> gradient_clip_val;  ///< unset: no clipping
+  int64_t accumulate_grad_batches = 1;                                           ///< batches per optimizer step
+  std::optional<double> gradient_clip_val;                                       ///< unset: no clipping
   GradientClipAlgorithm gradient_clip_algorithm = GradientClipAlgorithm::kNorm;  ///< norm or value
 
   std::optional<uint64_t> seed;  ///< unset: LibTorch's RNG is left alone
   uint64_t loader_seed = 0;      ///< the shuffle seed of loaders that set none
   bool deterministic = false;    ///< deterministic algorithms only
 
-  std::string root_dir;           ///< absolute default_root_dir
-  int64_t log_every_n_steps = 50;  ///< logger cadence
-  bool use_default_logger = true;  ///< add a CSVLogger when no logger was given
-  bool enable_progress_bar = true;  ///< show progress
-  bool enable_checkpointing = true;  ///< add a default ModelCheckpoint
-  bool enable_model_summary = true;  ///< print the summary table
-  std::string ckpt_path;             ///< "", "last", "best" or a path
-  RequeuePolicy requeue;             ///< SLURM auto-requeue and the SIGTERM checkpoint
-  std::string hpc_checkpoint_dir;    ///< absolute directory of hpc_ckpt_<N>.ckpt files
+  std::string root_dir;                 ///< absolute default_root_dir
+  int64_t log_every_n_steps = 50;       ///< logger cadence
+  bool use_default_logger = true;       ///< add a CSVLogger when no logger was given
+  bool enable_progress_bar = true;      ///< show progress
+  bool enable_checkpointing = true;     ///< add a default ModelCheckpoint
+  bool enable_model_summary = true;     ///< print the summary table
+  std::string ckpt_path;                ///< "", "last", "best" or a path
+  RequeuePolicy requeue;                ///< SLURM auto-requeue and the SIGTERM checkpoint
+  std::string hpc_checkpoint_dir;       ///< absolute directory of hpc_ckpt_<N>.ckpt files
   int64_t hpc_checkpoints_to_keep = 2;  ///< HPC checkpoints kept after each save
   /// What resolving changed that the user should know (seed-document flags that were mapped,
   /// e.g. "use_amp=true became precision='16-mixed'"); the Trainer prints them once.

@@ -112,8 +112,11 @@ TEST(RunPlan, Ddp2RanksAndWorldSizeCountNodes) {
 }
 
 TEST(RunPlan, LaunchedChildrenReadTheirRankAndDoNotLaunchAgain) {
-  const RunPlan p = plan({.devices = 2}, {{"LOCAL_RANK", "1"}, {"NODE_RANK", "0"}, {"WORLD_SIZE", "2"},
-                                          {"MASTER_ADDR", "127.0.0.1"}, {"MASTER_PORT", "4444"}});
+  const RunPlan p = plan({.devices = 2}, {{"LOCAL_RANK", "1"},
+                                          {"NODE_RANK", "0"},
+                                          {"WORLD_SIZE", "2"},
+                                          {"MASTER_ADDR", "127.0.0.1"},
+                                          {"MASTER_PORT", "4444"}});
   EXPECT_FALSE(p.launch_local_processes);
   EXPECT_EQ(p.topology.global_rank, 1);
   EXPECT_EQ(p.topology.main_port, 4444);
@@ -130,10 +133,17 @@ TEST(RunPlan, TwoNodesUnderALocalLauncherTakeTheNodeRankFromTheEnvironment) {
 }
 
 Env::Vars slurm_step(int procid) {
-  return {{"SLURM_JOB_ID", "77"}, {"SLURM_JOB_NAME", "train"}, {"SLURM_NTASKS", "4"}, {"SLURM_NNODES", "2"},
-          {"SLURM_NTASKS_PER_NODE", "2"}, {"SLURM_PROCID", std::to_string(procid)},
-          {"SLURM_LOCALID", std::to_string(procid % 2)}, {"SLURM_NODEID", std::to_string(procid / 2)},
-          {"SLURM_JOB_NODELIST", "node[1-2]"}, {"SLURM_STEP_ID", "0"}, {"SLURM_STEP_NUM_TASKS", "4"}};
+  return {{"SLURM_JOB_ID", "77"},
+          {"SLURM_JOB_NAME", "train"},
+          {"SLURM_NTASKS", "4"},
+          {"SLURM_NNODES", "2"},
+          {"SLURM_NTASKS_PER_NODE", "2"},
+          {"SLURM_PROCID", std::to_string(procid)},
+          {"SLURM_LOCALID", std::to_string(procid % 2)},
+          {"SLURM_NODEID", std::to_string(procid / 2)},
+          {"SLURM_JOB_NODELIST", "node[1-2]"},
+          {"SLURM_STEP_ID", "0"},
+          {"SLURM_STEP_NUM_TASKS", "4"}};
 }
 
 TEST(RunPlan, SlurmTasksAreJoinedNotLaunched) {

@@ -7,7 +7,6 @@
 #include <cstdio>
 #include <filesystem>
 #include <iostream>
-
 #include <nlohmann/json.hpp>
 
 #include "volt/callbacks/callback.h"
@@ -19,8 +18,8 @@
 #include "volt/loggers/hparams_yaml.h"
 #include "volt/loggers/tensorboard_logger.h"
 #include "volt/module/result_collection.h"
-#include "volt/precision/precision_plugin.h"
 #include "volt/optim/lr_scheduler.h"
+#include "volt/precision/precision_plugin.h"
 #include "volt/progress/model_summary.h"
 #include "volt/progress/progress_bar.h"
 #include "volt/strategies/ddp2_strategy.h"
@@ -136,7 +135,10 @@ struct EvalLoop {
     module.eval();
     torch::NoGradGuard no_grad;
     module.set_metric_sink(&results);
-    if (test) module.on_test_epoch_start(); else module.on_validation_epoch_start();
+    if (test)
+      module.on_test_epoch_start();
+    else
+      module.on_validation_epoch_start();
     if (bar) bar->start(stage, 0, batches);
     int64_t examples = 0;
     for (int64_t i = 0; i < batches; ++i) {
@@ -146,10 +148,16 @@ struct EvalLoop {
       results.set_batch_size(size);
       examples += size;
       const AutocastGuard autocast = precision.forward_context();
-      if (test) module.test_step(batch, i); else module.validation_step(batch, i);
+      if (test)
+        module.test_step(batch, i);
+      else
+        module.validation_step(batch, i);
       if (bar) bar->update(i + 1, {});
     }
-    if (test) module.on_test_epoch_end(); else module.on_validation_epoch_end();
+    if (test)
+      module.on_test_epoch_end();
+    else
+      module.on_validation_epoch_end();
     // One collective for all sync_dist values: exact means over every process's real examples.
     results.sync_epoch([this](torch::Tensor& t, Reduce op) { strategy.reduce(t, op); });
     if (bar) bar->finish(results.epoch_metrics(MetricTarget::kProgBar));
@@ -178,8 +186,7 @@ class Trainer::FitRun : public CallbackServices {
         module_(module),
         train_(std::move(train)),
         val_(std::move(val)),
-        train_results_(/*training=*/true,
-                       [this](double value, Reduce op) { return strategy_.reduce(value, op); }),
+        train_results_(/*training=*/true, [this](double value, Reduce op) { return strategy_.reduce(value, op); }),
         val_results_(/*training=*/false) {}
 
   FitResult run(const std::string& ckpt_path);
@@ -335,13 +342,22 @@ void Trainer::FitRun::agree_on_stop() {
   // One tiny all-reduce per step under ddp; none on one process.
   if (plan_.topology.world_size == 1) return;
   const StopCode mine = stop_ ? stop_code_ : kNoStop;
-  const auto agreed = static_cast<StopCode>(static_cast<int>(strategy_.reduce(static_cast<double>(mine), Reduce::kMax)));
+  const auto agreed =
+      static_cast<StopCode>(static_cast<int>(strategy_.reduce(static_cast<double>(mine), Reduce::kMax)));
   if (agreed == mine) return;
   switch (agreed) {
-    case kRequeueStop: interrupt(agreed, "another process received SLURM's requeue signal"); break;
-    case kTerminateStop: interrupt(agreed, "another process received SIGTERM"); break;
-    case kInterruptStop: interrupt(agreed, "another process was interrupted"); break;
-    default: request_stop(StopReason::kCallback, "a callback on another process stopped training"); break;
+    case kRequeueStop:
+      interrupt(agreed, "another process received SLURM's requeue signal");
+      break;
+    case kTerminateStop:
+      interrupt(agreed, "another process received SIGTERM");
+      break;
+    case kInterruptStop:
+      interrupt(agreed, "another process was interrupted");
+      break;
+    default:
+      request_stop(StopReason::kCallback, "a callback on another process stopped training");
+      break;
   }
 }
 
@@ -446,8 +462,8 @@ void Trainer::FitRun::print_summary() {
 }
 
 void Trainer::FitRun::sanity_check() {
-  const int64_t n = plan_.num_sanity_val_steps == -1 ? num_val_batches_
-                                                     : std::min(plan_.num_sanity_val_steps, num_val_batches_);
+  const int64_t n =
+      plan_.num_sanity_val_steps == -1 ? num_val_batches_ : std::min(plan_.num_sanity_val_steps, num_val_batches_);
   if (n <= 0) return;
   // The sanity check must not change the run: keep the RNG stream as it was.
   auto generator = at::detail::getDefaultCPUGenerator();
@@ -518,7 +534,8 @@ void Trainer::FitRun::train_epoch() {
   module_.on_train_epoch_start();
   train_.set_epoch(progress_.epoch);
   dispatch([this](Callback& c, const CallbackContext& ctx) { return c.on_train_epoch_start(ctx, *this); });
-  if (bar_) bar_->start(fmt::format("Epoch {}", progress_.epoch), static_cast<int>(progress_.epoch), num_train_batches_);
+  if (bar_)
+    bar_->start(fmt::format("Epoch {}", progress_.epoch), static_cast<int>(progress_.epoch), num_train_batches_);
 
   const int64_t accumulate = plan_.accumulate_grad_batches;
   bool validated_at_end = false;
@@ -648,9 +665,10 @@ FitResult Trainer::FitRun::run(const std::string& ckpt_path) {
     trainer_.configure_loader(val_, /*evaluation=*/true);
     num_val_batches_ = plan_.limit_val_batches.resolve(val_.num_batches());
   }
-  val_interval_ = plan_.val_check_interval.is_fraction()
-                      ? std::max<int64_t>(1, static_cast<int64_t>(num_train_batches_ * plan_.val_check_interval.fraction()))
-                      : plan_.val_check_interval.count();
+  val_interval_ =
+      plan_.val_check_interval.is_fraction()
+          ? std::max<int64_t>(1, static_cast<int64_t>(num_train_batches_ * plan_.val_check_interval.fraction()))
+          : plan_.val_check_interval.count();
   VOLT_CHECK(plan_.val_check_interval.is_fraction() || plan_.val_check_interval.count() <= num_train_batches_ ||
                  num_val_batches_ == 0,
              "val_check_interval={} is larger than the {} training batches of an epoch. HINT: use a value <= {} or "
@@ -710,8 +728,7 @@ FitResult Trainer::FitRun::run(const std::string& ckpt_path) {
               << "': the job was stopped by SLURM and restarted.\n";
   }
   if (!resume_path.empty()) {
-    progress_ = restore_checkpoint(hpc ? hpc->second : trainer_.checkpoint_io_->load(resume_path), parts_,
-                                   resume_path);
+    progress_ = restore_checkpoint(hpc ? hpc->second : trainer_.checkpoint_io_->load(resume_path), parts_, resume_path);
     if (progress_.epoch_done) {
       ++progress_.epoch;
       progress_.batches_done = 0;
@@ -747,11 +764,12 @@ FitResult Trainer::FitRun::run(const std::string& ckpt_path) {
   if (stop_code_ == kRequeueStop && complete) {
     stop_code_ = kCallbackStop;
     stop_reason_ = plan_.max_steps >= 0 && progress_.global_step >= plan_.max_steps ? StopReason::kMaxSteps
-                                                                                      : StopReason::kMaxEpochs;
+                                                                                    : StopReason::kMaxEpochs;
     stop_message_.clear();
   }
   // SLURM is ending this run: save where it stands, at the step every rank stopped at.
-  const bool save_hpc = stop_code_ == kRequeueStop || (stop_code_ == kTerminateStop && plan_.requeue.checkpoint_on_sigterm);
+  const bool save_hpc =
+      stop_code_ == kRequeueStop || (stop_code_ == kTerminateStop && plan_.requeue.checkpoint_on_sigterm);
   if (stop_ && save_hpc) {
     result.hpc_checkpoint_path = save_hpc_checkpoint();
     if (plan_.is_global_zero()) {

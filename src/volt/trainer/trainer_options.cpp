@@ -15,9 +15,10 @@ BatchLimit BatchLimit::parse(const std::string& text, const std::string& what) {
   } else if (const auto fraction = parse_double(t); fraction && *fraction >= 0.0 && *fraction <= 1.0) {
     return BatchLimit(*fraction);
   }
-  throw Error(fmt::format("{}='{}' is out of range; expected a batch count (an integer >= 0, e.g. 10) or a "
-                          "fraction of the epoch in [0.0, 1.0] (e.g. 0.25). HINT: write 1.0 for all batches.",
-                          what, text));
+  throw Error(
+      fmt::format("{}='{}' is out of range; expected a batch count (an integer >= 0, e.g. 10) or a "
+                  "fraction of the epoch in [0.0, 1.0] (e.g. 0.25). HINT: write 1.0 for all batches.",
+                  what, text));
 }
 
 int64_t BatchLimit::resolve(int64_t available) const {
@@ -42,8 +43,10 @@ DeviceRequest::DeviceRequest(const std::string& text) : is_auto_(false) {
     return;
   }
   if (const auto count = parse_int(t)) {
-    VOLT_CHECK(*count >= -1, "devices={} is invalid; expected a count >= 1, -1 for all, \"auto\", or a list "
-               "like \"0,1\".", text);
+    VOLT_CHECK(*count >= -1,
+               "devices={} is invalid; expected a count >= 1, -1 for all, \"auto\", or a list "
+               "like \"0,1\".",
+               text);
     count_ = static_cast<int>(*count);
     return;
   }
@@ -60,8 +63,10 @@ DeviceRequest::DeviceRequest(const std::string& text) : is_auto_(false) {
 }
 
 DeviceRequest::DeviceRequest(int count) : count_(count), is_auto_(false) {
-  VOLT_CHECK(count >= -1, "devices={} is invalid; expected a count >= 1, -1 for all, \"auto\", or a list like "
-             "\"0,1\".", count);
+  VOLT_CHECK(count >= -1,
+             "devices={} is invalid; expected a count >= 1, -1 for all, \"auto\", or a list like "
+             "\"0,1\".",
+             count);
 }
 
 DeviceRequest::DeviceRequest(std::initializer_list<int> indices) : is_auto_(false), indices_(indices) {}
@@ -76,8 +81,10 @@ std::string DeviceRequest::to_string() const {
 
 const char* to_string(GradientClipAlgorithm algorithm) {
   switch (algorithm) {
-    case GradientClipAlgorithm::kNorm: return "norm";
-    case GradientClipAlgorithm::kValue: return "value";
+    case GradientClipAlgorithm::kNorm:
+      return "norm";
+    case GradientClipAlgorithm::kValue:
+      return "value";
   }
   return "?";
 }

@@ -25,10 +25,10 @@
 
 #include "volt/callbacks/early_stopping.h"
 #include "volt/callbacks/lr_monitor.h"
-#include "volt/loggers/logger.h"
 #include "volt/callbacks/model_checkpoint.h"
 #include "volt/checkpoint/checkpoint_io.h"
 #include "volt/core/error.h"
+#include "volt/loggers/logger.h"
 #include "volt/optim/lr_scheduler.h"
 #include "volt/precision/precision_plugin.h"
 #include "volt/trainer/checkpoint_state.h"
@@ -1074,7 +1074,8 @@ TEST_F(TrainerTest, SixteenMixedScalerStateRoundTripsThroughACheckpointFile) {
   for (const float factor : {std::numeric_limits<float>::infinity(), 1.0f}) {
     const Batch batch = module->train_data()->get_batch(torch::arange(4));
     saved->backward(module->loss(batch) * factor);
-    saved->optimizer_step(optimization.optimizers, [] {}, [](size_t) {});
+    saved->optimizer_step(
+        optimization.optimizers, [] {}, [](size_t) {});
     optimization.optimizers[0]->zero_grad();
   }
   const std::string path = (root_ / "amp.ckpt").string();
@@ -1133,9 +1134,9 @@ class RequeueTest : public TrainerTest {
     return std::string(std::istreambuf_iterator<char>(in), {});
   }
   static Env slurm_env(int restarts) {
-    Env::Vars vars{{"SLURM_JOB_ID", "77"},        {"SLURM_ARRAY_JOB_ID", "70"}, {"SLURM_ARRAY_TASK_ID", "7"},
-                   {"SLURM_JOB_NAME", "train"},   {"SLURM_NTASKS", "1"},        {"SLURM_PROCID", "0"},
-                   {"SLURM_LOCALID", "0"},        {"SLURM_NODEID", "0"},        {"SLURM_NNODES", "1"},
+    Env::Vars vars{{"SLURM_JOB_ID", "77"},          {"SLURM_ARRAY_JOB_ID", "70"}, {"SLURM_ARRAY_TASK_ID", "7"},
+                   {"SLURM_JOB_NAME", "train"},     {"SLURM_NTASKS", "1"},        {"SLURM_PROCID", "0"},
+                   {"SLURM_LOCALID", "0"},          {"SLURM_NODEID", "0"},        {"SLURM_NNODES", "1"},
                    {"SLURM_JOB_NODELIST", "node1"}, {"SLURM_STEP_ID", "0"}};
     if (restarts > 0) vars["SLURM_RESTART_COUNT"] = std::to_string(restarts);
     return Env(vars);
@@ -1156,8 +1157,8 @@ class RequeueTest : public TrainerTest {
 };
 
 TEST_F(RequeueTest, TwoRequeuesMidEpochEndBitIdenticalToAnUninterruptedRun) {
-  const TinyOptions base{.train_size = 40, .dropout = 0.3, .optimizer = Optim::kAdam, .lr = 0.01,
-                         .scheduler = Interval::kEpoch};
+  const TinyOptions base{
+      .train_size = 40, .dropout = 0.3, .optimizer = Optim::kAdam, .lr = 0.01, .scheduler = Interval::kEpoch};
   const TrainerOptions options{.max_epochs = 2, .seed = 1, .hpc_checkpoints_to_keep = 1};
   auto straight_module = make_module(base);
   make_trainer({.max_epochs = 2, .seed = 1, .enable_checkpointing = false}).fit(*straight_module);

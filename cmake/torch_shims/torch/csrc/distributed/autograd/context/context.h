@@ -7,10 +7,10 @@
 // CMake adds this directory only when the real header is missing (upstream LibTorch ships it).
 #pragma once
 
+#include <ATen/core/Tensor.h>
+
 #include <functional>
 #include <memory>
-
-#include <ATen/core/Tensor.h>
 
 namespace torch::distributed::autograd {
 
