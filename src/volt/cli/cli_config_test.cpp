@@ -161,6 +161,41 @@ TEST(CliConfig, KeyInTheWrongSectionSaysWhereItBelongs) {
   EXPECT_NE(config_error("max_epochs: 3\n").find("at the top level"), std::string::npos);
 }
 
+/// What parsing `args` throws ("" if nothing).
+std::string parse_error(const std::vector<std::string>& args) {
+  Program program;
+  try {
+    program.parse(args);
+  } catch (const std::exception& e) {
+    return e.what();
+  }
+  return "";
+}
+
+TEST(TrainerFlags, FlagsNotGivenLeaveTheOptionsUnset) {
+  Program program;
+  program.parse({});
+  EXPECT_FALSE(program.trainer.seed.has_value());
+  EXPECT_FALSE(program.trainer.gradient_clip_val.has_value());
+  EXPECT_FALSE(program.trainer.max_epochs.has_value());
+  Program given;
+  given.parse({"--seed", "0", "--gradient-clip-val", "0.5", "--max-epochs", "-1"});
+  EXPECT_EQ(given.trainer.seed.value_or(99), 0u);
+  EXPECT_EQ(given.trainer.gradient_clip_val.value_or(-9.0), 0.5);
+  EXPECT_EQ(given.trainer.max_epochs.value_or(-9), -1) << "-1 is Lightning's 'no limit' for max_epochs";
+}
+
+TEST(TrainerFlags, MinusOneIsNotASilentOffForSeedOrClipping) {
+  // Before, "not given" was -1 inside the flags' range: --seed -1 ran unseeded and
+  // --gradient-clip-val -1 ran without clipping, both without a word.
+  std::string message = parse_error({"--seed", "-1"});
+  EXPECT_NE(message.find("--seed=-1 must be >= 0"), std::string::npos) << message;
+  EXPECT_NE(message.find("HINT: leave --seed out"), std::string::npos) << message;
+  message = parse_error({"--gradient-clip-val", "-1"});
+  EXPECT_NE(message.find("--gradient-clip-val=-1 must be >= 0"), std::string::npos) << message;
+  EXPECT_NE(message.find("HINT"), std::string::npos) << message;
+}
+
 TEST(CliConfig, WrongTypesNameTheKeyAndWhatIsAccepted) {
   std::string message = config_error("trainer:\n  max_epochs: three\n");
   EXPECT_NE(message.find("trainer.max_epochs='three' is not an integer (--max-epochs takes INT)"), std::string::npos)

@@ -1,5 +1,6 @@
 #include "volt/cli/trainer_flags.h"
 
+#include <cstdlib>
 #include <functional>
 #include <iostream>
 #include <map>
@@ -66,7 +67,16 @@ void describe_trainer_flags(CLI::App& app, const TrainerOptions& o) {
   }));
   app.get_option("--seed")->check(parsed_by([](const std::string& text) {
     const auto seed = parse_int(text);
-    VOLT_CHECK(!seed || *seed >= -1, "--seed={} must be >= 0.", text);
+    VOLT_CHECK(!seed || *seed >= 0,
+               "--seed={} must be >= 0. HINT: leave --seed out for an unseeded run; -1 does not mean unseeded.", text);
+  }));
+  app.get_option("--gradient-clip-val")->check(parsed_by([](const std::string& text) {
+    char* end = nullptr;
+    const double value = std::strtod(text.c_str(), &end);
+    VOLT_CHECK(end == text.c_str() || value >= 0.0,
+               "--gradient-clip-val={} must be >= 0. HINT: leave --gradient-clip-val out (or pass 0) to not clip; -1 "
+               "does not mean off.",
+               text);
   }));
 }
 
@@ -129,7 +139,8 @@ void add_trainer_flags(CLI::App& app, TrainerOptions& o, TrainerFlagText& t) {
   app.add_flag("--deterministic", o.deterministic, "use deterministic algorithms only");
   app.add_option("--default-root-dir", o.default_root_dir, "where logs and checkpoints go (default: .)");
   app.add_option("--log-every-n-steps", o.log_every_n_steps, "log step metrics every N steps")->capture_default_str();
-  app.add_flag("--logger,!--no-logger", o.logger, "write CSV logs (default on)");
+  app.add_flag("--logger,!--no-logger", o.logger,
+               "write TensorBoard and CSV logs when no logger is given (default on)");
   app.add_flag("--enable-progress-bar,!--no-progress-bar", o.enable_progress_bar, "show progress (default on)");
   app.add_flag("--enable-checkpointing,!--no-checkpointing", o.enable_checkpointing, "save checkpoints (default on)");
   app.add_flag("--enable-model-summary,!--no-model-summary", o.enable_model_summary,
@@ -161,12 +172,20 @@ void apply_trainer_flags(const TrainerFlagText& t, TrainerOptions& o) {
   if (!t.gpus.empty()) o.gpus = DeviceRequest(t.gpus);
   if (!t.gradient_clip_algorithm.empty())
     o.gradient_clip_algorithm = parse_gradient_clip_algorithm(t.gradient_clip_algorithm);
-  if (t.max_epochs != -2) o.max_epochs = t.max_epochs;
-  if (t.seed != -1) {
-    VOLT_CHECK(t.seed >= 0, "--seed={} must be >= 0.", t.seed);
-    o.seed = static_cast<uint64_t>(t.seed);
+  if (t.max_epochs) o.max_epochs = *t.max_epochs;
+  if (t.seed) {
+    VOLT_CHECK(*t.seed >= 0,
+               "--seed={} must be >= 0. HINT: leave --seed out for an unseeded run; -1 does not mean unseeded.",
+               *t.seed);
+    o.seed = static_cast<uint64_t>(*t.seed);
   }
-  if (t.gradient_clip_val != -1.0) o.gradient_clip_val = t.gradient_clip_val;
+  if (t.gradient_clip_val) {
+    VOLT_CHECK(*t.gradient_clip_val >= 0.0,
+               "--gradient-clip-val={} must be >= 0. HINT: leave --gradient-clip-val out (or pass 0) to not clip; -1 "
+               "does not mean off.",
+               *t.gradient_clip_val);
+    o.gradient_clip_val = *t.gradient_clip_val;
+  }
 }
 
 int run_main(const std::function<int()>& body) {

@@ -2,6 +2,7 @@
 #pragma once
 
 #include <CLI/CLI.hpp>
+#include <optional>
 
 #include "volt/trainer/trainer_options.h"
 
@@ -9,17 +10,17 @@ namespace volt {
 
 /// Flags whose values need parsing after CLI11 has run (limits, devices).
 struct TrainerFlagText {
-  std::string limit_train_batches;      ///< --limit-train-batches
-  std::string limit_val_batches;        ///< --limit-val-batches
-  std::string limit_test_batches;       ///< --limit-test-batches
-  std::string limit_predict_batches;    ///< --limit-predict-batches
-  std::string val_check_interval;       ///< --val-check-interval
-  std::string devices;                  ///< --devices
-  std::string gpus;                     ///< --gpus (the seed documents' GPU request)
-  std::string gradient_clip_algorithm;  ///< --gradient-clip-algorithm
-  int64_t max_epochs = -2;              ///< --max-epochs (-2: not given)
-  int64_t seed = -1;                    ///< --seed (-1: not given)
-  double gradient_clip_val = -1.0;      ///< --gradient-clip-val (-1: not given)
+  std::string limit_train_batches;          ///< --limit-train-batches
+  std::string limit_val_batches;            ///< --limit-val-batches
+  std::string limit_test_batches;           ///< --limit-test-batches
+  std::string limit_predict_batches;        ///< --limit-predict-batches
+  std::string val_check_interval;           ///< --val-check-interval
+  std::string devices;                      ///< --devices
+  std::string gpus;                         ///< --gpus (the seed documents' GPU request)
+  std::string gradient_clip_algorithm;      ///< --gradient-clip-algorithm
+  std::optional<int64_t> max_epochs;        ///< --max-epochs (unset: not given)
+  std::optional<int64_t> seed;              ///< --seed (unset: not given)
+  std::optional<double> gradient_clip_val;  ///< --gradient-clip-val (unset: not given)
 };
 
 /// The CLI11 group of the Trainer flags, which makes them the `trainer:` section of a config file.

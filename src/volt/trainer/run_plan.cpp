@@ -408,7 +408,8 @@ RunPlan resolve_run_plan(const TrainerOptions& options, const Env& env, const Ma
   plan.check_val_every_n_epoch = options.check_val_every_n_epoch;
   plan.num_sanity_val_steps = options.num_sanity_val_steps;
   plan.accumulate_grad_batches = options.accumulate_grad_batches;
-  plan.gradient_clip_val = options.gradient_clip_val;
+  // Lightning's reading of 0: no clipping (clipping to 0 would zero every gradient).
+  if (options.gradient_clip_val && *options.gradient_clip_val > 0.0) plan.gradient_clip_val = options.gradient_clip_val;
   plan.gradient_clip_algorithm = options.gradient_clip_algorithm;
   plan.seed = options.seed;
   plan.loader_seed = options.seed.value_or(0);
