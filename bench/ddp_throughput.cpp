@@ -68,6 +68,7 @@ int main(int argc, char** argv) {
     const auto train = volt::datasets::load_fashion_mnist(data_dir, volt::datasets::Split::kTrain);
     Mlp model(std::make_shared<volt::TensorDataset>(train.images, train.labels));
     const volt::FitResult result = trainer.fit(model);
+    trainer.teardown();
     const auto& t = clock->times;
     if (!trainer.plan().is_global_zero()) return 0;
     VOLT_CHECK(static_cast<int64_t>(t.size()) > warmup + 1, "ran {} steps; need more than --warmup={}", t.size(),

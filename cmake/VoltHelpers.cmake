@@ -9,7 +9,7 @@
 
 include(GoogleTest OPTIONAL)
 
-# Options structs are filled with designated initializers that name only some fields.
+# Options structs are filled with designated initializers that name only some fields (C++20).
 set(VOLT_WARNINGS -Wall -Wextra -Wno-unused-parameter -Wno-missing-field-initializers)
 if(VOLT_WERROR)
   list(APPEND VOLT_WARNINGS -Werror)
@@ -38,6 +38,9 @@ function(volt_cc_library)
     $<BUILD_INTERFACE:${PROJECT_SOURCE_DIR}/src>
     $<INSTALL_INTERFACE:include>)
   target_compile_options(volt_${V_NAME} PRIVATE ${VOLT_WARNINGS})
+  # The public API is filled with designated initializers (`{.max_epochs = 3}`): C++20, also
+  # for every program that links Volt.
+  target_compile_features(volt_${V_NAME} PUBLIC cxx_std_20)
   target_link_libraries(volt_${V_NAME} PUBLIC ${V_DEPS})
   if(V_TORCH)
     _volt_use_torch(volt_${V_NAME})

@@ -39,8 +39,7 @@ install(EXPORT voltTargets NAMESPACE volt:: DESTINATION ${VOLT_INSTALL_CMAKEDIR}
 # volt_distributed's sources, never by an installed header, so it stays in the build.
 install(DIRECTORY ${PROJECT_SOURCE_DIR}/src/volt DESTINATION ${CMAKE_INSTALL_INCLUDEDIR}
   FILES_MATCHING PATTERN "*.h"
-  PATTERN "*test*" EXCLUDE
-  PATTERN "loops" EXCLUDE)
+  PATTERN "*test*" EXCLUDE)
 
 configure_package_config_file(${CMAKE_CURRENT_LIST_DIR}/voltConfig.cmake.in
   ${PROJECT_BINARY_DIR}/voltConfig.cmake

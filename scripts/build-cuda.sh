@@ -3,7 +3,7 @@
 # include/, lib/ and a CMake config, with this machine's CUDA toolkit (nvcc, cuDNN, NCCL).
 #
 #   scripts/build-cuda.sh                 # everything, into build-cuda/
-#   VOLT_BUILD_TARGET=volt scripts/build-cuda.sh   # only the library
+#   VOLT_BUILD_TARGET=volt_trainer scripts/build-cuda.sh   # only the library (`volt` is the CLI tool)
 #
 # It needs no GPU: it proves that ProcessGroupNCCL, the CUDA paths of dp/ddp/precision and the
 # *_CUDA tests compile and link. On a GPU machine, run the tests it built:

@@ -53,10 +53,6 @@ int main(int argc, char** argv) {
     volt::apply_trainer_flags(flag_text, trainer_options);
     // Saved beside the logs and in every checkpoint, so a run can be repeated from its folder.
     trainer_options.config = volt::resolved_config(app);
-    // --ckpt-path resumes fit only; it goes to fit() rather than into TrainerOptions, because the
-    // Trainer also falls back to TrainerOptions::ckpt_path in test(), which would then test the
-    // checkpoint resumed from instead of the model just trained.
-    const std::string resume_from = std::exchange(trainer_options.ckpt_path, "");
     // Without validation (--val-size 0 or --limit-val-batches 0) there is no val/acc to rank by:
     // keep the latest checkpoints instead of failing at the end of the first epoch.
     const volt::BatchLimit& val_limit = trainer_options.limit_val_batches;
@@ -90,10 +86,15 @@ int main(int argc, char** argv) {
     }
     // The Trainer seeded LibTorch (seed_everything), so the weights drawn here are reproducible.
     fashion_mnist::FashionMnistModule model(module_options);
-    const volt::FitResult result = trainer.fit(model, {}, {}, resume_from);
+    // --ckpt-path (TrainerOptions::ckpt_path) resumes fit only; test() below tests the model just
+    // trained.
+    const volt::FitResult result = trainer.fit(model);
     // SLURM is about to end this run and start the job again, which resumes from the HPC
     // checkpoint: testing now would only be cut off.
-    if (result.requeued()) return 0;
+    if (result.requeued()) {
+      trainer.teardown();
+      return 0;
+    }
     // Under ddp every process runs this program; only rank 0 reports.
     const bool report = trainer.plan().is_global_zero();
     if (report) std::cout << result.full_report();
@@ -102,6 +103,8 @@ int main(int argc, char** argv) {
       if (report) std::cout << test.report();
     }
     if (report) std::cout << result.brief_report() << "\n";
+    // A local rank this process launched that failed after the last collective is an error too.
+    trainer.teardown();
     return result.reason == volt::StopReason::kInterrupted ? 130 : 0;
   });
 }

@@ -28,7 +28,7 @@ int64_t rank_from_env() {
 
 struct ProbeOptions {
   std::string out;
-  std::string fail_mode = "none";  // none | throw | kill | nojoin | hang
+  std::string fail_mode = "none";  // none | throw | internal | kill | nojoin | hang
   int64_t fail_rank = -1;
   int64_t fail_step = 0;
   int64_t batch_size = 8;
@@ -39,6 +39,7 @@ struct ProbeOptions {
   int64_t stop_rank = -1;     // a callback on this rank alone asks to stop ...
   int64_t stop_step = 0;      // ... after this many optimizer steps
   int64_t step_sleep_ms = 0;  // sleep in every training step (a long job that costs no CPU)
+  bool predict_only = false;  // no fit: predict() over the data, rank <N>'s outputs to predict<N>.json
 };
 
 /// A callback that stops training on one rank only, as one deciding on unsynchronized metrics would.
@@ -89,6 +90,7 @@ class Probe : public volt::LightningModule {
     const int64_t rank = rank_from_env();
     if (rank == options_.fail_rank && step_ == options_.fail_step) {
       if (options_.fail_mode == "throw") throw std::runtime_error("injected failure at step " + std::to_string(step_));
+      if (options_.fail_mode == "internal") volt::internal::throw_internal(__FILE__, __LINE__, "injected", "failure");
       if (options_.fail_mode == "kill") raise(SIGKILL);
       if (options_.fail_mode == "hang") std::this_thread::sleep_for(std::chrono::hours(1));
     }
@@ -137,6 +139,11 @@ class Probe : public volt::LightningModule {
   }
   volt::DataLoader train_dataloader() override { return volt::DataLoader(data_, {.batch_size = options_.batch_size}); }
   volt::DataLoader val_dataloader() override { return volt::DataLoader(data_, {.batch_size = 5}); }
+  volt::DataLoader predict_dataloader() override { return volt::DataLoader(data_, {.batch_size = 7}); }
+  /// Each example's index (the second target column) beside the model's output.
+  torch::Tensor predict_step(const volt::Batch& batch, int64_t) override {
+    return torch::cat({batch.target.narrow(1, 1, 1), out_(torch::relu(hidden_(batch.data)))}, 1);
+  }
 
   void write(const volt::FitResult& result, int64_t rank) const {
     nlohmann::json out;
@@ -194,6 +201,7 @@ int main(int argc, char** argv) {
     app.add_option("--stop-rank", probe.stop_rank, "a callback on this rank alone stops training");
     app.add_option("--stop-step", probe.stop_step, "... after this many steps");
     app.add_option("--step-sleep-ms", probe.step_sleep_ms, "sleep this long in every training step");
+    app.add_flag("--predict-only", probe.predict_only, "no fit: predict and write predict<rank>.json");
     try {
       app.parse(argc, argv);
     } catch (const CLI::ParseError& e) {
@@ -211,9 +219,24 @@ int main(int argc, char** argv) {
     }
     volt::Trainer trainer(options);
     Probe model(probe);
+    if (probe.predict_only) {
+      // A predict-only program: the stage itself must join the process group and gather.
+      const std::vector<torch::Tensor> outputs = trainer.predict(model);
+      nlohmann::json out;
+      out["batches"] = outputs.size();
+      const torch::Tensor all = torch::cat(outputs).to(torch::kDouble).contiguous();
+      out["index"] = std::vector<double>(all.data_ptr<double>(), all.data_ptr<double>() + all.size(0) * 2);
+      std::ofstream(probe.out + "/predict" + std::to_string(trainer.plan().topology.global_rank) + ".json")
+          << out.dump();
+      trainer.teardown();
+      return 0;
+    }
     const volt::FitResult result = trainer.fit(model);
     // A requeued run ends here; the restarted job writes the final results.
-    if (result.requeued()) return 0;
+    if (result.requeued()) {
+      trainer.teardown();
+      return 0;
+    }
     model.write(result, trainer.plan().topology.global_rank);
     if (trainer.plan().limit_val_batches.is_fraction() ? trainer.plan().limit_val_batches.fraction() > 0
                                                        : trainer.plan().limit_val_batches.count() > 0) {
@@ -221,6 +244,7 @@ int main(int argc, char** argv) {
       std::ofstream(probe.out + "/validate" + std::to_string(trainer.plan().topology.global_rank) + ".json")
           << nlohmann::json(eval.metrics).dump();
     }
+    trainer.teardown();
     return 0;
   });
 }

@@ -165,6 +165,37 @@ def test_a_rank_that_throws_stops_every_process_and_is_named_once(tmp_path):
     assert "rank 1" in proc.stderr
 
 
+def test_an_internal_error_on_rank_0_keeps_its_type_and_exit_code_under_ddp(tmp_path):
+    # run_main maps volt::InternalError (a bug) to 70 and volt::Error (bad input) to 1. fit() used
+    # to rethrow every failure under ddp as a plain volt::Error, so this exited 1.
+    proc = run(["--devices", "2", "--max-steps", "20", "--fail-mode", "internal", "--fail-rank", "0",
+                "--fail-step", "2"], tmp_path, timeout=60)
+    assert proc.returncode == 70, proc.stderr
+    assert "injected" in proc.stderr
+
+
+@pytest.mark.parametrize("devices", [2, 3])
+def test_predict_only_under_ddp_returns_every_prediction_in_order_on_rank_0(tmp_path, devices):
+    # 64 examples in batches of 7: 10 batches on one process; under ddp each rank predicts one
+    # contiguous block, and rank 0 gathers all of them. Before, predict() never joined the process
+    # group and returned only rank 0's shard (1/N of the predictions) without an error.
+    one = tmp_path / "one"
+    one.mkdir()
+    proc = run(["--predict-only"], one, timeout=60)
+    assert proc.returncode == 0, proc.stderr
+    reference = json.loads((one / "predict0.json").read_text())
+    assert reference["batches"] == 10
+    proc = run(["--predict-only", "--devices", str(devices)], tmp_path, timeout=60)
+    assert proc.returncode == 0, proc.stderr
+    rank0 = json.loads((tmp_path / "predict0.json").read_text())
+    rows = list(zip(rank0["index"][0::2], rank0["index"][1::2]))
+    assert [int(i) for i, _ in rows] == list(range(64)), "every example once, in the data's order"
+    ref_rows = list(zip(reference["index"][0::2], reference["index"][1::2]))
+    assert [p for _, p in rows] == pytest.approx([p for _, p in ref_rows], rel=1e-6)
+    rank1 = json.loads((tmp_path / "predict1.json").read_text())
+    assert len(rank1["index"]) // 2 < 64, "other ranks keep their own block"
+
+
 def test_a_rank_killed_with_sigkill_stops_every_process(tmp_path):
     proc = run(["--devices", "2", "--max-steps", "20", "--fail-mode", "kill", "--fail-rank", "1",
                 "--fail-step", "3"], tmp_path, timeout=60)
@@ -281,7 +312,9 @@ def test_a_callback_that_stops_on_one_rank_stops_every_rank_at_the_same_step(tmp
     proc = run(["--devices", "2", "--max-epochs", "100", "--stop-rank", "1", "--stop-step", "5"], tmp_path, timeout=60)
     assert proc.returncode == 0, proc.stderr
     r0, r1 = ranks(tmp_path, 2)
-    assert r0["global_step"] == r1["global_step"] == 5
+    # Rank 1 proposes the stop after step 5; the ranks agree without waiting for each other (the
+    # reduction started at one step boundary is read at the next), so all stop after step 6.
+    assert r0["global_step"] == r1["global_step"] == 6
     assert flat_params(r0) == flat_params(r1)
 
 

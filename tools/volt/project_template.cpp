@@ -34,7 +34,7 @@ if(NOT volt_FOUND)
 endif()
 
 add_executable(@NAME@ src/main.cpp)
-target_link_libraries(@NAME@ PRIVATE volt::volt)
+target_link_libraries(@NAME@ PRIVATE volt::volt volt::cli)
 )volt";
 
 constexpr const char* kClassifier =

@@ -28,7 +28,7 @@ TEST(RenderProject, SubstitutesTheNameAndPrefixEverywhere) {
   const std::string& cmake = files[0].text;
   EXPECT_NE(cmake.find("project(demo LANGUAGES CXX)"), std::string::npos);
   EXPECT_NE(cmake.find("set(VOLT_HINT_PREFIX \"/opt/volt\""), std::string::npos);
-  EXPECT_NE(cmake.find("target_link_libraries(demo PRIVATE volt::volt)"), std::string::npos);
+  EXPECT_NE(cmake.find("target_link_libraries(demo PRIVATE volt::volt volt::cli)"), std::string::npos);
   // CMake's own ${...} is left alone.
   EXPECT_NE(cmake.find("HINTS ${VOLT_HINT_PREFIX}"), std::string::npos);
 }

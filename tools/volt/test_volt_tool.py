@@ -324,7 +324,7 @@ def test_new_writes_a_project_and_refuses_to_overwrite(tmp_path):
     for name in ("CMakeLists.txt", "src/main.cpp", "src/classifier.h", "config.yaml", "README.md", ".gitignore"):
         assert (project / name).is_file(), name
     cmake = (project / "CMakeLists.txt").read_text()
-    assert "find_package(volt CONFIG" in cmake and "target_link_libraries(my_model PRIVATE volt::volt)" in cmake
+    assert "find_package(volt CONFIG" in cmake and "target_link_libraries(my_model PRIVATE volt::volt volt::cli)" in cmake
     result = run("new", project)
     assert result.returncode == 1 and "not an empty directory" in result.stderr and "HINT" in result.stderr
     result = run("new", tmp_path / "other", "--name", "bad-name")

@@ -10,8 +10,8 @@ namespace volt {
 
 /// Options of ModelCheckpoint, with Lightning's defaults.
 ///
-/// Example: `ModelCheckpoint({.monitor = "val/acc", .mode = Mode::kMax, .save_top_k = 2,
-/// .save_last = true, .filename = "{epoch}-{val/acc:.3f}"})`.
+/// Example: `ModelCheckpoint({.filename = "{epoch}-{val/acc:.3f}", .monitor = "val/acc", .mode = Mode::kMax,
+/// .save_top_k = 2, .save_last = true})`.
 struct ModelCheckpointOptions {
   /// Directory for the files; empty: `<log_dir>/checkpoints`, or `<root_dir>/checkpoints` without a logger.
   std::string dirpath;
@@ -59,6 +59,8 @@ class ModelCheckpoint : public Callback {
   const std::string& last_model_path() const { return last_model_path_; }
   /// The kept checkpoints and their scores.
   const std::map<std::string, double>& best_k_models() const { return best_k_models_; }
+  /// The options it was built with (dirpath as given, before setup() resolves it).
+  const ModelCheckpointOptions& options() const { return options_; }
   /// The directory checkpoints go to (resolved by setup()).
   const std::string& dirpath() const { return dirpath_; }
 

@@ -43,7 +43,8 @@ void save_checkpoint_file(const c10::IValue& value, const std::string& path);
 /// corrupt) with a HINT of what to do.
 c10::IValue load_checkpoint_file(const std::string& path);
 
-/// How checkpoints are stored: the strategy picks one, tests use InMemoryCheckpointIO.
+/// How checkpoints are stored: TorchCheckpointIO by default, another one through
+/// Trainer::set_checkpoint_io (tests use InMemoryCheckpointIO).
 class CheckpointIO {
  public:
   virtual ~CheckpointIO() = default;

@@ -1,4 +1,4 @@
-#include "volt/trainer/checkpoint_state.h"
+#include "volt/checkpoint/checkpoint_state.h"
 
 #include <ATen/CPUGeneratorImpl.h>
 #include <torch/cuda.h>

@@ -1,4 +1,4 @@
-#include "volt/trainer/hpc_checkpoints.h"
+#include "volt/checkpoint/hpc_checkpoints.h"
 
 #include <algorithm>
 #include <filesystem>

@@ -14,7 +14,7 @@ DataLoader::DataLoader(std::shared_ptr<const Dataset> dataset, DataLoaderOptions
   configure(1, 0, 0);
 }
 
-void DataLoader::configure(int64_t num_replicas, int64_t rank, uint64_t default_seed, bool pad) {
+void DataLoader::configure(int64_t num_replicas, int64_t rank, uint64_t default_seed, bool pad, bool contiguous) {
   SamplerOptions sampler;
   sampler.shuffle = options_.shuffle;
   sampler.seed = options_.seed.value_or(default_seed);
@@ -24,6 +24,7 @@ void DataLoader::configure(int64_t num_replicas, int64_t rank, uint64_t default_
   // drops the uneven tail, as PyTorch's DistributedSampler(drop_last=True) does.
   sampler.drop_last = options_.drop_last;
   sampler.pad = pad;
+  sampler.contiguous = contiguous;
   sampler_ = std::make_shared<DistributedSampler>(dataset_->size(), sampler);
   epoch_ = -1;
 }

@@ -41,8 +41,9 @@ class DataLoader {
   /// Shards the data across `num_replicas` processes and fills an unset seed; the Trainer
   /// calls this once before the first epoch (`use_distributed_sampler`). `pad` evens out the
   /// shards by repeating examples (training); evaluation passes false so that no example is
-  /// counted twice.
-  void configure(int64_t num_replicas, int64_t rank, uint64_t default_seed, bool pad = true);
+  /// counted twice. `contiguous` (with pad false) gives each process one block of the data in
+  /// rank order (prediction).
+  void configure(int64_t num_replicas, int64_t rank, uint64_t default_seed, bool pad = true, bool contiguous = false);
   /// Fixes the order of `epoch` (like `sampler.set_epoch`); must precede batch().
   void set_epoch(int64_t epoch);
   /// Batches per epoch for this process.

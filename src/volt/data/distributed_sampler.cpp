@@ -16,6 +16,9 @@ DistributedSampler::DistributedSampler(int64_t dataset_size, SamplerOptions opti
              "rank={} is outside [0, {}). HINT: the rank must be below the world size.", options_.rank,
              options_.num_replicas);
   VOLT_CHECK(dataset_size_ >= 0, "dataset size {} is negative.", dataset_size_);
+  VOLT_CHECK(!options_.contiguous || !options_.pad,
+             "a contiguous DistributedSampler cannot pad its shards (pad=true). HINT: set pad=false; contiguous "
+             "blocks are for prediction, where no example may be repeated.");
   const int64_t n = options_.num_replicas;
   if (options_.drop_last && dataset_size_ % n != 0) {
     num_samples_ = dataset_size_ / n;  // drop the tail so every replica gets the same count
@@ -48,6 +51,14 @@ torch::Tensor DistributedSampler::indices(int64_t epoch) const {
     order = order.narrow(0, 0, total_size_);
   }
   if (options_.num_replicas == 1) return order;
+  if (options_.contiguous) {
+    // The first size % n ranks hold one example more, exactly as many as the strided split.
+    const int64_t n = options_.num_replicas;
+    const int64_t start = total_size_ < dataset_size_
+                              ? options_.rank * num_samples_  // drop_last: equal blocks
+                              : options_.rank * (dataset_size_ / n) + std::min(options_.rank, dataset_size_ % n);
+    return order.narrow(0, start, num_samples_).contiguous();
+  }
   return order.slice(0, options_.rank, total_size_, options_.num_replicas).contiguous();
 }
 

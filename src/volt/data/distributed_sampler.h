@@ -23,6 +23,10 @@ struct SamplerOptions {
   /// of steps (training). Evaluation turns it off (Lightning's UnrepeatedDistributedSampler):
   /// shards may differ by one example, and no example is counted twice in a metric.
   bool pad = true;
+  /// Give each replica one contiguous block of the order (rank 0 the first) instead of every
+  /// num_replicas-th example; needs pad = false. Prediction uses it, so that the ranks'
+  /// outputs, concatenated by rank, come back in the dataset's order.
+  bool contiguous = false;
 };
 
 /// Splits a dataset into disjoint shards, one per replica, like PyTorch's `DistributedSampler`:

@@ -65,6 +65,36 @@ TEST(DistributedSampler, WithoutPaddingEveryExampleIsReadExactlyOnce) {
   EXPECT_EQ(seen, (std::multiset<int64_t>{0, 1, 2, 3, 4, 5, 6, 7, 8, 9}));
 }
 
+TEST(DistributedSampler, ContiguousBlocksConcatenateToTheDatasetOrder) {
+  SamplerOptions options;
+  options.num_replicas = 3;
+  options.pad = false;
+  options.contiguous = true;
+  std::vector<int64_t> concatenated;
+  std::vector<int64_t> sizes;
+  for (int64_t rank = 0; rank < 3; ++rank) {
+    options.rank = rank;
+    DistributedSampler sampler(10, options);
+    const auto indices = to_vector(sampler.indices(0));
+    sizes.push_back(static_cast<int64_t>(indices.size()));
+    concatenated.insert(concatenated.end(), indices.begin(), indices.end());
+  }
+  EXPECT_EQ(sizes, (std::vector<int64_t>{4, 3, 3}));
+  EXPECT_EQ(concatenated, (std::vector<int64_t>{0, 1, 2, 3, 4, 5, 6, 7, 8, 9}));
+}
+
+TEST(DistributedSampler, ContiguousWithPaddingIsAClearError) {
+  SamplerOptions options;
+  options.num_replicas = 2;
+  options.contiguous = true;
+  try {
+    DistributedSampler(5, options);
+    FAIL() << "expected volt::Error";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("HINT: set pad=false"), std::string::npos) << e.what();
+  }
+}
+
 TEST(DistributedSampler, DropLastTruncatesTheUnevenTail) {
   SamplerOptions options;
   options.num_replicas = 3;

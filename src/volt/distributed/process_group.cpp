@@ -162,7 +162,41 @@ double ProcessGroup::all_reduce(double value, Reduce op) {
   return t.item<double>();
 }
 
-bool ProcessGroup::any(bool flag) { return all_reduce(flag ? 1.0 : 0.0, Reduce::kMax) > 0.0; }
+std::function<double()> ProcessGroup::all_reduce_async(double value, Reduce op) {
+  torch::Tensor t = torch::tensor({value}, torch::kDouble);
+  std::vector<torch::Tensor> tensors{t};
+  c10d::AllreduceOptions options;
+  options.reduceOp = reduce_op(op);
+  auto work = group_->allreduce(tensors, options);
+  const double divisor = op == Reduce::kMean ? static_cast<double>(topology_.world_size) : 1.0;
+  return [work, t, divisor] {
+    work->wait();
+    return t.item<double>() / divisor;
+  };
+}
+
+std::vector<std::string> ProcessGroup::all_gather_bytes(const std::string& bytes) {
+  const auto size = static_cast<size_t>(topology_.world_size);
+  auto gather = [this, size](const torch::Tensor& mine) {
+    std::vector<std::vector<torch::Tensor>> outputs(1);
+    for (size_t r = 0; r < size; ++r) outputs[0].push_back(torch::empty_like(mine));
+    std::vector<torch::Tensor> inputs{mine};
+    group_->allgather(outputs, inputs)->wait();
+    return outputs[0];
+  };
+  const std::vector<torch::Tensor> lengths = gather(torch::tensor({static_cast<int64_t>(bytes.size())}, torch::kLong));
+  int64_t longest = 0;
+  for (const auto& length : lengths) longest = std::max(longest, length.item<int64_t>());
+  torch::Tensor mine = torch::zeros({std::max<int64_t>(longest, 1)}, torch::kUInt8);
+  std::memcpy(mine.data_ptr<uint8_t>(), bytes.data(), bytes.size());
+  const std::vector<torch::Tensor> padded = gather(mine);
+  std::vector<std::string> out;
+  for (size_t r = 0; r < size; ++r) {
+    out.emplace_back(reinterpret_cast<const char*>(padded[r].data_ptr<uint8_t>()),
+                     static_cast<size_t>(lengths[r].item<int64_t>()));
+  }
+  return out;
+}
 
 std::string ProcessGroup::broadcast_string(const std::string& value) {
   // Through the process group, not the store: the store lives in rank 0, which may exit as soon

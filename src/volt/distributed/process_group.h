@@ -57,8 +57,13 @@ class ProcessGroup {
   void all_reduce(torch::Tensor& values, Reduce op);
   /// Reduces one number across ranks.
   double all_reduce(double value, Reduce op);
-  /// True when any rank passes true (one collective).
-  bool any(bool flag);
+  /// Starts reducing one number across ranks and returns at once; the returned function waits
+  /// for the result (bounded by the collective timeout). Every rank must start the same
+  /// reductions in the same order, like any collective.
+  std::function<double()> all_reduce_async(double value, Reduce op);
+  /// Every rank's `bytes`, indexed by rank, on every rank. Gloo has no all-gather of unequal
+  /// sizes, so this is two all-gathers: the lengths, then the bytes padded to the longest.
+  std::vector<std::string> all_gather_bytes(const std::string& bytes);
   /// Rank 0's `value` on every rank (two broadcasts; for short strings such as a log dir).
   std::string broadcast_string(const std::string& value);
 

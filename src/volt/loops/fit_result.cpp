@@ -1,4 +1,4 @@
-#include "volt/trainer/fit_result.h"
+#include "volt/loops/fit_result.h"
 
 #include <fmt/format.h>
 

@@ -187,6 +187,41 @@ class LightningModule : public torch::nn::Module {
   nlohmann::json hparams_ = nlohmann::json::object();
 };
 
+/// Installs `sink` as the module's metric sink for a scope and puts the previous one back at
+/// its end, also when a step or hook throws, so the module never points at a collection that
+/// no longer exists.
+class MetricSinkScope {
+ public:
+  /// Routes `module`'s log() calls to `sink` (nullptr: nowhere) until the scope ends.
+  MetricSinkScope(LightningModule& module, MetricSink* sink) : module_(module), previous_(module.metric_sink()) {
+    module.set_metric_sink(sink);
+  }
+  ~MetricSinkScope() { module_.set_metric_sink(previous_); }
+  MetricSinkScope(const MetricSinkScope&) = delete;
+  MetricSinkScope& operator=(const MetricSinkScope&) = delete;
+
+ private:
+  LightningModule& module_;
+  MetricSink* previous_;
+};
+
+/// Puts a module into training or evaluation mode for a scope and restores its mode at the end,
+/// also when a step throws (an evaluation that fails must not leave the module in eval mode).
+class TrainingModeScope {
+ public:
+  /// Sets `module.train(training)` until the scope ends.
+  TrainingModeScope(torch::nn::Module& module, bool training) : module_(module), was_training_(module.is_training()) {
+    module.train(training);
+  }
+  ~TrainingModeScope() { module_.train(was_training_); }
+  TrainingModeScope(const TrainingModeScope&) = delete;
+  TrainingModeScope& operator=(const TrainingModeScope&) = delete;
+
+ private:
+  torch::nn::Module& module_;
+  bool was_training_;
+};
+
 namespace internal {
 
 /// Sends the log() calls made on this thread to `sink` instead of the module's sink while it

@@ -87,7 +87,13 @@ void DdpStrategy::reduce(torch::Tensor& values, Reduce op) { process_group().all
 
 double DdpStrategy::reduce(double value, Reduce op) { return process_group().all_reduce(value, op); }
 
-bool DdpStrategy::any(bool flag) { return process_group().any(flag); }
+std::function<double()> DdpStrategy::reduce_async(double value, Reduce op) {
+  return process_group().all_reduce_async(value, op);
+}
+
+std::vector<std::string> DdpStrategy::all_gather_bytes(const std::string& bytes) {
+  return process_group().all_gather_bytes(bytes);
+}
 
 void DdpStrategy::barrier() { process_group().barrier(); }
 

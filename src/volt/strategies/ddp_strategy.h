@@ -39,7 +39,8 @@ class DdpStrategy : public Strategy {
   void before_backward(const torch::Tensor& loss, bool synchronize) override;
   void reduce(torch::Tensor& values, Reduce op) override;
   double reduce(double value, Reduce op) override;
-  bool any(bool flag) override;
+  std::function<double()> reduce_async(double value, Reduce op) override;
+  std::vector<std::string> all_gather_bytes(const std::string& bytes) override;
   void barrier() override;
   std::string broadcast_string(const std::string& value) override;
   std::string on_failure(const std::string& message) override;

@@ -8,9 +8,11 @@
 
 #include <torch/types.h>
 
+#include <functional>
 #include <memory>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "volt/data/dataset.h"
 #include "volt/distributed/topology.h"
@@ -45,8 +47,13 @@ class Strategy {
   virtual void reduce(torch::Tensor& values, Reduce op) {}
   /// Reduces a number across processes.
   virtual double reduce(double value, Reduce op) { return value; }
-  /// True when any process passes true.
-  virtual bool any(bool flag) { return flag; }
+  /// Starts reducing a number across processes; the returned function waits for the result.
+  /// The fit loop agrees on stopping this way, so no step waits for the others' answer.
+  virtual std::function<double()> reduce_async(double value, Reduce op) {
+    return [value] { return value; };
+  }
+  /// Every process's `bytes`, indexed by global rank (one process: just `bytes`).
+  virtual std::vector<std::string> all_gather_bytes(const std::string& bytes) { return {bytes}; }
   /// Waits for every process.
   virtual void barrier() {}
   /// Rank 0's string on every process.

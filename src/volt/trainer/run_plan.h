@@ -76,7 +76,7 @@ struct RunPlan {
 
   std::string root_dir;                 ///< absolute default_root_dir
   int64_t log_every_n_steps = 50;       ///< logger cadence
-  bool use_default_logger = true;       ///< add a CSVLogger when no logger was given
+  bool use_default_logger = true;       ///< add TensorBoard and CSV loggers when none was given
   bool enable_progress_bar = true;      ///< show progress
   bool enable_checkpointing = true;     ///< add a default ModelCheckpoint
   bool enable_model_summary = true;     ///< print the summary table

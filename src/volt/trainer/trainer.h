@@ -1,25 +1,33 @@
 // The Trainer: runs a LightningModule's fit, validate, test and predict.
 #pragma once
 
+#include <map>
 #include <memory>
 #include <string>
 #include <vector>
 
+#include "volt/loops/fit_result.h"
 #include "volt/module/lightning_module.h"
-#include "volt/trainer/fit_result.h"
 #include "volt/trainer/run_plan.h"
 #include "volt/trainer/trainer_options.h"
 
 namespace volt {
 
 class CheckpointIO;
+class Checkpointer;
+class Console;
 class PrecisionPlugin;
 class Strategy;
+struct LastCheckpointSearch;
 namespace internal {
 class RequeueSignalGuard;
 }
 
 /// Runs a LightningModule like Lightning's Trainer.
+///
+/// The Trainer is a facade: it resolves the options into a RunPlan once, prepares each stage
+/// (processes, loaders, devices, optimizers, loggers, callbacks, checkpoints) and hands the work
+/// to the loops in `volt/loops/`.
 ///
 /// Example:
 /// ```
@@ -33,6 +41,7 @@ class Trainer {
   explicit Trainer(TrainerOptions options = {});
   /// Like above with an explicit environment and machine (tests).
   Trainer(TrainerOptions options, const Env& env, const MachineInfo& machine);
+  /// Finishes like teardown(), but cannot throw: a failure is printed as an error.
   ~Trainer();
   Trainer(const Trainer&) = delete;
   Trainer& operator=(const Trainer&) = delete;
@@ -45,36 +54,48 @@ class Trainer {
   EvalResult validate(LightningModule& module, DataLoader val = {}, const std::string& ckpt_path = "");
   /// One test pass; weights come from `ckpt_path` when given ("best", "last" or a path).
   EvalResult test(LightningModule& module, DataLoader test = {}, const std::string& ckpt_path = "");
-  /// Runs predict_step over the predict data and returns its outputs in order.
+  /// Runs predict_step over the predict data and returns its outputs in order. Under ddp every
+  /// process predicts a contiguous part of the data and global rank 0 returns all of them, in
+  /// the data's order (the gathered ones on the CPU); the other ranks return their own part.
   std::vector<torch::Tensor> predict(LightningModule& module, DataLoader data = {}, const std::string& ckpt_path = "");
+
+  /// Waits for the processes this Trainer launched (ddp's local ranks) and throws volt::Error
+  /// when one of them failed. Call it after the last stage to turn a failure that happened after
+  /// the last collective into an error; the destructor calls it otherwise and can only print.
+  void teardown();
 
   /// Replaces how checkpoints are written and read (default: atomic files).
   void set_checkpoint_io(std::shared_ptr<CheckpointIO> io);
+  /// Replaces where notes, warnings, the progress bar and the model summary go (default: stdout
+  /// and stderr). Only global rank 0 writes to it.
+  void set_console(std::shared_ptr<Console> console);
   /// The resolved plan.
   const RunPlan& plan() const { return plan_; }
-  /// The callbacks in use, the default ones included once fit started.
-  const std::vector<std::shared_ptr<Callback>>& callbacks() const { return callbacks_; }
-  /// The precision plugin of this run (autocast, loss scaling, casts), for strategies that run
-  /// the steps themselves (dp).
-  PrecisionPlugin& precision_plugin() { return *precision_; }
   /// The callback metrics after the last stage.
   const std::map<std::string, double>& callback_metrics() const { return callback_metrics_; }
 
  private:
-  class FitRun;
-  std::string resolve_ckpt_path(const std::string& requested) const;
-  void configure_loader(DataLoader& loader, bool evaluation = false) const;
+  template <typename Stage>
+  auto run_stage(Stage&& stage);
+  /// The console on global rank 0, a silent one elsewhere (kept alive by the caller).
+  std::shared_ptr<Console> rank_console() const;
+  Strategy& strategy();
+  LastCheckpointSearch last_search(const std::string& log_dir) const;
+  void configure_loader(DataLoader& loader, bool evaluation, bool contiguous = false) const;
+  void load_weights(LightningModule& module, const std::string& ckpt_path);
   EvalResult evaluate(LightningModule& module, DataLoader loader, const std::string& ckpt_path, bool test);
+  FitResult fit_stage(LightningModule& module, DataLoader train, DataLoader val, const std::string& ckpt_path);
 
   TrainerOptions options_;
   RunPlan plan_;
+  Env env_;
   std::unique_ptr<Strategy> strategy_;
-  std::shared_ptr<CheckpointIO> checkpoint_io_;
+  std::unique_ptr<Checkpointer> checkpointer_;
   std::unique_ptr<PrecisionPlugin> precision_;
-  std::vector<std::shared_ptr<Callback>> callbacks_;
+  std::shared_ptr<Console> console_;
   std::map<std::string, double> callback_metrics_;
-  std::string best_model_path_;
-  std::string last_model_path_;
+  bool torn_down_ = false;
+  bool notes_printed_ = false;
   std::unique_ptr<internal::RequeueSignalGuard> requeue_guard_;  // SLURM batch jobs with auto_requeue
 };
 

@@ -1,7 +1,9 @@
 // What the user asks the Trainer for (Lightning's Trainer arguments).
 //
 // TrainerOptions is user intent and may say "auto"; resolve_run_plan (run_plan.h) turns it,
-// once, into a RunPlan in which nothing is "auto". Nothing downstream reads TrainerOptions.
+// once, into a RunPlan in which nothing is "auto". Only the Trainer facade reads TrainerOptions:
+// every value through the plan, and the objects it carries (loggers, callbacks, config) as they
+// are; the loops see the plan only.
 #pragma once
 
 #include <cstdint>
@@ -99,7 +101,7 @@ inline constexpr const char* kConfigFileName = "config.yaml";
 /// ```
 struct TrainerOptions {
   // ---- hardware ------------------------------------------------------------------------------
-  /// "cpu" or "auto" (later issues add "gpu"/"cuda").
+  /// "cpu", "gpu" (or its alias "cuda"; CUDA builds) or "auto" (GPUs when this process sees any).
   std::string accelerator = "auto";
   /// How many devices per node; see DeviceRequest. Under ddp each device is a process; under
   /// dp and ddp2 one process per node drives them all (on CPU: one replica thread each).
@@ -172,7 +174,7 @@ struct TrainerOptions {
   // ---- optimization --------------------------------------------------------------------------
   /// Accumulate gradients over this many batches before each optimizer step.
   int64_t accumulate_grad_batches = 1;
-  /// Clip gradients to this value (unset: no clipping).
+  /// Clip gradients to this value (unset or 0: no clipping).
   std::optional<double> gradient_clip_val;
   /// Clip by total norm or by value.
   GradientClipAlgorithm gradient_clip_algorithm = GradientClipAlgorithm::kNorm;
@@ -188,7 +190,7 @@ struct TrainerOptions {
   std::string default_root_dir;
   /// Send step metrics to the loggers every this many steps.
   int64_t log_every_n_steps = 50;
-  /// Use the default CSV logger when `loggers` is empty.
+  /// Use the default loggers (TensorBoard and CSV, in one version folder) when `loggers` is empty.
   bool logger = true;
   /// Loggers to use instead of the default.
   std::vector<std::shared_ptr<Logger>> loggers;

@@ -1,0 +1,141 @@
+#include "volt/checkpoint/checkpointer.h"
+
+#include <algorithm>
+#include <cctype>
+#include <filesystem>
+
+#include "volt/checkpoint/hpc_checkpoints.h"
+#include "volt/core/console.h"
+#include "volt/core/error.h"
+
+namespace volt {
+
+namespace fs = std::filesystem;
+
+namespace {
+
+/// The checkpoint a folder offers for "last", or "" (no recursion).
+std::string last_in(const fs::path& dir) {
+  std::error_code ec;
+  if (!fs::is_directory(dir, ec)) return "";
+  if (fs::is_regular_file(dir / "last.ckpt", ec)) return (dir / "last.ckpt").string();
+  std::string newest_last, newest;
+  fs::file_time_type newest_last_time, newest_time;
+  for (const auto& entry : fs::directory_iterator(dir, fs::directory_options::skip_permission_denied, ec)) {
+    if (!entry.is_regular_file(ec) || entry.path().extension() != ".ckpt") continue;
+    const auto time = entry.last_write_time(ec);
+    if (newest.empty() || time > newest_time) {
+      newest = entry.path().string();
+      newest_time = time;
+    }
+    if (entry.path().filename().string().find("last") == std::string::npos) continue;
+    if (newest_last.empty() || time > newest_last_time) {
+      newest_last = entry.path().string();
+      newest_last_time = time;
+    }
+  }
+  return newest_last.empty() ? newest : newest_last;
+}
+
+/// N of a folder named version_<N>, or nullopt.
+std::optional<int64_t> version_number(const std::string& name) {
+  const std::string prefix = "version_";
+  if (name.rfind(prefix, 0) != 0 || name.size() == prefix.size()) return std::nullopt;
+  const std::string digits = name.substr(prefix.size());
+  if (!std::all_of(digits.begin(), digits.end(), [](unsigned char c) { return std::isdigit(c) != 0; })) {
+    return std::nullopt;
+  }
+  return std::stoll(digits);
+}
+
+}  // namespace
+
+std::string find_last_checkpoint(const LastCheckpointSearch& search) {
+  if (!search.checkpoint_dir.empty()) return last_in(search.checkpoint_dir);
+  const fs::path logs =
+      search.logs_dir.empty() ? fs::path(search.root_dir) / "lightning_logs" : fs::path(search.logs_dir);
+  if (!search.version.empty()) {
+    if (std::string found = last_in(logs / search.version / "checkpoints"); !found.empty()) return found;
+  }
+  std::vector<std::pair<int64_t, fs::path>> versions;
+  std::error_code ec;
+  if (fs::is_directory(logs, ec)) {
+    for (const auto& entry : fs::directory_iterator(logs, fs::directory_options::skip_permission_denied, ec)) {
+      if (const auto n = version_number(entry.path().filename().string())) versions.emplace_back(*n, entry.path());
+    }
+  }
+  std::sort(versions.begin(), versions.end(), [](const auto& a, const auto& b) { return a.first > b.first; });
+  for (const auto& [n, dir] : versions) {
+    if (std::string found = last_in(dir / "checkpoints"); !found.empty()) return found;
+  }
+  return last_in(fs::path(search.root_dir) / "checkpoints");
+}
+
+Checkpointer::Checkpointer(std::shared_ptr<CheckpointIO> io) { set_io(std::move(io)); }
+
+void Checkpointer::set_io(std::shared_ptr<CheckpointIO> io) {
+  VOLT_CHECK(io != nullptr,
+             "set_checkpoint_io got a null CheckpointIO. HINT: pass an object, e.g. "
+             "std::make_shared<volt::TorchCheckpointIO>().");
+  io_ = std::move(io);
+}
+
+void Checkpointer::save(const TrainingParts& parts, const FitProgress& progress, const std::string& path) {
+  io_->save(make_checkpoint(parts, progress), path);
+}
+
+void Checkpointer::remove(const std::string& path) {
+  if (io_->exists(path)) io_->remove(path);
+}
+
+void Checkpointer::remember(std::string best, std::string last) {
+  best_ = std::move(best);
+  last_ = std::move(last);
+}
+
+std::string Checkpointer::resolve(const std::string& requested, const LastCheckpointSearch& search,
+                                  Console& console) const {
+  if (requested.empty()) return "";
+  if (requested == "best") {
+    VOLT_CHECK(!best_.empty(),
+               "ckpt_path=\"best\" but this Trainer has no best checkpoint yet. HINT: call fit() with a "
+               "ModelCheckpoint first, or pass the checkpoint's path.");
+    return best_;
+  }
+  if (requested == "last") {
+    if (!last_.empty()) return last_;
+    std::string found = find_last_checkpoint(search);
+    if (found.empty()) {
+      console.warn(fmt::format("ckpt_path=\"last\": no checkpoint in {}; starting from scratch.",
+                               search.checkpoint_dir.empty() ? search.root_dir : search.checkpoint_dir));
+    }
+    return found;
+  }
+  VOLT_CHECK(io_->exists(requested),
+             "ckpt_path='{}' does not exist. HINT: pass an existing .ckpt file, \"last\" or \"best\".", requested);
+  return requested;
+}
+
+std::optional<LoadedCheckpoint> Checkpointer::newest_hpc_checkpoint(const std::string& dir, Console& console) const {
+  // Saves are atomic, so a job killed while saving leaves at worst a temporary file; a file can
+  // still be cut short by a full disk or a copy: fall back to the previous one.
+  for (const std::string& path : list_hpc_checkpoints(dir)) {
+    try {
+      return LoadedCheckpoint{path, io_->load(path)};
+    } catch (const std::exception& e) {
+      console.warn(fmt::format("HPC checkpoint {} is unreadable; trying the previous one. ({})", path, e.what()));
+    }
+  }
+  return std::nullopt;
+}
+
+std::string Checkpointer::save_hpc_checkpoint(const TrainingParts& parts, const FitProgress& progress,
+                                              const std::string& dir, int64_t keep) {
+  fs::create_directories(dir);
+  const std::string path = next_hpc_checkpoint_path(dir);
+  save(parts, progress, path);
+  for (const std::string& old : hpc_checkpoints_to_prune(dir, keep)) io_->remove(old);
+  return path;
+}
+
+}  // namespace volt

@@ -1,0 +1,89 @@
+// The Checkpointer: builds, writes, reads and restores a run's checkpoints, owns the HPC files,
+// and says which file "last" and "best" mean.
+#pragma once
+
+#include <memory>
+#include <optional>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "volt/checkpoint/checkpoint_io.h"
+#include "volt/checkpoint/checkpoint_state.h"
+
+namespace volt {
+
+class Console;
+
+/// Where ckpt_path="last" looks when the Trainer has not saved a checkpoint itself.
+///
+/// The search is a fixed list of folders, never a recursive scan of the working directory, so it
+/// cannot pick up another run's or another program's file.
+struct LastCheckpointSearch {
+  /// A ModelCheckpoint's explicit dirpath: when set, the only folder searched.
+  std::string checkpoint_dir;
+  /// default_root_dir.
+  std::string root_dir;
+  /// The folder holding the runs' version folders (default `<root_dir>/lightning_logs`).
+  std::string logs_dir;
+  /// A version folder to search first (a SLURM job logs under its job id); empty: none.
+  std::string version;
+};
+
+/// The checkpoint "last" means under `search`, or "" when there is none. In each folder below,
+/// the first that holds a `.ckpt` file wins: `checkpoint_dir` alone when set; else
+/// `<logs_dir>/<version>/checkpoints`, then `<logs_dir>/version_<N>/checkpoints` from the highest
+/// N down, then `<root_dir>/checkpoints` (runs without a logger). In that folder: `last.ckpt`,
+/// else the newest file whose name contains "last", else the newest `.ckpt` file.
+std::string find_last_checkpoint(const LastCheckpointSearch& search);
+
+/// A checkpoint read from a file, with where it came from.
+struct LoadedCheckpoint {
+  /// The file.
+  std::string path;
+  /// Its contents.
+  c10::IValue value;
+};
+
+/// Assembles and restores checkpoints through a CheckpointIO (atomic files by default).
+///
+/// It decides nothing about who writes: the fit loop calls save() on global rank 0 only.
+class Checkpointer {
+ public:
+  /// Reads and writes through `io`.
+  explicit Checkpointer(std::shared_ptr<CheckpointIO> io = std::make_shared<TorchCheckpointIO>());
+
+  /// Replaces how files are written and read; throws volt::Error on nullptr.
+  void set_io(std::shared_ptr<CheckpointIO> io);
+  /// How files are written and read.
+  CheckpointIO& io() { return *io_; }
+
+  /// Writes the checkpoint of `parts` at `progress` to `path`.
+  void save(const TrainingParts& parts, const FitProgress& progress, const std::string& path);
+  /// Reads `path`; throws volt::CheckpointError when it is unreadable.
+  c10::IValue load(const std::string& path) { return io_->load(path); }
+  /// Deletes `path` when it exists.
+  void remove(const std::string& path);
+
+  /// The files "best" and "last" mean from now on (after a fit).
+  void remember(std::string best, std::string last);
+  /// The file to use for `requested`: "" stays "", "best" is the remembered best (an error
+  /// without one), "last" the remembered last or else find_last_checkpoint(search) (a warning
+  /// and "" when there is none), and a path must exist.
+  std::string resolve(const std::string& requested, const LastCheckpointSearch& search, Console& console) const;
+
+  /// The newest readable HPC checkpoint in `dir`: a file cut short (a full disk, a copy) is
+  /// skipped with a warning and the one before it is tried.
+  std::optional<LoadedCheckpoint> newest_hpc_checkpoint(const std::string& dir, Console& console) const;
+  /// Saves the next hpc_ckpt_<N>.ckpt in `dir` and deletes all but the newest `keep`, only after
+  /// the new file is complete (a kill in between leaves one more, never none). Returns its path.
+  std::string save_hpc_checkpoint(const TrainingParts& parts, const FitProgress& progress, const std::string& dir,
+                                  int64_t keep);
+
+ private:
+  std::shared_ptr<CheckpointIO> io_;
+  std::string best_;
+  std::string last_;
+};
+
+}  // namespace volt

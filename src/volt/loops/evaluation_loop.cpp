@@ -1,0 +1,85 @@
+#include "volt/loops/evaluation_loop.h"
+
+#include <torch/torch.h>
+
+#include "volt/data/data_loader.h"
+#include "volt/module/lightning_module.h"
+#include "volt/module/result_collection.h"
+#include "volt/precision/precision_plugin.h"
+#include "volt/progress/progress_bar.h"
+#include "volt/strategies/strategy.h"
+
+namespace volt {
+
+const char* to_string(EvalStage stage) {
+  switch (stage) {
+    case EvalStage::kSanityCheck:
+      return "sanity_check";
+    case EvalStage::kValidation:
+      return "validate";
+    case EvalStage::kTest:
+      return "test";
+  }
+  return "?";
+}
+
+Batch prepare_batch(Batch batch, c10::Device device, const PrecisionPlugin& precision) {
+  if (batch.data.defined()) batch.data = precision.convert_input(batch.data.to(device));
+  if (batch.target.defined()) batch.target = precision.convert_input(batch.target.to(device));
+  return batch;
+}
+
+namespace {
+
+const char* bar_title(EvalStage stage) {
+  switch (stage) {
+    case EvalStage::kSanityCheck:
+      return "Sanity Checking";
+    case EvalStage::kValidation:
+      return "Validation";
+    case EvalStage::kTest:
+      return "Testing";
+  }
+  return "?";
+}
+
+}  // namespace
+
+int64_t EvaluationLoop::run(LightningModule& module, const DataLoader& loader, int64_t batches, EvalStage stage,
+                            ResultCollection& results) const {
+  const bool test = stage == EvalStage::kTest;
+  const TrainingModeScope eval_mode(module, /*training=*/false);
+  const MetricSinkScope sink(module, &results);
+  torch::NoGradGuard no_grad;
+  if (test) {
+    module.on_test_epoch_start();
+  } else {
+    module.on_validation_epoch_start();
+  }
+  if (bar_) bar_->start(bar_title(stage), 0, batches);
+  int64_t examples = 0;
+  for (int64_t i = 0; i < batches; ++i) {
+    const Batch batch = prepare_batch(loader.batch(i), device_, precision_);
+    const int64_t size = batch.data.defined() ? batch.data.size(0) : 1;
+    results.set_batch_size(size);
+    examples += size;
+    const AutocastGuard autocast = precision_.forward_context();
+    if (test) {
+      module.test_step(batch, i);
+    } else {
+      module.validation_step(batch, i);
+    }
+    if (bar_) bar_->update(i + 1, {});
+  }
+  if (test) {
+    module.on_test_epoch_end();
+  } else {
+    module.on_validation_epoch_end();
+  }
+  // One collective for all sync_dist values: exact means over every process's real examples.
+  results.sync_epoch([this](torch::Tensor& t, Reduce op) { strategy_.reduce(t, op); });
+  if (bar_) bar_->finish(results.epoch_metrics(MetricTarget::kProgBar));
+  return examples;
+}
+
+}  // namespace volt

@@ -1,0 +1,53 @@
+// One evaluation pass: the sanity check, a validation run or a test.
+#pragma once
+
+#include <c10/core/Device.h>
+
+#include <cstdint>
+#include <string>
+
+#include "volt/data/dataset.h"
+
+namespace volt {
+
+class DataLoader;
+class LightningModule;
+class PrecisionPlugin;
+class ProgressBar;
+class ResultCollection;
+class Strategy;
+
+/// Which hooks an evaluation pass calls.
+enum class EvalStage { kSanityCheck, kValidation, kTest };
+/// "sanity_check", "validate" or "test".
+const char* to_string(EvalStage stage);
+
+/// Moves a batch to `device` (Lightning's batch_to_device) and casts floating inputs and targets
+/// to the module's dtype (the -true precisions; the others keep them).
+Batch prepare_batch(Batch batch, c10::Device device, const PrecisionPlugin& precision);
+
+/// Runs validation_step or test_step over the first batches of a loader, without gradients and
+/// in eval mode, and reduces the logged values across processes once at the end.
+///
+/// The module's training mode and metric sink are restored when the pass ends, also when a step
+/// throws.
+class EvaluationLoop {
+ public:
+  /// Steps run on `device` under `precision`'s autocast; `bar` may be nullptr (no progress).
+  EvaluationLoop(Strategy& strategy, const PrecisionPlugin& precision, c10::Device device, ProgressBar* bar)
+      : strategy_(strategy), precision_(precision), device_(device), bar_(bar) {}
+
+  /// Evaluates `batches` batches of `loader` (set to its epoch already) into `results` and
+  /// returns how many examples this process evaluated. Evaluation loaders are not padded, so
+  /// every example counts once in the epoch means.
+  int64_t run(LightningModule& module, const DataLoader& loader, int64_t batches, EvalStage stage,
+              ResultCollection& results) const;
+
+ private:
+  Strategy& strategy_;
+  const PrecisionPlugin& precision_;
+  c10::Device device_;
+  ProgressBar* bar_;
+};
+
+}  // namespace volt

@@ -1,0 +1,301 @@
+#include "volt/loops/fit_loop.h"
+
+#include <ATen/CPUGeneratorImpl.h>
+#include <signal.h>
+#include <torch/torch.h>
+
+#include <chrono>
+
+#include "volt/callbacks/model_checkpoint.h"
+#include "volt/core/console.h"
+#include "volt/core/error.h"
+#include "volt/loops/evaluation_loop.h"
+#include "volt/loops/metric_router.h"
+#include "volt/precision/precision_plugin.h"
+#include "volt/progress/model_summary.h"
+#include "volt/progress/progress_bar.h"
+#include "volt/strategies/strategy.h"
+#include "volt/trainer/process_setup.h"
+#include "volt/trainer/run_plan.h"
+
+namespace volt {
+
+namespace {
+
+std::unique_ptr<ProgressBar> make_bar(const RunPlan& plan, Console& console) {
+  if (!plan.enable_progress_bar || !plan.is_global_zero()) return nullptr;
+  ProgressBarOptions options;
+  options.is_tty = console.is_tty();
+  return std::make_unique<ProgressBar>(options, console.stream());
+}
+
+std::string optimizer_kind(const torch::optim::Optimizer& optimizer) {
+  if (dynamic_cast<const torch::optim::Adam*>(&optimizer)) return "Adam";
+  if (dynamic_cast<const torch::optim::AdamW*>(&optimizer)) return "AdamW";
+  if (dynamic_cast<const torch::optim::SGD*>(&optimizer)) return "SGD";
+  if (dynamic_cast<const torch::optim::RMSprop*>(&optimizer)) return "RMSprop";
+  if (dynamic_cast<const torch::optim::Adagrad*>(&optimizer)) return "Adagrad";
+  return "Optimizer";
+}
+
+const ModelCheckpoint* first_model_checkpoint(const std::vector<std::shared_ptr<Callback>>& callbacks) {
+  for (const auto& c : callbacks)
+    if (const auto* checkpoint = dynamic_cast<const ModelCheckpoint*>(c.get())) return checkpoint;
+  return nullptr;
+}
+
+int identity(int code) { return code; }
+
+}  // namespace
+
+FitLoop::FitLoop(FitLoopParts parts, FitData data)
+    : parts_(parts),
+      data_(data),
+      bar_(make_bar(parts.plan, parts.console)),
+      eval_bar_(make_bar(parts.plan, parts.console)),
+      epoch_loop_(parts.plan, parts.strategy, parts.precision, parts.metrics, data.module, data.train,
+                  data.optimization, bar_.get()),
+      val_results_(/*training=*/false),
+      stop_(parts.plan.min_epochs) {
+  name_learning_rates();
+}
+
+FitLoop::~FitLoop() = default;
+
+void FitLoop::name_learning_rates() {
+  // Names are fixed for the run; only the values change, so the per-batch context copies them.
+  const auto& optimization = data_.optimization;
+  std::map<std::string, int> seen;
+  for (size_t i = 0; i < optimization.optimizers.size(); ++i) {
+    const auto& optimizer = *optimization.optimizers[i];
+    std::string name = "lr-" + optimizer_kind(optimizer);
+    for (const auto& config : optimization.schedulers)
+      if (!config.name.empty() && optimization.optimizers.size() == 1) name = config.name;
+    if (seen[name]++ > 0) name += "-" + std::to_string(seen[name] - 1);
+    const size_t groups = optimizer.param_groups().size();
+    for (size_t g = 0; g < groups; ++g) {
+      lr_names_.push_back({groups == 1 ? name : name + "/pg" + std::to_string(g + 1), i, g});
+    }
+  }
+}
+
+CallbackContext FitLoop::context(bool sanity) const {
+  CallbackContext c;
+  c.epoch = progress_.epoch;
+  c.global_step = progress_.global_step;
+  c.sanity_checking = sanity;
+  c.metrics = &parts_.metrics.callback_metrics();
+  c.learning_rates.reserve(lr_names_.size());
+  for (const auto& lr : lr_names_) {
+    c.learning_rates.push_back(
+        {lr.name, data_.optimization.optimizers[lr.optimizer]->param_groups()[lr.group].options().get_lr()});
+  }
+  return c;
+}
+
+TrainingParts FitLoop::training_parts() const {
+  return TrainingParts{&data_.module, &data_.optimization, &parts_.callbacks, &parts_.precision, parts_.config};
+}
+
+void FitLoop::save_checkpoint(const std::string& path) {
+  // Rank 0 writes; the others do not wait here (their callbacks need not agree on every save),
+  // so readers synchronize instead: fit ends with a barrier before any rank reads a file.
+  if (parts_.strategy.is_global_zero()) parts_.checkpointer.save(training_parts(), progress_, path);
+  last_saved_ = path;
+}
+
+void FitLoop::remove_checkpoint(const std::string& path) {
+  if (parts_.strategy.is_global_zero()) parts_.checkpointer.remove(path);
+}
+
+void FitLoop::log_metrics(const std::map<std::string, double>& metrics) {
+  parts_.metrics.log(metrics, progress_.epoch, progress_.global_step);
+}
+
+void FitLoop::dispatch(const std::function<Decision(Callback&, const CallbackContext&, CallbackServices&)>& hook) {
+  if (parts_.callbacks.empty()) return;
+  const CallbackContext c = context(/*sanity=*/false);
+  for (const auto& callback : parts_.callbacks) {
+    const Decision decision = hook(*callback, c, *this);
+    if (decision.stop) stop_.propose_callback_stop(progress_.epoch, decision.reason);
+  }
+  // One process needs no agreement: a callback's stop holds from the next check on, as it
+  // always did. Several processes agree at the next step boundary or epoch end.
+  if (parts_.plan.topology.world_size == 1) stop_.agree(identity);
+}
+
+bool FitLoop::validates_in_epoch(int64_t epoch) const {
+  return data_.num_val_batches > 0 && (epoch + 1) % parts_.plan.check_val_every_n_epoch == 0;
+}
+
+void FitLoop::run_validation() {
+  progress_.validation_pending = false;
+  val_results_.reset();
+  data_.val.set_epoch(0);
+  EvaluationLoop(parts_.strategy, parts_.precision, parts_.plan.root_device(), eval_bar_.get())
+      .run(data_.module, data_.val, data_.num_val_batches, EvalStage::kValidation, val_results_);
+  parts_.metrics.publish_epoch(val_results_, progress_.epoch, progress_.global_step);
+}
+
+void FitLoop::validate_mid_epoch() {
+  run_validation();
+  dispatch([](Callback& c, const CallbackContext& ctx, CallbackServices& s) { return c.on_validation_end(ctx, s); });
+  // Validation already waited for every process; agreeing here too costs one small collective
+  // and makes a decision on validation metrics hold from the next batch on, on every process.
+  at_epoch_end();
+}
+
+std::map<std::string, double> FitLoop::validate_end_of_epoch() {
+  run_validation();
+  return val_results_.epoch_metrics(MetricTarget::kProgBar);
+}
+
+void FitLoop::poll_signals() {
+  const RunPlan& plan = parts_.plan;
+  if (plan.requeue.enabled && internal::RequeueSignalGuard::received()) {
+    stop_.propose_interrupt(StopCode::kRequeue,
+                            fmt::format("received {}, SLURM's requeue signal", signal_name(plan.requeue.signal)));
+  }
+  if (const int signal = internal::StopSignalGuard::received()) {
+    stop_.propose_interrupt(signal == SIGTERM ? StopCode::kTerminate : StopCode::kInterrupt,
+                            fmt::format("received signal {}", signal));
+  }
+}
+
+void FitLoop::at_step_boundary() {
+  poll_signals();
+  if (parts_.plan.topology.world_size == 1) {
+    stop_.agree(identity);
+    return;
+  }
+  // Every rank must leave the loop at the same step and take the same path out of it, or the
+  // others block in their next collective. The agreement rides along without a wait: started
+  // now, read at the next boundary, when a whole step has passed.
+  Strategy& strategy = parts_.strategy;
+  stop_.agree_async([&strategy](int code) {
+    std::function<double()> wait = strategy.reduce_async(static_cast<double>(code), Reduce::kMax);
+    return std::function<int()>([wait] { return static_cast<int>(wait()); });
+  });
+}
+
+void FitLoop::at_epoch_end() {
+  if (parts_.plan.topology.world_size == 1) {
+    stop_.agree(identity);
+    return;
+  }
+  Strategy& strategy = parts_.strategy;
+  stop_.agree(
+      [&strategy](int code) { return static_cast<int>(strategy.reduce(static_cast<double>(code), Reduce::kMax)); });
+}
+
+void FitLoop::sanity_check() {
+  const RunPlan& plan = parts_.plan;
+  const int64_t n = plan.num_sanity_val_steps == -1 ? data_.num_val_batches
+                                                    : std::min(plan.num_sanity_val_steps, data_.num_val_batches);
+  if (n <= 0) return;
+  // The sanity check must not change the run: keep the RNG stream as it was.
+  auto generator = at::detail::getDefaultCPUGenerator();
+  const torch::Tensor rng = generator.get_state();
+  ResultCollection throwaway(/*training=*/false);
+  data_.val.set_epoch(0);
+  EvaluationLoop(parts_.strategy, parts_.precision, plan.root_device(), eval_bar_.get())
+      .run(data_.module, data_.val, n, EvalStage::kSanityCheck, throwaway);
+  generator.set_state(rng);
+}
+
+FitResult FitLoop::run(const std::optional<LoadedCheckpoint>& resume) {
+  const auto start = std::chrono::steady_clock::now();
+  const RunPlan& plan = parts_.plan;
+  LightningModule& module = data_.module;
+  FitResult result;
+  try {
+    if (resume) {
+      progress_ = restore_checkpoint(resume->value, training_parts(), resume->path);
+      if (progress_.epoch_done) {
+        ++progress_.epoch;
+        progress_.batches_done = 0;
+        progress_.epoch_done = false;
+      }
+      result.resumed_from = resume->path;
+      parts_.console.info("Restored training state from " + resume->path);
+    }
+    if (plan.enable_model_summary) parts_.console.info(summarize(module).to_string());
+
+    module.on_fit_start();
+    sanity_check();
+    module.on_train_start();
+    while (!stop_.should_stop()) {
+      if (plan.max_epochs >= 0 && progress_.epoch >= plan.max_epochs) {
+        stop_.stop_at_limit(StopReason::kMaxEpochs);
+        break;
+      }
+      if (plan.max_steps >= 0 && progress_.global_step >= plan.max_steps) {
+        stop_.stop_at_limit(StopReason::kMaxSteps);
+        break;
+      }
+      epoch_loop_.run(progress_, stop_, *this, data_.num_train_batches, data_.val_interval);
+      if (!progress_.epoch_done) break;  // interrupted or cut short by max_steps inside the epoch
+      ++progress_.epoch;
+      progress_.batches_done = 0;
+      progress_.epoch_done = false;
+    }
+    // Settle a stop proposed during the last step (and the reduction still in flight) the same
+    // way on every process before deciding what to save.
+    at_epoch_end();
+    // A requeue asked for at the very last step comes too late to matter: the run is complete,
+    // and a restarted job would only load the checkpoint to find nothing left to do.
+    const bool steps_done = plan.max_steps >= 0 && progress_.global_step >= plan.max_steps;
+    const bool epochs_done = plan.max_epochs >= 0 && progress_.epoch >= plan.max_epochs;
+    if (stop_.code() == StopCode::kRequeue && (steps_done || epochs_done)) {
+      stop_.finish_at(steps_done ? StopReason::kMaxSteps : StopReason::kMaxEpochs);
+    }
+    // SLURM is ending this run: save where it stands, at the step every rank stopped at.
+    const bool save_hpc = stop_.code() == StopCode::kRequeue ||
+                          (stop_.code() == StopCode::kTerminate && plan.requeue.checkpoint_on_sigterm);
+    if (save_hpc) {
+      std::string path;
+      if (parts_.strategy.is_global_zero()) {
+        path = parts_.checkpointer.save_hpc_checkpoint(training_parts(), progress_, plan.hpc_checkpoint_dir,
+                                                       plan.hpc_checkpoints_to_keep);
+      }
+      // Also a barrier: no rank goes on (and exits) before the file is complete.
+      result.hpc_checkpoint_path = parts_.strategy.broadcast_string(path);
+      parts_.console.info(fmt::format("Saved HPC checkpoint {} ({})", result.hpc_checkpoint_path, stop_.message()));
+    }
+    module.on_train_end();
+    dispatch([](Callback& c, const CallbackContext& ctx, CallbackServices& s) {
+      c.on_fit_end(ctx, s);
+      return Decision::proceed();
+    });
+    module.on_fit_end();
+    const std::string status = stop_.reason() == StopReason::kInterrupted ? "interrupted"
+                               : stop_.reason() == StopReason::kRequeued  ? "requeued"
+                                                                          : "success";
+    parts_.metrics.finalize(status);
+  } catch (...) {
+    // Loggers learn how the run ended even when it throws.
+    parts_.metrics.finalize_failed();
+    throw;
+  }
+
+  result.reason = stop_.reason();
+  result.message = stop_.message();
+  result.epochs_completed = progress_.epoch;
+  result.global_step = progress_.global_step;
+  result.metrics = parts_.metrics.callback_metrics();
+  result.log_dir = parts_.metrics.log_dir();
+  if (const ModelCheckpoint* checkpoint = first_model_checkpoint(parts_.callbacks)) {
+    result.best_model_path = checkpoint->best_model_path();
+    result.best_model_score = checkpoint->best_model_score();
+    result.last_model_path = checkpoint->last_model_path();
+  }
+  if (result.last_model_path.empty()) result.last_model_path = last_saved_;
+  // Files are complete before any rank reads one, and every rank names rank 0's files.
+  parts_.strategy.barrier();
+  result.best_model_path = parts_.strategy.broadcast_string(result.best_model_path);
+  result.last_model_path = parts_.strategy.broadcast_string(result.last_model_path);
+  result.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  return result;
+}
+
+}  // namespace volt

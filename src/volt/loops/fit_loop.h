@@ -1,0 +1,118 @@
+// The fit loop: epochs, validation, callbacks, checkpoints and stopping, from a fresh start or a
+// restored position to a FitResult.
+#pragma once
+
+#include <memory>
+#include <nlohmann/json_fwd.hpp>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "volt/callbacks/callback.h"
+#include "volt/checkpoint/checkpointer.h"
+#include "volt/loops/fit_result.h"
+#include "volt/loops/stop_controller.h"
+#include "volt/loops/training_epoch_loop.h"
+
+namespace volt {
+
+class Console;
+class MetricRouter;
+class PrecisionPlugin;
+class ProgressBar;
+class Strategy;
+struct RunPlan;
+
+/// What a fit runs with, borrowed from the Trainer for one fit() call.
+struct FitLoopParts {
+  /// The resolved plan (limits, intervals, who writes).
+  const RunPlan& plan;
+  /// How processes cooperate (reductions, collectives, who writes).
+  Strategy& strategy;
+  /// Autocast, loss scaling, casts.
+  PrecisionPlugin& precision;
+  /// Where checkpoints are built and written.
+  Checkpointer& checkpointer;
+  /// Where logged values go.
+  MetricRouter& metrics;
+  /// Where notes go (silent on every rank but global rank 0).
+  Console& console;
+  /// The callbacks, set up, in Lightning's order (checkpointing callbacks last).
+  const std::vector<std::shared_ptr<Callback>>& callbacks;
+  /// The program's configuration for hyper_parameters["config"]; nullptr: none.
+  const nlohmann::json* config = nullptr;
+};
+
+/// The module and data of one fit, prepared by the Trainer: loaders configured, the module on
+/// its device, optimizers configured and validated, gradient synchronization armed.
+struct FitData {
+  /// The module being trained.
+  LightningModule& module;
+  /// Training batches.
+  DataLoader& train;
+  /// Validation batches (may be undefined when num_val_batches is 0).
+  DataLoader& val;
+  /// The module's optimizers and schedulers.
+  const OptimizerConfig& optimization;
+  /// Training batches per epoch (after limit_train_batches).
+  int64_t num_train_batches = 0;
+  /// Validation batches per run (after limit_val_batches); 0: no validation.
+  int64_t num_val_batches = 0;
+  /// Training batches between validations within an epoch (val_check_interval).
+  int64_t val_interval = 1;
+};
+
+/// Runs a fit as Lightning's fit loop does, and implements the services callbacks use.
+///
+/// Every process runs the same loop; they leave it at the same step because stopping is agreed
+/// through the StopController (limits at once; signals and callbacks one step later under ddp,
+/// with no wait on the critical path; at every epoch end with a blocking agreement).
+class FitLoop : public CallbackServices, private EpochHooks {
+ public:
+  /// Borrows `parts` and `data` for the loop's lifetime.
+  FitLoop(FitLoopParts parts, FitData data);
+  ~FitLoop() override;
+
+  /// Trains from `resume` (nullopt: a fresh start) until a limit, a callback or a signal stops
+  /// it; returns why, where, and the checkpoints. Saves an HPC checkpoint first when SLURM is
+  /// ending the run (requeue signal, or SIGTERM with checkpoint_on_sigterm).
+  FitResult run(const std::optional<LoadedCheckpoint>& resume);
+
+  void save_checkpoint(const std::string& path) override;
+  void remove_checkpoint(const std::string& path) override;
+  void log_metrics(const std::map<std::string, double>& metrics) override;
+
+ private:
+  // EpochHooks
+  void dispatch(const std::function<Decision(Callback&, const CallbackContext&, CallbackServices&)>& hook) override;
+  void validate_mid_epoch() override;
+  std::map<std::string, double> validate_end_of_epoch() override;
+  void at_step_boundary() override;
+  void at_epoch_end() override;
+  bool validates_in_epoch(int64_t epoch) const override;
+
+  void name_learning_rates();
+  CallbackContext context(bool sanity) const;
+  void sanity_check();
+  void run_validation();
+  void poll_signals();
+  TrainingParts training_parts() const;
+
+  FitLoopParts parts_;
+  FitData data_;
+  std::unique_ptr<ProgressBar> bar_;       // training epochs
+  std::unique_ptr<ProgressBar> eval_bar_;  // sanity check and validation
+  TrainingEpochLoop epoch_loop_;
+  ResultCollection val_results_;
+  FitProgress progress_;
+  StopController stop_;
+  std::string last_saved_;
+  struct LearningRateName {
+    std::string name;
+    size_t optimizer;
+    size_t group;
+  };
+  std::vector<LearningRateName> lr_names_;  // LearningRateMonitor's names, fixed per run
+};
+
+}  // namespace volt

@@ -1,0 +1,93 @@
+#include "volt/loops/stop_controller.h"
+
+#include <utility>
+
+namespace volt {
+
+const char* to_string(StopCode code) {
+  switch (code) {
+    case StopCode::kNone:
+      return "none";
+    case StopCode::kCallback:
+      return "callback";
+    case StopCode::kInterrupt:
+      return "interrupt";
+    case StopCode::kTerminate:
+      return "terminate";
+    case StopCode::kRequeue:
+      return "requeue";
+  }
+  return "?";
+}
+
+void StopController::propose_callback_stop(int64_t epoch, std::string why) {
+  // min_epochs wins over callbacks, as in Lightning; limits and signals always stop.
+  if (epoch + 1 < min_epochs_) return;
+  if (proposed_ != StopCode::kNone) return;
+  proposed_ = StopCode::kCallback;
+  proposed_why_ = std::move(why);
+}
+
+void StopController::propose_interrupt(StopCode code, std::string why) {
+  if (proposed_ >= code) return;
+  proposed_ = code;
+  proposed_why_ = std::move(why);
+}
+
+void StopController::stop_at_limit(StopReason limit) {
+  if (should_stop()) return;
+  limit_ = true;
+  reason_ = limit;
+  message_.clear();
+}
+
+void StopController::agree(const std::function<int(int)>& reduce_max) {
+  if (pending_) decide(static_cast<StopCode>(std::exchange(pending_, nullptr)()));
+  decide(static_cast<StopCode>(reduce_max(static_cast<int>(proposed_))));
+}
+
+void StopController::agree_async(const StartReduceMax& start) {
+  if (pending_) decide(static_cast<StopCode>(std::exchange(pending_, nullptr)()));
+  pending_ = start(static_cast<int>(proposed_));
+}
+
+void StopController::decide(StopCode agreed) {
+  // Decisions only get stronger: a requeue agreed later replaces a callback stop agreed earlier
+  // in the same step, never the other way round.
+  if (finished_ || agreed <= decided_) return;
+  if (decided_ == StopCode::kNone && limit_ && agreed == StopCode::kCallback) return;
+  decided_ = agreed;
+  const bool mine = agreed == proposed_;
+  switch (agreed) {
+    case StopCode::kNone:
+      return;
+    case StopCode::kCallback:
+      reason_ = StopReason::kCallback;
+      message_ = mine ? proposed_why_ : "a callback on another process stopped training";
+      return;
+    case StopCode::kInterrupt:
+      reason_ = StopReason::kInterrupted;
+      message_ = mine ? proposed_why_ : "another process was interrupted";
+      return;
+    case StopCode::kTerminate:
+      reason_ = StopReason::kInterrupted;
+      message_ = mine ? proposed_why_ : "another process received SIGTERM";
+      return;
+    case StopCode::kRequeue:
+      reason_ = StopReason::kRequeued;
+      message_ = mine ? proposed_why_ : "another process received SLURM's requeue signal";
+      return;
+  }
+}
+
+void StopController::finish_at(StopReason limit) {
+  // Final: the proposal that led here must not be decided again by a later agreement (the
+  // end-of-fit callbacks still dispatch).
+  finished_ = true;
+  decided_ = StopCode::kNone;
+  limit_ = true;
+  reason_ = limit;
+  message_.clear();
+}
+
+}  // namespace volt

@@ -1,0 +1,81 @@
+// Why and when a fit stops, decided so that every process stops at the same step.
+//
+// A stop can start on one process only (a signal, a callback deciding on unsynchronized
+// metrics); if that process left the loop alone, the others would block in their next
+// collective. The controller keeps this process's proposal apart from the decision every
+// process acts on, and turns proposals into decisions through an injected reduction (MAX of
+// the StopCode across processes), so it is unit-tested without processes.
+#pragma once
+
+#include <functional>
+#include <string>
+
+#include "volt/loops/fit_result.h"
+
+namespace volt {
+
+/// What asked for a stop, ordered so that the processes' maximum is what every process does: a
+/// requeue outranks a SIGTERM (both save an HPC checkpoint; the requeue also restarts the job),
+/// which outranks Ctrl-C, which outranks a callback's normal stop.
+enum class StopCode : int { kNone = 0, kCallback = 1, kInterrupt = 2, kTerminate = 3, kRequeue = 4 };
+/// "none", "callback", "interrupt", "terminate", "requeue".
+const char* to_string(StopCode code);
+
+/// Collects stop proposals and turns them into the decision every process acts on.
+///
+/// Limits (max_epochs, max_steps) are the same on every process and stop at once; everything
+/// else is a proposal until agree() (blocking) or the next agree_async() (one step later, with
+/// no wait on the critical path) makes it the decision on every process.
+class StopController {
+ public:
+  /// Starts one reduction of this process's code; the returned function waits for it and returns
+  /// the maximum over all processes.
+  using StartReduceMax = std::function<std::function<int()>(int)>;
+
+  /// Callback stops are ignored until `min_epochs` epochs are complete (Lightning's rule).
+  explicit StopController(int64_t min_epochs = 0) : min_epochs_(min_epochs) {}
+
+  /// A callback (or the module) asks to stop during `epoch` (0-based) for `why`.
+  void propose_callback_stop(int64_t epoch, std::string why);
+  /// A signal asks to stop; replaces a weaker proposal (`code` is kInterrupt or stronger).
+  void propose_interrupt(StopCode code, std::string why);
+  /// A limit every process reaches at the same step: decided at once, no agreement needed.
+  void stop_at_limit(StopReason limit);
+
+  /// Blocking agreement: waits for a reduction started by agree_async(), then reduces the
+  /// current proposal. With `reduce_max` the identity (one process) this costs nothing.
+  void agree(const std::function<int(int)>& reduce_max);
+  /// Non-blocking agreement: acts on the reduction started one call earlier (whose result has
+  /// had a whole step to arrive) and starts one for the current proposal. Every process calls
+  /// it at the same step boundaries, so all of them act on a proposal at the same step, one
+  /// step after it was made.
+  void agree_async(const StartReduceMax& start);
+
+  /// True once every process has decided to stop.
+  bool should_stop() const { return decided_ != StopCode::kNone || limit_; }
+  /// What was decided (kNone for a limit or no stop).
+  StopCode code() const { return decided_; }
+  /// Why the run stopped, for FitResult (kMaxEpochs until something stops it).
+  StopReason reason() const { return reason_; }
+  /// The explanation, e.g. "received signal 15" or the callback's reason.
+  const std::string& message() const { return message_; }
+  /// A requeue or SIGTERM that arrives as the run completes anyway becomes a normal finish at
+  /// `limit`: a restarted job would find nothing left to do. Final: later agreements change
+  /// nothing.
+  void finish_at(StopReason limit);
+
+ private:
+  void decide(StopCode agreed);
+
+  int64_t min_epochs_;
+  StopCode proposed_ = StopCode::kNone;
+  std::string proposed_why_;
+  StopCode decided_ = StopCode::kNone;
+  bool limit_ = false;
+  bool finished_ = false;
+  StopReason reason_ = StopReason::kMaxEpochs;
+  std::string message_;
+  std::function<int()> pending_;
+};
+
+}  // namespace volt

@@ -1,0 +1,198 @@
+#include "volt/loops/training_epoch_loop.h"
+
+#include <torch/torch.h>
+
+#include "volt/callbacks/callback.h"
+#include "volt/core/error.h"
+#include "volt/loops/evaluation_loop.h"
+#include "volt/loops/metric_router.h"
+#include "volt/loops/stop_controller.h"
+#include "volt/optim/lr_scheduler.h"
+#include "volt/precision/precision_plugin.h"
+#include "volt/progress/progress_bar.h"
+#include "volt/strategies/strategy.h"
+#include "volt/trainer/run_plan.h"
+
+namespace volt {
+
+namespace {
+
+std::vector<torch::Tensor> optimized_parameters(const OptimizerConfig& optimization) {
+  std::vector<torch::Tensor> params;
+  for (const auto& optimizer : optimization.optimizers)
+    for (const auto& group : optimizer->param_groups())
+      for (const auto& p : group.params()) params.push_back(p);
+  return params;
+}
+
+}  // namespace
+
+TrainingEpochLoop::TrainingEpochLoop(const RunPlan& plan, Strategy& strategy, PrecisionPlugin& precision,
+                                     MetricRouter& metrics, LightningModule& module, DataLoader& train,
+                                     const OptimizerConfig& optimization, ProgressBar* bar)
+    : plan_(plan),
+      strategy_(strategy),
+      precision_(precision),
+      metrics_(metrics),
+      module_(module),
+      train_(train),
+      optimization_(optimization),
+      bar_(bar),
+      clipped_params_(optimized_parameters(optimization)),
+      results_(/*training=*/true, [&strategy](double value, Reduce op) { return strategy.reduce(value, op); }) {}
+
+void TrainingEpochLoop::run(FitProgress& progress, StopController& stop, EpochHooks& hooks, int64_t num_batches,
+                            int64_t val_interval) {
+  bool validate_at_end = false;
+  {
+    // Reset and install the sink before the hook: Lightning lets on_train_epoch_start log.
+    results_.reset();
+    const MetricSinkScope sink(module_, &results_);
+    module_.on_train_epoch_start();
+    train_.set_epoch(progress.epoch);
+    hooks.dispatch(
+        [](Callback& c, const CallbackContext& ctx, CallbackServices& s) { return c.on_train_epoch_start(ctx, s); });
+    if (bar_) bar_->start(fmt::format("Epoch {}", progress.epoch), static_cast<int>(progress.epoch), num_batches);
+
+    const int64_t accumulate = plan_.accumulate_grad_batches;
+    const bool validates = hooks.validates_in_epoch(progress.epoch);
+    // Resumed from a checkpoint taken at the end of a batch whose validation had not run yet: run
+    // it first, as Lightning's restarting epoch loop does.
+    if (progress.validation_pending) {
+      if (progress.batches_done >= num_batches) {
+        validate_at_end = true;
+      } else {
+        hooks.validate_mid_epoch();
+      }
+    }
+    while (progress.batches_done < num_batches && !stop.should_stop()) {
+      const int64_t i = progress.batches_done;
+      const Batch batch = prepare_batch(train_.batch(i), plan_.root_device(), precision_);
+      module_.on_train_batch_start(batch, i);
+      results_.set_batch_size(batch.data.defined() ? batch.data.size(0) : 1);
+      const torch::Tensor loss = training_step(batch, i);
+      const bool last = i + 1 == num_batches;
+      const bool steps = (i + 1) % accumulate == 0 || last;
+      // Only the backward pass that precedes an optimizer step communicates (PyTorch's no_sync).
+      strategy_.before_backward(loss, steps);
+      precision_.backward(accumulate == 1 ? loss : loss / static_cast<double>(accumulate));
+      if (steps) optimizer_step(progress);
+      module_.on_train_batch_end(loss, batch, i);
+      ++progress.batches_done;
+      ++progress.total_batches;
+      // Checkpoints taken by the callbacks below precede this batch's validation, if one is due.
+      const bool validation_due = validates && (i + 1) % val_interval == 0;
+      progress.validation_pending = validation_due;
+
+      metrics_.publish_step(results_, progress.epoch, progress.global_step,
+                            progress.total_batches % plan_.log_every_n_steps == 0);
+      show_progress(progress.batches_done, /*force=*/false);
+      hooks.dispatch(
+          [](Callback& c, const CallbackContext& ctx, CallbackServices& s) { return c.on_train_batch_end(ctx, s); });
+      if (plan_.max_steps >= 0 && progress.global_step >= plan_.max_steps) stop.stop_at_limit(StopReason::kMaxSteps);
+      hooks.at_step_boundary();
+      // Mid-epoch validation (val_check_interval < 1 epoch); the end-of-epoch one is below.
+      if (validation_due) {
+        if (last || stop.should_stop()) {
+          validate_at_end = true;
+        } else {
+          hooks.validate_mid_epoch();
+        }
+      }
+    }
+  }
+  const bool interrupted = stop.reason() == StopReason::kInterrupted || stop.reason() == StopReason::kRequeued;
+  if (progress.batches_done < num_batches && interrupted) return;
+  if (num_batches == 0 && hooks.validates_in_epoch(progress.epoch)) validate_at_end = true;
+  finish_epoch(progress, hooks, num_batches, validate_at_end);
+}
+
+torch::Tensor TrainingEpochLoop::training_step(const Batch& batch, int64_t index) {
+  strategy_.before_forward(module_);
+  const torch::Tensor loss = [&] {
+    const AutocastGuard autocast = precision_.forward_context();
+    return strategy_.training_step(module_, batch, index);
+  }();
+  VOLT_CHECK(loss.defined() && loss.numel() == 1 && loss.requires_grad(),
+             "{}::training_step must return a scalar loss that requires grad; got {}. HINT: return the loss "
+             "computed from the model's outputs, not a detached value or a number.",
+             module_.name(),
+             loss.defined() ? fmt::format("shape {} requires_grad={}", c10::str(loss.sizes()), loss.requires_grad())
+                            : std::string("an undefined tensor"));
+  return loss;
+}
+
+void TrainingEpochLoop::optimizer_step(FitProgress& progress) {
+  const auto clip = [this] {
+    if (!plan_.gradient_clip_val) return;
+    if (plan_.gradient_clip_algorithm == GradientClipAlgorithm::kNorm) {
+      torch::nn::utils::clip_grad_norm_(clipped_params_, *plan_.gradient_clip_val);
+    } else {
+      torch::nn::utils::clip_grad_value_(clipped_params_, *plan_.gradient_clip_val);
+    }
+  };
+  // The plugin unscales (16-mixed) before `clip` and may skip the step on inf/NaN gradients; the
+  // step still counts, as in Lightning, so schedules and checkpoints do not drift.
+  precision_.optimizer_step(optimization_.optimizers, clip,
+                            [this](size_t i) { module_.on_before_optimizer_step(*optimization_.optimizers[i], i); });
+  for (const auto& optimizer : optimization_.optimizers) optimizer->zero_grad();
+  ++progress.global_step;
+  step_schedulers(Interval::kStep, progress.global_step);
+}
+
+void TrainingEpochLoop::step_schedulers(Interval interval, int64_t count) {
+  for (const auto& config : optimization_.schedulers) {
+    if (config.interval != interval || count % config.frequency != 0) continue;
+    std::optional<double> metric;
+    if (config.scheduler->needs_metric()) {
+      metric = internal::monitored_value(&metrics_.callback_metrics(), config.monitor, config.scheduler->name());
+    }
+    config.scheduler->step(metric);
+  }
+}
+
+void TrainingEpochLoop::finish_epoch(FitProgress& progress, EpochHooks& hooks, int64_t num_batches,
+                                     bool validate_at_end) {
+  std::map<std::string, double> val_bar;
+  if (validate_at_end) val_bar = hooks.validate_end_of_epoch();
+  {
+    const MetricSinkScope sink(module_, &results_);
+    module_.on_train_epoch_end();
+  }
+  results_.sync_epoch([this](torch::Tensor& t, Reduce op) { strategy_.reduce(t, op); });
+  metrics_.publish_epoch(results_, progress.epoch, progress.global_step);
+  bar_metrics_ = results_.epoch_metrics(MetricTarget::kProgBar);
+  bar_metrics_.insert(val_bar.begin(), val_bar.end());
+  show_progress(progress.batches_done, /*force=*/true);
+  if (bar_) {
+    auto shown = results_.step_metrics(MetricTarget::kProgBar);
+    shown.insert(bar_metrics_.begin(), bar_metrics_.end());
+    bar_->finish(shown);
+  }
+  // An epoch cut short by max_steps or a stop is not complete: a resume continues inside it.
+  const bool complete = progress.batches_done >= num_batches;
+  if (complete) step_schedulers(Interval::kEpoch, progress.epoch + 1);
+  progress.epoch_done = complete;
+  // Callbacks see (and checkpoints record) the epoch with all its end-of-epoch work done, so
+  // a resume from one of these checkpoints starts cleanly at the next epoch.
+  if (validate_at_end) {
+    hooks.dispatch(
+        [](Callback& c, const CallbackContext& ctx, CallbackServices& s) { return c.on_validation_end(ctx, s); });
+  }
+  hooks.dispatch(
+      [](Callback& c, const CallbackContext& ctx, CallbackServices& s) { return c.on_train_epoch_end(ctx, s); });
+  hooks.at_epoch_end();
+  metrics_.save();
+}
+
+void TrainingEpochLoop::show_progress(int64_t done, bool force) {
+  if (!bar_) return;
+  const auto now = std::chrono::steady_clock::now();
+  if (!force && now - last_bar_update_ <= std::chrono::milliseconds(100)) return;
+  last_bar_update_ = now;
+  auto shown = results_.step_metrics(MetricTarget::kProgBar);
+  shown.insert(bar_metrics_.begin(), bar_metrics_.end());
+  bar_->update(done, shown);
+}
+
+}  // namespace volt

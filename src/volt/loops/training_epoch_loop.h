@@ -1,0 +1,90 @@
+// One training epoch: batches, forward and backward, optimizer steps, step metrics, and the
+// epoch's end (epoch metrics, epoch-interval schedulers).
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "volt/checkpoint/checkpoint_state.h"
+#include "volt/module/lightning_module.h"
+#include "volt/module/result_collection.h"
+
+namespace volt {
+
+class Callback;
+class MetricRouter;
+class PrecisionPlugin;
+class ProgressBar;
+class StopController;
+class Strategy;
+class CallbackServices;
+struct CallbackContext;
+struct Decision;
+struct RunPlan;
+
+/// What the epoch loop asks of the loop that runs it (the fit loop): callbacks, validation and
+/// the agreement on stopping live there, since they outlast one epoch.
+class EpochHooks {
+ public:
+  virtual ~EpochHooks() = default;
+  /// Calls `hook` on every callback; a stop it returns becomes a proposal.
+  virtual void dispatch(const std::function<Decision(Callback&, const CallbackContext&, CallbackServices&)>& hook) = 0;
+  /// Runs a validation between two batches of the epoch (val_check_interval).
+  virtual void validate_mid_epoch() = 0;
+  /// Runs the validation due at the end of the epoch; returns its progress-bar values.
+  virtual std::map<std::string, double> validate_end_of_epoch() = 0;
+  /// At a step boundary: polls signals and agrees on stopping (without waiting under ddp).
+  virtual void at_step_boundary() = 0;
+  /// At the end of an epoch: agrees on stopping, waiting for every process.
+  virtual void at_epoch_end() = 0;
+  /// Whether validation runs during epoch `epoch` at all (check_val_every_n_epoch, val data).
+  virtual bool validates_in_epoch(int64_t epoch) const = 0;
+};
+
+/// Runs the training batches of one epoch from a FitProgress position.
+///
+/// Lightning's order per batch: on_train_batch_start, training_step (under autocast), backward
+/// (scaled by 1/accumulate_grad_batches), at the accumulation boundary the optimizer step
+/// (unscale, clip, on_before_optimizer_step, step or skip, zero_grad, step-interval
+/// schedulers), on_train_batch_end, step metrics, callbacks, stop checks, mid-epoch validation.
+class TrainingEpochLoop {
+ public:
+  /// Borrows everything; `bar` may be nullptr (no progress shown).
+  TrainingEpochLoop(const RunPlan& plan, Strategy& strategy, PrecisionPlugin& precision, MetricRouter& metrics,
+                    LightningModule& module, DataLoader& train, const OptimizerConfig& optimization, ProgressBar* bar);
+
+  /// Trains `num_batches` batches of epoch `progress.epoch` from `progress.batches_done`, then
+  /// finishes the epoch unless a signal interrupted it; `val_interval` batches between
+  /// validations. Updates `progress` as it goes.
+  void run(FitProgress& progress, StopController& stop, EpochHooks& hooks, int64_t num_batches, int64_t val_interval);
+
+  /// The values logged during the current epoch (training_step's, on_train_epoch_*'s).
+  ResultCollection& results() { return results_; }
+
+ private:
+  torch::Tensor training_step(const Batch& batch, int64_t index);
+  void optimizer_step(FitProgress& progress);
+  void step_schedulers(Interval interval, int64_t count);
+  void finish_epoch(FitProgress& progress, EpochHooks& hooks, int64_t num_batches, bool validate_at_end);
+  void show_progress(int64_t done, bool force);
+
+  const RunPlan& plan_;
+  Strategy& strategy_;
+  PrecisionPlugin& precision_;
+  MetricRouter& metrics_;
+  LightningModule& module_;
+  DataLoader& train_;
+  const OptimizerConfig& optimization_;
+  ProgressBar* bar_;
+  std::vector<torch::Tensor> clipped_params_;
+  ResultCollection results_;
+  std::map<std::string, double> bar_metrics_;  // epoch values kept on the bar
+  std::chrono::steady_clock::time_point last_bar_update_{};
+};
+
+}  // namespace volt

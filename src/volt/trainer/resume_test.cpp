@@ -1,0 +1,182 @@
+// Exact resume: a run interrupted at a checkpoint and resumed ends bit-identical to one that
+// never stopped, across schedulers, accumulation, dropout and bf16-mixed.
+#include <gtest/gtest.h>
+
+#include "volt/trainer/trainer_testing.h"
+
+namespace volt {
+namespace {
+
+using namespace volt::trainer_testing;  // NOLINT: the shared fixture and helpers
+namespace fs = std::filesystem;
+
+struct Outcome {
+  std::map<std::string, torch::Tensor> parameters;
+  int64_t global_step = 0;
+  FitResult result;
+};
+
+class ResumeTest : public TrainerTest {
+ public:
+  Outcome fit(const TinyOptions& module_options, TrainerOptions options, const std::string& ckpt_path = "",
+              uint64_t init_seed = 7) {
+    auto module = make_module(module_options, init_seed);
+    options.precision = precision_;
+    Trainer trainer = make_trainer(std::move(options));
+    trainer.set_checkpoint_io(io_);
+    Outcome out;
+    out.result = trainer.fit(*module, {}, {}, ckpt_path);
+    out.parameters = parameters_of(*module);
+    out.global_step = out.result.global_step;
+    return out;
+  }
+
+  /// Every step, with all checkpoints kept.
+  static std::shared_ptr<Callback> every_n_steps(int64_t n) {
+    return std::make_shared<ModelCheckpoint>(ModelCheckpointOptions{.save_top_k = -1, .every_n_train_steps = n});
+  }
+
+  /// Checks that training 2 epochs straight equals stopping where `stop` says, then resuming
+  /// from the checkpoint whose name ends with `suffix` in a module with different initial weights.
+  void expect_exact_resume(const TinyOptions& module_options, int64_t accumulate, TrainerOptions stop,
+                           std::shared_ptr<Callback> checkpoint, const std::string& suffix) {
+    io_ = std::make_shared<InMemoryCheckpointIO>();
+    const Outcome straight =
+        fit(module_options,
+            {.max_epochs = 2, .accumulate_grad_batches = accumulate, .seed = 1, .enable_checkpointing = false});
+
+    stop.accumulate_grad_batches = accumulate;
+    stop.seed = 1;
+    stop.callbacks = {std::move(checkpoint)};
+    fit(module_options, stop);
+    const std::string path = path_ending_with(io_->paths(), suffix);
+
+    const Outcome resumed = fit(module_options, {.max_epochs = 2, .accumulate_grad_batches = accumulate, .seed = 1},
+                                path, /*init_seed=*/99);
+    EXPECT_EQ(resumed.result.resumed_from, path);
+    EXPECT_EQ(resumed.global_step, straight.global_step);
+    EXPECT_TRUE(bit_identical(resumed.parameters, straight.parameters));
+  }
+
+ protected:
+  std::shared_ptr<InMemoryCheckpointIO> io_ = std::make_shared<InMemoryCheckpointIO>();
+  std::string precision_ = "32-true";  // every fit's precision
+};
+
+TEST_F(ResumeTest, FromAnEpochEndCheckpointIsBitIdentical) {
+  // Through real files, as a user resumes.
+  auto straight_module = make_module();
+  make_trainer({.max_epochs = 2, .seed = 1, .enable_checkpointing = false}).fit(*straight_module);
+
+  auto first = make_module();
+  const FitResult one = make_trainer({.max_epochs = 1, .seed = 1}).fit(*first);
+  ASSERT_EQ(one.last_model_path, (root_ / "checkpoints/epoch=0-step=4.ckpt").string());
+
+  auto second = make_module({}, /*init_seed=*/99);
+  const FitResult two = make_trainer({.max_epochs = 2, .seed = 1}).fit(*second, {}, {}, one.last_model_path);
+  EXPECT_EQ(two.resumed_from, one.last_model_path);
+  EXPECT_EQ(two.global_step, 8);
+  EXPECT_EQ(two.epochs_completed, 2);
+  EXPECT_EQ(second->count("training_step"), 4) << "only epoch 1 is trained again";
+  EXPECT_TRUE(bit_identical(parameters_of(*second), parameters_of(*straight_module)));
+}
+
+TEST_F(ResumeTest, FromAMidEpochCheckpointIsBitIdentical) {
+  expect_exact_resume({}, 1, {.max_steps = 3}, every_n_steps(3), "epoch=0-step=3.ckpt");
+}
+
+TEST_F(ResumeTest, WithDropoutAdamAndAnEpochSchedulerIsBitIdentical) {
+  const TinyOptions options{.dropout = 0.3, .optimizer = Optim::kAdam, .lr = 0.01, .scheduler = Interval::kEpoch};
+  // At the end of epoch 0, after its validation and scheduler step (the default ModelCheckpoint).
+  expect_exact_resume(options, 1, {.max_epochs = 1}, std::make_shared<ModelCheckpoint>(), "epoch=0-step=4.ckpt");
+  // After epoch 0's last batch, before its end-of-epoch work, which the resumed run then does.
+  expect_exact_resume(options, 1, {.max_epochs = 1}, every_n_steps(4), "epoch=0-step=4.ckpt");
+  // In the middle of epoch 0.
+  expect_exact_resume(options, 1, {.max_steps = 3}, every_n_steps(3), "epoch=0-step=3.ckpt");
+}
+
+TEST_F(ResumeTest, WithDropoutAdamAndAStepSchedulerIsBitIdentical) {
+  const TinyOptions options{.dropout = 0.3, .optimizer = Optim::kAdam, .lr = 0.01, .scheduler = Interval::kStep};
+  expect_exact_resume(options, 1, {.max_steps = 5}, every_n_steps(5), "epoch=1-step=5.ckpt");
+}
+
+TEST_F(ResumeTest, WithGradientAccumulationIsBitIdentical) {
+  // 6 batches of 4, 3 optimizer steps per epoch; the step-2 checkpoint is after batch 4.
+  const TinyOptions options{.train_size = 24, .dropout = 0.3, .optimizer = Optim::kAdam, .lr = 0.01};
+  expect_exact_resume(options, 2, {.max_steps = 2}, every_n_steps(2), "epoch=0-step=2.ckpt");
+}
+
+TEST_F(ResumeTest, Bf16MixedIsBitIdentical) {
+  precision_ = "bf16-mixed";
+  const TinyOptions options{.dropout = 0.3, .optimizer = Optim::kAdam, .lr = 0.01};
+  expect_exact_resume(options, 1, {.max_steps = 3}, every_n_steps(3), "epoch=0-step=3.ckpt");
+}
+
+TEST_F(ResumeTest, FromACheckpointAfterTheLastBatchStillValidatesThatEpoch) {
+  // every_n_train_steps saves at the end of batch 4, before epoch 0's validation ran.
+  fit({}, {.max_epochs = 1, .num_sanity_val_steps = 0, .callbacks = {every_n_steps(4)}});
+  auto module = make_module();
+  Trainer trainer = make_trainer({.max_epochs = 1, .num_sanity_val_steps = 0});
+  trainer.set_checkpoint_io(io_);
+  const FitResult result = trainer.fit(*module, {}, {}, path_ending_with(io_->paths(), "epoch=0-step=4.ckpt"));
+  EXPECT_EQ(module->count("training_step"), 0);
+  EXPECT_EQ(validation_points(*module), (std::vector<int64_t>{0})) << "epoch 0's validation is still due";
+  EXPECT_EQ(result.metrics.count("val/loss"), 1u);
+}
+
+TEST_F(ResumeTest, FromAMidEpochCheckpointRunsAValidationThatWasDueButNotOneThatRan) {
+  // Validation after batches 2 and 4; one checkpoint before the validation at batch 2, one after.
+  auto before = every_n_steps(2);
+  auto after = std::make_shared<ModelCheckpoint>(
+      ModelCheckpointOptions{.dirpath = (root_ / "after").string(), .save_top_k = -1});
+  fit({}, {.max_steps = 2, .val_check_interval = 0.5, .num_sanity_val_steps = 0, .callbacks = {before, after}});
+  const std::string due = path_ending_with(io_->paths(), "checkpoints/epoch=0-step=2.ckpt");
+  const std::string ran = path_ending_with(io_->paths(), "after/epoch=0-step=2.ckpt");
+
+  for (const auto& [path, expected] :
+       {std::pair{due, std::vector<int64_t>{0, 2}}, std::pair{ran, std::vector<int64_t>{2}}}) {
+    auto module = make_module();
+    Trainer trainer = make_trainer({.max_epochs = 1, .val_check_interval = 0.5, .num_sanity_val_steps = 0});
+    trainer.set_checkpoint_io(io_);
+    trainer.fit(*module, {}, {}, path);
+    EXPECT_EQ(module->count("training_step"), 2) << path;
+    EXPECT_EQ(validation_points(*module), expected) << path;
+  }
+}
+
+TEST_F(ResumeTest, ACheckpointWithoutTheValidationPendingKeyStillResumes) {
+  // Checkpoints written before the key existed resume as if no validation were pending.
+  fit({}, {.max_steps = 3, .seed = 1, .callbacks = {every_n_steps(3)}});
+  const std::string path = path_ending_with(io_->paths(), "epoch=0-step=3.ckpt");
+  StateDict checkpoint = load_dict(*io_, path);
+  ASSERT_TRUE(checkpoint.at("loops").toGenericDict().at("fit_loop").toGenericDict().erase("validation_pending"));
+  io_->save(checkpoint, path);
+  const Outcome resumed = fit({}, {.max_epochs = 1, .seed = 1}, path);
+  EXPECT_EQ(resumed.global_step, 4);
+}
+
+TEST_F(ResumeTest, ControlADifferentSeedGivesDifferentParameters) {
+  const TinyOptions options{.dropout = 0.3};
+  const Outcome a = fit(options, {.max_epochs = 2, .seed = 1});
+  const Outcome b = fit(options, {.max_epochs = 2, .seed = 2});
+  EXPECT_FALSE(bit_identical(a.parameters, b.parameters));
+}
+
+TEST_F(ResumeTest, ControlDisturbingTheRestoredRandomStreamBreaksTheMatch) {
+  // The same as the mid-epoch resume, except that the module draws a random number while the
+  // checkpoint is restored: the comparison must notice a random stream that is off by one draw.
+  const TinyOptions options{.dropout = 0.3};
+  const Outcome straight = fit(options, {.max_epochs = 2, .seed = 1});
+  fit(options, {.max_steps = 3, .seed = 1, .callbacks = {every_n_steps(3)}});
+  TinyOptions disturbing = options;
+  disturbing.draw_rng_on_load = true;
+  const Outcome resumed =
+      fit(disturbing, {.max_epochs = 2, .seed = 1}, path_ending_with(io_->paths(), "epoch=0-step=3.ckpt"));
+  EXPECT_EQ(resumed.global_step, straight.global_step);
+  EXPECT_FALSE(bit_identical(resumed.parameters, straight.parameters));
+}
+
+// ---- fast_dev_run, predict, evaluation ------------------------------------------------------------
+
+}  // namespace
+}  // namespace volt
