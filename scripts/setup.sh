@@ -6,6 +6,7 @@ set -euo pipefail
 packages=(
   build-essential cmake ninja-build ccache pkg-config
   clang libclang-rt-14-dev  # libFuzzer for the hostlist fuzz test
+  clang-format clang-tidy   # scripts/check-format.sh, check-tidy.sh (the tree is formatted with 14)
   libtorch-dev            # LibTorch 1.13 (CPU)
   libgloo-dev             # headers of c10d's Gloo backend (ddp on CPU)
   libopenblas0-openmp     # the reference BLAS Debian defaults to is many times slower
