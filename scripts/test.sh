@@ -1,14 +1,16 @@
 #!/usr/bin/env bash
 # The whole test suite, from a fresh Debian machine: install what is missing, build everything,
-# run every test (unit, end-to-end, Python interop, benchmark smoke) with CTest. Then, where the
-# CUDA toolkit is installed, the CUDA build (scripts/build-cuda.sh, upstream LibTorch 2.15) and
-# its unit, ddp and end-to-end tests, which run on the CPU (its *_CUDA tests skip without a GPU):
-# they prove torch_compat.h's LibTorch 2.x side at run time, not only that it compiles.
+# run every test (unit, end-to-end, Python interop, benchmark smoke) with CTest. Formatting is
+# checked before the build (scripts/check-format.sh). Then, where the CUDA toolkit is installed, the CUDA build
+# (scripts/build-cuda.sh, upstream LibTorch 2.15) and its unit, ddp and end-to-end tests, which run
+# on the CPU (its *_CUDA tests skip without a GPU): they prove torch_compat.h's LibTorch 2.x side
+# at run time, not only that it compiles.
 # Extra arguments go to ctest, e.g. scripts/test.sh -L unit   or   scripts/test.sh -LE slow
 # VOLT_CUDA_BUILD=0 skips the CUDA build; =1 requires it.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/setup.sh
+scripts/check-format.sh   # seconds: an unformatted change fails before the build
 scripts/build.sh
 (cd "${VOLT_BUILD_DIR:-build}" && ctest --output-on-failure --timeout 900 -j "${VOLT_TEST_JOBS:-2}" "$@")
 
