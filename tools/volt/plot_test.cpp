@@ -7,7 +7,7 @@
 namespace volt::tool {
 namespace {
 
-const char* kCsv =
+constexpr const char* kCsv =
     "epoch,step,lr-Adam,train/loss_epoch,train/loss_step,val/acc,val/loss\n"
     "0,0,0.001,,,,\n"
     "0,4,,,1.5,,\n"

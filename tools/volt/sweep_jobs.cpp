@@ -144,7 +144,7 @@ std::vector<JobRecord> parse_jobs_file(const std::string& text, const std::strin
 
 std::string parse_sbatch_job_id(const std::string& output) {
   const std::string line = trim(split(trim(output), '\n').back());
-  const std::string id = trim(split(line, ';').front());
+  std::string id = trim(split(line, ';').front());
   VOLT_CHECK(all_digits(id),
              "sbatch --parsable printed '{}'; expected a job id such as 12345. HINT: check that "
              "'sbatch' is SLURM's sbatch (or pass --sbatch-command).",

@@ -58,7 +58,7 @@ std::string render_status(const std::vector<TrialStatus>& statuses) {
   std::vector<std::vector<std::string>> cells{{"trial", "job_id", "state", "values"}};
   for (const auto& status : statuses) {
     std::vector<std::string> values;
-    for (const auto& [name, value] : status.trial.values) values.push_back(name + "=" + value);
+    for (const auto& [name, value] : status.trial.values) values.push_back(fmt::format("{}={}", name, value));
     cells.push_back({std::to_string(status.trial.index), status.job_id, status.state, join(values, " ")});
   }
   std::vector<std::size_t> widths(cells[0].size(), 0);

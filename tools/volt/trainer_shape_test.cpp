@@ -106,7 +106,7 @@ TEST(CheckJob, ADeviceMismatchIsAProblemWithAHint) {
   const Strings problems = check_job(spec, program);
   ASSERT_EQ(problems.size(), 1u);
   EXPECT_NE(problems[0].find("HINT:"), std::string::npos) << problems[0];
-  EXPECT_NE(problems[0].find("4"), std::string::npos) << problems[0];
+  EXPECT_NE(problems[0].find('4'), std::string::npos) << problems[0];
 }
 
 TEST(CheckJob, ValidateProblemsComeFirst) {

@@ -58,7 +58,7 @@ TEST_F(LogDirTest, FoldersThatAreNotNumberedVersionsAreIgnored) {
   fs::create_directories(root_ / "lightning_logs" / "version_9_old");
   fs::create_directories(root_ / "lightning_logs" / "version_");
   fs::create_directories(root_ / "lightning_logs" / "other_5");
-  std::ofstream(root_ / "lightning_logs" / "version_20");  // a file, not a folder
+  std::ofstream(root_ / "lightning_logs" / "version_20").close();  // a file, not a folder
   EXPECT_EQ(resolve_log_dir(options()), (root_ / "lightning_logs" / "version_3").string());
 }
 

@@ -283,7 +283,7 @@ std::vector<std::string> Trial::flags() const {
 }
 
 std::string Trial::output_dir(const std::string& root) const {
-  const std::string leaf = fmt::format("trial_{:03d}", index);
+  std::string leaf = fmt::format("trial_{:03d}", index);
   if (root.empty()) return leaf;
   return root.back() == '/' ? root + leaf : root + "/" + leaf;
 }
