@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The whole test suite, from a fresh Debian machine: install what is missing, build everything,
 # run every test (unit, end-to-end, Python interop, benchmark smoke) with CTest. Formatting is
-# checked before the build (scripts/check-format.sh). Then, where the CUDA toolkit is installed, the CUDA build
+# checked before the build (scripts/check-format.sh), clang-tidy runs after it (check-tidy.sh,
+# VOLT_TIDY=0 skips it). Then, where the CUDA toolkit is installed, the CUDA build
 # (scripts/build-cuda.sh, upstream LibTorch 2.15) and its unit, ddp and end-to-end tests, which run
 # on the CPU (its *_CUDA tests skip without a GPU): they prove torch_compat.h's LibTorch 2.x side
 # at run time, not only that it compiles.
@@ -12,6 +13,8 @@ cd "$(dirname "$0")/.."
 scripts/setup.sh
 scripts/check-format.sh   # seconds: an unformatted change fails before the build
 scripts/build.sh
+# After the build: clang-tidy reads its compile_commands.json and generated protobuf header.
+[ "${VOLT_TIDY:-1}" = 0 ] || scripts/check-tidy.sh
 (cd "${VOLT_BUILD_DIR:-build}" && ctest --output-on-failure --timeout 900 -j "${VOLT_TEST_JOBS:-2}" "$@")
 
 cuda_root=${CUDAToolkit_ROOT:-/usr/local/cuda}
