@@ -65,18 +65,22 @@ done
 logs=$(mktemp -d)
 trap 'rm -rf "$logs"' EXIT
 export clang_tidy build_dir logs
-set +e
+xargs_rc=0
+# shellcheck disable=SC2016  # the inner script expands its own variables
 printf '%s\0' "${files[@]}" | xargs -0 -n 1 -P "${VOLT_TIDY_JOBS:-$(nproc)}" bash -c '
   log="$logs/$(printf %s "$1" | tr / _).log"
   "$clang_tidy" -p "$build_dir" --quiet "$1" >"$log" 2>&1 && exit 0
   rc=$?
-  [ $rc -eq 1 ] || echo "clang-tidy exited with status $rc on $1" >>"$log"
+  { [ $rc -eq 1 ] && grep -q "error:" "$log"; } || echo "clang-tidy exited with status $rc on $1" >>"$log"
   mv "$log" "$log.failed"
-' _
-set -e
+' _ || xargs_rc=$?
 
 mapfile -t failed < <(find "$logs" -name '*.failed' | sort)
 elapsed=$(($(date +%s) - start))
+if [ ${#failed[@]} -eq 0 ] && [ $xargs_rc -ne 0 ]; then
+  echo "check-tidy: running clang-tidy failed (xargs exited with status $xargs_rc)" >&2
+  exit 2
+fi
 if [ ${#failed[@]} -eq 0 ]; then
   echo "check-tidy: ${#files[@]} files clean in ${elapsed} s ($("$clang_tidy" --version | grep -o 'version [0-9.]*'))"
   exit 0
