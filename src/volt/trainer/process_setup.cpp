@@ -10,8 +10,6 @@ namespace volt::internal {
 namespace {
 std::atomic<int> g_stop_signal{0};
 std::atomic<bool> g_requeue_signal{false};
-struct sigaction g_previous_int;
-struct sigaction g_previous_term;
 
 void on_stop_signal(int signal) {
   g_stop_signal.store(signal);
@@ -33,15 +31,23 @@ void tune_allocator() {
   (void)done;
 }
 
-void configure_process(const RunPlan& plan) {
+ProcessSettingsScope::ProcessSettingsScope(const RunPlan& plan, bool seed)
+    : threads_(torch::get_num_threads()),
+      deterministic_(at::globalContext().deterministicAlgorithms()),
+      deterministic_warn_only_(at::globalContext().deterministicAlgorithmsWarnOnly()) {
   if (plan.tune_allocator) tune_allocator();
   torch::set_num_threads(static_cast<int>(plan.num_threads));
-  if (plan.seed) torch::manual_seed(*plan.seed);
+  if (seed && plan.seed) torch::manual_seed(*plan.seed);
   at::globalContext().setDeterministicAlgorithms(plan.deterministic, /*warn_only=*/false);
   // NCCL, the caching allocator and new CUDA tensors use the current device: make it this
   // process's root device. Through the device-generic guard API, so CPU builds compile it too.
   const c10::Device root = plan.root_device();
   if (root.is_cuda()) c10::impl::getDeviceGuardImpl(root.type())->setDevice(root);
+}
+
+ProcessSettingsScope::~ProcessSettingsScope() {
+  torch::set_num_threads(threads_);
+  at::globalContext().setDeterministicAlgorithms(deterministic_, deterministic_warn_only_);
 }
 
 StopSignalGuard::StopSignalGuard() {
@@ -50,16 +56,16 @@ StopSignalGuard::StopSignalGuard() {
   action.sa_handler = on_stop_signal;
   sigemptyset(&action.sa_mask);
   action.sa_flags = SA_RESTART;  // blocking reads (data, Gloo sockets) go on; the flag is polled
-  sigaction(SIGINT, &action, &g_previous_int);
-  sigaction(SIGTERM, &action, &g_previous_term);
+  sigaction(SIGINT, &action, &previous_int_);
+  sigaction(SIGTERM, &action, &previous_term_);
 }
 
 StopSignalGuard::~StopSignalGuard() {
-  sigaction(SIGINT, &g_previous_int, nullptr);
+  sigaction(SIGINT, &previous_int_, nullptr);
   if (ignore_sigterm_after_) {
     ::signal(SIGTERM, SIG_IGN);
   } else {
-    sigaction(SIGTERM, &g_previous_term, nullptr);
+    sigaction(SIGTERM, &previous_term_, nullptr);
   }
 }
 

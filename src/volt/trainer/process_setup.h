@@ -9,8 +9,24 @@
 
 namespace volt::internal {
 
-/// Applies the plan's threads, allocator tuning, seed and determinism to this process.
-void configure_process(const RunPlan& plan);
+/// Applies the plan's per-process settings for one stage and undoes what can be undone when the
+/// stage ends: the intra-op thread count and the deterministic-algorithms switch come back as
+/// they were, so a program's own LibTorch code after fit() or test() runs as before. The seed
+/// (fit only: evaluation does not reseed the program's generator), the current CUDA device and
+/// the malloc thresholds stay, as Lightning's seed_everything and device placement do.
+class ProcessSettingsScope {
+ public:
+  /// Applies `plan`'s settings; seeds LibTorch's generators when `seed` and the plan has one.
+  ProcessSettingsScope(const RunPlan& plan, bool seed);
+  ~ProcessSettingsScope();
+  ProcessSettingsScope(const ProcessSettingsScope&) = delete;
+  ProcessSettingsScope& operator=(const ProcessSettingsScope&) = delete;
+
+ private:
+  int threads_;
+  bool deterministic_;
+  bool deterministic_warn_only_;
+};
 
 /// Pins glibc malloc's mmap and trim thresholds so LibTorch's per-step buffers are reused
 /// instead of being returned to the OS and faulted back in every step. Idempotent.
@@ -18,7 +34,8 @@ void tune_allocator();
 
 /// Catches SIGINT and SIGTERM while alive: the first one only sets a flag that the training
 /// loop polls at batch boundaries (a clean stop with loggers flushed); a second one gets the
-/// default action. Restores the previous handlers on destruction.
+/// default action. Restores the handlers it replaced on destruction (each guard keeps its own,
+/// so guards nest).
 class StopSignalGuard {
  public:
   StopSignalGuard();
@@ -34,6 +51,8 @@ class StopSignalGuard {
 
  private:
   bool ignore_sigterm_after_ = false;
+  struct sigaction previous_int_ {};
+  struct sigaction previous_term_ {};
 };
 
 /// Records SLURM's requeue signal (SIGUSR1 by default) while alive. The Trainer installs it when

@@ -232,7 +232,7 @@ FitResult Trainer::fit(LightningModule& module, DataLoader train, DataLoader val
 }
 
 FitResult Trainer::fit_stage(LightningModule& module, DataLoader train, DataLoader val, const std::string& ckpt_path) {
-  internal::configure_process(plan_);
+  const internal::ProcessSettingsScope settings(plan_, /*seed=*/true);
   internal::StopSignalGuard signals;
   Strategy& strategy = this->strategy();
   strategy.setup_environment(module);
@@ -354,7 +354,7 @@ void Trainer::load_weights(LightningModule& module, const std::string& ckpt_path
 
 EvalResult Trainer::evaluate(LightningModule& module, DataLoader loader, const std::string& ckpt_path, bool test) {
   return run_stage([&] {
-    internal::configure_process(plan_);
+    const internal::ProcessSettingsScope settings(plan_, /*seed=*/false);
     strategy().setup_environment(module);
     const char* stage = test ? "test" : "validate";
     if (!loader.defined()) loader = test ? module.test_dataloader() : module.val_dataloader();
@@ -399,7 +399,7 @@ EvalResult Trainer::test(LightningModule& module, DataLoader test, const std::st
 
 std::vector<torch::Tensor> Trainer::predict(LightningModule& module, DataLoader data, const std::string& ckpt_path) {
   return run_stage([&] {
-    internal::configure_process(plan_);
+    const internal::ProcessSettingsScope settings(plan_, /*seed=*/false);
     // Under ddp every rank predicts a part and rank 0 gathers them: the group must exist.
     strategy().setup_environment(module);
     if (!data.defined()) data = module.predict_dataloader();

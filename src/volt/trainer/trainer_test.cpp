@@ -372,6 +372,23 @@ TEST_F(TrainerTest, TheSeedAlsoFixesWeightsOfModulesBuiltAfterTheTrainer) {
   EXPECT_TRUE(bit_identical(build(), build()));
 }
 
+TEST_F(TrainerTest, AStageLeavesTheProgramsThreadsDeterminismAndRandomStreamAsTheyWere) {
+  auto module = make_module();
+  Trainer trainer = make_trainer({.max_epochs = 1, .seed = 3, .deterministic = true});  // 1 thread
+  trainer.fit(*module);
+  torch::set_num_threads(2);
+  at::globalContext().setDeterministicAlgorithms(false, false);
+  torch::manual_seed(11);
+  auto generator = at::detail::getDefaultCPUGenerator();
+  const torch::Tensor state = generator.get_state();
+  const torch::Tensor expected = torch::rand({4});
+  generator.set_state(state);
+  trainer.validate(*module);
+  EXPECT_TRUE(torch::equal(torch::rand({4}), expected)) << "validate() must not reseed the program's generator";
+  EXPECT_EQ(torch::get_num_threads(), 2) << "the stage's thread count is undone";
+  EXPECT_FALSE(at::globalContext().deterministicAlgorithms()) << "the stage's determinism switch is undone";
+}
+
 /// Keeps every log_metrics call in memory.
 class RecordingLogger : public Logger {
  public:
