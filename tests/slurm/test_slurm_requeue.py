@@ -1,7 +1,13 @@
 """Auto-requeue on a real SLURM cluster (conftest.py starts it): the Fashion-MNIST example and the
 ddp probe as sbatch jobs that are signalled with `scancel --signal`, by their own wall time
 (`--signal=USR1@60`) and with SIGTERM, then compared with uninterrupted runs.
+
+The tests signal a job when its metrics.csv shows that training reached a given step, never after
+a fixed sleep: how far a run gets in a second depends on the machine and its load (a loaded 2-core
+machine once took a signal sent 1 s after the start at step 45, before the first logged step).
 """
+import csv
+import io
 import json
 import os
 import subprocess
@@ -23,8 +29,42 @@ FIT_STARTED = "Total params"
 
 
 def example_args(tasks, nodes, batch, root, epochs=2):
+    # Every step logged: the CSV logger then writes metrics.csv every 100 steps and at each epoch's
+    # end, which is how the tests see the training progress (logging does not change the training).
     return (f"--model mlp --max-epochs {epochs} --seed 1 --num-threads 1 --no-progress-bar --no-test --batch-size {batch} "
-            f"--devices {tasks} --num-nodes {nodes} --default-root-dir {root}")
+            f"--devices {tasks} --num-nodes {nodes} --log-every-n-steps 1 --default-root-dir {root}")
+
+
+def read_csv_rows(path):
+    """metrics.csv's complete rows as dicts ([] before its first write). The file may be being
+    written: a row cut short at the end (too few fields) is left out."""
+    if not path.exists():
+        return []
+    lines = path.read_text(errors="replace").splitlines()
+    if not lines:
+        return []
+    header = next(csv.reader([lines[0]]))
+    rows = []
+    for fields in csv.reader(io.StringIO("\n".join(lines[1:]))):
+        if len(fields) == len(header):
+            rows.append(dict(zip(header, fields)))
+    return rows
+
+
+def last_logged_step(path):
+    steps = [int(float(r["step"])) for r in read_csv_rows(path) if r.get("step", "")]
+    return max(steps, default=-1)
+
+
+def wait_for_logged_step(path, step, timeout):
+    """Waits until metrics.csv logs a step >= `step`: training got that far, whatever the machine's
+    speed (under ddp every rank took part in each of those steps, so every rank is training)."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if last_logged_step(path) >= step:
+            return
+        time.sleep(0.05)
+    pytest.fail(f"{path} did not reach step {step} within {timeout} s (last logged: {last_logged_step(path)})")
 
 
 def load(path):
@@ -59,10 +99,15 @@ def run_reference(cluster, tmp_path, nodes, tasks, batch, epochs=2):
 @pytest.mark.parametrize("nodes,tasks,batch", [(1, 1, 64), (2, 2, 16)], ids=["1x1", "2x2"])
 def test_a_job_requeued_twice_mid_epoch_ends_bit_identical_to_an_uninterrupted_run(cluster, tmp_path, nodes, tasks,
                                                                                     batch):
-    # 4 epochs (about 6 s for 1x1 here, 1.8 ms a step): each signal, 1 s into a (restarted) run,
-    # leaves the rest still running when it arrives; with 2 epochs a restart could finish first.
+    # 4 epochs of 860 steps (global batch 64 over 55000 images). The first signal goes when the
+    # run has logged step 100 of epoch 0, the second when the restarted run has logged step 100 of
+    # epoch 1: each stop lands early in its epoch, on a slow machine as on a fast one (a stop can
+    # only come later than the trigger, by the steps taken while scancel reaches the ranks; the
+    # epoch's end is 760 steps, over a second at full speed, further on).
     epochs = 4
     reference = run_reference(cluster, tmp_path, nodes, tasks, batch, epochs)
+    steps_per_epoch = load(newest_last_checkpoint(reference))["global_step"] // epochs
+    assert steps_per_epoch == 860, steps_per_epoch
     root = tmp_path / "requeued"
     root.mkdir()
     log = root / "job.out"
@@ -72,9 +117,10 @@ def test_a_job_requeued_twice_mid_epoch_ends_bit_identical_to_an_uninterrupted_r
                           'echo "restart=${SLURM_RESTART_COUNT:-0}"\n'
                           f"srun {EXAMPLE} {example_args(tasks, nodes, batch, root, epochs)}")
     job = sbatch(cluster, script)
+    metrics = root / "lightning_logs" / job / "metrics.csv"
     for signalled in (1, 2):
         wait_for_text(log, FIT_STARTED, signalled, 120)
-        time.sleep(1.0)  # into the (resumed) epoch's training
+        wait_for_logged_step(metrics, (signalled - 1) * steps_per_epoch + 100, 300)
         subprocess.run(["scancel", "--signal=USR1", job], env=cluster, check=True, timeout=30)
         wait_for_text(log, "Requeued SLURM job", signalled, 60)
     fields = wait_for_end(cluster, job, 300)
@@ -84,18 +130,25 @@ def test_a_job_requeued_twice_mid_epoch_ends_bit_identical_to_an_uninterrupted_r
     assert "restart=0" in text and "restart=1" in text and "restart=2" in text, text
     assert text.count("Restored training state from") == 2, text
 
-    # Both stops were in the middle of an epoch, and the default keeps the last 2 HPC checkpoints.
+    # The stops were in the middle of epochs 0 and 1, at or after the step that triggered them, and
+    # the default keeps the last 2 HPC checkpoints.
     hpc = sorted(root.glob("hpc_ckpt_*.ckpt"))
     assert [p.name for p in hpc] == ["hpc_ckpt_1.ckpt", "hpc_ckpt_2.ckpt"]
-    for path in hpc:
-        loop = load(path)["loops"]["fit_loop"]
-        assert 0 < loop["batches_done"] and not loop["epoch_done"], (path, loop)
-    assert load(hpc[1])["global_step"] > load(hpc[0])["global_step"]
+    stops = []
+    for epoch, path in enumerate(hpc):
+        checkpoint = load(path)
+        loop = checkpoint["loops"]["fit_loop"]
+        assert not loop["epoch_done"] and 100 <= loop["batches_done"] < steps_per_epoch, (path, loop)
+        assert checkpoint["global_step"] == epoch * steps_per_epoch + loop["batches_done"], (path, loop)
+        stops.append(checkpoint["global_step"])
 
-    # The three runs logged into one folder named after the job, each continuing the CSV.
-    rows = (root / "lightning_logs" / job / "metrics.csv").read_text().splitlines()
-    steps = [int(float(r.split(",")[rows[0].split(",").index("step")])) for r in rows[1:]]
-    assert steps == sorted(steps) and steps[0] < load(hpc[0])["global_step"] < load(hpc[1])["global_step"] < steps[-1]
+    # The three runs logged into one folder named after the job, each continuing the CSV where the
+    # previous one stopped: every step once, in order.
+    rows = read_csv_rows(metrics)
+    steps = [int(float(r["step"])) for r in rows]
+    assert steps == sorted(steps) and steps[-1] == epochs * steps_per_epoch
+    step_rows = [int(float(r["step"])) for r in rows if r["train/loss_step"] != ""]
+    assert step_rows == list(range(1, epochs * steps_per_epoch + 1)), f"stopped at {stops}; see {metrics}"
     assert list((root / "lightning_logs" / job).glob("events.out.tfevents.*")), "TensorBoard files beside it"
 
     final, expected = load(newest_last_checkpoint(root)), load(newest_last_checkpoint(reference))
@@ -140,7 +193,7 @@ def test_sigterm_leaves_a_valid_checkpoint_and_no_process_behind(cluster, tmp_pa
                           f"srun {EXAMPLE} {example_args(2, 2, 16, root, epochs=3)}")
     job = sbatch(cluster, script)
     wait_for_text(log, FIT_STARTED, 1, 120)
-    time.sleep(1.5)
+    wait_for_logged_step(root / "lightning_logs" / job / "metrics.csv", 100, 300)  # every rank is training
     started = time.monotonic()
     subprocess.run(["scancel", job], env=cluster, check=True, timeout=30)  # SIGTERM, SIGKILL after KillWait=5 s
     fields = wait_for_end(cluster, job, 60)
@@ -148,7 +201,7 @@ def test_sigterm_leaves_a_valid_checkpoint_and_no_process_behind(cluster, tmp_pa
     hpc = list(root.glob("hpc_ckpt_*.ckpt"))
     assert len(hpc) == 1, (list(root.iterdir()), log.read_text())
     checkpoint = load(hpc[0])
-    assert checkpoint["global_step"] > 0
+    assert checkpoint["global_step"] >= 100
     assert all(torch.is_tensor(t) for t in checkpoint["state_dict"].values())
     assert not list(root.glob("*.tmp*")), "no temporary file is left behind"
     # Every rank exits by itself; none is left waiting in a collective.
