@@ -230,9 +230,19 @@ def test_a_rank_that_never_joins_is_named(tmp_path, missing):
 
 
 def test_sigterm_to_the_launcher_stops_every_rank_at_the_same_step(tmp_path):
-    proc = subprocess.Popen([PROBE, "--out", str(tmp_path), "--devices", "2", "--max-epochs", "1000000"],
-                            env=clean_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    time.sleep(4)
+    # SIGTERM goes once both ranks train: rank 0's CSV logger writes metrics.csv at the end of the
+    # first epoch, after steps that each rank took part in (one all-reduce a step). A fixed sleep
+    # instead could signal a rank still loading on a loaded machine, before its handler exists.
+    proc = subprocess.Popen([PROBE, "--out", str(tmp_path), "--devices", "2", "--max-epochs", "1000000", "--logger",
+                             "--log-every-n-steps", "1", "--default-root-dir", str(tmp_path)],
+                            env=clean_env(), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    metrics = tmp_path / "lightning_logs" / "version_0" / "metrics.csv"
+    deadline = time.monotonic() + 120
+    while not metrics.exists() and proc.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.05)
+    if not metrics.exists():
+        proc.kill()
+        pytest.fail(f"no {metrics} within 120 s: {proc.communicate()[1]}")
     start = time.monotonic()
     proc.send_signal(signal.SIGTERM)
     _, err = proc.communicate(timeout=60)
