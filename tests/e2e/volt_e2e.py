@@ -79,10 +79,10 @@ def run_binary(binary, args, root=None, timeout=180, env=None):
     return Run(full, root, proc, time.monotonic() - start)
 
 
-def print_plan(binary, args=()):
+def print_plan(binary, args=(), env=None):
     """The binary's --print-plan as a dict ("key" padded to 24 columns, then the value)."""
     run = subprocess.run([binary, "--print-plan", "--num-threads", "1", *args], capture_output=True, text=True,
-                         timeout=60, cwd="/")
+                         timeout=60, cwd="/", env=env)
     assert run.returncode == 0, run.stderr
     return {line[:24].strip(): line[24:].strip() for line in run.stdout.splitlines() if line}
 
