@@ -3,6 +3,28 @@
 The ddp runs keep the global batch at 64 (ddp: 2 processes x 32; ddp2: 2 nodes x 32, each node's
 batch split over its 2 replicas; 2 nodes x 2 processes x 16), so they take the same optimizer
 steps as the single-process run and must reach the same targets.
+
+Every process runs 1 intra-op thread (--num-threads 1). Its result then does not depend on the
+machine's core count (the default, a thread per core, sums in another order), so the margins below
+hold on any machine with the same LibTorch; and on a loaded 2-core machine the default 2 OpenMP
+threads made the MLP run take 40 to 370 s instead of 6 to 10 s.
+
+Measured (2-core machine, LibTorch 1.13): `build/examples/fashion_mnist --model mlp --max-epochs 3
+--seed S --num-threads 1 --no-progress-bar` plus each case's flags; test accuracy in %:
+
+    seed                     1      2      3      4      5
+    mlp                    87.40  87.67  87.67  88.20  87.93
+    mlp-ddp                87.17  87.80  87.82
+    mlp-ddp2               87.31  87.62  87.79
+    mlp-bf16mixed          87.15  87.68  87.64
+    mlp 2x2 (torchrun)     87.33  87.80
+    cnn                    90.77  91.33
+
+Seed 1 is the lowest of the five for the MLP and leaves only 0.15 to 0.4 points over the 87% target;
+seeds 2 and 3 are the median. The MLP cases therefore run seed 2 (the plain MLP seeds 2 and 3),
+which clears 87% by 0.6 points or more in every case, more than the seed-to-seed spread around the
+median (about 0.3 points), which is also what another summation order (another LibTorch or CPU)
+moves a result by. The CNN keeps seed 1: 90.77% against 90%.
 """
 import os
 import socket
@@ -14,19 +36,22 @@ import pytest
 
 from volt_e2e import Run, assert_ok, print_plan, run_binary
 
-# (id, model, seed, strategy, its flags, nodes the test starts, target, time limit in s)
+ONE_THREAD = ["--num-threads", "1"]
+
+# (id, model, seed, strategy, its flags, nodes the test starts, target, time limit in s). The limits
+# are 4 to 12 times what each run took on a 2-core machine at load 4 to 9 (mlp 10 s, cnn 200 s, ddp
+# 40 s, ddp2 150 s, bf16-mixed 185 s, 2x2 torchrun 50 s), so a hung run fails before CTest's limit.
 TARGETS = [
-    ("mlp", "mlp", 1, "single_device", [], 1, 0.87, 900),
-    ("cnn", "cnn", 1, "single_device", [], 1, 0.90, 1500),
+    ("mlp-seed2", "mlp", 2, "single_device", [], 1, 0.87, 120),
+    ("mlp-seed3", "mlp", 3, "single_device", [], 1, 0.87, 120),
+    ("cnn", "cnn", 1, "single_device", [], 1, 0.90, 900),
     # ddp: Volt's launcher re-runs the binary for local rank 1.
-    ("mlp-ddp", "mlp", 1, "ddp", ["--devices", "2", "--batch-size", "32"], 1, 0.87, 900),
+    ("mlp-ddp", "mlp", 2, "ddp", ["--devices", "2", "--batch-size", "32"], 1, 0.87, 300),
     # ddp2: one process per node with 2 dp replicas (threads), ddp across the nodes; the test starts
-    # both nodes' processes (NODE_RANK 0 and 1), as a cluster's per-node launch would. One intra-op
-    # thread each: 2 processes x 2 replicas already fill 2 cores twice.
-    ("mlp-ddp2", "mlp", 1, "ddp2", ["--devices", "2", "--num-nodes", "2", "--batch-size", "32", "--num-threads", "1"],
-     2, 0.87, 900),
+    # both nodes' processes (NODE_RANK 0 and 1), as a cluster's per-node launch would.
+    ("mlp-ddp2", "mlp", 2, "ddp2", ["--devices", "2", "--num-nodes", "2", "--batch-size", "32"], 2, 0.87, 600),
     # Mixed precision on CPU: steps under bfloat16 autocast, float32 weights.
-    ("mlp-bf16mixed", "mlp", 1, "single_device", ["--precision", "bf16-mixed"], 1, 0.87, 900),
+    ("mlp-bf16mixed", "mlp", 2, "single_device", ["--precision", "bf16-mixed"], 1, 0.87, 750),
 ]
 
 
@@ -98,10 +123,10 @@ def test_reaches_target_accuracy(binary, dataset, tmp_path, name, model, seed, s
     if strategy == "ddp2":
         assert plan["devices x nodes"] == f"2 x {nodes} (world size {nodes})", plan
     if nodes == 1:
-        run = run_binary(binary, args, tmp_path, timeout=timeout)
+        run = run_binary(binary, args + ONE_THREAD, tmp_path, timeout=timeout)
         assert_ok(run)
     else:
-        run = run_nodes(binary, args, tmp_path, nodes, timeout)
+        run = run_nodes(binary, args + ONE_THREAD, tmp_path, nodes, timeout)
     fields, metrics = run.summary()
     assert fields["epochs completed"] == "3"
     accuracy = float(run.test_metrics()["test/acc"])
@@ -115,12 +140,12 @@ def test_reaches_target_accuracy(binary, dataset, tmp_path, name, model, seed, s
 def test_two_nodes_under_an_external_launcher_reach_the_mlp_target(binary, dataset, tmp_path):
     """4 ranks as torchrun would start them (2 nodes x 2), global batch 4 x 16 = 64."""
     port = str(free_port())
-    args = [binary, "--model", "mlp", "--max-epochs", "3", "--seed", "1", "--no-progress-bar", "--devices", "2",
+    args = [binary, "--model", "mlp", "--max-epochs", "3", "--seed", "2", "--no-progress-bar", "--devices", "2",
             "--num-nodes", "2", "--batch-size", "16", "--default-root-dir", str(tmp_path)]
     commands = [(args, cluster_free_env(RANK=str(rank), GROUP_RANK=str(rank // 2), LOCAL_RANK=str(rank % 2),
                                         LOCAL_WORLD_SIZE="2", WORLD_SIZE="4", MASTER_ADDR="127.0.0.1",
                                         MASTER_PORT=port, OMP_NUM_THREADS="1"), tmp_path) for rank in range(4)]
-    runs = run_processes(commands, 1500)
+    runs = run_processes(commands, 300)
     accuracy = float(runs[0].test_metrics()["test/acc"])
     print(f"\nmlp 2 nodes x 2 (torchrun variables): test/acc={accuracy:.4f} in {runs[-1].seconds:.0f} s",
           file=sys.stderr)
