@@ -12,12 +12,20 @@ void check_layout(std::vector<std::string>& problems, const JobSpec& spec, const
         "the job asks for --nodes={} but the Trainer runs num_nodes={}. HINT: set nodes={} or num_nodes={}.",
         spec.nodes, shape.num_nodes, shape.num_nodes, spec.nodes));
   }
-  // srun starts one process per task, and each process is one of the Trainer's devices.
-  if (spec.ntasks_per_node != shape.devices) {
+  // srun starts one process per task: one per device under ddp, one per node under dp and ddp2.
+  const int64_t processes = shape.processes_per_node.value_or(shape.devices);
+  if (spec.ntasks_per_node != processes && processes == shape.devices) {
     problems.push_back(
         fmt::format("the job asks for --ntasks-per-node={} but the Trainer runs devices={} per node. HINT: set "
                     "ntasks_per_node={} or devices={}.",
                     spec.ntasks_per_node, shape.devices, shape.devices, spec.ntasks_per_node));
+  } else if (spec.ntasks_per_node != processes) {
+    problems.push_back(fmt::format(
+        "the job asks for --ntasks-per-node={} but the Trainer runs {} process{} per node{}, which drive{} the "
+        "node's devices={}. HINT: set ntasks_per_node={}.",
+        spec.ntasks_per_node, processes, processes == 1 ? "" : "es",
+        shape.strategy.empty() ? "" : fmt::format(" (strategy={})", shape.strategy), processes == 1 ? "s" : "",
+        shape.devices, processes));
   }
   if (shape.uses_gpus && spec.gpus_per_node < shape.devices) {
     problems.push_back(

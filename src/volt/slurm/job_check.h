@@ -2,6 +2,7 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -13,8 +14,11 @@ namespace volt::slurm {
 ///
 /// For `Trainer` options devices=4, num_nodes=2, accelerator=gpu with auto-requeue on:
 ///   TrainerShape shape{4, 2, true, true};
+/// The `volt` tool fills it from a program's flags with volt::resolve_run_layout, the function
+/// the program's Trainer lays its processes out with.
 struct TrainerShape {
-  /// Processes (devices) per node.
+  /// Devices per node (GPUs per node when uses_gpus): one process each under ddp, all of them
+  /// driven by one process under dp and ddp2.
   int64_t devices = 1;
   /// Nodes.
   int64_t num_nodes = 1;
@@ -24,6 +28,10 @@ struct TrainerShape {
   bool auto_requeue = true;
   /// The signal the Trainer's auto-requeue listens for, as JobSpec::signal names it.
   std::string requeue_signal = "USR1";
+  /// Processes per node, which `--ntasks-per-node` must equal; unset: one per device (ddp).
+  std::optional<int64_t> processes_per_node;
+  /// The Trainer's strategy ("ddp2"), for messages; empty when not known.
+  std::string strategy;
 };
 
 /// Every mismatch between `spec` and `shape`, each a sentence naming both sides and a `HINT:`;

@@ -27,6 +27,8 @@ TEST(TrainerShape, DefaultsArePinned) {
   EXPECT_FALSE(shape.uses_gpus);
   EXPECT_TRUE(shape.auto_requeue);
   EXPECT_EQ(shape.requeue_signal, "USR1");
+  EXPECT_FALSE(shape.processes_per_node.has_value());
+  EXPECT_EQ(shape.strategy, "");
 }
 
 TEST(JobCheck, AFittingJobHasNoProblems) {
@@ -50,6 +52,20 @@ TEST(JobCheck, TasksPerNodeMustMatchDevices) {
   EXPECT_EQ(check_job_against_trainer(spec, kShape),
             Problems{"the job asks for --ntasks-per-node=2 but the Trainer runs devices=4 per node. HINT: set "
                      "ntasks_per_node=4 or devices=2."});
+}
+
+TEST(JobCheck, OneProcessPerNodeDrivesTheNodesDevicesUnderDdp2) {
+  TrainerShape shape{2, 2, true, true};
+  shape.processes_per_node = 1;
+  shape.strategy = "ddp2";
+  JobSpec spec = fitting_job();
+  spec.ntasks_per_node = 1;
+  spec.gpus_per_node = 2;
+  EXPECT_EQ(check_job_against_trainer(spec, shape), Problems{});
+  spec.ntasks_per_node = 2;
+  EXPECT_EQ(check_job_against_trainer(spec, shape),
+            Problems{"the job asks for --ntasks-per-node=2 but the Trainer runs 1 process per node (strategy=ddp2), "
+                     "which drives the node's devices=2. HINT: set ntasks_per_node=1."});
 }
 
 TEST(JobCheck, GpusPerNodeMustCoverDevicesWhenTheTrainerUsesGpus) {

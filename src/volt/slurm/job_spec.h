@@ -39,7 +39,7 @@ std::string array_range(const ArraySpec& array);
 ///   spec.gpus_per_node = 4;
 ///   spec.time = "02:00:00";
 ///   spec.partition = "gpu";
-///   spec.command = {"./train", "--devices", "4", "--num_nodes", "2"};
+///   spec.command = {"./train", "--devices", "4", "--num-nodes", "2"};
 ///   std::string script = render_sbatch_script(spec);
 struct JobSpec {
   /// `--job-name`: letters, digits, '.', '_' and '-' only.
