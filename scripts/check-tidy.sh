@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Runs clang-tidy (the checks in .clang-tidy, warnings as errors) over the torch-free sources:
-# volt::core, volt::slurm, volt::environments, volt::loggers and the `volt` tool, their tests
-# included, and the headers they include. Exits non-zero if it finds anything.
+# volt::core, volt::slurm, volt::environments, volt::loggers, volt::options and the `volt` tool,
+# their tests included, and the headers they include. Exits non-zero if it finds anything.
 # scripts/test.sh runs it after the build: 49 files, about 140 s of CPU time, so some 75 s on two
 # idle cores (the files run nproc at a time).
 #
@@ -19,7 +19,7 @@ caller_dir=$PWD  # file arguments are relative to where the script was called fr
 cd "$(dirname "$0")/.."
 root=$(pwd)
 build_dir=${VOLT_BUILD_DIR:-build}
-areas=(src/volt/core src/volt/slurm src/volt/environments src/volt/loggers tools/volt)
+areas=(src/volt/core src/volt/slurm src/volt/environments src/volt/loggers src/volt/options tools/volt)
 
 clang_tidy=${CLANG_TIDY:-}
 if [ -z "$clang_tidy" ]; then

@@ -26,60 +26,27 @@ struct NamedSignal {
   int number;
 };
 
-// Signals a job may pick for requeueing: the ones SLURM's --signal accepts that a program can
-// catch and that do not already mean "stop" (TERM, INT).
-constexpr std::array<NamedSignal, 6> kRequeueSignals{{{"SIGUSR1", SIGUSR1},
-                                                      {"SIGUSR2", SIGUSR2},
-                                                      {"SIGHUP", SIGHUP},
-                                                      {"SIGALRM", SIGALRM},
-                                                      {"SIGQUIT", SIGQUIT},
-                                                      {"SIGCONT", SIGCONT}}};
-
-std::string accepted_signals() {
-  std::string out;
-  for (const auto& s : kRequeueSignals) out += (out.empty() ? "" : ", ") + std::string(s.name);
-  return out;
-}
+// The signals a job may requeue on (volt::RequeueSignal) and the two that stop it.
+constexpr std::array<NamedSignal, 8> kNamedSignals{{{"SIGUSR1", SIGUSR1},
+                                                    {"SIGUSR2", SIGUSR2},
+                                                    {"SIGHUP", SIGHUP},
+                                                    {"SIGALRM", SIGALRM},
+                                                    {"SIGQUIT", SIGQUIT},
+                                                    {"SIGCONT", SIGCONT},
+                                                    {"SIGTERM", SIGTERM},
+                                                    {"SIGINT", SIGINT}}};
 
 }  // namespace
 
 std::string signal_name(int signal) {
-  for (const auto& s : kRequeueSignals)
+  for (const auto& s : kNamedSignals)
     if (s.number == signal) return s.name;
-  if (signal == SIGTERM) return "SIGTERM";
-  if (signal == SIGINT) return "SIGINT";
   return "signal " + std::to_string(signal);
 }
 
-int parse_signal(const std::string& text) {
-  std::string t = to_lower(trim(text));
-  if (t.rfind("sig", 0) == 0) t = t.substr(3);
-  int number = -1;
-  if (const auto parsed = parse_int(t)) {
-    number = *parsed > 0 && *parsed < 65 ? static_cast<int>(*parsed) : -1;
-  } else {
-    for (const auto& s : kRequeueSignals)
-      if (to_lower(std::string(s.name).substr(3)) == t) number = s.number;
-    if (t == "term") number = SIGTERM;
-    if (t == "int") number = SIGINT;
-  }
-  VOLT_CHECK(number != SIGTERM && number != SIGINT,
-             "requeue_signal='{}' already stops the run (it is handled as an interruption, with an HPC checkpoint "
-             "under SLURM). HINT: requeue on SIGUSR1 (the default) or SIGUSR2, and set #SBATCH --signal to match.",
-             text);
-  bool accepted = false;
-  for (const auto& s : kRequeueSignals) accepted = accepted || s.number == number;
-  VOLT_CHECK(accepted,
-             "requeue_signal='{}' is not a signal Volt can requeue on; accepted: {} (with or without SIG, or their "
-             "numbers). HINT: use SIGUSR1, or SIGUSR2 where NCCL uses SIGUSR1, and the same in #SBATCH --signal.",
-             text, accepted_signals());
-  return number;
-}
-
-RequeuePolicy resolve_requeue_policy(const Env& env, bool auto_requeue, const std::string& signal_text,
-                                     bool checkpoint_on_sigterm) {
+RequeuePolicy resolve_requeue_policy(const Env& env, bool auto_requeue, int signal, bool checkpoint_on_sigterm) {
   RequeuePolicy policy;
-  policy.signal = parse_signal(signal_text);
+  policy.signal = signal;
   const std::string job_name = env.get_or("SLURM_JOB_NAME", "");
   if (!env.has("SLURM_JOB_ID")) {
     policy.disabled_reason = "not a SLURM job";

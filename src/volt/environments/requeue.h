@@ -26,19 +26,15 @@ struct RequeuePolicy {
   bool checkpoint_on_sigterm = false;
 };
 
-/// Decides whether this process may requeue its job. Requeueing needs a SLURM batch job:
-/// outside SLURM (no SLURM_JOB_ID) and in interactive allocations (job name "bash" or
-/// "interactive", as Lightning decides) nothing is requeued and no HPC checkpoint is written on
-/// SIGTERM, because nobody would restart the program. `signal_text` is parsed by parse_signal.
-RequeuePolicy resolve_requeue_policy(const Env& env, bool auto_requeue, const std::string& signal_text,
-                                     bool checkpoint_on_sigterm);
+/// Decides whether this process may requeue its job on `signal` (a signal number, e.g.
+/// volt::signal_number(options.requeue_signal)). Requeueing needs a SLURM batch job: outside
+/// SLURM (no SLURM_JOB_ID) and in interactive allocations (job name "bash" or "interactive", as
+/// Lightning decides) nothing is requeued and no HPC checkpoint is written on SIGTERM, because
+/// nobody would restart the program.
+RequeuePolicy resolve_requeue_policy(const Env& env, bool auto_requeue, int signal, bool checkpoint_on_sigterm);
 
-/// Parses a requeue signal: "SIGUSR1", "USR1", "usr1", "SIGUSR2", "SIGHUP", "SIGALRM", ... or its
-/// number. SIGTERM and SIGINT are refused (they already stop the run), as are SIGKILL and SIGSTOP
-/// (they cannot be caught). Throws volt::Error naming the accepted names.
-int parse_signal(const std::string& text);
-
-/// "SIGUSR1" for SIGUSR1; "signal N" for numbers without a name here.
+/// "SIGUSR1" for SIGUSR1 (and the other signals a job may requeue or stop on); "signal N" for
+/// other numbers.
 std::string signal_name(int signal);
 
 /// What `scontrol requeue` answered.

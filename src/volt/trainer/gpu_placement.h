@@ -9,7 +9,7 @@
 
 #include "volt/core/env.h"
 #include "volt/environments/cluster_environment.h"
-#include "volt/trainer/trainer_options.h"
+#include "volt/options/trainer_options.h"
 
 namespace volt {
 

@@ -60,7 +60,7 @@ class ResumeTest : public TrainerTest {
 
  protected:
   std::shared_ptr<InMemoryCheckpointIO> io_ = std::make_shared<InMemoryCheckpointIO>();
-  std::string precision_ = "32-true";  // every fit's precision
+  Precision precision_ = Precision::k32True;  // every fit's precision
 };
 
 TEST_F(ResumeTest, FromAnEpochEndCheckpointIsBitIdentical) {
@@ -107,7 +107,7 @@ TEST_F(ResumeTest, WithGradientAccumulationIsBitIdentical) {
 }
 
 TEST_F(ResumeTest, Bf16MixedIsBitIdentical) {
-  precision_ = "bf16-mixed";
+  precision_ = Precision::kBf16Mixed;
   const TinyOptions options{.dropout = 0.3, .optimizer = Optim::kAdam, .lr = 0.01};
   expect_exact_resume(options, 1, {.max_steps = 3}, every_n_steps(3), "epoch=0-step=3.ckpt");
 }

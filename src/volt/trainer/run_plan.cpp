@@ -15,30 +15,6 @@
 
 namespace volt {
 
-const char* to_string(Accelerator accelerator) {
-  switch (accelerator) {
-    case Accelerator::kCpu:
-      return "cpu";
-    case Accelerator::kCuda:
-      return "cuda";
-  }
-  return "?";
-}
-
-const char* to_string(StrategyKind strategy) {
-  switch (strategy) {
-    case StrategyKind::kSingleDevice:
-      return "single_device";
-    case StrategyKind::kDdp:
-      return "ddp";
-    case StrategyKind::kDp:
-      return "dp";
-    case StrategyKind::kDdp2:
-      return "ddp2";
-  }
-  return "?";
-}
-
 c10::DeviceType device_type(Accelerator accelerator) {
   switch (accelerator) {
     case Accelerator::kCpu:
@@ -70,58 +46,53 @@ MachineInfo MachineInfo::current() {
 
 namespace {
 
-/// `what` is how the user asked ("accelerator='gpu'", "gpus=2"); "auto" is CUDA when a GPU is visible.
-Accelerator resolve_accelerator(const std::string& text, const std::string& what, const MachineInfo& machine) {
-  const std::string t = to_lower(trim(text));
-  if (t == "cpu") return Accelerator::kCpu;
-  if (t == "auto") return machine.gpus > 0 ? Accelerator::kCuda : Accelerator::kCpu;
-  if (t == "gpu" || t == "cuda") {
-    VOLT_CHECK(machine.cuda_build,
-               "{} is not available in this build (LibTorch without CUDA); available: cpu; supported here: 'cpu', "
-               "'auto'. HINT: use accelerator=\"cpu\" with devices=N (N processes, or N replicas under dp), or build "
-               "Volt against a CUDA LibTorch (scripts/build-cuda.sh).",
-               what);
-    VOLT_CHECK(machine.gpus > 0,
-               "{} asks for CUDA devices, but this process sees none (CUDA build, 0 devices visible); available: "
-               "cpu; supported here: 'cpu', 'auto'. HINT: check the driver (nvidia-smi) and CUDA_VISIBLE_DEVICES, "
-               "or use accelerator='cpu'.",
-               what);
-    return Accelerator::kCuda;
-  }
-  throw Error(
-      fmt::format("{} is not supported; supported: 'auto', 'cpu', 'gpu', 'cuda'. HINT: 'auto' picks the "
-                  "GPUs when any is visible.",
-                  what));
+/// Checks that this build and machine can run `accelerator`; `what` is how the user asked for it
+/// ("accelerator='gpu'", "gpus=2").
+void check_accelerator_available(Accelerator accelerator, const std::string& what, const MachineInfo& machine) {
+  if (accelerator == Accelerator::kCpu) return;
+  VOLT_CHECK(machine.cuda_build,
+             "{} is not available in this build (LibTorch without CUDA); available: cpu; supported here: 'cpu', "
+             "'auto'. HINT: use accelerator=\"cpu\" with devices=N (N processes, or N replicas under dp), or build "
+             "Volt against a CUDA LibTorch (scripts/build-cuda.sh).",
+             what);
+  VOLT_CHECK(machine.gpus > 0,
+             "{} asks for CUDA devices, but this process sees none (CUDA build, 0 devices visible); available: "
+             "cpu; supported here: 'cpu', 'auto'. HINT: check the driver (nvidia-smi) and CUDA_VISIBLE_DEVICES, "
+             "or use accelerator='cpu'.",
+             what);
 }
 
 /// Apex's optimization levels as the native mode nearest to each.
-Precision precision_of_amp_level(const std::string& level) {
-  const std::string t = to_lower(trim(level));
-  if (t == "o0") return Precision::k32True;
-  if (t == "o1" || t == "o2") return Precision::k16Mixed;
-  if (t == "o3") return Precision::k16True;
-  throw Error(
-      fmt::format("amp_level='{}' is not an apex optimization level; expected 'O0', 'O1', 'O2' or 'O3'. "
-                  "HINT: set precision instead ('bf16-mixed' for mixed precision on CPU).",
-                  level));
+Precision precision_of_amp_level(AmpLevel level) {
+  switch (level) {
+    case AmpLevel::kO0:
+      return Precision::k32True;
+    case AmpLevel::kO1:
+    case AmpLevel::kO2:
+      return Precision::k16Mixed;
+    case AmpLevel::kO3:
+      return Precision::k16True;
+  }
+  return Precision::k32True;
 }
 
 /// options.precision, with the seed documents' use_amp and amp_level (Lightning 0.x with apex)
 /// mapped onto it; each mapping leaves a note, and an unsupported result names the mapping.
 Precision resolve_precision(const TrainerOptions& options, Accelerator accelerator, std::vector<std::string>& notes) {
-  Precision precision = parse_precision(options.precision);
+  Precision precision = options.precision;
   const bool asked_for_amp = options.use_amp || precision == Precision::k16Mixed;
-  if (!trim(options.amp_level).empty()) {
-    const Precision mapped = precision_of_amp_level(options.amp_level);
+  if (options.amp_level) {
+    const char* level = to_string(*options.amp_level);
+    const Precision mapped = precision_of_amp_level(*options.amp_level);
     if (!asked_for_amp) {
       notes.push_back(
           fmt::format("amp_level='{}' was ignored: it applies only with use_amp=true or precision=16, as "
                       "in Lightning",
-                      options.amp_level));
+                      level));
     } else {
       precision = mapped;
-      notes.push_back(fmt::format("amp_level='{}' became precision='{}'{}", options.amp_level, to_string(mapped),
-                                  to_lower(trim(options.amp_level)) == "o2"
+      notes.push_back(fmt::format("amp_level='{}' became precision='{}'{}", level, to_string(mapped),
+                                  *options.amp_level == AmpLevel::kO2
                                       ? " (apex's float16 weights with float32 master copies have no LibTorch "
                                         "equivalent; native 16-mixed is Lightning's replacement)"
                                       : ""));
@@ -142,33 +113,6 @@ Precision resolve_precision(const TrainerOptions& options, Accelerator accelerat
     throw Error(fmt::format("{}; {}", join(notes, "; "), e.what()));
   }
   return precision;
-}
-
-/// The strategy and whether it asked for find_unused_parameters (Lightning's strategy alias).
-std::pair<std::optional<StrategyKind>, bool> resolve_strategy(const std::string& text) {
-  const std::string t = to_lower(trim(text));
-  if (t == "auto") return {std::nullopt, false};
-  if (t == "single_device") return {StrategyKind::kSingleDevice, false};
-  if (t == "ddp") return {StrategyKind::kDdp, false};
-  if (t == "ddp_find_unused_parameters_true") return {StrategyKind::kDdp, true};
-  if (t == "dp") return {StrategyKind::kDp, false};
-  if (t == "ddp2") return {StrategyKind::kDdp2, false};
-  throw Error(
-      fmt::format("strategy='{}' is not supported; supported: 'auto', 'single_device', 'ddp', "
-                  "'ddp_find_unused_parameters_true', 'dp', 'ddp2'. HINT: use 'ddp' for several processes.",
-                  text));
-}
-
-/// Devices per node. CPU "devices" are processes: a count, -1 for one per core, or a list (its
-/// length counts). CUDA devices: a count, a list, or every visible one for "auto" and -1.
-int64_t resolve_devices(const DeviceRequest& devices, Accelerator accelerator, const MachineInfo& machine) {
-  const bool cuda = accelerator == Accelerator::kCuda;
-  if (devices.is_auto()) return cuda ? machine.gpus : 1;
-  if (!devices.indices().empty()) return static_cast<int64_t>(devices.indices().size());
-  if (devices.count() == -1) return cuda ? machine.gpus : machine.cores;
-  VOLT_CHECK(devices.count() >= 1, "devices={} is invalid; expected a count >= 1, -1, \"auto\" or a list.",
-             devices.to_string());
-  return devices.count();
 }
 
 std::string slurm_layout(const Env& env) {
@@ -247,8 +191,13 @@ Topology resolve_topology(const ClusterInfo& cluster, int64_t devices, int64_t n
 
 int64_t resolve_threads(const TrainerOptions& options, const Env& env, const MachineInfo& machine,
                         int64_t processes_per_node) {
-  if (options.num_threads > 0) return options.num_threads;
-  VOLT_CHECK(options.num_threads == 0, "num_threads={} must be >= 0 (0 picks automatically).", options.num_threads);
+  if (options.num_threads) {
+    VOLT_CHECK(*options.num_threads >= 1,
+               "num_threads={} must be >= 1. HINT: leave num_threads unset to use OMP_NUM_THREADS, "
+               "SLURM_CPUS_PER_TASK or the cores divided among the node's processes.",
+               *options.num_threads);
+    return *options.num_threads;
+  }
   for (const char* name : {"OMP_NUM_THREADS", "SLURM_CPUS_PER_TASK"}) {
     if (const auto value = env.get_int(name)) {
       VOLT_CHECK(*value >= 1, "environment variable {}={} must be >= 1. HINT: unset it or give a positive count.", name,
@@ -260,24 +209,23 @@ int64_t resolve_threads(const TrainerOptions& options, const Env& env, const Mac
 }
 
 /// c10d's backend: NCCL for CUDA tensors where this LibTorch has it, Gloo otherwise.
-std::string resolve_backend(const std::string& text, Accelerator accelerator, const MachineInfo& machine) {
-  const std::string t = to_lower(trim(text));
+std::string resolve_backend(ProcessGroupBackend backend, Accelerator accelerator, const MachineInfo& machine) {
   const bool cuda = accelerator == Accelerator::kCuda;
-  if (t == "auto") return cuda && machine.cuda_build ? "nccl" : "gloo";
-  if (t == "gloo") return "gloo";
-  if (t == "nccl") {
-    VOLT_CHECK(machine.cuda_build,
-               "process_group_backend='nccl' is not available in this CPU build; supported: 'auto', 'gloo'. HINT: "
-               "'nccl' needs a CUDA build of LibTorch (scripts/build-cuda.sh); use 'gloo' on CPU.");
-    VOLT_CHECK(cuda,
-               "process_group_backend='nccl' reduces CUDA tensors, but the run's accelerator is cpu. HINT: use "
-               "accelerator=\"gpu\", or process_group_backend='gloo' (or 'auto') on CPU.");
-    return "nccl";
+  switch (backend) {
+    case ProcessGroupBackend::kAuto:
+      return cuda && machine.cuda_build ? "nccl" : "gloo";
+    case ProcessGroupBackend::kGloo:
+      return "gloo";
+    case ProcessGroupBackend::kNccl:
+      VOLT_CHECK(machine.cuda_build,
+                 "process_group_backend='nccl' is not available in this CPU build; supported: 'auto', 'gloo'. HINT: "
+                 "'nccl' needs a CUDA build of LibTorch (scripts/build-cuda.sh); use 'gloo' on CPU.");
+      VOLT_CHECK(cuda,
+                 "process_group_backend='nccl' reduces CUDA tensors, but the run's accelerator is cpu. HINT: use "
+                 "accelerator=\"gpu\", or process_group_backend='gloo' (or 'auto') on CPU.");
+      return "nccl";
   }
-  throw Error(
-      fmt::format("process_group_backend='{}' is not supported; supported: 'auto', 'gloo'{}. HINT: 'auto' "
-                  "picks nccl for GPUs and gloo for CPUs.",
-                  text, machine.cuda_build ? ", 'nccl'" : " (and 'nccl' in CUDA builds)"));
+  return "gloo";
 }
 
 /// `dir` made absolute against the machine's working directory, normalized, without a trailing '/'.
@@ -305,34 +253,16 @@ void check_limit(const BatchLimit& limit, const char* name) {
 
 RunPlan resolve_run_plan(const TrainerOptions& options, const Env& env, const MachineInfo& machine) {
   RunPlan plan;
-  // The seed documents' gpus=N asks for CUDA devices; gpus=0 is the CPU.
-  const bool gpus_requested =
-      options.gpus && (options.gpus->is_auto() || !options.gpus->indices().empty() || options.gpus->count() != 0);
-  plan.accelerator =
-      gpus_requested
-          ? resolve_accelerator("gpu", fmt::format("gpus={}", options.gpus->to_string()), machine)
-          : resolve_accelerator(options.accelerator, fmt::format("accelerator='{}'", options.accelerator), machine);
+  check_accelerator_available(resolve_accelerator(options, machine.gpus), describe_accelerator_request(options),
+                              machine);
+  const RunLayout layout = resolve_run_layout(options, NodeResources{.cores = machine.cores, .gpus = machine.gpus});
+  plan.accelerator = layout.accelerator;
   plan.precision = resolve_precision(options, plan.accelerator, plan.notes);
-  // gpus=N is the seed documents' accelerator="gpu", devices=N.
-  const DeviceRequest& device_request = gpus_requested ? *options.gpus : options.devices;
-  plan.devices = resolve_devices(device_request, plan.accelerator, machine);
-  VOLT_CHECK(options.num_nodes >= 1, "num_nodes={} must be >= 1.", options.num_nodes);
-  plan.num_nodes = options.num_nodes;
-  const auto [strategy, find_unused] = resolve_strategy(options.strategy);
-  const int64_t processes = plan.devices * plan.num_nodes;
-  plan.strategy = strategy.value_or(processes > 1 ? StrategyKind::kDdp : StrategyKind::kSingleDevice);
-  VOLT_CHECK(plan.strategy != StrategyKind::kSingleDevice || processes == 1,
-             "strategy='single_device' runs one process, but devices={} x num_nodes={} asks for {}. HINT: use "
-             "strategy='ddp' (or 'auto'), or devices=1.",
-             plan.devices, plan.num_nodes, processes);
-  VOLT_CHECK(plan.strategy != StrategyKind::kDp || plan.num_nodes == 1,
-             "strategy='dp' runs one process on one node, but num_nodes={}. HINT: use strategy='ddp2' (dp inside "
-             "each node, gradients all-reduced across nodes) or 'ddp'.",
-             plan.num_nodes);
-  // dp and ddp2 run one process per node, which drives all of the node's devices.
-  const bool replicated = plan.strategy == StrategyKind::kDp || plan.strategy == StrategyKind::kDdp2;
-  plan.replicas_per_process = replicated ? plan.devices : 1;
-  const int64_t processes_per_node = replicated ? 1 : plan.devices;
+  plan.strategy = layout.strategy;
+  plan.devices = layout.devices;
+  plan.num_nodes = layout.num_nodes;
+  plan.replicas_per_process = layout.replicas_per_process;
+  const int64_t processes_per_node = layout.processes_per_node;
   const ClusterInfo cluster = detect_cluster(env);
   plan.cluster = cluster.kind;
   if (plan.strategy == StrategyKind::kSingleDevice || plan.strategy == StrategyKind::kDp) {
@@ -348,7 +278,7 @@ RunPlan resolve_run_plan(const TrainerOptions& options, const Env& env, const Ma
   }
   if (plan.accelerator == Accelerator::kCuda) {
     GpuPlacementRequest request;
-    request.devices = device_request;
+    request.devices = layout.device_request;
     request.processes_per_node = processes_per_node;
     request.local_rank = plan.topology.local_rank;
     request.cluster = cluster.kind;
@@ -364,7 +294,7 @@ RunPlan resolve_run_plan(const TrainerOptions& options, const Env& env, const Ma
              options.join_timeout);
   plan.process_group_timeout = std::chrono::milliseconds(static_cast<int64_t>(options.process_group_timeout * 1000));
   plan.join_timeout = std::chrono::milliseconds(static_cast<int64_t>(options.join_timeout * 1000));
-  plan.find_unused_parameters = options.find_unused_parameters || find_unused;
+  plan.find_unused_parameters = options.find_unused_parameters || layout.strategy_finds_unused_parameters;
   VOLT_CHECK(options.bucket_cap_mb >= 1, "bucket_cap_mb={} must be >= 1.", options.bucket_cap_mb);
   plan.bucket_cap_mb = options.bucket_cap_mb;
   plan.use_distributed_sampler = options.use_distributed_sampler;
@@ -373,8 +303,10 @@ RunPlan resolve_run_plan(const TrainerOptions& options, const Env& env, const Ma
 
   VOLT_CHECK(!options.max_epochs || *options.max_epochs >= -1,
              "max_epochs={} is invalid; expected -1 (no limit) or a count >= 0.", options.max_epochs.value_or(0));
-  VOLT_CHECK(options.max_steps >= -1, "max_steps={} is invalid; expected -1 (no limit) or a count >= 0.",
-             options.max_steps);
+  VOLT_CHECK(options.max_steps.value_or(-1) >= -1,
+             "max_steps={} is invalid; expected a count >= 0, or -1 (no limit). HINT: leave max_steps unset for no "
+             "limit.",
+             options.max_steps.value_or(-1));
   check_non_negative(options.min_epochs, "min_epochs");
   check_non_negative(options.fast_dev_run, "fast_dev_run");
   check_limit(options.limit_train_batches, "limit_train_batches");
@@ -397,9 +329,9 @@ RunPlan resolve_run_plan(const TrainerOptions& options, const Env& env, const Ma
   VOLT_CHECK(options.log_every_n_steps >= 1, "log_every_n_steps={} must be >= 1.", options.log_every_n_steps);
 
   // Lightning: max_epochs defaults to 1000 unless max_steps bounds the run.
-  plan.max_epochs = options.max_epochs.value_or(options.max_steps == -1 ? 1000 : -1);
+  plan.max_steps = options.max_steps.value_or(-1);
+  plan.max_epochs = options.max_epochs.value_or(plan.max_steps == -1 ? 1000 : -1);
   plan.min_epochs = options.min_epochs;
-  plan.max_steps = options.max_steps;
   plan.limit_train_batches = options.limit_train_batches;
   plan.limit_val_batches = options.limit_val_batches;
   plan.limit_test_batches = options.limit_test_batches;
@@ -423,8 +355,8 @@ RunPlan resolve_run_plan(const TrainerOptions& options, const Env& env, const Ma
 
   plan.root_dir = absolute_dir(options.default_root_dir.empty() ? machine.cwd : options.default_root_dir, machine);
 
-  plan.requeue =
-      resolve_requeue_policy(env, options.auto_requeue, options.requeue_signal, options.checkpoint_on_sigterm);
+  plan.requeue = resolve_requeue_policy(env, options.auto_requeue, signal_number(options.requeue_signal),
+                                        options.checkpoint_on_sigterm);
   VOLT_CHECK(options.hpc_checkpoints_to_keep >= 1,
              "hpc_checkpoints_to_keep={} must be >= 1: a requeued job resumes from the newest one. HINT: use 1 to "
              "keep only the newest, or auto_requeue=false and checkpoint_on_sigterm=false to write none.",

@@ -11,22 +11,14 @@
 #include "volt/distributed/topology.h"
 #include "volt/environments/cluster_environment.h"
 #include "volt/environments/requeue.h"
+#include "volt/options/run_layout.h"
+#include "volt/options/trainer_options.h"
 #include "volt/precision/precision.h"
-#include "volt/trainer/trainer_options.h"
 
 namespace volt {
 
-/// The accelerator a run uses.
-enum class Accelerator { kCpu, kCuda };
-/// "cpu" or "cuda".
-const char* to_string(Accelerator accelerator);
 /// The device type whose kernels the accelerator runs (CPU for kCpu, CUDA for kCuda).
 c10::DeviceType device_type(Accelerator accelerator);
-
-/// How the work is spread over processes and devices.
-enum class StrategyKind { kSingleDevice, kDdp, kDp, kDdp2 };
-/// "single_device", "ddp", "dp" or "ddp2".
-const char* to_string(StrategyKind strategy);
 
 /// A fully resolved run: nothing in it is "auto" and every value has been validated.
 struct RunPlan {
@@ -112,8 +104,10 @@ struct MachineInfo {
   static MachineInfo current();
 };
 
-/// Resolves and validates `options` against the environment and machine; pure. Throws
-/// volt::Error naming the option, what was given, what is supported, and a HINT.
+/// Resolves and validates `options` against the environment and machine; pure. The processes and
+/// devices per node come from resolve_run_layout (volt/options/run_layout.h), which the `volt`
+/// tool's job checks call too. Throws volt::Error naming the option, what was given, what is
+/// supported, and a HINT.
 RunPlan resolve_run_plan(const TrainerOptions& options, const Env& env, const MachineInfo& machine);
 
 }  // namespace volt

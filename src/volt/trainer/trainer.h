@@ -8,8 +8,8 @@
 
 #include "volt/loops/fit_result.h"
 #include "volt/module/lightning_module.h"
+#include "volt/options/trainer_options.h"
 #include "volt/trainer/run_plan.h"
-#include "volt/trainer/trainer_options.h"
 
 namespace volt {
 

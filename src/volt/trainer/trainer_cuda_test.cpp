@@ -63,7 +63,7 @@ DataLoader regression_data(uint64_t seed) {
 }
 
 /// A quiet, seeded two-epoch run on `accelerator` with `devices`, writing under a fresh folder.
-TrainerOptions options(const std::string& accelerator, DeviceRequest devices, const std::string& name) {
+TrainerOptions options(AcceleratorRequest accelerator, DeviceRequest devices, const std::string& name) {
   TrainerOptions o;
   o.accelerator = accelerator;
   o.devices = std::move(devices);
@@ -96,8 +96,9 @@ TEST(TrainerCuda, OneGpuTrainsLikeTheCpu_CUDA) {
   VOLT_REQUIRE_GPUS(1);
   Regression on_cpu;
   Regression on_gpu;
-  Trainer(options("cpu", 1, "cpu")).fit(on_cpu, regression_data(1), regression_data(2));
-  const FitResult result = Trainer(options("gpu", 1, "gpu")).fit(on_gpu, regression_data(1), regression_data(2));
+  Trainer(options(AcceleratorRequest::kCpu, 1, "cpu")).fit(on_cpu, regression_data(1), regression_data(2));
+  const FitResult result =
+      Trainer(options(AcceleratorRequest::kGpu, 1, "gpu")).fit(on_gpu, regression_data(1), regression_data(2));
   EXPECT_TRUE(on_gpu.step_device.is_cuda());
   EXPECT_TRUE(on_gpu.parameters()[0].is_cuda());
   EXPECT_LT(result.metrics.at("val/loss"), 0.5);
@@ -108,7 +109,7 @@ TEST(TrainerCuda, OneGpuTrainsLikeTheCpu_CUDA) {
 TEST(TrainerCuda, CheckpointsOfAGpuRunHoldCpuTensorsAndResumeOnTheGpu_CUDA) {
   VOLT_REQUIRE_GPUS(1);
   Regression model;
-  TrainerOptions o = options("gpu", 1, "ckpt");
+  TrainerOptions o = options(AcceleratorRequest::kGpu, 1, "ckpt");
   o.enable_checkpointing = true;
   const FitResult result = Trainer(o).fit(model, regression_data(1), regression_data(2));
   ASSERT_FALSE(result.last_model_path.empty());
@@ -126,8 +127,8 @@ TEST(TrainerCuda, CheckpointsOfAGpuRunHoldCpuTensorsAndResumeOnTheGpu_CUDA) {
 TEST(TrainerCuda, SixteenMixedScalesTheLossAndSavesTheScaler_CUDA) {
   VOLT_REQUIRE_GPUS(1);
   Regression model;
-  TrainerOptions o = options("gpu", 1, "fp16");
-  o.precision = "16-mixed";
+  TrainerOptions o = options(AcceleratorRequest::kGpu, 1, "fp16");
+  o.precision = Precision::k16Mixed;
   o.enable_checkpointing = true;
   const FitResult result = Trainer(o).fit(model, regression_data(1), regression_data(2));
   EXPECT_LT(result.metrics.at("val/loss"), 0.5);
@@ -139,8 +140,8 @@ TEST(TrainerCuda, SixteenMixedScalesTheLossAndSavesTheScaler_CUDA) {
 TEST(TrainerCuda, BFloat16MixedTrains_CUDA) {
   VOLT_REQUIRE_GPUS(1);
   Regression model;
-  TrainerOptions o = options("gpu", 1, "bf16");
-  o.precision = "bf16-mixed";
+  TrainerOptions o = options(AcceleratorRequest::kGpu, 1, "bf16");
+  o.precision = Precision::kBf16Mixed;
   EXPECT_LT(Trainer(o).fit(model, regression_data(1), regression_data(2)).metrics.at("val/loss"), 0.5);
 }
 
@@ -148,9 +149,9 @@ TEST(TrainerCuda, DpOverTwoGpusEqualsOneGpuOnTheSameBatch_CUDA) {
   VOLT_REQUIRE_GPUS(2);
   Regression one;
   Regression two;
-  Trainer(options("gpu", 1, "dp1")).fit(one, regression_data(1));
-  TrainerOptions o = options("gpu", 2, "dp2");
-  o.strategy = "dp";
+  Trainer(options(AcceleratorRequest::kGpu, 1, "dp1")).fit(one, regression_data(1));
+  TrainerOptions o = options(AcceleratorRequest::kGpu, 2, "dp2");
+  o.strategy = StrategyRequest::kDp;
   Trainer(o).fit(two, regression_data(1));
   EXPECT_TRUE(two.parameters()[0].device() == c10::Device(c10::DeviceType::CUDA, 0));
   expect_close(cpu_parameters(two), cpu_parameters(one), 1e-4);
@@ -159,9 +160,9 @@ TEST(TrainerCuda, DpOverTwoGpusEqualsOneGpuOnTheSameBatch_CUDA) {
 TEST(TrainerCuda, DpWithSixteenMixedTrains_CUDA) {
   VOLT_REQUIRE_GPUS(2);
   Regression model;
-  TrainerOptions o = options("gpu", 2, "dp16");
-  o.strategy = "dp";
-  o.precision = "16-mixed";
+  TrainerOptions o = options(AcceleratorRequest::kGpu, 2, "dp16");
+  o.strategy = StrategyRequest::kDp;
+  o.precision = Precision::k16Mixed;
   EXPECT_LT(Trainer(o).fit(model, regression_data(1), regression_data(2)).metrics.at("val/loss"), 0.5);
 }
 

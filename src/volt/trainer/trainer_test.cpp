@@ -585,7 +585,8 @@ TEST_F(TrainerTest, Bf16MixedRunsTheStepsInBf16AndLowersTheLoss) {
   const torch::Tensor x = all.data, y = all.target;
   const double before = torch::mse_loss(module.forward(x), y).item<double>();
   const FitResult result =
-      make_trainer({.precision = "bf16-mixed", .max_epochs = 5, .seed = 1, .enable_checkpointing = false}).fit(module);
+      make_trainer({.precision = Precision::kBf16Mixed, .max_epochs = 5, .seed = 1, .enable_checkpointing = false})
+          .fit(module);
   const double after = torch::mse_loss(module.forward(x), y).item<double>();
   EXPECT_LT(after, 0.8 * before) << before << " -> " << after;
   EXPECT_EQ(module.train_dtypes, std::set<c10::ScalarType>{torch::kBFloat16});
@@ -610,7 +611,7 @@ class ElementwiseMse : public DtypeRecorder {
 
 TEST_F(TrainerTest, Bf16TrueTrainsABf16Module) {
   ElementwiseMse module;
-  make_trainer({.precision = "bf16-true", .max_epochs = 1, .enable_checkpointing = false}).fit(module);
+  make_trainer({.precision = Precision::kBf16True, .max_epochs = 1, .enable_checkpointing = false}).fit(module);
   EXPECT_EQ(module.train_dtypes, std::set<c10::ScalarType>{torch::kBFloat16});
   for (const auto& p : module.parameters()) EXPECT_EQ(p.scalar_type(), torch::kBFloat16);
 }

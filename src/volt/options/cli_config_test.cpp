@@ -1,4 +1,4 @@
-#include "volt/cli/cli_config.h"
+#include "volt/options/cli_config.h"
 
 #include <gtest/gtest.h>
 #include <unistd.h>
@@ -7,9 +7,9 @@
 #include <string>
 #include <vector>
 
-#include "volt/cli/trainer_flags.h"
 #include "volt/core/error.h"
 #include "volt/loggers/hparams_yaml.h"
+#include "volt/options/trainer_flags.h"
 
 namespace volt {
 namespace {
@@ -45,7 +45,7 @@ struct Program {
 std::string write_file(const std::string& name, const std::string& text) {
   // CTest runs each test in its own process, two at a time: a shared name would let one test
   // read the file another is writing.
-  const std::string path = ::testing::TempDir() + std::to_string(::getpid()) + "_" + name;
+  std::string path = ::testing::TempDir() + std::to_string(::getpid()) + "_" + name;
   std::ofstream(path) << text;
   return path;
 }
@@ -115,7 +115,7 @@ trainer:
   no_logger: true
 )")});
   EXPECT_EQ(p.trainer.max_epochs, 2);
-  EXPECT_EQ(p.trainer.strategy, "ddp");
+  EXPECT_EQ(p.trainer.strategy, StrategyRequest::kDdp);
   EXPECT_FALSE(p.trainer.logger);
 }
 

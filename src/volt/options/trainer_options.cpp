@@ -1,4 +1,4 @@
-#include "volt/trainer/trainer_options.h"
+#include "volt/options/trainer_options.h"
 
 #include <cmath>
 
@@ -45,7 +45,7 @@ DeviceRequest::DeviceRequest(const std::string& text) : is_auto_(false) {
   if (const auto count = parse_int(t)) {
     VOLT_CHECK(*count >= -1,
                "devices={} is invalid; expected a count >= 1, -1 for all, \"auto\", or a list "
-               "like \"0,1\".",
+               "like \"0,1\". HINT: -1 takes every device; write a count, \"auto\" or indices.",
                text);
     count_ = static_cast<int>(*count);
     return;
@@ -65,7 +65,7 @@ DeviceRequest::DeviceRequest(const std::string& text) : is_auto_(false) {
 DeviceRequest::DeviceRequest(int count) : count_(count), is_auto_(false) {
   VOLT_CHECK(count >= -1,
              "devices={} is invalid; expected a count >= 1, -1 for all, \"auto\", or a list like "
-             "\"0,1\".",
+             "\"0,1\". HINT: -1 takes every device; write a count, \"auto\" or indices.",
              count);
 }
 
@@ -77,21 +77,6 @@ std::string DeviceRequest::to_string() const {
   std::vector<std::string> parts;
   for (int i : indices_) parts.push_back(std::to_string(i));
   return "[" + join(parts, ", ") + "]";
-}
-
-const char* to_string(GradientClipAlgorithm algorithm) {
-  switch (algorithm) {
-    case GradientClipAlgorithm::kNorm:
-      return "norm";
-    case GradientClipAlgorithm::kValue:
-      return "value";
-  }
-  return "?";
-}
-
-GradientClipAlgorithm parse_gradient_clip_algorithm(const std::string& text) {
-  const GradientClipAlgorithm all[] = {GradientClipAlgorithm::kNorm, GradientClipAlgorithm::kValue};
-  return parse_enum(text, all, "gradient_clip_algorithm");
 }
 
 }  // namespace volt

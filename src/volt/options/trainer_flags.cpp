@@ -1,13 +1,12 @@
-#include "volt/cli/trainer_flags.h"
+#include "volt/options/trainer_flags.h"
 
 #include <cstdlib>
 #include <functional>
-#include <iostream>
 #include <map>
 
-#include "volt/cli/cli_config.h"
 #include "volt/core/error.h"
 #include "volt/core/strings.h"
+#include "volt/options/cli_config.h"
 
 namespace volt {
 namespace {
@@ -15,11 +14,12 @@ namespace {
 const char* bool_text(bool value) { return value ? "true" : "false"; }
 
 /// A CLI11 check that runs one of Volt's parsers: on the command line its volt::Error ends the
-/// run as before (exit 1); in a config file it is reported with the file and the key.
+/// run as before (exit 1); in a config file it is reported with the file and the key. Empty text
+/// is what --print-config writes for an unset option (`gpus: ''`): it keeps the default.
 CLI::Validator parsed_by(std::function<void(const std::string&)> parse) {
   return CLI::Validator(
       [parse = std::move(parse)](std::string& text) {
-        parse(text);
+        if (!text.empty()) parse(text);
         return std::string();
       },
       "");
@@ -30,8 +30,17 @@ CLI::Validator parsed_by(std::function<void(const std::string&)> parse) {
 /// and CLI11 cannot read a flag's bool), and checks that name the config key of a bad value.
 void describe_trainer_flags(CLI::App& app, const TrainerOptions& o) {
   const std::map<std::string, std::function<std::string()>> resolved = {
+      {"--accelerator", [&o] { return std::string(to_string(o.accelerator)); }},
+      {"--strategy", [&o] { return std::string(to_string(o.strategy)); }},
+      {"--precision", [&o] { return std::string(to_string(o.precision)); }},
+      {"--amp-level", [&o] { return o.amp_level ? std::string(to_string(*o.amp_level)) : ""; }},
+      {"--process-group-backend", [&o] { return std::string(to_string(o.process_group_backend)); }},
+      {"--requeue-signal", [&o] { return std::string(to_string(o.requeue_signal)); }},
       {"--devices", [&o] { return o.devices.to_string(); }},
+      {"--gpus", [&o] { return o.gpus ? o.gpus->to_string() : ""; }},
+      {"--num-threads", [&o] { return o.num_threads ? std::to_string(*o.num_threads) : ""; }},
       {"--max-epochs", [&o] { return o.max_epochs ? std::to_string(*o.max_epochs) : ""; }},
+      {"--max-steps", [&o] { return o.max_steps ? std::to_string(*o.max_steps) : ""; }},
       {"--limit-train-batches", [&o] { return o.limit_train_batches.to_string(); }},
       {"--limit-val-batches", [&o] { return o.limit_val_batches.to_string(); }},
       {"--limit-test-batches", [&o] { return o.limit_test_batches.to_string(); }},
@@ -54,7 +63,8 @@ void describe_trainer_flags(CLI::App& app, const TrainerOptions& o) {
   for (const auto& [name, value] : resolved) {
     CLI::Option* option = app.get_option_no_throw(name);
     VOLT_INTERNAL_ASSERT(option != nullptr, "add_trainer_flags lost {}", name);
-    option->default_function(value);
+    // Shown by --help now; --print-config captures it again after parsing.
+    option->default_function(value)->capture_default_str();
   }
   for (const char* name : {"--limit-train-batches", "--limit-val-batches", "--limit-test-batches",
                            "--limit-predict-batches", "--val-check-interval"}) {
@@ -62,8 +72,24 @@ void describe_trainer_flags(CLI::App& app, const TrainerOptions& o) {
         parsed_by([name = std::string(name)](const std::string& text) { BatchLimit::parse(text, name); }));
   }
   app.get_option("--devices")->check(parsed_by([](const std::string& text) { (void)DeviceRequest(text); }));
+  app.get_option("--gpus")->check(parsed_by([](const std::string& text) { (void)DeviceRequest(text); }));
+  app.get_option("--accelerator")->check(parsed_by([](const std::string& text) { parse_accelerator_request(text); }));
+  app.get_option("--strategy")->check(parsed_by([](const std::string& text) { parse_strategy_request(text); }));
+  app.get_option("--precision")->check(parsed_by([](const std::string& text) { parse_precision(text); }));
+  app.get_option("--amp-level")->check(parsed_by([](const std::string& text) { parse_amp_level(text); }));
+  app.get_option("--process-group-backend")->check(parsed_by([](const std::string& text) {
+    parse_process_group_backend(text);
+  }));
+  app.get_option("--requeue-signal")->check(parsed_by([](const std::string& text) { parse_requeue_signal(text); }));
   app.get_option("--gradient-clip-algorithm")->check(parsed_by([](const std::string& text) {
     parse_gradient_clip_algorithm(text);
+  }));
+  app.get_option("--num-threads")->check(parsed_by([](const std::string& text) {
+    const auto threads = parse_int(text);
+    VOLT_CHECK(!threads || *threads >= 0,
+               "--num-threads={} must be >= 1, or 0 for automatic. HINT: leave --num-threads out to use "
+               "OMP_NUM_THREADS, SLURM_CPUS_PER_TASK or the cores divided among the node's processes.",
+               text);
   }));
   app.get_option("--seed")->check(parsed_by([](const std::string& text) {
     const auto seed = parse_int(text);
@@ -87,38 +113,33 @@ void add_trainer_flags(CLI::App& app, TrainerOptions& o, TrainerFlagText& t) {
   // The group is the config section: these flags are the keys under `trainer:`.
   const std::string previous_group = app.option_defaults()->get_group();
   app.option_defaults()->group(kTrainerGroup);
-  app.add_option("--accelerator", o.accelerator, "auto (the GPUs when any is visible), cpu, gpu or cuda")
-      ->capture_default_str();
+  app.add_option("--accelerator", t.accelerator, "auto (the GPUs when any is visible), cpu, gpu or cuda");
   app.add_option("--devices", t.devices, "devices per node: a count, -1, auto, or a list 0,1");
   app.add_option("--gpus", t.gpus, "CUDA devices (the seed documents' name): a count, -1, or a list 0,1");
-  app.add_option("--strategy,--distributed-backend", o.strategy,
+  app.add_option("--strategy,--distributed-backend", t.strategy,
                  "auto, single_device, ddp, ddp_find_unused_parameters_true, dp or ddp2 (--distributed-backend: the "
-                 "old name)")
-      ->capture_default_str();
+                 "old name)");
   app.add_flag("--find-unused-parameters", o.find_unused_parameters, "ddp: allow parameters without gradients");
   app.add_option("--bucket-cap-mb", o.bucket_cap_mb, "ddp: gradient bucket size in MiB")->capture_default_str();
-  app.add_option("--process-group-backend", o.process_group_backend,
-                 "ddp: auto (nccl on GPUs, gloo on CPUs), gloo or nccl")
-      ->capture_default_str();
+  app.add_option("--process-group-backend", t.process_group_backend,
+                 "ddp: auto (nccl on GPUs, gloo on CPUs), gloo or nccl");
   app.add_option("--process-group-timeout", o.process_group_timeout, "ddp: seconds a collective may wait")
       ->capture_default_str();
   app.add_option("--join-timeout", o.join_timeout, "ddp: seconds to wait for every rank to join")
       ->capture_default_str();
   app.add_flag("--use-distributed-sampler,--replace-sampler-ddp,!--no-distributed-sampler", o.use_distributed_sampler,
                "shard the loaders across processes (default on)");
-  app.add_option("--precision", o.precision,
-                 "32-true (32), 64-true (64), 16-mixed (16), bf16-mixed (bf16), 16-true or bf16-true")
-      ->capture_default_str();
+  app.add_option("--precision", t.precision,
+                 "32-true (32), 64-true (64), 16-mixed (16), bf16-mixed (bf16), 16-true or bf16-true");
   app.add_flag("--use-amp", o.use_amp, "seed documents: precision 16-mixed (prints what it became)");
-  app.add_option("--amp-level", o.amp_level, "seed documents: apex level O0, O1, O2 or O3 (mapped to a precision)");
+  app.add_option("--amp-level", t.amp_level, "seed documents: apex level O0, O1, O2 or O3 (mapped to a precision)");
   app.add_option("--num-nodes,--nb-gpu-nodes", o.num_nodes, "nodes in the job (--nb-gpu-nodes: the old name)")
       ->capture_default_str();
-  app.add_option("--num-threads", o.num_threads, "intra-op threads per process (0: automatic)")->capture_default_str();
+  app.add_option("--num-threads", t.num_threads, "intra-op threads per process (0 or unset: automatic)");
   app.add_flag("--tune-allocator,!--no-tune-allocator", o.tune_allocator, "pin glibc malloc thresholds (default on)");
   app.add_option("--max-epochs", t.max_epochs, "stop after this many epochs (-1: no limit)");
   app.add_option("--min-epochs", o.min_epochs, "train at least this many epochs")->capture_default_str();
-  app.add_option("--max-steps", o.max_steps, "stop after this many optimizer steps (-1: no limit)")
-      ->capture_default_str();
+  app.add_option("--max-steps", t.max_steps, "stop after this many optimizer steps (-1 or unset: no limit)");
   app.add_option("--limit-train-batches", t.limit_train_batches,
                  "batches per epoch: a count (10) or a fraction (0.25)");
   app.add_option("--limit-val-batches", t.limit_val_batches, "validation batches: a count or a fraction");
@@ -148,8 +169,7 @@ void add_trainer_flags(CLI::App& app, TrainerOptions& o, TrainerFlagText& t) {
   app.add_option("--ckpt-path", o.ckpt_path, "resume from last, best or a checkpoint file");
   app.add_flag("--auto-requeue,!--no-auto-requeue", o.auto_requeue,
                "SLURM: on the requeue signal save an HPC checkpoint and requeue the job (default on)");
-  app.add_option("--requeue-signal", o.requeue_signal, "SLURM: the requeue signal (SIGUSR1, SIGUSR2, ...)")
-      ->capture_default_str();
+  app.add_option("--requeue-signal", t.requeue_signal, "SLURM: the requeue signal (SIGUSR1, SIGUSR2, ...)");
   app.add_flag("--checkpoint-on-sigterm,!--no-checkpoint-on-sigterm", o.checkpoint_on_sigterm,
                "SLURM: save an HPC checkpoint on SIGTERM before stopping (default on)");
   app.add_option("--hpc-checkpoint-dir", o.hpc_checkpoint_dir, "where HPC checkpoints go (default: the root dir)");
@@ -168,11 +188,26 @@ void apply_trainer_flags(const TrainerFlagText& t, TrainerOptions& o) {
     o.limit_predict_batches = BatchLimit::parse(t.limit_predict_batches, "--limit-predict-batches");
   if (!t.val_check_interval.empty())
     o.val_check_interval = BatchLimit::parse(t.val_check_interval, "--val-check-interval");
+  if (!t.accelerator.empty()) o.accelerator = parse_accelerator_request(t.accelerator);
+  if (!t.strategy.empty()) o.strategy = parse_strategy_request(t.strategy);
+  if (!t.precision.empty()) o.precision = parse_precision(t.precision);
+  if (!t.amp_level.empty()) o.amp_level = parse_amp_level(t.amp_level);
+  if (!t.process_group_backend.empty()) o.process_group_backend = parse_process_group_backend(t.process_group_backend);
+  if (!t.requeue_signal.empty()) o.requeue_signal = parse_requeue_signal(t.requeue_signal);
   if (!t.devices.empty()) o.devices = DeviceRequest(t.devices);
   if (!t.gpus.empty()) o.gpus = DeviceRequest(t.gpus);
   if (!t.gradient_clip_algorithm.empty())
     o.gradient_clip_algorithm = parse_gradient_clip_algorithm(t.gradient_clip_algorithm);
   if (t.max_epochs) o.max_epochs = *t.max_epochs;
+  if (t.max_steps) o.max_steps = *t.max_steps;
+  if (t.num_threads) {
+    VOLT_CHECK(*t.num_threads >= 0,
+               "--num-threads={} must be >= 1, or 0 for automatic. HINT: leave --num-threads out to use "
+               "OMP_NUM_THREADS, SLURM_CPUS_PER_TASK or the cores divided among the node's processes.",
+               *t.num_threads);
+    // 0 is the flag's old "automatic", still written in configs from earlier --print-config runs.
+    o.num_threads = *t.num_threads == 0 ? std::nullopt : t.num_threads;
+  }
   if (t.seed) {
     VOLT_CHECK(*t.seed >= 0,
                "--seed={} must be >= 0. HINT: leave --seed out for an unseeded run; -1 does not mean unseeded.",
@@ -185,24 +220,6 @@ void apply_trainer_flags(const TrainerFlagText& t, TrainerOptions& o) {
                "does not mean off.",
                *t.gradient_clip_val);
     o.gradient_clip_val = *t.gradient_clip_val;
-  }
-}
-
-int run_main(const std::function<int()>& body) {
-  try {
-    return body();
-  } catch (const Error& e) {
-    std::cerr << "error: " << e.what() << "\n";
-    return 1;
-  } catch (const InternalError& e) {
-    std::cerr << e.what() << "\n";
-    return 70;
-  } catch (const c10::Error& e) {
-    std::cerr << "error (LibTorch): " << e.what_without_backtrace() << "\n";
-    return 70;
-  } catch (const std::exception& e) {
-    std::cerr << "error: " << e.what() << "\n";
-    return 70;
   }
 }
 

@@ -1,9 +1,11 @@
-// What the user asks the Trainer for (Lightning's Trainer arguments).
+// What the user asks the Trainer for (Lightning's Trainer arguments). No LibTorch.
 //
-// TrainerOptions is user intent and may say "auto"; resolve_run_plan (run_plan.h) turns it,
-// once, into a RunPlan in which nothing is "auto". Only the Trainer facade reads TrainerOptions:
-// every value through the plan, and the objects it carries (loggers, callbacks, config) as they
-// are; the loops see the plan only.
+// TrainerOptions is user intent and may say "auto"; resolve_run_plan (volt/trainer/run_plan.h)
+// turns it, once, into a RunPlan in which nothing is "auto". Only the Trainer facade reads
+// TrainerOptions: every value through the plan, and the objects it carries (loggers, callbacks,
+// config) as they are; the loops see the plan only. The `volt` tool reads the same options from
+// a program's command line (volt/options/trainer_flags.h) and lays them out on nodes with the
+// function resolve_run_plan uses (volt/options/run_layout.h).
 #pragma once
 
 #include <cstdint>
@@ -13,6 +15,8 @@
 #include <optional>
 #include <string>
 #include <vector>
+
+#include "volt/options/option_enums.h"
 
 namespace volt {
 
@@ -83,13 +87,6 @@ class DeviceRequest {
   std::vector<int> indices_;
 };
 
-/// How gradients are clipped.
-enum class GradientClipAlgorithm { kNorm, kValue };
-/// "norm" or "value".
-const char* to_string(GradientClipAlgorithm algorithm);
-/// Parses "norm"/"value"; throws volt::Error naming the accepted values.
-GradientClipAlgorithm parse_gradient_clip_algorithm(const std::string& text);
-
 /// The name of the file TrainerOptions::config is saved to in the log directory (LightningCLI's).
 inline constexpr const char* kConfigFileName = "config.yaml";
 
@@ -98,42 +95,43 @@ inline constexpr const char* kConfigFileName = "config.yaml";
 /// Example:
 /// ```
 /// volt::Trainer trainer({.max_epochs = 3, .limit_train_batches = 0.5, .seed = 42});
+/// volt::Trainer ddp({.devices = 2, .strategy = volt::StrategyRequest::kDdp, .precision =
+/// volt::Precision::kBf16Mixed});
 /// ```
 struct TrainerOptions {
   // ---- hardware ------------------------------------------------------------------------------
-  /// "cpu", "gpu" (or its alias "cuda"; CUDA builds) or "auto" (GPUs when this process sees any).
-  std::string accelerator = "auto";
+  /// kCpu, kGpu (CUDA builds) or kAuto (the GPUs when this process sees any).
+  AcceleratorRequest accelerator = AcceleratorRequest::kAuto;
   /// How many devices per node; see DeviceRequest. Under ddp each device is a process; under
   /// dp and ddp2 one process per node drives them all (on CPU: one replica thread each).
   DeviceRequest devices;
   /// The seed documents' GPU request (`gpus=2`, `gpus="0,1"`, -1 for all): CUDA devices, so an
   /// error in CPU builds unless 0. Unset: use accelerator and devices.
   std::optional<DeviceRequest> gpus;
-  /// "auto" (ddp when devices x num_nodes > 1), "single_device", "ddp",
-  /// "ddp_find_unused_parameters_true", "dp" (one process splits each batch across its devices)
-  /// or "ddp2" (dp inside each node, ddp across nodes). `distributed_backend` is the seed
-  /// documents' old name.
-  std::string strategy = "auto";
-  /// "32-true"/"32" (default), "64-true"/"64", "16-mixed"/"16", "bf16-mixed"/"bf16", "16-true" or
-  /// "bf16-true". The mixed modes run the steps under autocast (16-mixed also scales the loss);
-  /// a CPU build with LibTorch 1.13 runs 32-true, 64-true, bf16-mixed and bf16-true.
-  std::string precision = "32-true";
+  /// kAuto (ddp when devices x num_nodes > 1), kSingleDevice, kDdp, kDdpFindUnusedParametersTrue,
+  /// kDp (one process splits each batch across its devices) or kDdp2 (dp inside each node, ddp
+  /// across nodes). The flag's old name `--distributed-backend` is the seed documents'.
+  StrategyRequest strategy = StrategyRequest::kAuto;
+  /// k32True (default), k64True, k16Mixed, kBf16Mixed, k16True or kBf16True. The mixed modes run
+  /// the steps under autocast (16-mixed also scales the loss); a CPU build with LibTorch 1.13 runs
+  /// 32-true, 64-true, bf16-mixed and bf16-true.
+  Precision precision = Precision::k32True;
   /// Seed documents (Lightning 0.x): true means precision='16-mixed' (a note says so).
   bool use_amp = false;
-  /// Seed documents: apex's level with use_amp, "O0" (32-true), "O1"/"O2" (16-mixed) or "O3"
-  /// (16-true); empty: unset.
-  std::string amp_level;
+  /// Seed documents: apex's level with use_amp, O0 (32-true), O1/O2 (16-mixed) or O3 (16-true).
+  std::optional<AmpLevel> amp_level;
   /// Nodes in the job.
   int64_t num_nodes = 1;
-  /// Intra-op threads per process; 0: OMP_NUM_THREADS, else SLURM_CPUS_PER_TASK, else all cores
-  /// divided among this node's processes. Debian's LibTorch starts with 1, so this is set on purpose.
-  int64_t num_threads = 0;
+  /// Intra-op threads per process (>= 1); unset: OMP_NUM_THREADS, else SLURM_CPUS_PER_TASK, else
+  /// all cores divided among this node's processes. Debian's LibTorch starts with 1, so this is
+  /// set on purpose.
+  std::optional<int64_t> num_threads;
   /// ddp: allow parameters that get no gradient in some steps (costs a graph walk per step).
   bool find_unused_parameters = false;
   /// ddp: gradient bucket size in MiB (PyTorch DDP's bucket_cap_mb).
   int64_t bucket_cap_mb = 25;
-  /// ddp: "auto" (gloo on CPU), "gloo", or "nccl" (CUDA builds).
-  std::string process_group_backend = "auto";
+  /// ddp: kAuto (nccl on GPUs in CUDA builds, gloo on CPU), kGloo or kNccl (CUDA builds).
+  ProcessGroupBackend process_group_backend = ProcessGroupBackend::kAuto;
   /// ddp: seconds a collective may wait for a peer before the run fails (a hung rank).
   double process_group_timeout = 120.0;
   /// ddp: seconds to wait for every rank to join the rendezvous before naming the missing ones.
@@ -150,8 +148,8 @@ struct TrainerOptions {
   std::optional<int64_t> max_epochs;
   /// Keep training at least this many epochs even if a callback asks to stop.
   int64_t min_epochs = 0;
-  /// Stop after this many optimizer steps (-1: no limit).
-  int64_t max_steps = -1;
+  /// Stop after this many optimizer steps; unset or -1: no limit.
+  std::optional<int64_t> max_steps;
   /// Batches per training epoch (a count or a fraction).
   BatchLimit limit_train_batches = 1.0;
   /// Batches per validation run.
@@ -219,9 +217,9 @@ struct TrainerOptions {
   /// StopReason::kRequeued. The restarted job resumes from that checkpoint. Never outside SLURM
   /// or in interactive allocations.
   bool auto_requeue = true;
-  /// The signal SLURM sends before the wall time (`#SBATCH --signal=USR1@90`): "SIGUSR1"
-  /// (default), "SIGUSR2" (where NCCL uses SIGUSR1), "SIGHUP", ... with or without "SIG".
-  std::string requeue_signal = "SIGUSR1";
+  /// The signal SLURM sends before the wall time (`#SBATCH --signal=USR1@90`): SIGUSR1 (default),
+  /// SIGUSR2 (where NCCL uses SIGUSR1), SIGHUP, ...
+  RequeueSignal requeue_signal = RequeueSignal::kSigUsr1;
   /// In a SLURM batch job, on SIGTERM (preemption, scancel, the time limit): save an HPC
   /// checkpoint at the next step boundary before stopping, so a requeue resumes from it.
   bool checkpoint_on_sigterm = true;

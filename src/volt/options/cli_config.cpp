@@ -1,4 +1,4 @@
-#include "volt/cli/cli_config.h"
+#include "volt/options/cli_config.h"
 
 #include <fmt/format.h>
 #include <yaml-cpp/yaml.h>
@@ -138,7 +138,10 @@ struct ConfigEntry {
 /// as a flag the user never typed.
 class ConfigReader {
  public:
-  ConfigReader(CLI::App& app, std::string file) : file_(std::move(file)), program_(app.get_name()) {
+  ConfigReader(CLI::App& app, std::string file)
+      : file_(std::move(file)),
+        program_(app.get_name()),
+        skip_unknown_(app.get_allow_config_extras() == CLI::config_extras_mode::ignore_all) {
     if (program_.empty()) program_ = "the program";
     for (CLI::Option* option : app.get_options()) {
       const std::string key = config_key(*option);
@@ -212,6 +215,7 @@ class ConfigReader {
   }
 
   void read_section(const std::string& section, const YAML::Node& node) {
+    if (sections_.count(section) == 0 && skip_unknown_ && find(section).first == nullptr) return;
     if (sections_.count(section) == 0) {
       if (find(section).first != nullptr) {
         throw Error(fmt::format("config file '{}': '{}' takes a value, not a mapping. {}", file_, section, hint()));
@@ -227,6 +231,7 @@ class ConfigReader {
 
   void read_value(const std::string& section, const std::string& key, const YAML::Node& node) {
     const auto [entry, negated] = find(key);
+    if (entry == nullptr && skip_unknown_) return;
     if (entry == nullptr) unknown_key(section, key);
     if (entry->section != section) {
       throw Error(fmt::format(
@@ -297,12 +302,12 @@ class ConfigReader {
 
   std::string flag_text(const std::string& where, const std::string& text, bool negated) const {
     const std::string word = to_lower(text);
-    static const std::set<std::string> kTrue = {"true", "yes", "on", "1"};
-    static const std::set<std::string> kFalse = {"false", "no", "off", "0"};
-    VOLT_CHECK(kTrue.count(word) + kFalse.count(word) == 1,
+    static const std::set<std::string> true_words = {"true", "yes", "on", "1"};
+    static const std::set<std::string> false_words = {"false", "no", "off", "0"};
+    VOLT_CHECK(true_words.count(word) + false_words.count(word) == 1,
                "config file '{}': {}='{}' is not a boolean; expected true or false. HINT: write `{}: true`.", file_,
                where, text, where.substr(where.rfind('.') + 1));
-    return (kTrue.count(word) == 1) != negated ? "true" : "false";
+    return (true_words.count(word) == 1) != negated ? "true" : "false";
   }
 
   /// Converts and validates `input` as the option will, so a bad value names the file and key.
@@ -346,6 +351,9 @@ class ConfigReader {
 
   std::string file_;
   std::string program_;
+  /// True when the app reads only part of the config (CLI::config_extras_mode::ignore_all): the
+  /// `volt` tool reads a program's trainer section and leaves the program's own keys to it.
+  bool skip_unknown_ = false;
   std::vector<ConfigEntry> entries_;
   std::set<std::string> sections_;
   std::map<const CLI::Option*, std::string> given_;

@@ -1,0 +1,16 @@
+#include "volt/cli/run_main.h"
+
+#include <c10/util/Exception.h>
+
+namespace volt {
+
+int run_main(const std::function<int()>& body) {
+  return run_main(body, [](const std::exception& error) -> std::optional<std::string> {
+    if (const auto* torch_error = dynamic_cast<const c10::Error*>(&error)) {
+      return std::string("(LibTorch) ") + torch_error->what_without_backtrace();
+    }
+    return std::nullopt;
+  });
+}
+
+}  // namespace volt

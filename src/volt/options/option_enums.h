@@ -1,0 +1,110 @@
+// The enums of TrainerOptions: each value a user may ask for, with `to_string` and a `parse_*`
+// that the command-line flags, YAML configs and messages share (after Ceres' types.h).
+//
+// Every `parse_*` ignores case and surrounding spaces, accepts exactly what `to_string` writes
+// (plus the aliases it names), and throws volt::Error saying what was given, what is accepted
+// and a HINT. No LibTorch.
+#pragma once
+
+#include <string>
+#include <vector>
+
+namespace volt {
+
+/// Where the user asks the Trainer to run (TrainerOptions::accelerator).
+enum class AcceleratorRequest {
+  kAuto,  ///< "auto": the GPUs when the process sees any, else the CPU
+  kCpu,   ///< "cpu"
+  kGpu,   ///< "gpu" (alias "cuda"): CUDA devices, in CUDA builds
+};
+/// "auto", "cpu" or "gpu".
+const char* to_string(AcceleratorRequest accelerator);
+/// Parses "auto", "cpu", "gpu" or its alias "cuda".
+AcceleratorRequest parse_accelerator_request(const std::string& text);
+
+/// How the user asks the Trainer to spread the work (TrainerOptions::strategy).
+enum class StrategyRequest {
+  kAuto,                         ///< "auto": ddp when devices x num_nodes > 1, else single_device
+  kSingleDevice,                 ///< "single_device": one process, one device
+  kDdp,                          ///< "ddp": one process per device, gradients all-reduced
+  kDdpFindUnusedParametersTrue,  ///< "ddp_find_unused_parameters_true": ddp with find_unused_parameters
+  kDp,                           ///< "dp": one process splits each batch across its node's devices
+  kDdp2,                         ///< "ddp2": dp inside each node, ddp across nodes
+};
+/// "auto", "single_device", "ddp", "ddp_find_unused_parameters_true", "dp" or "ddp2".
+const char* to_string(StrategyRequest strategy);
+/// Parses one of the names to_string writes.
+StrategyRequest parse_strategy_request(const std::string& text);
+
+/// The numeric precision of parameters and computation (Lightning's `precision=`).
+enum class Precision {
+  k32True,     ///< "32-true": float32 everywhere (the default)
+  k64True,     ///< "64-true": the module and floating inputs in float64
+  k16Mixed,    ///< "16-mixed": float32 weights, float16 autocast, dynamic loss scaling
+  kBf16Mixed,  ///< "bf16-mixed": float32 weights, bfloat16 autocast, no loss scaling
+  k16True,     ///< "16-true": the module and floating inputs in float16
+  kBf16True,   ///< "bf16-true": the module and floating inputs in bfloat16
+};
+/// "32-true", "64-true", "16-mixed", "bf16-mixed", "16-true" or "bf16-true".
+const char* to_string(Precision precision);
+/// Parses a precision name or one of Lightning's short aliases: 32, 64, 16 (16-mixed) and
+/// "bf16" (bf16-mixed). Whether this build can run the mode is check_precision_supported's
+/// question (volt/precision/precision.h).
+Precision parse_precision(const std::string& text);
+/// True for the autocast modes (16-mixed, bf16-mixed).
+bool is_mixed(Precision precision);
+/// `precisions` for messages, with their aliases: "'32-true' (alias 32), '16-true'".
+std::string describe_precisions(const std::vector<Precision>& precisions);
+
+/// Apex's optimization levels, which the seed documents (Lightning 0.x) set with use_amp.
+enum class AmpLevel {
+  kO0,  ///< "O0": float32 (32-true)
+  kO1,  ///< "O1": mixed precision (16-mixed)
+  kO2,  ///< "O2": float16 weights with float32 master copies (16-mixed, the nearest native mode)
+  kO3,  ///< "O3": float16 (16-true)
+};
+/// "O0", "O1", "O2" or "O3".
+const char* to_string(AmpLevel level);
+/// Parses "O0".."O3" (the letter O, any case).
+AmpLevel parse_amp_level(const std::string& text);
+
+/// The c10d backend the user asks ddp to use (TrainerOptions::process_group_backend).
+enum class ProcessGroupBackend {
+  kAuto,  ///< "auto": nccl for GPUs (CUDA builds), gloo for CPUs
+  kGloo,  ///< "gloo"
+  kNccl,  ///< "nccl": CUDA tensors, in CUDA builds
+};
+/// "auto", "gloo" or "nccl".
+const char* to_string(ProcessGroupBackend backend);
+/// Parses "auto", "gloo" or "nccl".
+ProcessGroupBackend parse_process_group_backend(const std::string& text);
+
+/// How gradients are clipped.
+enum class GradientClipAlgorithm {
+  kNorm,   ///< "norm": scale all gradients so their total norm is at most the value
+  kValue,  ///< "value": clamp each gradient element to [-value, value]
+};
+/// "norm" or "value".
+const char* to_string(GradientClipAlgorithm algorithm);
+/// Parses "norm" or "value".
+GradientClipAlgorithm parse_gradient_clip_algorithm(const std::string& text);
+
+/// The signal SLURM sends before the time limit that makes the Trainer save and requeue its job
+/// (`#SBATCH --signal=USR1@90`). SIGTERM and SIGINT are not among them: they already stop the run.
+enum class RequeueSignal {
+  kSigUsr1,  ///< "SIGUSR1" (the default)
+  kSigUsr2,  ///< "SIGUSR2" (where NCCL uses SIGUSR1)
+  kSigHup,   ///< "SIGHUP"
+  kSigAlrm,  ///< "SIGALRM"
+  kSigQuit,  ///< "SIGQUIT"
+  kSigCont,  ///< "SIGCONT"
+};
+/// "SIGUSR1", "SIGUSR2", "SIGHUP", "SIGALRM", "SIGQUIT" or "SIGCONT".
+const char* to_string(RequeueSignal signal);
+/// Parses a signal name with or without "SIG" ("SIGUSR2", "usr2") or its number on this system.
+/// SIGTERM and SIGINT are refused (they already stop the run), as is any other signal.
+RequeueSignal parse_requeue_signal(const std::string& text);
+/// The signal's number on this system (SIGUSR1 for kSigUsr1).
+int signal_number(RequeueSignal signal);
+
+}  // namespace volt

@@ -1,0 +1,161 @@
+#include "volt/options/trainer_flags.h"
+
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <fstream>
+
+#include "volt/core/testing.h"
+#include "volt/loggers/hparams_yaml.h"
+#include "volt/options/cli_config.h"
+
+namespace volt {
+namespace {
+
+/// A program with only the Trainer flags.
+struct Flags {
+  CLI::App app{"test program", "prog"};
+  TrainerOptions options;
+  TrainerFlagText text;
+
+  Flags() { add_trainer_flags(app, options, text); }
+
+  /// Parses `args` (without the program name) and applies the Trainer flags.
+  TrainerOptions& parse(const std::vector<std::string>& args) {
+    app.parse(std::vector<std::string>(args.rbegin(), args.rend()));  // CLI11 takes them reversed
+    apply_trainer_flags(text, options);
+    return options;
+  }
+};
+
+std::string write_file(const std::string& name, const std::string& text) {
+  std::string path = ::testing::TempDir() + std::to_string(::getpid()) + "_" + name;
+  std::ofstream(path) << text;
+  return path;
+}
+
+/// What parsing `args` throws as a volt::Error.
+std::string flag_error(const std::vector<std::string>& args) {
+  return volt::testing::error_message([&] { Flags().parse(args); });
+}
+
+TEST(TrainerFlags, EnumFlagsParseIntoTheOptionEnums) {
+  Flags flags;
+  const TrainerOptions& o = flags.parse({"--accelerator", "cuda", "--strategy", "ddp2", "--precision", "bf16",
+                                         "--amp-level", "o1", "--process-group-backend", "gloo", "--requeue-signal",
+                                         "usr2", "--gradient-clip-algorithm", "value"});
+  EXPECT_EQ(o.accelerator, AcceleratorRequest::kGpu);
+  EXPECT_EQ(o.strategy, StrategyRequest::kDdp2);
+  EXPECT_EQ(o.precision, Precision::kBf16Mixed);
+  EXPECT_EQ(o.amp_level, AmpLevel::kO1);
+  EXPECT_EQ(o.process_group_backend, ProcessGroupBackend::kGloo);
+  EXPECT_EQ(o.requeue_signal, RequeueSignal::kSigUsr2);
+  EXPECT_EQ(o.gradient_clip_algorithm, GradientClipAlgorithm::kValue);
+  EXPECT_EQ(Flags().parse({"--distributed-backend", "dp"}).strategy, StrategyRequest::kDp);
+}
+
+TEST(TrainerFlags, DevicesAndGpusAreDeviceRequests) {
+  Flags flags;
+  const TrainerOptions& o = flags.parse({"--devices", "0,1", "--gpus", "-1"});
+  EXPECT_EQ(o.devices.indices(), (std::vector<int>{0, 1}));
+  ASSERT_TRUE(o.gpus.has_value());
+  EXPECT_EQ(o.gpus->count(), -1);
+}
+
+TEST(TrainerFlags, FlagsNotGivenLeaveTheOptionsAsTheProgramSetThem) {
+  Flags flags;
+  flags.options.strategy = StrategyRequest::kDdp;
+  flags.options.max_steps = 5;
+  const TrainerOptions& o = flags.parse({});
+  EXPECT_EQ(o.strategy, StrategyRequest::kDdp);
+  EXPECT_EQ(o.max_steps, 5);
+  EXPECT_FALSE(o.num_threads.has_value());
+  EXPECT_FALSE(o.gpus.has_value());
+  EXPECT_FALSE(o.amp_level.has_value());
+}
+
+TEST(TrainerFlags, MaxStepsAndThreadsAreOptional) {
+  EXPECT_EQ(Flags().parse({"--max-steps", "10"}).max_steps, 10);
+  EXPECT_EQ(Flags().parse({"--max-steps", "-1"}).max_steps, -1);  // Lightning's "no limit", kept as given
+  EXPECT_EQ(Flags().parse({"--num-threads", "2"}).num_threads, 2);
+  // 0 is the flag's old "automatic", still in configs printed before: it leaves num_threads unset.
+  EXPECT_FALSE(Flags().parse({"--num-threads", "0"}).num_threads.has_value());
+  const std::string message = flag_error({"--num-threads", "-2"});
+  EXPECT_NE(message.find("--num-threads=-2 must be >= 1"), std::string::npos) << message;
+  EXPECT_NE(message.find("HINT:"), std::string::npos) << message;
+}
+
+TEST(TrainerFlags, InvalidValuesAreErrorsNamingTheValueWithAHint) {
+  const std::vector<std::pair<std::vector<std::string>, std::string>> cases = {
+      {{"--strategy", "dpp"}, "strategy='dpp' is not supported"},
+      {{"--accelerator", "tpu"}, "accelerator='tpu' is not supported"},
+      {{"--precision", "8"}, "precision='8' is not a precision"},
+      {{"--amp-level", "O7"}, "amp_level='O7'"},
+      {{"--process-group-backend", "mpi"}, "process_group_backend='mpi'"},
+      {{"--requeue-signal", "TERM"}, "requeue_signal='TERM' already stops the run"},
+      {{"--devices", "many"}, "devices='many' is invalid"},
+      {{"--gpus", "-3"}, "devices=-3 is invalid"},
+      {{"--limit-train-batches", "1.5"}, "--limit-train-batches='1.5' is out of range"},
+      {{"--seed", "-1"}, "--seed=-1 must be >= 0"},
+  };
+  for (const auto& [args, expected] : cases) {
+    const std::string message = flag_error(args);
+    EXPECT_NE(message.find(expected), std::string::npos) << message;
+    EXPECT_NE(message.find("HINT:"), std::string::npos) << message;
+  }
+}
+
+TEST(TrainerFlags, ConfigFilesSetTheEnumsAndNameTheKeyOfABadValue) {
+  Flags flags;
+  const TrainerOptions& o = flags.parse({"--config", write_file("enums.yaml", R"(
+trainer:
+  strategy: dp
+  precision: bf16-mixed
+  devices: 2
+  requeue_signal: SIGUSR2
+  max_steps: 7
+)")});
+  EXPECT_EQ(o.strategy, StrategyRequest::kDp);
+  EXPECT_EQ(o.precision, Precision::kBf16Mixed);
+  EXPECT_EQ(o.devices.count(), 2);
+  EXPECT_EQ(o.requeue_signal, RequeueSignal::kSigUsr2);
+  EXPECT_EQ(o.max_steps, 7);
+  const std::string message = flag_error({"--config", write_file("bad_enum.yaml", "trainer:\n  strategy: dpp\n")});
+  EXPECT_NE(message.find("trainer.strategy='dpp' is not accepted"), std::string::npos) << message;
+  EXPECT_NE(message.find("HINT:"), std::string::npos) << message;
+}
+
+TEST(TrainerFlags, TheResolvedConfigShowsEveryEnumByName) {
+  Flags flags;
+  flags.parse({"--strategy", "ddp"});
+  const nlohmann::json trainer = resolved_config(flags.app)["trainer"];
+  EXPECT_EQ(trainer["accelerator"], "auto");
+  EXPECT_EQ(trainer["strategy"], "ddp");
+  EXPECT_EQ(trainer["precision"], "32-true");
+  EXPECT_EQ(trainer["process_group_backend"], "auto");
+  EXPECT_EQ(trainer["requeue_signal"], "SIGUSR1");
+  EXPECT_EQ(trainer["gradient_clip_algorithm"], "norm");
+  EXPECT_EQ(trainer["max_steps"], nullptr);
+  EXPECT_EQ(trainer["num_threads"], nullptr);
+  EXPECT_EQ(trainer["gpus"], "");  // unset; read back, '' keeps it unset
+  EXPECT_EQ(trainer["amp_level"], "");
+}
+
+TEST(TrainerFlags, APrintedConfigReadsBackToTheSameOptions) {
+  Flags first;
+  first.parse({"--strategy", "ddp2", "--devices", "2", "--num-nodes", "2", "--precision", "bf16-true",
+               "--requeue-signal", "SIGHUP", "--max-steps", "9", "--num-threads", "3", "--amp-level", "O2"});
+  const nlohmann::json printed = resolved_config(first.app);
+  Flags second;
+  const TrainerOptions& o = second.parse({"--config", write_file("printed_enums.yaml", to_hparams_yaml(printed))});
+  EXPECT_EQ(resolved_config(second.app), printed) << to_hparams_yaml(printed);
+  EXPECT_EQ(o.strategy, StrategyRequest::kDdp2);
+  EXPECT_EQ(o.precision, Precision::kBf16True);
+  EXPECT_EQ(o.requeue_signal, RequeueSignal::kSigHup);
+  EXPECT_EQ(o.max_steps, 9);
+  EXPECT_EQ(o.num_threads, 3);
+  EXPECT_EQ(o.amp_level, AmpLevel::kO2);
+}
+
+}  // namespace
+}  // namespace volt
