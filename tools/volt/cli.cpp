@@ -22,6 +22,7 @@
 #include "volt/core/env.h"
 #include "volt/core/error.h"
 #include "volt/core/strings.h"
+#include "volt/options/run_main.h"
 #include "volt/slurm/job_spec.h"
 #include "volt/slurm/sweep.h"
 
@@ -53,8 +54,9 @@ struct SweepFlags {
 
 void add_check_flags(CLI::App& app, CheckFlags& flags) {
   app.add_flag("--no-check", flags.no_check,
-               "skip the checks of the job against the program's Trainer flags (--devices, --num-nodes, "
-               "--accelerator, --no-auto-requeue, --requeue-signal)");
+               "skip the checks of the job against the program's Trainer flags (read with the program's own flag "
+               "definitions: --devices, --gpus, --num-nodes, --strategy, --accelerator, --auto-requeue, "
+               "--requeue-signal, --config ...)");
   app.add_option("program", flags.program, "the training program and its arguments, after --");
 }
 
@@ -608,17 +610,13 @@ int run_volt_tool(int argc, const char* const* argv) {
   } catch (const CLI::ParseError& e) {
     if (e.get_exit_code() == 0) return app.exit(e);
     std::cerr << fmt::format(
-        "volt: {}\nHINT: run `{} --help` for the flags; put the program and its arguments after "
+        "error: {}\nHINT: run `{} --help` for the flags; put the program and its arguments after "
         "'--'.\n",
         e.what(), command_path(app));
-    return 1;
+    return kExitUsage;
   }
-  try {
-    return action ? action() : 1;
-  } catch (const Error& e) {
-    std::cerr << "volt: " << e.what() << "\n";
-    return 1;
-  }
+  // The exit codes of every Volt program: 1 for bad input, 70 for a bug.
+  return run_main([&] { return action ? action() : kExitUsage; }, {});
 }
 
 }  // namespace volt::tool

@@ -8,8 +8,10 @@
 
 namespace volt::tool {
 
-/// Runs `volt` with `argv` and returns its exit code: 0 on success (and for --help), 1 for bad
-/// input or a failed SLURM command, each reported on stderr with a HINT.
+/// Runs `volt` with `argv` and returns its exit code, as volt::run_main maps them for every Volt
+/// program: 0 on success (and for --help), kExitBadInput (1) for bad input or a failed SLURM
+/// command, kExitUsage (2) for a command line that does not parse (an unknown flag, a missing
+/// subcommand), kExitInternalError (70) for a bug; each reported on stderr with a HINT.
 int run_volt_tool(int argc, const char* const* argv);
 
 }  // namespace volt::tool

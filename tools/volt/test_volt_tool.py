@@ -100,17 +100,75 @@ def test_a_device_mismatch_exits_1_with_the_hint():
 @pytest.mark.parametrize("args, expected", [
     (["slurm", "render", "--nodes", "two", "--", "./train"], "--nodes='two' is not a whole number"),
     (["slurm", "render", "--time", "1:00:00"], "no program given"),
-    (["slurm", "render", "--time", "1:00:00", "./train", "--devices", "2"], "not expected: --devices"),
-    (["slurm", "render", "--bogus", "--", "./train"], "--bogus"),
-    (["slurm"], "A subcommand is required"),
     (["sweep", "render", "--out", "x", "--param", "lr=0.1", "--", "./train"], "has no KIND:"),
     (["sweep", "render", "--out", "x", "--param", "lr=uniform:0:1", "--", "./train"], "grid"),
+    (["slurm", "render", "--time", "1", "--", "./train", "--strategy", "dpp"], "strategy='dpp' is not supported"),
+    (["slurm", "render", "--time", "1", "--", "./train", "--devices", "many"], "devices='many' is invalid"),
+    (["slurm", "render", "--time", "1", "--", "./train", "--requeue-signal", "TERM"], "already stops the run"),
+    (["slurm", "render", "--time", "1", "--", "./train", "--config", "missing.yaml"], "missing.yaml"),
+    (["slurm", "render", "--nodes", "2", "--time", "1", "--", "./train", "--strategy", "dp", "--devices", "2",
+      "--num-nodes", "2"], "strategy='dp' runs one process on one node"),
 ])
 def test_bad_input_exits_1_naming_it_with_a_hint(tmp_path, args, expected):
     result = run(*args, cwd=tmp_path)
     assert result.returncode == 1, result.stdout
     assert expected in result.stderr
     assert "HINT:" in result.stderr
+
+
+@pytest.mark.parametrize("args, expected", [
+    (["slurm", "render", "--time", "1:00:00", "./train", "--devices", "2"], "not expected: --devices"),
+    (["slurm", "render", "--bogus", "--", "./train"], "--bogus"),
+    (["slurm"], "A subcommand is required"),
+    (["slurm", "render", "--nodes"], "--nodes"),
+])
+def test_a_command_line_that_does_not_parse_exits_2_as_volt_programs_do(tmp_path, args, expected):
+    # volt::run_main's codes: 1 for bad input, 2 for usage (unknown flags, missing subcommands).
+    result = run(*args, cwd=tmp_path)
+    assert result.returncode == 2, result.stdout
+    assert expected in result.stderr
+    assert "HINT:" in result.stderr
+
+
+def render_ranks(*program, job=("--nodes", "2", "--ntasks-per-node", "1")):
+    """`volt slurm render` for `program`; the ranks of its rank table, as (global, local, node) rows."""
+    result = run("slurm", "render", *job, "--time", "01:00:00", "--", "./train", *program)
+    rows = [line.split()[1:] for line in result.stdout.splitlines() if line.startswith("# node")]
+    return result, [(r[5], r[6], r[7]) for r in rows]
+
+
+def test_ddp2_runs_one_task_per_node_as_the_trainer_does():
+    # Issue #11: this job was refused with a HINT (2 tasks per node) that the Trainer then rejected.
+    result, ranks = render_ranks("--strategy", "ddp2", "--devices", "2", "--num-nodes", "2")
+    assert result.returncode == 0, result.stderr
+    assert "#SBATCH --ntasks-per-node=1\n" in result.stdout
+    assert ranks == [("0", "0", "0"), ("1", "0", "1")]
+    refused, _ = render_ranks("--strategy", "ddp2", "--devices", "2", "--num-nodes", "2",
+                              job=("--nodes", "2", "--ntasks-per-node", "2"))
+    assert refused.returncode == 1
+    assert "the Trainer runs 1 process per node (strategy=ddp2)" in refused.stderr
+    assert "HINT: set ntasks_per_node=1." in refused.stderr
+
+
+def test_gpus_strategy_and_config_are_read_as_the_program_reads_them(tmp_path):
+    gpus = run("slurm", "render", "--nodes", "1", "--ntasks-per-node", "2", "--time", "10", "--", "./train",
+               "--gpus", "2")
+    assert gpus.returncode == 1  # the job reserves no GPUs for gpus=2
+    assert "the Trainer uses devices=2 GPUs per node" in gpus.stderr
+    assert run("slurm", "render", "--nodes", "1", "--ntasks-per-node", "2", "--gpus-per-node", "2", "--time", "10",
+               "--", "./train", "--gpus", "2").returncode == 0
+    dp, ranks = render_ranks("--strategy", "dp", "--devices", "4", "--lr", "0.1", job=("--ntasks-per-node", "1"))
+    assert dp.returncode == 0, dp.stderr
+    assert len(ranks) == 1
+    config = tmp_path / "run.yaml"
+    config.write_text("trainer:\n  devices: 2\n  num_nodes: 2\nmodel:\n  lr: 0.1\nsave_top_k: 3\n")
+    fits = run("slurm", "render", "--nodes", "2", "--ntasks-per-node", "2", "--time", "10", "--", "./train",
+               "--config", "run.yaml", cwd=tmp_path)
+    assert fits.returncode == 0, fits.stderr
+    differs = run("slurm", "render", "--nodes", "2", "--ntasks-per-node", "1", "--time", "10", "--", "./train",
+                  "--config", "run.yaml", cwd=tmp_path)
+    assert differs.returncode == 1
+    assert "the Trainer runs devices=2 per node" in differs.stderr
 
 
 def sweep_args(out, *extra):
