@@ -5,21 +5,6 @@
 
 namespace volt {
 
-const char* to_string(Mode mode) {
-  switch (mode) {
-    case Mode::kMin:
-      return "min";
-    case Mode::kMax:
-      return "max";
-  }
-  return "?";
-}
-
-Mode parse_mode(const std::string& text) {
-  const Mode all[] = {Mode::kMin, Mode::kMax};
-  return parse_enum(text, all, "mode");
-}
-
 namespace internal {
 
 double monitored_value(const std::map<std::string, double>* metrics, const std::string& monitor,

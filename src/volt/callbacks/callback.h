@@ -10,7 +10,8 @@
 #include <string>
 #include <vector>
 
-#include "volt/module/state_dict.h"
+#include "volt/base/monitor_mode.h"
+#include "volt/base/state_dict.h"
 
 namespace volt {
 
@@ -96,13 +97,6 @@ class Callback {
   /// Restores what state_dict returned.
   virtual void load_state_dict(const StateDict& state) {}
 };
-
-/// Whether a monitored metric should go down or up.
-enum class Mode { kMin, kMax };
-/// "min" or "max".
-const char* to_string(Mode mode);
-/// Parses "min"/"max"; throws volt::Error naming the accepted values.
-Mode parse_mode(const std::string& text);
 
 namespace internal {
 /// Looks up `monitor` in `metrics`; throws volt::Error listing the available names with a HINT.

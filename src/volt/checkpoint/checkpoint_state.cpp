@@ -5,6 +5,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "volt/base/state_dict.h"
 #include "volt/callbacks/callback.h"
 #include "volt/core/error.h"
 #include "volt/core/strings.h"
@@ -208,7 +209,7 @@ FitProgress restore_checkpoint(const c10::IValue& checkpoint, const TrainingPart
     const StateDict state = as_dict(scheduler_states.toListRef()[i], "lr_schedulers", path);
     // A checkpoint read back from bytes holds Any-keyed dicts, which toTypedDict refuses:
     // copy the entries into the string-keyed dict the scheduler takes.
-    c10::impl::GenericDict typed(c10::StringType::get(), c10::AnyType::get());
+    c10::impl::GenericDict typed = make_state_dict();
     for (const auto& e : state) {
       if (!e.key().isString()) {
         throw CheckpointError(

@@ -19,8 +19,8 @@
 #include <string>
 #include <vector>
 
+#include "volt/base/state_dict.h"
 #include "volt/module/lightning_module.h"
-#include "volt/module/state_dict.h"
 
 namespace volt {
 

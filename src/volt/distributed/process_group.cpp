@@ -12,7 +12,7 @@
 
 #include "volt/core/error.h"
 #include "volt/core/strings.h"
-#include "volt/torch_compat.h"
+#include "volt/distributed/c10d_compat.h"
 
 namespace volt {
 

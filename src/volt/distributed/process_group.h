@@ -11,8 +11,8 @@
 #include <string>
 #include <vector>
 
+#include "volt/base/reduce.h"
 #include "volt/distributed/topology.h"
-#include "volt/module/log_options.h"
 
 namespace c10d {
 class ProcessGroup;

@@ -5,25 +5,6 @@
 
 namespace volt {
 
-const char* to_string(Reduce reduce) {
-  switch (reduce) {
-    case Reduce::kMean:
-      return "mean";
-    case Reduce::kSum:
-      return "sum";
-    case Reduce::kMax:
-      return "max";
-    case Reduce::kMin:
-      return "min";
-  }
-  return "?";
-}
-
-Reduce parse_reduce(const std::string& text) {
-  const Reduce all[] = {Reduce::kMean, Reduce::kSum, Reduce::kMax, Reduce::kMin};
-  return parse_enum(text, all, "reduce_fx");
-}
-
 const char* to_string(Interval interval) {
   switch (interval) {
     case Interval::kEpoch:

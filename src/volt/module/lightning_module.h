@@ -10,9 +10,9 @@
 #include <string>
 #include <vector>
 
+#include "volt/base/state_dict.h"
 #include "volt/data/data_loader.h"
 #include "volt/module/log_options.h"
-#include "volt/module/state_dict.h"
 
 namespace volt {
 

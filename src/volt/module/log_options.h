@@ -4,15 +4,9 @@
 #include <optional>
 #include <string>
 
+#include "volt/base/reduce.h"
+
 namespace volt {
-
-/// How values logged on several steps become one epoch value.
-enum class Reduce { kMean, kSum, kMax, kMin };
-
-/// The name of `reduce` ("mean", "sum", "max", "min").
-const char* to_string(Reduce reduce);
-/// Parses a Reduce name; throws volt::Error listing the accepted names.
-Reduce parse_reduce(const std::string& text);
 
 /// Options of LightningModule::log, with Lightning's defaults.
 ///

@@ -175,15 +175,7 @@ at::Tensor FieldReader::tensor_like(const char* key, const at::Tensor& like) {
   return tensor.to(like.device(), dtype, /*non_blocking=*/false, /*copy=*/true);
 }
 
-c10::impl::GenericDict new_string_dict() { return c10::impl::GenericDict(c10::StringType::get(), c10::AnyType::get()); }
-
 c10::impl::GenericDict new_int_dict() { return c10::impl::GenericDict(c10::IntType::get(), c10::AnyType::get()); }
-
-std::string bullet_list(const Problems& problems) {
-  std::string result;
-  for (const std::string& problem : problems) result += "\n  - " + problem;
-  return result;
-}
 
 std::string shape_string(at::IntArrayRef sizes) {
   std::vector<std::string> dims;

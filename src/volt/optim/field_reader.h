@@ -11,10 +11,9 @@
 #include <string>
 #include <vector>
 
-namespace volt::internal {
+#include "volt/core/problems.h"
 
-/// Problems found while reading a checkpoint, gathered so that one error can list all of them.
-using Problems = std::vector<std::string>;
+namespace volt::internal {
 
 /// Reads the fields of one dictionary of a checkpoint.
 ///
@@ -69,12 +68,8 @@ class FieldReader {
   Problems* problems_;
 };
 
-/// A dict with string keys and values of any type, the layout of every checkpoint dict.
-c10::impl::GenericDict new_string_dict();
 /// A dict with int keys and values of any type (PyTorch's optimizer "state").
 c10::impl::GenericDict new_int_dict();
-/// `problems` as one bulleted message body.
-std::string bullet_list(const Problems& problems);
 /// A shape as PyTorch prints it, e.g. "[2, 3]".
 std::string shape_string(at::IntArrayRef sizes);
 

@@ -8,6 +8,7 @@
 #include <limits>
 #include <utility>
 
+#include "volt/base/state_dict.h"
 #include "volt/core/error.h"
 #include "volt/core/strings.h"
 #include "volt/optim/field_reader.h"
@@ -16,8 +17,8 @@ namespace volt {
 namespace {
 
 using internal::FieldReader;
-using internal::Problems;
-using StateDict = c10::Dict<std::string, c10::IValue>;
+/// The scheduler state as its public API types it (string keys).
+using TypedDict = c10::Dict<std::string, c10::IValue>;
 
 constexpr double kPi = 3.14159265358979323846;
 
@@ -103,9 +104,9 @@ void LRScheduler::set_lrs(const std::vector<double>& lrs) {
   }
 }
 
-StateDict LRScheduler::state_dict() const {
+TypedDict LRScheduler::state_dict() const {
   // c10::Dict<std::string, IValue> has no default constructor (its value type must be given).
-  StateDict state = c10::impl::toTypedDict<std::string, c10::IValue>(internal::new_string_dict());
+  TypedDict state = c10::impl::toTypedDict<std::string, c10::IValue>(make_state_dict());
   state.insert(kSchedulerKindKey, name());
   state.insert("last_epoch", last_epoch_);
   state.insert("_step_count", step_count_);
@@ -115,9 +116,9 @@ StateDict LRScheduler::state_dict() const {
   return state;
 }
 
-void LRScheduler::load_state_dict(const StateDict& state) {
+void LRScheduler::load_state_dict(const TypedDict& state) {
   // Fields are assigned as they are read; on a problem, the state from before is put back.
-  const StateDict before = state_dict();
+  const TypedDict before = state_dict();
   try {
     load_or_throw(state);
   } catch (...) {
@@ -126,7 +127,7 @@ void LRScheduler::load_state_dict(const StateDict& state) {
   }
 }
 
-void LRScheduler::load_or_throw(const StateDict& state) {
+void LRScheduler::load_or_throw(const TypedDict& state) {
   Problems problems;
   FieldReader reader(c10::impl::toGenericDict(state), "scheduler state", problems);
   if (reader.has(kSchedulerKindKey)) {
@@ -144,10 +145,9 @@ void LRScheduler::load_or_throw(const StateDict& state) {
   }
   if (problems.empty()) return;
   throw CheckpointError(
-      fmt::format("the {} state does not fit this scheduler:{}\nHINT: create the same scheduler over the "
-                  "same optimizer as the run that wrote the checkpoint, or resume without the scheduler "
-                  "state.",
-                  name(), internal::bullet_list(problems)));
+      fmt::format("{}\nHINT: create the same scheduler over the same optimizer as the run that wrote the "
+                  "checkpoint, or resume without the scheduler state.",
+                  describe_problems(fmt::format("the {} state", name()), problems)));
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -170,7 +170,7 @@ std::vector<double> StepLR::compute_lrs() {
   return lrs;
 }
 
-void StepLR::save_fields(StateDict& state) const {
+void StepLR::save_fields(TypedDict& state) const {
   state.insert("step_size", step_size_);
   state.insert("gamma", gamma_);
 }
@@ -202,7 +202,7 @@ std::vector<double> MultiStepLR::compute_lrs() {
   return lrs;
 }
 
-void MultiStepLR::save_fields(StateDict& state) const {
+void MultiStepLR::save_fields(TypedDict& state) const {
   state.insert("milestones", c10::List<int64_t>(milestones_));
   state.insert("gamma", gamma_);
 }
@@ -249,7 +249,7 @@ std::vector<double> ExponentialLR::compute_lrs() {
   return lrs;
 }
 
-void ExponentialLR::save_fields(StateDict& state) const { state.insert("gamma", gamma_); }
+void ExponentialLR::save_fields(TypedDict& state) const { state.insert("gamma", gamma_); }
 
 void ExponentialLR::load_fields(FieldReader& reader) {
   if (const auto v = reader.number("gamma")) gamma_ = *v;
@@ -275,7 +275,7 @@ std::vector<double> CosineAnnealingLR::compute_lrs() {
   return lrs;
 }
 
-void CosineAnnealingLR::save_fields(StateDict& state) const {
+void CosineAnnealingLR::save_fields(TypedDict& state) const {
   state.insert("T_max", t_max_);
   state.insert("eta_min", eta_min_);
 }
@@ -304,7 +304,7 @@ std::vector<double> LambdaLR::compute_lrs() {
   return lrs;
 }
 
-void LambdaLR::save_fields(StateDict& state) const {
+void LambdaLR::save_fields(TypedDict& state) const {
   // Functions cannot be saved; PyTorch writes None for each group's plain function too.
   c10::impl::GenericList lambdas(c10::AnyType::get());
   for (size_t i = 0; i < group_count(); ++i) lambdas.push_back(c10::IValue());
@@ -313,21 +313,6 @@ void LambdaLR::save_fields(StateDict& state) const {
 
 // ---------------------------------------------------------------------------------------------
 // ReduceLROnPlateau
-
-const char* to_string(PlateauMode mode) {
-  switch (mode) {
-    case PlateauMode::kMin:
-      return "min";
-    case PlateauMode::kMax:
-      return "max";
-  }
-  VOLT_INTERNAL_ASSERT(false, "unknown PlateauMode {}", static_cast<int>(mode));
-}
-
-PlateauMode parse_plateau_mode(std::string_view text) {
-  static constexpr PlateauMode kValues[] = {PlateauMode::kMin, PlateauMode::kMax};
-  return parse_enum(text, kValues, "plateau mode");
-}
 
 const char* to_string(ThresholdMode mode) {
   switch (mode) {
@@ -347,14 +332,14 @@ ThresholdMode parse_threshold_mode(std::string_view text) {
 namespace {
 
 /// The value a metric starts out "best" at: any first metric improves on it.
-double mode_worse(PlateauMode mode) {
+double mode_worse(Mode mode) {
   switch (mode) {
-    case PlateauMode::kMin:
+    case Mode::kMin:
       return std::numeric_limits<double>::infinity();
-    case PlateauMode::kMax:
+    case Mode::kMax:
       return -std::numeric_limits<double>::infinity();
   }
-  VOLT_INTERNAL_ASSERT(false, "unknown PlateauMode {}", static_cast<int>(mode));
+  VOLT_INTERNAL_ASSERT(false, "unknown Mode {}", static_cast<int>(mode));
 }
 
 }  // namespace
@@ -379,7 +364,7 @@ ReduceLROnPlateau::ReduceLROnPlateau(torch::optim::Optimizer& optimizer, const R
 bool ReduceLROnPlateau::is_better(double metric) const {
   const double threshold = options_.threshold;
   switch (options_.mode) {
-    case PlateauMode::kMin:
+    case Mode::kMin:
       switch (options_.threshold_mode) {
         case ThresholdMode::kRel:
           return metric < best_ * (1 - threshold);
@@ -387,7 +372,7 @@ bool ReduceLROnPlateau::is_better(double metric) const {
           return metric < best_ - threshold;
       }
       break;
-    case PlateauMode::kMax:
+    case Mode::kMax:
       switch (options_.threshold_mode) {
         case ThresholdMode::kRel:
           return metric > best_ * (threshold + 1);
@@ -429,7 +414,7 @@ std::vector<double> ReduceLROnPlateau::compute_lrs() {
   return lrs;
 }
 
-void ReduceLROnPlateau::save_fields(StateDict& state) const {
+void ReduceLROnPlateau::save_fields(TypedDict& state) const {
   state.insert("mode", to_string(options_.mode));
   state.insert("factor", options_.factor);
   state.insert("patience", options_.patience);
@@ -447,7 +432,7 @@ void ReduceLROnPlateau::save_fields(StateDict& state) const {
 void ReduceLROnPlateau::load_fields(FieldReader& reader) {
   if (const auto v = reader.string("mode")) {
     try {
-      options_.mode = parse_plateau_mode(*v);
+      options_.mode = parse_mode(*v);
     } catch (const Error& e) {
       reader.problem(fmt::format("{}: {}", reader.name("mode"), e.what()));
     }

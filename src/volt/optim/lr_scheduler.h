@@ -27,6 +27,8 @@
 #include <string_view>
 #include <vector>
 
+#include "volt/base/monitor_mode.h"
+
 namespace volt {
 
 namespace internal {
@@ -204,13 +206,6 @@ class LambdaLR final : public LRScheduler {
   std::function<double(int64_t)> lr_lambda_;
 };
 
-/// Whether ReduceLROnPlateau's metric should go down ("min", a loss) or up ("max", an accuracy).
-enum class PlateauMode { kMin, kMax };
-/// "min" or "max".
-const char* to_string(PlateauMode mode);
-/// Parses "min" or "max"; throws volt::Error listing the accepted names.
-PlateauMode parse_plateau_mode(std::string_view text);
-
 /// How ReduceLROnPlateau's threshold measures an improvement: relative to the best value so far
 /// ("rel": better than best * (1 -/+ threshold)) or absolute ("abs": best -/+ threshold).
 enum class ThresholdMode { kRel, kAbs };
@@ -224,12 +219,12 @@ ThresholdMode parse_threshold_mode(std::string_view text);
 /// Example (an accuracy that should rise):
 ///
 ///     volt::ReduceLROnPlateauOptions options;
-///     options.mode = volt::PlateauMode::kMax;
+///     options.mode = volt::Mode::kMax;
 ///     options.patience = 3;
 ///     volt::ReduceLROnPlateau scheduler(optimizer, options);
 struct ReduceLROnPlateauOptions {
   /// Whether the metric should decrease (kMin) or increase (kMax).
-  PlateauMode mode = PlateauMode::kMin;
+  Mode mode = Mode::kMin;
   /// The lr is multiplied by this when the metric plateaus; in (0, 1).
   double factor = 0.1;
   /// How many periods without improvement are tolerated before the lr is reduced; >= 0.

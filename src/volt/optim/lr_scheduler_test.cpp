@@ -293,7 +293,7 @@ const LrPairs kMinExpected = {{0.1, 0.05},   {0.1, 0.05},   {0.05, 0.025}, {0.05
 
 ReduceLROnPlateauOptions min_options() {
   ReduceLROnPlateauOptions options;
-  options.mode = PlateauMode::kMin;
+  options.mode = Mode::kMin;
   options.factor = 0.5;
   options.patience = 1;
   options.threshold = 0.1;
@@ -334,7 +334,7 @@ TEST(ReduceLROnPlateau, MaxModeWithAbsoluteThresholdMatchesPytorch) {
                             {0.00010000000000000003, 5.0000000000000016e-05}};
   TwoGroupSgd sgd;
   ReduceLROnPlateauOptions options;
-  options.mode = PlateauMode::kMax;
+  options.mode = Mode::kMax;
   options.factor = 0.1;
   options.patience = 0;
   options.threshold = 0.05;
@@ -380,15 +380,15 @@ TEST(ReduceLROnPlateau, ResumedScheduleIsIdenticalToTheUninterruptedOne) {
   }
 }
 
-TEST(PlateauMode, NamesRoundTripAndBadNamesListTheChoices) {
-  for (const PlateauMode mode : {PlateauMode::kMin, PlateauMode::kMax}) {
-    EXPECT_EQ(parse_plateau_mode(to_string(mode)), mode);
+TEST(Mode, NamesRoundTripAndBadNamesListTheChoices) {
+  for (const Mode mode : {Mode::kMin, Mode::kMax}) {
+    EXPECT_EQ(parse_mode(to_string(mode)), mode);
   }
   for (const ThresholdMode mode : {ThresholdMode::kRel, ThresholdMode::kAbs}) {
     EXPECT_EQ(parse_threshold_mode(to_string(mode)), mode);
   }
   try {
-    parse_plateau_mode("lowest");
+    parse_mode("lowest");
     ADD_FAILURE() << "expected a volt::Error";
   } catch (const Error& e) {
     EXPECT_NE(std::string(e.what()).find("expected one of: min, max"), std::string::npos) << e.what();
@@ -397,7 +397,7 @@ TEST(PlateauMode, NamesRoundTripAndBadNamesListTheChoices) {
 
 TEST(ReduceLROnPlateauOptions, DefaultsArePytorchs) {
   const ReduceLROnPlateauOptions options;
-  EXPECT_EQ(options.mode, PlateauMode::kMin);
+  EXPECT_EQ(options.mode, Mode::kMin);
   EXPECT_EQ(options.factor, 0.1);
   EXPECT_EQ(options.patience, 10);
   EXPECT_EQ(options.threshold, 1e-4);

@@ -10,7 +10,7 @@
 
 #include "volt/core/error.h"
 #include "volt/core/testing.h"
-#include "volt/torch_compat.h"
+#include "volt/optim/optimizer_compat.h"
 
 namespace volt {
 namespace {

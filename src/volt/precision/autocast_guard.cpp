@@ -1,6 +1,6 @@
 #include "volt/precision/autocast_guard.h"
 
-#include "volt/torch_compat.h"
+#include "volt/precision/autocast_compat.h"
 
 namespace volt {
 

@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <cmath>
 
+#include "volt/base/state_dict.h"
 #include "volt/core/error.h"
 
 namespace volt {
@@ -161,7 +162,7 @@ double GradScaler::get_scale() const { return scale_.item<double>(); }
 int64_t GradScaler::growth_tracker() const { return growth_tracker_.item<int64_t>(); }
 
 c10::impl::GenericDict GradScaler::state_dict() const {
-  c10::impl::GenericDict state(c10::StringType::get(), c10::AnyType::get());
+  c10::impl::GenericDict state = make_state_dict();
   state.insert("scale", get_scale());
   state.insert("growth_factor", options_.growth_factor);
   state.insert("backoff_factor", options_.backoff_factor);

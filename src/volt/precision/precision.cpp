@@ -4,9 +4,9 @@
 
 #include <algorithm>
 
+#include "volt/base/torch_version.h"
 #include "volt/core/error.h"
 #include "volt/core/strings.h"
-#include "volt/torch_compat.h"
 
 namespace volt {
 

@@ -1,5 +1,7 @@
 #include "volt/precision/precision_plugin.h"
 
+#include "volt/base/state_dict.h"
+
 namespace volt {
 
 namespace {
@@ -81,9 +83,7 @@ bool PrecisionPlugin::optimizer_step(const std::vector<std::shared_ptr<torch::op
   return true;
 }
 
-c10::impl::GenericDict PrecisionPlugin::state_dict() const {
-  return c10::impl::GenericDict(c10::StringType::get(), c10::AnyType::get());
-}
+c10::impl::GenericDict PrecisionPlugin::state_dict() const { return make_state_dict(); }
 
 std::unique_ptr<PrecisionPlugin> make_precision_plugin(Precision precision, c10::DeviceType device,
                                                        GradScalerOptions scaler_options) {

@@ -6,7 +6,7 @@
 #include <limits>
 
 #include "volt/core/error.h"
-#include "volt/torch_compat.h"
+#include "volt/precision/autocast_compat.h"
 
 namespace volt {
 namespace {

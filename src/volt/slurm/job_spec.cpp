@@ -4,8 +4,8 @@
 #include <cctype>
 
 #include "volt/core/error.h"
+#include "volt/core/problems.h"
 #include "volt/core/strings.h"
-#include "volt/slurm/problems.h"
 
 namespace volt::slurm {
 
@@ -301,7 +301,7 @@ std::vector<std::string> validate(const JobSpec& spec) {
 }
 
 std::string render_sbatch_script(const JobSpec& spec) {
-  internal::throw_if_problems(fmt::format("the sbatch job '{}'", spec.job_name), validate(spec));
+  throw_if_problems(fmt::format("the sbatch job '{}'", spec.job_name), validate(spec));
   std::string out = "#!/bin/bash\n";
   const auto option = [&out](std::string_view text) { out += fmt::format("#SBATCH {}\n", text); };
   option("--job-name=" + spec.job_name);

@@ -8,8 +8,8 @@
 #include <set>
 
 #include "volt/core/error.h"
+#include "volt/core/problems.h"
 #include "volt/core/strings.h"
-#include "volt/slurm/problems.h"
 
 namespace volt::slurm {
 
@@ -331,7 +331,7 @@ std::vector<std::string> validate_sweep(const std::vector<SweepParameter>& param
 
 std::vector<Trial> expand_sweep(const std::vector<SweepParameter>& parameters, SearchKind kind, int64_t nb_trials,
                                 uint64_t seed) {
-  internal::throw_if_problems("the sweep", validate_sweep(parameters, kind, nb_trials));
+  throw_if_problems("the sweep", validate_sweep(parameters, kind, nb_trials));
   std::vector<Trial> trials;
   if (kind == SearchKind::kGrid) {
     const auto size = static_cast<int64_t>(grid_size(parameters));

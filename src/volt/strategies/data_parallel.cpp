@@ -14,7 +14,7 @@
 
 #include "volt/core/error.h"
 #include "volt/module/lightning_module.h"
-#include "volt/torch_compat.h"
+#include "volt/strategies/autograd_compat.h"
 
 namespace volt {
 

@@ -7,10 +7,10 @@
 #include <filesystem>
 #include <thread>
 
+#include "volt/base/torch_version.h"
 #include "volt/core/error.h"
 #include "volt/core/strings.h"
 #include "volt/slurm/hostlist.h"
-#include "volt/torch_compat.h"
 #include "volt/trainer/gpu_placement.h"
 
 namespace volt {

@@ -2,8 +2,8 @@
 
 #include <gtest/gtest.h>
 
+#include "volt/base/torch_version.h"
 #include "volt/core/error.h"
-#include "volt/torch_compat.h"
 
 namespace volt {
 namespace {

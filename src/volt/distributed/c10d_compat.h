@@ -1,26 +1,8 @@
-// The one place where differences between LibTorch versions are handled.
-//
-// Volt builds against Debian's LibTorch 1.13 (CPU) and upstream LibTorch 2.x (CUDA). Code outside
-// this header uses only the names defined here when an API differs between the two.
+// Where c10d's API differs between LibTorch 1.13 and 2.x: making a process group and a Reducer.
+// Private to volt::distributed.
 #pragma once
 
-#include <torch/version.h>
-
-/// True when building against LibTorch 2.0 or newer.
-#define VOLT_TORCH_2 (TORCH_VERSION_MAJOR >= 2)
-/// True when building against LibTorch `major`.`minor` or newer.
-#define VOLT_TORCH_AT_LEAST(major, minor) \
-  (TORCH_VERSION_MAJOR > (major) || (TORCH_VERSION_MAJOR == (major) && TORCH_VERSION_MINOR >= (minor)))
-/// LibTorch 2.4 made autocast's API device-generic (the CUDA/CPU-named functions are deprecated)
-/// and has float16 autocast and matrix kernels on CPU; 1.13 has neither.
-#define VOLT_TORCH_CPU_FLOAT16 VOLT_TORCH_AT_LEAST(2, 4)
-
-#include <ATen/autocast_mode.h>
-#include <torch/csrc/autograd/edge.h>
-#include <torch/optim/optimizer.h>
-
 #include <memory>
-#include <sstream>
 #include <stdexcept>
 #include <string>
 #include <torch/csrc/distributed/c10d/PrefixStore.hpp>
@@ -29,10 +11,9 @@
 #include <unordered_map>
 #include <vector>
 
-namespace volt::compat {
+#include "volt/base/torch_version.h"
 
-/// The LibTorch version Volt was compiled against, e.g. "1.13.1".
-inline const char* torch_version() { return TORCH_VERSION; }
+namespace volt::compat {
 
 /// LibTorch 2.6 removed ProcessGroup::Options: a ProcessGroup is made from (store, rank, size)
 /// and its backends carry their own options.
@@ -109,81 +90,6 @@ std::shared_ptr<ReducerT> make_reducer(std::vector<at::Tensor> params, std::vect
     static_assert(sizeof(ReducerT) == 0, "c10d::Reducer has a constructor Volt does not know: extend make_reducer");
     return nullptr;
   }
-}
-
-/// A new autograd graph node of type `NodeT`, held as this LibTorch's graph holds its nodes:
-/// std::shared_ptr in 1.x, c10::intrusive_ptr in recent 2.x.
-template <typename NodeT, typename... Args>
-auto make_autograd_node(Args&&... args) {
-  using NodePtr = decltype(torch::autograd::Edge::function);
-  if constexpr (std::is_same_v<NodePtr, std::shared_ptr<torch::autograd::Node>>) {
-    return std::make_shared<NodeT>(std::forward<Args>(args)...);
-  } else {
-    return c10::make_intrusive<NodeT>(std::forward<Args>(args)...);
-  }
-}
-
-/// The key type of Optimizer::state(): the parameter's TensorImpl address as a string in 1.x,
-/// the address itself in recent 2.x.
-using OptimizerStateKey = typename std::decay_t<decltype(std::declval<torch::optim::Optimizer&>().state())>::key_type;
-
-/// The key LibTorch's optimizers file `param`'s state under in Optimizer::state(). (A template
-/// only so that the branch for the other LibTorch is discarded, not compiled.)
-template <typename Key = OptimizerStateKey>
-Key optimizer_state_key(const at::Tensor& param) {
-  void* address = param.unsafeGetTensorImpl();
-  if constexpr (std::is_same_v<Key, std::string>) {
-    std::ostringstream out;  // what 1.x's c10::guts::to_string writes
-    out << address;
-    return out.str();
-  } else {
-    return address;
-  }
-}
-
-/// Whether autocast is on for `device` (CPU or CUDA) in this thread.
-inline bool autocast_enabled(c10::DeviceType device) {
-#if VOLT_TORCH_CPU_FLOAT16
-  return at::autocast::is_autocast_enabled(device);
-#else
-  return device == c10::DeviceType::CPU ? at::autocast::is_cpu_enabled() : at::autocast::is_enabled();
-#endif
-}
-
-/// Turns autocast on or off for `device` (CPU or CUDA) in this thread.
-inline void set_autocast_enabled(c10::DeviceType device, bool enabled) {
-#if VOLT_TORCH_CPU_FLOAT16
-  at::autocast::set_autocast_enabled(device, enabled);
-#else
-  if (device == c10::DeviceType::CPU) {
-    at::autocast::set_cpu_enabled(enabled);
-  } else {
-    at::autocast::set_enabled(enabled);
-  }
-#endif
-}
-
-/// The dtype autocast casts to on `device` (CPU or CUDA).
-inline at::ScalarType autocast_dtype(c10::DeviceType device) {
-#if VOLT_TORCH_CPU_FLOAT16
-  return at::autocast::get_autocast_dtype(device);
-#else
-  return device == c10::DeviceType::CPU ? at::autocast::get_autocast_cpu_dtype()
-                                        : at::autocast::get_autocast_gpu_dtype();
-#endif
-}
-
-/// Sets the dtype autocast casts to on `device` (CPU or CUDA).
-inline void set_autocast_dtype(c10::DeviceType device, at::ScalarType dtype) {
-#if VOLT_TORCH_CPU_FLOAT16
-  at::autocast::set_autocast_dtype(device, dtype);
-#else
-  if (device == c10::DeviceType::CPU) {
-    at::autocast::set_autocast_cpu_dtype(dtype);
-  } else {
-    at::autocast::set_autocast_gpu_dtype(dtype);
-  }
-#endif
 }
 
 }  // namespace volt::compat
