@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 #include <unistd.h>
 
+#include <cctype>
 #include <fstream>
 
 #include "rank_table.h"
@@ -101,6 +102,23 @@ TEST_P(ToolAndPlan, AgreeOnProcessesPerNodeAndTheJobBothAccept) {
 
 const std::string kConfig = write_file("plan_config.yaml", "trainer:\n  devices: 2\n  num_nodes: 2\n");
 
+/// "Case3_strategy_ddp_devices_2_numnodes_2": a failing case names its flags, and the name is the
+/// same in every build (gtest's default prints the struct's bytes, pointers included).
+std::string case_name(const ::testing::TestParamInfo<Case>& info) {
+  std::string name = "Case" + std::to_string(info.index);
+  for (size_t i = 1; i < info.param.command.size(); ++i) {
+    const std::string& arg = info.param.command[i];
+    name += '_';
+    if (arg == kConfig) {
+      name += "yaml";
+      continue;
+    }
+    for (const char c : arg)
+      if (std::isalnum(static_cast<unsigned char>(c))) name += c;
+  }
+  return name;
+}
+
 INSTANTIATE_TEST_SUITE_P(
     FlagSets, ToolAndPlan,
     ::testing::Values(Case{{"./train"}, 0, 1},                                          //
@@ -113,7 +131,8 @@ INSTANTIATE_TEST_SUITE_P(
                       Case{{"./train", "--gpus", "2", "--strategy", "ddp2", "--num-nodes", "2"}, 2, 1},
                       Case{{"./train", "--accelerator", "gpu", "--devices", "auto"}, 4, 4},  //
                       Case{{"./train", "--config", kConfig}, 0, 2},                          //
-                      Case{{"./train", "--config", kConfig, "--strategy", "ddp2"}, 0, 1}));
+                      Case{{"./train", "--config", kConfig, "--strategy", "ddp2"}, 0, 1}),
+    case_name);
 
 }  // namespace
 }  // namespace volt::tool

@@ -11,6 +11,7 @@
 #include "volt/core/error.h"
 #include "volt/loops/evaluation_loop.h"
 #include "volt/loops/metric_router.h"
+#include "volt/optim/optimizer_state.h"
 #include "volt/precision/precision_plugin.h"
 #include "volt/progress/model_summary.h"
 #include "volt/progress/progress_bar.h"
@@ -22,20 +23,12 @@ namespace volt {
 
 namespace {
 
-std::unique_ptr<ProgressBar> make_bar(const RunPlan& plan, Console& console) {
-  if (!plan.enable_progress_bar || !plan.is_global_zero()) return nullptr;
-  ProgressBarOptions options;
-  options.is_tty = console.is_tty();
-  return std::make_unique<ProgressBar>(options, console.stream());
-}
-
-std::string optimizer_kind(const torch::optim::Optimizer& optimizer) {
-  if (dynamic_cast<const torch::optim::Adam*>(&optimizer)) return "Adam";
-  if (dynamic_cast<const torch::optim::AdamW*>(&optimizer)) return "AdamW";
-  if (dynamic_cast<const torch::optim::SGD*>(&optimizer)) return "SGD";
-  if (dynamic_cast<const torch::optim::RMSprop*>(&optimizer)) return "RMSprop";
-  if (dynamic_cast<const torch::optim::Adagrad*>(&optimizer)) return "Adagrad";
-  return "Optimizer";
+/// "lr-Adam", or "lr-LBFGS" for torch::optim::LBFGS: Lightning names learning rates after the
+/// optimizer's class, without its namespace.
+std::string learning_rate_name(const torch::optim::Optimizer& optimizer) {
+  const std::string kind = optimizer_kind(optimizer);
+  const size_t colon = kind.rfind("::");
+  return "lr-" + (colon == std::string::npos ? kind : kind.substr(colon + 2));
 }
 
 const ModelCheckpoint* first_model_checkpoint(const std::vector<std::shared_ptr<Callback>>& callbacks) {
@@ -51,8 +44,8 @@ int identity(int code) { return code; }
 FitLoop::FitLoop(FitLoopParts parts, FitData data)
     : parts_(parts),
       data_(data),
-      bar_(make_bar(parts.plan, parts.console)),
-      eval_bar_(make_bar(parts.plan, parts.console)),
+      bar_(make_progress_bar(parts.plan.shows_progress(), parts.console)),
+      eval_bar_(make_progress_bar(parts.plan.shows_progress(), parts.console)),
       epoch_loop_(parts.plan, parts.strategy, parts.precision, parts.metrics, data.module, data.train,
                   data.optimization, bar_.get()),
       val_results_(/*training=*/false),
@@ -68,7 +61,7 @@ void FitLoop::name_learning_rates() {
   std::map<std::string, int> seen;
   for (size_t i = 0; i < optimization.optimizers.size(); ++i) {
     const auto& optimizer = *optimization.optimizers[i];
-    std::string name = "lr-" + optimizer_kind(optimizer);
+    std::string name = learning_rate_name(optimizer);
     for (const auto& config : optimization.schedulers)
       if (!config.name.empty() && optimization.optimizers.size() == 1) name = config.name;
     if (seen[name]++ > 0) name += "-" + std::to_string(seen[name] - 1);

@@ -17,15 +17,15 @@
 #include <utility>
 #include <vector>
 
+#include "volt/base/state_dict.h"
 #include "volt/core/error.h"
 #include "volt/optim/field_reader.h"
-#include "volt/torch_compat.h"
+#include "volt/optim/optimizer_compat.h"
 
 namespace volt {
 namespace {
 
 using internal::FieldReader;
-using internal::Problems;
 using GenericDict = c10::impl::GenericDict;
 using OptimizerStates =
     std::vector<std::pair<compat::OptimizerStateKey, std::unique_ptr<torch::optim::OptimizerParamState>>>;
@@ -38,8 +38,7 @@ constexpr const char* kLoadHint =
 compat::OptimizerStateKey state_key(const torch::Tensor& param) { return compat::optimizer_state_key(param); }
 
 [[noreturn]] void throw_problems(const Problems& problems) {
-  throw CheckpointError(fmt::format("the optimizer state does not fit this optimizer:{}\n{}",
-                                    internal::bullet_list(problems), kLoadHint));
+  throw CheckpointError(fmt::format("{}\n{}", describe_problems("the optimizer state", problems), kLoadHint));
 }
 
 void put(GenericDict& dict, const char* key, c10::IValue value) {
@@ -249,7 +248,7 @@ c10::IValue save_known(const torch::optim::Optimizer& optimizer) {
   c10::impl::GenericList groups(c10::AnyType::get());
   int64_t index = 0;
   for (const auto& group : optimizer.param_groups()) {
-    GenericDict group_dict = internal::new_string_dict();
+    GenericDict group_dict = make_state_dict();
     Codec::write_options(static_cast<const typename Codec::Options&>(group.options()), group_dict);
     c10::List<int64_t> params;
     for (const auto& param : group.params()) {
@@ -260,7 +259,7 @@ c10::IValue save_known(const torch::optim::Optimizer& optimizer) {
                    "the {} optimizer holds parameter state of an unexpected type; expected {}'s. "
                    "HINT: an optimizer subclass with its own state needs its own save()/load().",
                    Codec::kName, Codec::kName);
-        GenericDict state_dict = internal::new_string_dict();
+        GenericDict state_dict = make_state_dict();
         Codec::write_state(*param_state, state_dict);
         state.insert(index, std::move(state_dict));
       }
@@ -269,7 +268,7 @@ c10::IValue save_known(const torch::optim::Optimizer& optimizer) {
     put(group_dict, "params", std::move(params));
     groups.push_back(std::move(group_dict));
   }
-  GenericDict result = internal::new_string_dict();
+  GenericDict result = make_state_dict();
   put(result, kOptimizerKindKey, Codec::kName);
   put(result, "state", std::move(state));
   put(result, "param_groups", std::move(groups));
@@ -401,14 +400,14 @@ c10::IValue save_archive(const torch::optim::Optimizer& optimizer) {
   c10::impl::GenericList groups(c10::AnyType::get());
   int64_t index = 0;
   for (const auto& group : optimizer.param_groups()) {
-    GenericDict group_dict = internal::new_string_dict();
+    GenericDict group_dict = make_state_dict();
     if (const auto lr = try_get_lr(group.options())) put(group_dict, "lr", *lr);
     c10::List<int64_t> params;
     for (size_t j = 0; j < group.params().size(); ++j) params.push_back(index++);
     put(group_dict, "params", std::move(params));
     groups.push_back(std::move(group_dict));
   }
-  GenericDict result = internal::new_string_dict();
+  GenericDict result = make_state_dict();
   put(result, kOptimizerKindKey, type_name(optimizer));
   put(result, kLibtorchArchiveKey, tensor);
   put(result, "param_groups", std::move(groups));
@@ -451,8 +450,9 @@ bool is_a(const torch::optim::Optimizer& optimizer) {
   return dynamic_cast<const typename Codec::Optimizer*>(&optimizer) != nullptr;
 }
 
-/// Volt's name for the kind of `optimizer`: "Adam" etc., or its C++ type for other optimizers.
-std::string kind_of(const torch::optim::Optimizer& optimizer) {
+}  // namespace
+
+std::string optimizer_kind(const torch::optim::Optimizer& optimizer) {
   if (is_a<SgdCodec>(optimizer)) return SgdCodec::kName;
   if (is_a<AdamCodec>(optimizer)) return AdamCodec::kName;
   if (is_a<AdamWCodec>(optimizer)) return AdamWCodec::kName;
@@ -460,8 +460,6 @@ std::string kind_of(const torch::optim::Optimizer& optimizer) {
   if (is_a<AdagradCodec>(optimizer)) return AdagradCodec::kName;
   return type_name(optimizer);
 }
-
-}  // namespace
 
 c10::IValue optimizer_state_dict(const torch::optim::Optimizer& optimizer) {
   if (is_a<SgdCodec>(optimizer)) return save_known<SgdCodec>(optimizer);
@@ -481,7 +479,7 @@ void load_optimizer_state_dict(torch::optim::Optimizer& optimizer, const c10::IV
   }
   Problems problems;
   FieldReader root(state.toGenericDict(), "optimizer state", problems);
-  const std::string kind = kind_of(optimizer);
+  const std::string kind = optimizer_kind(optimizer);
   // PyTorch's own state dicts carry no kind; their fields are checked below all the same.
   if (root.has(kOptimizerKindKey)) {
     const auto saved_kind = root.string(kOptimizerKindKey);

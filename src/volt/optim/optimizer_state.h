@@ -6,6 +6,8 @@
 #include <ATen/core/ivalue.h>
 #include <torch/optim/optimizer.h>
 
+#include <string>
+
 namespace volt {
 
 /// The key under which the optimizer's kind ("SGD", "Adam", ...) is stored.
@@ -31,6 +33,11 @@ inline constexpr const char* kLibtorchArchiveKey = "volt_libtorch_archive";
 /// bools, tensors). State tensors share memory with the optimizer, as in PyTorch: serialize the
 /// result before the optimizer steps again, or clone it.
 c10::IValue optimizer_state_dict(const torch::optim::Optimizer& optimizer);
+
+/// Volt's name for the kind of `optimizer`: "SGD", "Adam", "AdamW", "RMSprop", "Adagrad", or the
+/// C++ type of any other optimizer (e.g. "torch::optim::LBFGS"). Saved under kOptimizerKindKey so
+/// that one optimizer's state is never loaded into another; learning rates are named after it.
+std::string optimizer_kind(const torch::optim::Optimizer& optimizer);
 
 /// Restores what optimizer_state_dict wrote into an optimizer built over the same parameters.
 ///

@@ -8,6 +8,7 @@
 #include <cmath>
 #include <cstdio>
 
+#include "volt/core/console.h"
 #include "volt/core/error.h"
 
 namespace volt {
@@ -207,6 +208,13 @@ std::string ProgressBar::render_plain(double elapsed, const std::string& postfix
   }
   return fmt::format("{}{}/{} ({}%) {}, elapsed {}, ETA {}{}", prefix, done_, total_, percent(done_, total_),
                      format_rate(rate, " "), format_interval(elapsed), format_eta(done_, total_, rate), postfix);
+}
+
+std::unique_ptr<ProgressBar> make_progress_bar(bool enabled, Console& console) {
+  if (!enabled) return nullptr;
+  ProgressBarOptions options;
+  options.is_tty = console.is_tty();
+  return std::make_unique<ProgressBar>(options, console.stream());
 }
 
 }  // namespace volt

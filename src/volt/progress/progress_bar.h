@@ -7,11 +7,14 @@
 #include <cstdint>
 #include <functional>
 #include <map>
+#include <memory>
 #include <optional>
 #include <ostream>
 #include <string>
 
 namespace volt {
+
+class Console;
 
 /// How a ProgressBar draws.
 ///
@@ -86,5 +89,9 @@ class ProgressBar {
   bool line_open_ = false;
   std::string last_line_;
 };
+
+/// The bar a Trainer stage draws to `console` (a terminal's redraws or a log's lines, as the
+/// console says), or nullptr when `enabled` is false (disabled, or not global rank 0).
+std::unique_ptr<ProgressBar> make_progress_bar(bool enabled, Console& console);
 
 }  // namespace volt

@@ -82,6 +82,8 @@ struct RunPlan {
 
   /// True for the process that writes logs and checkpoints.
   bool is_global_zero() const { return topology.global_rank == 0; }
+  /// Whether this process draws progress bars: enabled, and global rank 0 (one bar per run).
+  bool shows_progress() const { return enable_progress_bar && is_global_zero(); }
   /// Where the module's parameters live and batches go: the CPU, or the first of cuda_devices.
   c10::Device root_device() const;
   /// A multi-line description ("precision: 32-true" ...), printed by the CLI's --print-plan.

@@ -370,21 +370,16 @@ EvalResult Trainer::evaluate(LightningModule& module, DataLoader loader, const s
     const int64_t batches = (test ? plan_.limit_test_batches : plan_.limit_val_batches).resolve(loader.num_batches());
     const std::shared_ptr<Console> console_ptr = rank_console();
     Console& console = *console_ptr;
-    std::unique_ptr<ProgressBar> bar;
-    if (plan_.enable_progress_bar && plan_.is_global_zero()) {
-      ProgressBarOptions options;
-      options.is_tty = console.is_tty();
-      bar = std::make_unique<ProgressBar>(options, console.stream());
-    }
+    const std::unique_ptr<ProgressBar> bar = make_progress_bar(plan_.shows_progress(), console);
     ResultCollection results(/*training=*/false);
     EvalResult out;
     out.stage = stage;
     out.batches = batches;
     out.examples = EvaluationLoop(strategy(), *precision_, plan_.root_device(), bar.get())
                        .run(module, loader, batches, test ? EvalStage::kTest : EvalStage::kValidation, results);
-    MetricRouter metrics(callback_metrics_);
-    metrics.publish_epoch(results, 0, 0);
     out.metrics = results.epoch_metrics(MetricTarget::kCallback);
+    // Kept for a later stage's callbacks, as fit's values are; evaluate() logs to no logger.
+    for (const auto& [name, value] : out.metrics) callback_metrics_[name] = value;
     return out;
   });
 }
