@@ -61,6 +61,11 @@ function(volt_cc_test)
   if(NOT V_LABELS)
     set(V_LABELS unit)
   endif()
+  if(V_TORCH)
+    # `ctest -L torch`: what can differ with the LibTorch it compiles against (the CUDA stage).
+    list(APPEND V_LABELS torch)
+    set_property(GLOBAL APPEND PROPERTY VOLT_TORCH_TESTS ${V_NAME})
+  endif()
   gtest_discover_tests(${V_NAME} DISCOVERY_TIMEOUT 60 PROPERTIES LABELS "${V_LABELS}")
 endfunction()
 

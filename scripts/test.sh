@@ -3,9 +3,10 @@
 # run every test (unit, end-to-end, Python interop, benchmark smoke) with CTest. Formatting is
 # checked before the build (scripts/check-format.sh), clang-tidy runs after it (check-tidy.sh,
 # VOLT_TIDY=0 skips it). Then, where the CUDA toolkit is installed, the CUDA build
-# (scripts/build-cuda.sh, upstream LibTorch 2.15) and its unit, ddp and end-to-end tests, which run
-# on the CPU (its *_CUDA tests skip without a GPU): they prove torch_compat.h's LibTorch 2.x side
-# at run time, not only that it compiles.
+# (scripts/build-cuda.sh, upstream LibTorch 2.15) of the targets that link LibTorch and their tests
+# (label `torch`: unit tests, ddp, quick end-to-end), which run on the CPU (*_CUDA tests skip
+# without a GPU): they prove the compatibility headers' LibTorch 2.x side at run time, not only
+# that it compiles.
 # Extra arguments go to ctest, e.g. scripts/test.sh -L unit   or   scripts/test.sh -LE slow
 # VOLT_CUDA_BUILD=0 skips the CUDA build; =1 requires it.
 set -euo pipefail
@@ -25,10 +26,8 @@ case "${VOLT_CUDA_BUILD:-auto}" in
           exit 0
         fi ;;
 esac
-VOLT_BUILD_DIR=build-cuda scripts/build-cuda.sh
+# Only what differs with the LibTorch (target torch_checks, tests labelled `torch`): the CUDA stage
+# is the longest part of CI, and a torch-free target compiles the same against either LibTorch.
+VOLT_BUILD_DIR=build-cuda VOLT_BUILD_TARGET=torch_checks scripts/build-cuda.sh
 cd build-cuda
-if [ $# -gt 0 ]; then
-  ctest --output-on-failure --timeout 900 -j "${VOLT_TEST_JOBS:-2}" "$@"
-else
-  ctest --output-on-failure --timeout 900 -j "${VOLT_TEST_JOBS:-2}" -L 'unit|ddp|e2e' -LE slow
-fi
+ctest --output-on-failure --timeout 900 -j "${VOLT_TEST_JOBS:-2}" -L torch -LE slow "$@"
