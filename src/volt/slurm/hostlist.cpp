@@ -54,36 +54,48 @@ std::vector<std::string> expand_ranges(std::string_view expression, std::string_
   return out;
 }
 
-/// Expands one top-level item ("rack[1-2]-n[1-3]") and appends its hosts to `out`.
+/// Expands one top-level item ("rack[1-2]-n[1-3]") and appends its hosts to `out`, in the order
+/// `scontrol show hostnames` prints them: the last bracket group varies fastest, then the first,
+/// the second, and so on (x[1-2]y[3-4]z[5-6] gives x1y3z5 x1y3z6 x2y3z5 x2y3z6 x1y4z5 ...); with
+/// one or two groups that is the plain leftmost-slowest product.
 void expand_item(std::string_view expression, std::string_view item, std::size_t offset,
                  std::vector<std::string>& out) {
-  std::vector<std::string> partial{""};
+  std::vector<std::string> literals;             // the text before, between and after the groups
+  std::vector<std::vector<std::string>> groups;  // each bracket group's numbers
   std::size_t i = 0;
-  while (i < item.size()) {
+  std::size_t combinations = 1;
+  while (true) {
     const std::size_t open = item.find('[', i);
     const std::string_view literal = item.substr(i, open == std::string_view::npos ? std::string_view::npos : open - i);
     if (literal.find(']') != std::string_view::npos)
       malformed(expression, offset + i + literal.find(']'), "']' without '['");
-    for (auto& p : partial) p += literal;
+    literals.emplace_back(literal);
     if (open == std::string_view::npos) break;
     const std::size_t close = item.find(']', open);
     if (close == std::string_view::npos) malformed(expression, offset + open, "'[' is never closed");
     const std::string_view inner = item.substr(open + 1, close - open - 1);
     if (inner.find('[') != std::string_view::npos) malformed(expression, offset + open, "brackets cannot nest");
-    const std::vector<std::string> numbers = expand_ranges(expression, inner, offset + open + 1);
-    if (partial.size() * numbers.size() > kMaxHosts) {
-      malformed(expression, offset + open, fmt::format("more than {} hosts", kMaxHosts));
-    }
-    std::vector<std::string> next;
-    next.reserve(partial.size() * numbers.size());
-    for (const auto& p : partial)
-      for (const auto& n : numbers) next.push_back(p + n);
-    partial = std::move(next);
+    groups.push_back(expand_ranges(expression, inner, offset + open + 1));
+    combinations *= groups.back().size();
+    if (combinations > kMaxHosts) malformed(expression, offset + open, fmt::format("more than {} hosts", kMaxHosts));
     i = close + 1;
   }
-  if (out.size() + partial.size() > kMaxHosts)
+  if (out.size() + combinations > kMaxHosts)
     malformed(expression, offset, fmt::format("more than {} hosts", kMaxHosts));
-  for (auto& p : partial) out.push_back(std::move(p));
+  // Which group advances first: the last, then the first, the second, ... (SLURM's order).
+  std::vector<std::size_t> fastest_first;
+  if (!groups.empty()) fastest_first.push_back(groups.size() - 1);
+  for (std::size_t g = 0; g + 1 < groups.size(); ++g) fastest_first.push_back(g);
+  std::vector<std::size_t> index(groups.size(), 0);
+  for (std::size_t n = 0; n < combinations; ++n) {
+    std::string host = literals[0];
+    for (std::size_t g = 0; g < groups.size(); ++g) host += groups[g][index[g]] + literals[g + 1];
+    out.push_back(std::move(host));
+    for (const std::size_t g : fastest_first) {
+      if (++index[g] < groups[g].size()) break;
+      index[g] = 0;
+    }
+  }
 }
 
 }  // namespace
@@ -101,27 +113,31 @@ std::vector<std::string> expand_hostlist(std::string_view expression) {
     } else if (std::isspace(static_cast<unsigned char>(c))) {
       malformed(expression, i, "host names cannot contain spaces");
     } else if (c == ',' && depth == 0) {
-      if (i == start) malformed(expression, i, "empty host name");
-      expand_item(expression, expression.substr(start, i - start), start, hosts);
+      // SLURM skips empty items ("a,,b", "a,"), as `scontrol show hostnames` does.
+      if (i > start) expand_item(expression, expression.substr(start, i - start), start, hosts);
       start = i + 1;
     }
   }
   if (depth != 0) malformed(expression, expression.size(), "'[' is never closed");
+  if (hosts.empty()) malformed(expression, 0, "no host names");
   return hosts;
 }
 
 std::string first_host(std::string_view expression) {
-  // Expanding only the first top-level item keeps this cheap for huge allocations.
-  int depth = 0;
-  std::size_t end = 0;
-  while (end < expression.size() && !(expression[end] == ',' && depth == 0)) {
-    if (expression[end] == '[') ++depth;
-    if (expression[end] == ']') --depth;
-    ++end;
+  // Expanding only the first non-empty top-level item keeps this cheap for huge allocations.
+  std::size_t start = 0;
+  while (start <= expression.size()) {
+    int depth = 0;
+    std::size_t end = start;
+    while (end < expression.size() && !(expression[end] == ',' && depth == 0)) {
+      if (expression[end] == '[') ++depth;
+      if (expression[end] == ']') --depth;
+      ++end;
+    }
+    if (end > start) return expand_hostlist(expression.substr(start, end - start)).front();
+    start = end + 1;
   }
-  const std::vector<std::string> hosts = expand_hostlist(expression.substr(0, end));
-  if (hosts.empty()) malformed(expression, 0, "no host");
-  return hosts.front();
+  malformed(expression, 0, "no host names");
 }
 
 }  // namespace volt::slurm

@@ -16,9 +16,11 @@ inline constexpr std::size_t kMaxHosts = 1 << 20;
 ///
 /// Commas at the top level separate items; inside brackets they separate ranges. A range keeps
 /// the zero padding of its lower bound (`[08-10]` gives 08, 09, 10). Several bracket groups in
-/// one item expand as a cartesian product, leftmost slowest. Throws volt::Error naming the
-/// expression, the position and what was expected for malformed input (unbalanced or nested
-/// brackets, empty items or ranges, a reversed range, non-digits in a range, too many hosts).
+/// one item expand as a cartesian product in SLURM's order: the last group fastest, then the
+/// first, the second, ... Empty items ("a,,b", "a,") are skipped, as SLURM does. Throws
+/// volt::Error naming the expression, the position and what was expected for malformed input
+/// (unbalanced or nested brackets, empty ranges, a reversed range, non-digits in a range, too
+/// many hosts, no host at all).
 std::vector<std::string> expand_hostlist(std::string_view expression);
 
 /// The first host of a hostlist without expanding the rest (the main address of a job).
