@@ -1,5 +1,7 @@
 #include "volt/environments/cluster_environment.h"
 
+#include <algorithm>
+
 #include "volt/core/error.h"
 #include "volt/core/strings.h"
 #include "volt/slurm/hostlist.h"
@@ -61,7 +63,21 @@ void check_ranks(const ClusterInfo& info, const char* rank_name, const char* siz
   }
 }
 
+/// "3 on node 0, 1 on node 1" (the first 8 nodes).
+std::string describe_counts(const std::vector<int64_t>& counts) {
+  std::vector<std::string> parts;
+  for (size_t i = 0; i < counts.size() && i < 8; ++i) parts.push_back(fmt::format("{} on node {}", counts[i], i));
+  if (counts.size() > 8) parts.push_back("...");
+  return join(parts, ", ");
+}
+
 }  // namespace
+
+std::string slurm_node_list(const Env& env) {
+  for (const char* name : {"SLURM_STEP_NODELIST", "SLURM_JOB_NODELIST", "SLURM_NODELIST"})
+    if (const auto nodes = env.get(name); nodes && !nodes->empty()) return *nodes;
+  return "";
+}
 
 int slurm_main_port(const std::string& job_id) {
   // Array jobs are "<array job id>_<task id>": both parts count, so tasks of one array differ.
@@ -99,11 +115,25 @@ std::optional<ClusterInfo> read_slurm(const Env& env) {
   ClusterInfo info;
   info.kind = ClusterKind::kSlurm;
   info.creates_processes_externally = true;
-  info.world_size = required_int(env, "SLURM_NTASKS", 1);
+  // Inside a job step (srun) the step's variables describe this program's processes; the job's
+  // describe the whole allocation, which a step may use only part of (srun -N2 on a 4-node job).
+  const bool step = env.has("SLURM_STEP_NUM_TASKS");
+  info.world_size = required_int(env, step ? "SLURM_STEP_NUM_TASKS" : "SLURM_NTASKS", 1);
   info.global_rank = required_int(env, "SLURM_PROCID", 0);
   info.local_rank = required_int(env, "SLURM_LOCALID", 0);
   info.node_rank = required_int(env, "SLURM_NODEID", 0);
-  info.num_nodes = optional_int(env, "SLURM_NNODES", 1);
+  info.num_nodes = optional_int(env, env.has("SLURM_STEP_NUM_NODES") ? "SLURM_STEP_NUM_NODES" : "SLURM_NNODES", 1);
+  const char* tasks_name = env.has("SLURM_STEP_TASKS_PER_NODE") ? "SLURM_STEP_TASKS_PER_NODE" : "SLURM_TASKS_PER_NODE";
+  if (const auto tasks = env.get(tasks_name)) {
+    const std::vector<int64_t> counts = slurm::expand_tasks_per_node(*tasks);
+    const bool even = std::all_of(counts.begin(), counts.end(), [&](int64_t n) { return n == counts.front(); });
+    VOLT_CHECK(even,
+               "SLURM runs an uneven number of tasks per node ({}={}: {}), but the Trainer runs the same number "
+               "of processes on every node. HINT: ask SLURM for --ntasks-per-node=N with --nodes=M (not --ntasks "
+               "alone), so that every node runs N tasks.",
+               tasks_name, *tasks, describe_counts(counts));
+    if (info.node_rank < static_cast<int64_t>(counts.size())) info.local_world_size = counts[info.node_rank];
+  }
   const std::string array_job = env.get_or("SLURM_ARRAY_JOB_ID", "");
   const std::string array_task = env.get_or("SLURM_ARRAY_TASK_ID", "");
   info.job_id =
@@ -111,7 +141,7 @@ std::optional<ClusterInfo> read_slurm(const Env& env) {
   if (const auto address = env.get("MASTER_ADDR")) {
     info.main_address = *address;
   } else {
-    const std::string nodes = env.get_or("SLURM_JOB_NODELIST", env.get_or("SLURM_NODELIST", ""));
+    const std::string nodes = slurm_node_list(env);
     VOLT_CHECK(!nodes.empty(),
                "SLURM_JOB_NODELIST is not set inside a SLURM job, so the main address is unknown. "
                "HINT: export MASTER_ADDR in the job script.");
@@ -136,7 +166,8 @@ std::optional<ClusterInfo> read_mpi(const Env& env) {
     info.global_rank = required_int(env, "OMPI_COMM_WORLD_RANK", 0);
     info.local_rank = optional_int(env, "OMPI_COMM_WORLD_LOCAL_RANK", 0).value_or(0);
     info.local_world_size = optional_int(env, "OMPI_COMM_WORLD_LOCAL_SIZE", 1);
-    if (const auto node = optional_int(env, "OMPI_COMM_WORLD_NODE_RANK", 0)) info.node_rank = *node;
+    // Not OMPI_COMM_WORLD_NODE_RANK: that is the process's rank among its node's processes, not
+    // the node's index (one node, 2 processes: rank 1 has node rank 1).
   } else if (env.has("PMI_SIZE") && env.has("PMI_RANK")) {
     info.world_size = required_int(env, "PMI_SIZE", 1);
     info.global_rank = required_int(env, "PMI_RANK", 0);
@@ -145,10 +176,39 @@ std::optional<ClusterInfo> read_mpi(const Env& env) {
   } else {
     return std::nullopt;
   }
-  if (info.node_rank == 0 && info.local_world_size) info.node_rank = info.global_rank / *info.local_world_size;
-  info.main_address = env.get_or("MASTER_ADDR", "127.0.0.1");
-  info.main_port = port_from(env, "MASTER_PORT");
   check_ranks(info, "the MPI rank", "the MPI world size");
+  if (info.local_world_size) {
+    // MPI names no node index: with ranks placed in blocks (Open MPI's default --map-by slot,
+    // MPICH's -ppn) node k runs ranks k*N .. k*N+N-1, which the local rank must confirm.
+    const int64_t per_node = *info.local_world_size;
+    VOLT_CHECK(info.global_rank % per_node == info.local_rank,
+               "mpirun placed rank {} as local rank {} of the {} on its node: not one block of consecutive ranks "
+               "per node, which is how Volt numbers nodes. HINT: run mpirun with --map-by slot (Open MPI's "
+               "default; not --map-by node) or MPICH's -ppn {}.",
+               info.global_rank, info.local_rank, per_node, per_node);
+    info.node_rank = info.global_rank / per_node;
+    if (info.world_size) info.num_nodes = (*info.world_size + per_node - 1) / per_node;
+  }
+  info.main_port = port_from(env, "MASTER_PORT");
+  const bool several = info.world_size.value_or(1) > 1;
+  const bool one_node = info.local_world_size && info.world_size && *info.local_world_size == *info.world_size;
+  // mpirun tells the ranks nothing about where to meet: without a shared port every rank would
+  // pick its own and wait for the others until the join timeout.
+  VOLT_CHECK(!several || info.main_port.has_value(),
+             "mpirun started {} processes but set no MASTER_PORT, so they have no common place to meet. HINT: "
+             "pass the same MASTER_PORT (a free port) and, across nodes, MASTER_ADDR (rank 0's host) to every "
+             "rank: mpirun -x MASTER_ADDR=$(hostname) -x MASTER_PORT=29500 ...",
+             info.world_size.value_or(1));
+  if (const auto address = env.get("MASTER_ADDR")) {
+    info.main_address = *address;
+  } else {
+    VOLT_CHECK(!several || one_node,
+               "mpirun started {} processes {} but set no MASTER_ADDR; 127.0.0.1 would be a different machine on "
+               "each node. HINT: pass rank 0's host to every rank: mpirun -x MASTER_ADDR=$(hostname) -x "
+               "MASTER_PORT=29500 ...",
+               info.world_size.value_or(1),
+               info.local_world_size ? "on more than one node" : "without saying how many share a node");
+  }
   return info;
 }
 

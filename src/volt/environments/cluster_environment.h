@@ -53,11 +53,19 @@ struct ClusterInfo {
   bool slurm_interactive = false;
 };
 
+/// The hosts of this program's processes as a SLURM hostlist: the job step's
+/// (SLURM_STEP_NODELIST, which srun sets for the nodes the step runs on), else the job's
+/// (SLURM_JOB_NODELIST, SLURM_NODELIST); "" outside SLURM.
+std::string slurm_node_list(const Env& env);
+
 /// Reads torchrun's variables (RANK, LOCAL_RANK, GROUP_RANK, LOCAL_WORLD_SIZE, WORLD_SIZE,
 /// MASTER_ADDR, MASTER_PORT), or nullopt when they are not all there.
 std::optional<ClusterInfo> read_torchrun(const Env& env);
-/// Reads SLURM's task variables (SLURM_NTASKS, SLURM_PROCID, SLURM_LOCALID, SLURM_NODEID,
-/// SLURM_JOB_NODELIST, SLURM_JOB_ID); nullopt outside SLURM or in an interactive allocation.
+/// Reads SLURM's task variables (SLURM_PROCID, SLURM_LOCALID, SLURM_NODEID, SLURM_JOB_ID, and
+/// the job step's task count, node count, nodes and tasks per node where srun set them, else the
+/// job's); nullopt outside SLURM or in an interactive allocation. Uneven tasks per node
+/// (SLURM_TASKS_PER_NODE=3,1) are an error naming the layout: the Trainer runs the same number of
+/// processes on every node.
 std::optional<ClusterInfo> read_slurm(const Env& env);
 /// Reads Open MPI's (OMPI_COMM_WORLD_*) or MPICH's (PMI_RANK, PMI_SIZE, MPI_LOCALRANKID) variables.
 std::optional<ClusterInfo> read_mpi(const Env& env);

@@ -45,6 +45,36 @@ TEST(ClusterEnvironment, SlurmRanksComeFromTheEnvironment) {
   EXPECT_EQ(info.job_id, "123456");
 }
 
+TEST(ClusterEnvironment, AJobStepOnPartOfTheAllocationUsesTheStepsNodesAndCounts) {
+  // srun -N2 -r2 -n2 inside a 4-node job: the step runs on node[09-10], the job spans node[07-10].
+  auto vars = slurm_task("1", "0", "1");
+  vars["SLURM_NTASKS"] = "4";
+  vars["SLURM_NNODES"] = "4";
+  vars["SLURM_JOB_NODELIST"] = "node[07-10]";
+  vars["SLURM_TASKS_PER_NODE"] = "1(x4)";
+  vars["SLURM_STEP_NUM_TASKS"] = "2";
+  vars["SLURM_STEP_NUM_NODES"] = "2";
+  vars["SLURM_STEP_NODELIST"] = "node[09-10]";
+  vars["SLURM_STEP_TASKS_PER_NODE"] = "1(x2)";
+  const ClusterInfo info = detect_cluster(Env(vars));
+  EXPECT_EQ(info.main_address, "node09");
+  EXPECT_EQ(info.world_size, 2);
+  EXPECT_EQ(info.num_nodes, 2);
+  EXPECT_EQ(info.local_world_size, 1);
+  EXPECT_EQ(slurm_node_list(Env(vars)), "node[09-10]");
+}
+
+TEST(ClusterEnvironment, UnevenSlurmTasksPerNodeAreRefusedNamingTheLayout) {
+  auto vars = slurm_task("2", "2", "0");
+  vars["SLURM_TASKS_PER_NODE"] = "3,1";
+  const std::string error = error_of(vars);
+  EXPECT_NE(error.find("SLURM_TASKS_PER_NODE=3,1: 3 on node 0, 1 on node 1"), std::string::npos) << error;
+  EXPECT_NE(error.find("HINT: ask SLURM for --ntasks-per-node"), std::string::npos) << error;
+  vars["SLURM_TASKS_PER_NODE"] = "2(x2)";
+  vars["SLURM_LOCALID"] = "1";
+  EXPECT_EQ(detect_cluster(Env(vars)).local_world_size, 2);
+}
+
 TEST(ClusterEnvironment, SlurmArrayTasksGetTheirOwnIdAndPort) {
   auto vars = slurm_task("0", "0", "0");
   vars["SLURM_ARRAY_JOB_ID"] = "500";
@@ -93,12 +123,60 @@ TEST(ClusterEnvironment, OpenMpiAndMpichVariables) {
   const ClusterInfo ompi = detect_cluster(Env(Env::Vars{{"OMPI_COMM_WORLD_SIZE", "4"},
                                                         {"OMPI_COMM_WORLD_RANK", "3"},
                                                         {"OMPI_COMM_WORLD_LOCAL_RANK", "1"},
-                                                        {"OMPI_COMM_WORLD_LOCAL_SIZE", "2"}}));
+                                                        {"OMPI_COMM_WORLD_LOCAL_SIZE", "2"},
+                                                        {"MASTER_ADDR", "n1"},
+                                                        {"MASTER_PORT", "29500"}}));
   EXPECT_EQ(ompi.kind, ClusterKind::kMpi);
   EXPECT_EQ(ompi.node_rank, 1);
-  const ClusterInfo mpich = detect_cluster(Env(Env::Vars{{"PMI_SIZE", "2"}, {"PMI_RANK", "1"}}));
+  EXPECT_EQ(ompi.num_nodes, 2);
+  EXPECT_EQ(ompi.main_address, "n1");
+  const ClusterInfo mpich = detect_cluster(Env(Env::Vars{{"PMI_SIZE", "2"},
+                                                         {"PMI_RANK", "1"},
+                                                         {"MPI_LOCALRANKID", "1"},
+                                                         {"MPI_LOCALNRANKS", "2"},
+                                                         {"MASTER_PORT", "29500"}}));
   EXPECT_EQ(mpich.kind, ClusterKind::kMpi);
   EXPECT_EQ(mpich.global_rank, 1);
+  EXPECT_EQ(mpich.node_rank, 0);
+}
+
+Env::Vars open_mpi_rank(const std::string& rank, const std::string& local_rank, const std::string& local_size) {
+  return {{"OMPI_COMM_WORLD_SIZE", "2"},
+          {"OMPI_COMM_WORLD_RANK", rank},
+          {"OMPI_COMM_WORLD_LOCAL_RANK", local_rank},
+          {"OMPI_COMM_WORLD_LOCAL_SIZE", local_size},
+          // The process's rank among its node's processes: never the node's index.
+          {"OMPI_COMM_WORLD_NODE_RANK", local_rank}};
+}
+
+TEST(ClusterEnvironment, OpenMpisNodeRankIsNotTheNodesIndex) {
+  auto vars = open_mpi_rank("1", "1", "2");
+  vars["MASTER_PORT"] = "29500";
+  const ClusterInfo info = detect_cluster(Env(vars));
+  EXPECT_EQ(info.node_rank, 0);
+  EXPECT_EQ(info.num_nodes, 1);
+  EXPECT_EQ(info.main_address, "127.0.0.1");  // one node: loopback is right
+}
+
+TEST(ClusterEnvironment, MpirunWithoutARendezvousIsAnErrorSayingWhatToSet) {
+  const std::string no_port = error_of(open_mpi_rank("1", "1", "2"));
+  EXPECT_NE(no_port.find("set no MASTER_PORT"), std::string::npos) << no_port;
+  EXPECT_NE(no_port.find("HINT: pass the same MASTER_PORT"), std::string::npos) << no_port;
+  auto two_nodes = open_mpi_rank("1", "0", "1");
+  two_nodes["MASTER_PORT"] = "29500";
+  const std::string no_address = error_of(two_nodes);
+  EXPECT_NE(no_address.find("more than one node but set no MASTER_ADDR"), std::string::npos) << no_address;
+  two_nodes["MASTER_ADDR"] = "n1";
+  EXPECT_EQ(detect_cluster(Env(two_nodes)).node_rank, 1);
+}
+
+TEST(ClusterEnvironment, MpiRanksOutOfBlocksAreRefused) {
+  // --map-by node over 2 nodes x 2: rank 1 is local rank 0 of the second node.
+  Env::Vars vars{
+      {"OMPI_COMM_WORLD_SIZE", "4"},       {"OMPI_COMM_WORLD_RANK", "1"}, {"OMPI_COMM_WORLD_LOCAL_RANK", "0"},
+      {"OMPI_COMM_WORLD_LOCAL_SIZE", "2"}, {"MASTER_ADDR", "n1"},         {"MASTER_PORT", "29500"}};
+  const std::string error = error_of(vars);
+  EXPECT_NE(error.find("HINT: run mpirun with --map-by slot"), std::string::npos) << error;
 }
 
 TEST(ClusterEnvironment, VoltLauncherVariablesAreRead) {

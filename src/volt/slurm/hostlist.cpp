@@ -123,6 +123,38 @@ std::vector<std::string> expand_hostlist(std::string_view expression) {
   return hosts;
 }
 
+std::vector<int64_t> expand_tasks_per_node(std::string_view text) {
+  const auto bad = [&](const std::string& what) {
+    throw Error(
+        fmt::format("malformed SLURM task counts '{}': {}. HINT: expected SLURM's form, e.g. '2(x3),1' "
+                    "(SLURM_TASKS_PER_NODE as SLURM sets it).",
+                    text, what));
+  };
+  std::vector<int64_t> counts;
+  std::size_t start = 0;
+  while (start <= text.size()) {
+    std::size_t end = text.find(',', start);
+    if (end == std::string_view::npos) end = text.size();
+    const std::string_view item = text.substr(start, end - start);
+    const std::size_t paren = item.find("(x");
+    const std::string_view count = item.substr(0, paren);
+    std::string_view repeat = "1";
+    if (paren != std::string_view::npos) {
+      if (item.back() != ')') bad(fmt::format("'{}' does not end with ')'", item));
+      repeat = item.substr(paren + 2, item.size() - paren - 3);
+    }
+    if (!all_digits(count) || !all_digits(repeat) || count.size() > 9 || repeat.size() > 7) {
+      bad(fmt::format("'{}' is not N or N(xM)", item));
+    }
+    const long n = std::stol(std::string(count));
+    const long times = std::stol(std::string(repeat));
+    if (counts.size() + static_cast<std::size_t>(times) > kMaxHosts) bad(fmt::format("more than {} nodes", kMaxHosts));
+    counts.insert(counts.end(), static_cast<std::size_t>(times), n);
+    start = end + 1;
+  }
+  return counts;
+}
+
 std::string first_host(std::string_view expression) {
   // Expanding only the first non-empty top-level item keeps this cheap for huge allocations.
   std::size_t start = 0;

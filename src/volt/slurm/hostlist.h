@@ -2,6 +2,7 @@
 #pragma once
 
 #include <cstddef>
+#include <cstdint>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -22,6 +23,10 @@ inline constexpr std::size_t kMaxHosts = 1 << 20;
 /// (unbalanced or nested brackets, empty ranges, a reversed range, non-digits in a range, too
 /// many hosts, no host at all).
 std::vector<std::string> expand_hostlist(std::string_view expression);
+
+/// Expands SLURM's compressed per-node counts (SLURM_TASKS_PER_NODE, SLURM_STEP_TASKS_PER_NODE):
+/// "2(x3),1" gives {2, 2, 2, 1}. Throws volt::Error naming the text for anything else.
+std::vector<int64_t> expand_tasks_per_node(std::string_view text);
 
 /// The first host of a hostlist without expanding the rest (the main address of a job).
 std::string first_host(std::string_view expression);

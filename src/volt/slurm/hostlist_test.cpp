@@ -89,5 +89,19 @@ TEST(Hostlist, MalformedInputIsAClearError) {
   EXPECT_NE(error_of("node[1-3").find("HINT"), std::string::npos);
 }
 
+TEST(TasksPerNode, ExpandsSlurmsRepeatCounts) {
+  EXPECT_EQ(expand_tasks_per_node("2(x3),1"), (std::vector<int64_t>{2, 2, 2, 1}));
+  EXPECT_EQ(expand_tasks_per_node("3,1"), (std::vector<int64_t>{3, 1}));
+  EXPECT_EQ(expand_tasks_per_node("4"), (std::vector<int64_t>{4}));
+  for (const char* bad : {"", "2(x3", "a", "2(xb)", "2,,1"}) {
+    try {
+      expand_tasks_per_node(bad);
+      ADD_FAILURE() << "accepted '" << bad << "'";
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find("HINT"), std::string::npos) << e.what();
+    }
+  }
+}
+
 }  // namespace
 }  // namespace volt::slurm

@@ -163,7 +163,7 @@ Topology resolve_topology(const ClusterInfo& cluster, int64_t devices, int64_t n
     t.node_rank = cluster.node_rank;
     if (slurm) {
       // Messages about missing ranks can then name the host each was expected on.
-      const std::string nodes = env.get_or("SLURM_JOB_NODELIST", env.get_or("SLURM_NODELIST", ""));
+      const std::string nodes = slurm_node_list(env);
       if (!nodes.empty()) t.node_hosts = slurm::expand_hostlist(nodes);
     }
     return t;
