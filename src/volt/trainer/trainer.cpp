@@ -272,7 +272,6 @@ FitResult Trainer::fit_stage(LightningModule& module, DataLoader train, DataLoad
   strategy.setup_module(module);
 
   MetricRouter metrics(callback_metrics_, fit_loggers(options_, plan_));
-  for (const auto& logger : metrics.loggers()) logger->log_hyperparams(module.hparams());
   const std::vector<std::shared_ptr<Callback>> callbacks =
       fit_callbacks(options_.callbacks, plan_.enable_checkpointing);
   FitInfo info;
@@ -281,13 +280,6 @@ FitResult Trainer::fit_stage(LightningModule& module, DataLoader train, DataLoad
   info.has_validation = num_val_batches > 0;
   info.is_global_zero = plan_.is_global_zero();
   for (const auto& callback : callbacks) callback->setup(info);
-  // LightningCLI's SaveConfigCallback: the resolved configuration beside the logs, so a run's
-  // folder records how it was started.
-  if (!options_.config.is_null() && info.is_global_zero && !info.log_dir.empty()) {
-    fs::create_directories(info.log_dir);
-    save_hparams_to_yaml((fs::path(info.log_dir) / kConfigFileName).string(), options_.config);
-  }
-
   // A job SLURM restarted resumes where it stopped: the newest HPC checkpoint wins over
   // ckpt_path, which the job script passes again on every restart (Lightning's order).
   std::optional<LoadedCheckpoint> resume;
@@ -303,6 +295,16 @@ FitResult Trainer::fit_stage(LightningModule& module, DataLoader train, DataLoad
   if (!resume) {
     const std::string path = checkpointer_->resolve(requested, last_search(info.log_dir), console);
     if (!path.empty()) resume = LoadedCheckpoint{path, checkpointer_->load(path)};
+  }
+
+  // Only now, with the checkpoint found and read, does the run write into its log folder: a run
+  // refused for its ckpt_path leaves no empty version_N behind.
+  for (const auto& logger : metrics.loggers()) logger->log_hyperparams(module.hparams());
+  // LightningCLI's SaveConfigCallback: the resolved configuration beside the logs, so a run's
+  // folder records how it was started.
+  if (!options_.config.is_null() && info.is_global_zero && !info.log_dir.empty()) {
+    fs::create_directories(info.log_dir);
+    save_hparams_to_yaml((fs::path(info.log_dir) / kConfigFileName).string(), options_.config);
   }
 
   FitLoop loop(FitLoopParts{.plan = plan_,

@@ -504,6 +504,14 @@ TEST_F(TrainerTest, AMissingCkptPathIsAnError) {
   EXPECT_NE(error_message([&] { trainer.validate(*module, {}, missing); }).find("does not exist"), std::string::npos);
 }
 
+TEST_F(TrainerTest, ARunRefusedForItsCkptPathLeavesNoLogFolder) {
+  auto module = make_module();
+  Trainer trainer = make_trainer({.max_epochs = 1}, /*logger=*/true);
+  const std::string missing = (root_ / "nope.ckpt").string();
+  EXPECT_NE(error_message([&] { trainer.fit(*module, {}, {}, missing); }).find("does not exist"), std::string::npos);
+  EXPECT_FALSE(fs::exists(root_ / "lightning_logs" / "version_0")) << "an empty version folder was left behind";
+}
+
 TEST_F(TrainerTest, ACheckpointOfAnotherShapeIsACheckpointErrorNamingTheTensors) {
   auto io = std::make_shared<InMemoryCheckpointIO>();
   auto small = make_module();
