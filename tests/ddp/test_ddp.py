@@ -233,6 +233,43 @@ def test_a_rank_that_never_joins_is_named(tmp_path, missing):
     assert f"rank {missing}" in err and "never joined" in err, err
 
 
+def catches(pid, signum):
+    """Whether process `pid` has a handler for `signum` (the SigCgt mask in /proc/<pid>/status)."""
+    try:
+        with open(f"/proc/{pid}/status") as status:
+            for line in status:
+                if line.startswith("SigCgt:"):
+                    return bool(int(line.split()[1], 16) & (1 << (signum - 1)))
+    except FileNotFoundError:
+        pass
+    return False
+
+
+@pytest.mark.parametrize("alone", [0, 1])
+def test_sigterm_while_waiting_for_the_other_ranks_ends_the_wait_at_once(tmp_path, alone):
+    """A stop signal during the rendezvous used to sit in the stop handler until join_timeout."""
+    proc = subprocess.Popen([PROBE, "--out", str(tmp_path), "--strategy", "ddp", "--devices", "2", "--max-steps", "2",
+                             "--join-timeout", "300"], env=external_env("torchrun", alone, 2, 2, free_port()),
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    try:
+        # fit() installs its stop handler right before the rendezvous: signal once it exists (a
+        # signal before the rendezvous starts is seen by its first check all the same).
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline and proc.poll() is None and not catches(proc.pid, signal.SIGTERM):
+            time.sleep(0.02)
+        time.sleep(0.5)
+        start = time.monotonic()
+        proc.send_signal(signal.SIGTERM)
+        _, err = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode not in (0, -signal.SIGTERM), (proc.returncode, err)
+    assert time.monotonic() - start < 10, err  # join_timeout is 300 s
+    assert "received SIGTERM before training started" in err, err
+    assert "stopped waiting for the rendezvous" in err, err
+
+
 def test_sigterm_to_the_launcher_stops_every_rank_at_the_same_step(tmp_path):
     # SIGTERM goes once both ranks train: rank 0's CSV logger writes metrics.csv at the end of the
     # first epoch, after steps that each rank took part in (one all-reduce a step). A fixed sleep

@@ -1,5 +1,7 @@
 #include "volt/distributed/process_group.h"
 
+#include <algorithm>
+#include <chrono>
 #include <cstring>
 #include <thread>
 #include <torch/csrc/distributed/c10d/PrefixStore.hpp>
@@ -26,7 +28,7 @@ bool is_loopback(const std::string& address) {
   return address == "localhost" || address.rfind("127.", 0) == 0 || address == "::1";
 }
 
-std::string seconds(std::chrono::milliseconds d) { return fmt::format("{:.0f} s", d.count() / 1000.0); }
+std::string seconds(std::chrono::milliseconds d) { return fmt::format("{:.1f} s", d.count() / 1000.0); }
 
 std::vector<uint8_t> bytes_of(const std::string& s) { return std::vector<uint8_t>(s.begin(), s.end()); }
 
@@ -64,36 +66,57 @@ ProcessGroup::ProcessGroup(const Topology& topology, const ProcessGroupOptions& 
   store_options.isServer = topology_.global_rank == 0;
   store_options.numWorkers = static_cast<size_t>(topology_.world_size);
   store_options.waitWorkers = false;  // we wait ourselves, to name the ranks that never came
-  store_options.timeout = options_.join_timeout;
-  try {
-    store_ = c10::make_intrusive<c10d::TCPStore>(topology_.main_address, store_options);
-  } catch (const std::exception& e) {
-    if (topology_.global_rank == 0) {
-      throw Error(
-          fmt::format("rank 0 on {} could not open the rendezvous at {}: {}. HINT: another job may use port "
-                      "{}; set MASTER_PORT to a free port.",
-                      topology_.host, where, e.what(), topology_.main_port));
+  const auto start = std::chrono::steady_clock::now();
+  const auto deadline = start + options_.join_timeout;
+  const auto waited = [start] {
+    return std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now() - start);
+  };
+  // A reason to stop waiting (a launched sibling died, a stop signal): checked between short waits,
+  // so that the wait ends at once instead of after join_timeout.
+  const auto check_abort = [&] {
+    if (!options_.abort_check) return;
+    if (auto reason = options_.abort_check()) {
+      throw Error(fmt::format("rank {} on {} stopped waiting for the rendezvous at {} after {}: {}.",
+                              topology_.global_rank, topology_.host, where, seconds(waited()), *reason));
     }
-    throw Error(fmt::format(
-        "rank {} on {} could not reach rank 0's rendezvous at {} within {}: rank 0 never joined "
-        "(expected on {}). HINT: check rank 0's log for an earlier error, and that MASTER_ADDR "
-        "is reachable from this host.",
-        topology_.global_rank, topology_.host, where, seconds(options_.join_timeout), topology_.expected_host(0)));
+  };
+  // Rank 0 serves the store; the others connect in attempts of at most a second each (c10d's
+  // client blocks for its whole timeout otherwise), until join_timeout has passed.
+  while (true) {
+    const auto remaining =
+        std::chrono::duration_cast<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now());
+    store_options.timeout = store_options.isServer
+                                ? options_.join_timeout
+                                : std::clamp(remaining, std::chrono::milliseconds(1), std::chrono::milliseconds(1000));
+    try {
+      store_ = c10::make_intrusive<c10d::TCPStore>(topology_.main_address, store_options);
+      break;
+    } catch (const std::exception& e) {
+      if (topology_.global_rank == 0) {
+        throw Error(
+            fmt::format("rank 0 on {} could not open the rendezvous at {}: {}. HINT: another job may use port "
+                        "{}; set MASTER_PORT to a free port.",
+                        topology_.host, where, e.what(), topology_.main_port));
+      }
+      check_abort();
+      if (std::chrono::steady_clock::now() >= deadline) {
+        throw Error(fmt::format(
+            "rank {} on {} could not reach rank 0's rendezvous at {} in {} (join_timeout {}): rank 0 never joined "
+            "(expected on {}). HINT: check rank 0's log for an earlier error, and that MASTER_ADDR is reachable "
+            "from this host.",
+            topology_.global_rank, topology_.host, where, seconds(waited()), seconds(options_.join_timeout),
+            topology_.expected_host(0)));
+      }
+    }
   }
+  // Later waits on the store (barriers, broadcasts) get the whole join_timeout again.
+  store_->setTimeout(options_.join_timeout);
 
   // Rendezvous with a deadline: every rank announces itself, then waits for all the others.
   store_->set(kJoinedPrefix + std::to_string(topology_.global_rank), bytes_of(topology_.host));
   store_->add(kJoinedCount, 1);
-  const auto deadline = std::chrono::steady_clock::now() + options_.join_timeout;
   while (store_->add(kJoinedCount, 0) < topology_.world_size) {
-    if (options_.abort_check) {
-      if (auto reason = options_.abort_check()) {
-        throw Error(
-            fmt::format("rank {} on {}: the rendezvous at {} was abandoned: {}. HINT: that rank's error is "
-                        "printed above.",
-                        topology_.global_rank, topology_.host, where, *reason));
-      }
-    }
+    check_abort();
     if (std::chrono::steady_clock::now() > deadline) {
       std::vector<std::string> missing;
       for (int64_t r = 0; r < topology_.world_size; ++r) {
@@ -102,10 +125,10 @@ ProcessGroup::ProcessGroup(const Topology& topology, const ProcessGroupOptions& 
         }
       }
       throw Error(
-          fmt::format("rank {} on {}: {} of {} ranks never joined the rendezvous at {} within {}: {}. HINT: "
-                      "look at those ranks' logs; a rank that crashes before Trainer::fit never joins.",
+          fmt::format("rank {} on {}: {} of {} ranks never joined the rendezvous at {} in {} (join_timeout {}): "
+                      "{}. HINT: look at those ranks' logs; a rank that crashes before Trainer::fit never joins.",
                       topology_.global_rank, topology_.host, missing.size(), topology_.world_size, where,
-                      seconds(options_.join_timeout), join(missing, ", ")));
+                      seconds(waited()), seconds(options_.join_timeout), join(missing, ", ")));
     }
     std::this_thread::sleep_for(std::chrono::milliseconds(20));
   }

@@ -29,8 +29,8 @@ struct ProcessGroupOptions {
   std::chrono::milliseconds timeout{std::chrono::seconds(120)};
   /// How long rank 0 waits for every rank to join, and others wait to reach rank 0.
   std::chrono::milliseconds join_timeout{std::chrono::seconds(60)};
-  /// Polled while waiting for ranks to join: a message ends the wait at once (the launcher uses
-  /// it to report a local rank that died before joining).
+  /// Polled while waiting for ranks to join or to reach rank 0: a message ends the wait at once
+  /// with an error that quotes it (a launched local rank that died, a stop signal).
   std::function<std::optional<std::string>()> abort_check;
 };
 

@@ -23,8 +23,12 @@ void DdpStrategy::setup_environment(LightningModule& module) {
   }
   ProcessGroupOptions pg_options = options_.process_group;
   if (launcher_) {
+    // A launched local rank that died ends the wait first; then whatever the caller checks.
     SubprocessLauncher* launcher = launcher_.get();
-    pg_options.abort_check = [launcher] { return launcher->failure(); };
+    pg_options.abort_check = [launcher, outer = options_.process_group.abort_check]() {
+      if (auto failure = launcher->failure()) return failure;
+      return outer ? outer() : std::nullopt;
+    };
   }
   group_ = module.init_ddp_connection(topology_, pg_options);
   if (!group_) group_ = std::make_shared<ProcessGroup>(topology_, pg_options);
@@ -100,7 +104,9 @@ void DdpStrategy::barrier() { process_group().barrier(); }
 std::string DdpStrategy::broadcast_string(const std::string& value) { return process_group().broadcast_string(value); }
 
 std::string DdpStrategy::on_failure(const std::string& message) {
-  const std::string mine = fmt::format("rank {} on {}: {}", topology_.global_rank, topology_.host, message);
+  // Errors of the process group name the rank already ("rank 1 on node2 could not reach ...").
+  const std::string prefix = fmt::format("rank {} on {}", topology_.global_rank, topology_.host);
+  const std::string mine = message.rfind(prefix, 0) == 0 ? message : fmt::format("{}: {}", prefix, message);
   // A local rank that died (SIGKILL) cannot report itself: give the launcher's monitor a moment
   // to see its exit status, which is the real first failure.
   std::optional<std::string> launcher_failure;

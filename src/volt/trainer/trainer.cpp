@@ -174,6 +174,14 @@ Strategy& Trainer::strategy() {
   ddp.process_group.backend = plan_.process_group_backend;
   ddp.process_group.timeout = plan_.process_group_timeout;
   ddp.process_group.join_timeout = plan_.join_timeout;
+  // A stop signal (scancel, Ctrl-C) while waiting for the other ranks ends the wait at once: there
+  // is nothing to save yet, and the signal must not sit in the stop handler until join_timeout.
+  ddp.process_group.abort_check = []() -> std::optional<std::string> {
+    if (const int signal = internal::StopSignalGuard::received()) {
+      return fmt::format("received {} before training started (nothing trained, nothing saved)", signal_name(signal));
+    }
+    return std::nullopt;
+  };
   ddp.gradient_sync.bucket_cap_mb = plan_.bucket_cap_mb;
   ddp.gradient_sync.find_unused_parameters = plan_.find_unused_parameters;
   ddp.launch_local_processes = plan_.launch_local_processes;
