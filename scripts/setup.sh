@@ -16,6 +16,7 @@ packages=(
   dataset-fashion-mnist   # the IDX files of the main job, under /usr/share/datasets/fashion-mnist
   gnuplot-nox             # `volt plot` draws metrics.csv curves as PNG
   slurmctld slurmd slurm-client munge   # a throwaway local SLURM cluster for tests/slurm
+  openmpi-bin             # the real mpirun of tests/e2e/test_mpirun.py
   python3-torch python3-pytest python3-numpy python3-yaml   # the Python peers of the tests
   python3-pip             # installs tensorboard for tests/tensorboard (below)
 )

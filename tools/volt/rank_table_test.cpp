@@ -40,7 +40,7 @@ TEST(RankTable, TwoNodesOfTwoTasksAreRanksZeroToThree) {
     EXPECT_EQ(info.world_size, 4);
     EXPECT_EQ(info.num_nodes, 2);
     EXPECT_EQ(info.main_address, "gpu07");
-    EXPECT_EQ(info.main_port, slurm_main_port("4242"));
+    EXPECT_EQ(info.main_port, job_main_port("4242"));
     EXPECT_EQ(info.job_id, "4242");
   }
 }
@@ -50,7 +50,7 @@ TEST(RankTable, TheDefaultNodeListIsNodeOneToN) {
   EXPECT_EQ(rows[0].env.get_or("SLURM_JOB_NODELIST", ""), "node[1-2]");
   EXPECT_EQ(rows[3].host, "node2");
   EXPECT_EQ(rows[0].info.main_address, "node1");
-  EXPECT_EQ(rows[0].info.main_port, slurm_main_port("12345"));
+  EXPECT_EQ(rows[0].info.main_port, job_main_port("12345"));
   slurm::JobSpec one;
   EXPECT_EQ(build_rank_table(one)[0].host, "node1");
 }
@@ -68,7 +68,7 @@ TEST(RankTable, ArrayTaskZeroHasTheArrayJobId) {
   spec.array = slurm::ArraySpec{4, 2};
   const auto rows = build_rank_table(spec, {"777", ""});
   EXPECT_EQ(rows[0].info.job_id, "777_0");
-  EXPECT_EQ(rows[0].info.main_port, slurm_main_port("777_0"));
+  EXPECT_EQ(rows[0].info.main_port, job_main_port("777_0"));
 }
 
 TEST(RankTable, AnInteractiveJobNameIsDetectedAsLocal) {
@@ -93,7 +93,7 @@ TEST(RankTable, RendersOneCommentLinePerTask) {
   const std::string table = render_rank_table(build_rank_table(two_by_two()));
   EXPECT_EQ(std::count(table.begin(), table.end(), '\n'), 5);
   EXPECT_EQ(table.rfind("# host", 0), 0u) << table;
-  EXPECT_NE(table.find("node1:" + std::to_string(slurm_main_port("12345"))), std::string::npos) << table;
+  EXPECT_NE(table.find("node1:" + std::to_string(job_main_port("12345"))), std::string::npos) << table;
 }
 
 }  // namespace

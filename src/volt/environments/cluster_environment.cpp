@@ -79,7 +79,7 @@ std::string slurm_node_list(const Env& env) {
   return "";
 }
 
-int slurm_main_port(const std::string& job_id) {
+int job_main_port(const std::string& job_id) {
   // Array jobs are "<array job id>_<task id>": both parts count, so tasks of one array differ.
   long long numeric = 0;
   for (char c : job_id) {
@@ -148,7 +148,7 @@ std::optional<ClusterInfo> read_slurm(const Env& env) {
     info.main_address = slurm::first_host(nodes);
   }
   info.main_port = port_from(env, "MASTER_PORT");
-  if (!info.main_port) info.main_port = slurm_main_port(info.job_id);
+  if (!info.main_port) info.main_port = job_main_port(info.job_id);
   check_ranks(info, "SLURM_PROCID", "SLURM_NTASKS");
   if (info.num_nodes) {
     VOLT_CHECK(info.node_rank < *info.num_nodes, "SLURM_NODEID={} is outside SLURM_NNODES={}.", info.node_rank,
@@ -190,12 +190,22 @@ std::optional<ClusterInfo> read_mpi(const Env& env) {
     if (info.world_size) info.num_nodes = (*info.world_size + per_node - 1) / per_node;
   }
   info.main_port = port_from(env, "MASTER_PORT");
+  if (!info.main_port) {
+    // Every rank of one mpirun sees the same job id: a port derived from it needs no set-up.
+    for (const char* job : {"OMPI_MCA_ess_base_jobid", "PMIX_NAMESPACE"}) {
+      if (const auto id = env.get(job); id && !id->empty()) {
+        info.main_port = job_main_port(*id);
+        break;
+      }
+    }
+  }
   const bool several = info.world_size.value_or(1) > 1;
   const bool one_node = info.local_world_size && info.world_size && *info.local_world_size == *info.world_size;
   // mpirun tells the ranks nothing about where to meet: without a shared port every rank would
   // pick its own and wait for the others until the join timeout.
   VOLT_CHECK(!several || info.main_port.has_value(),
-             "mpirun started {} processes but set no MASTER_PORT, so they have no common place to meet. HINT: "
+             "mpirun started {} processes but set no MASTER_PORT (nor a job id to derive one from: "
+             "OMPI_MCA_ess_base_jobid, PMIX_NAMESPACE), so they have no common place to meet. HINT: "
              "pass the same MASTER_PORT (a free port) and, across nodes, MASTER_ADDR (rank 0's host) to every "
              "rank: mpirun -x MASTER_ADDR=$(hostname) -x MASTER_PORT=29500 ...",
              info.world_size.value_or(1));

@@ -68,6 +68,9 @@ std::optional<ClusterInfo> read_torchrun(const Env& env);
 /// processes on every node.
 std::optional<ClusterInfo> read_slurm(const Env& env);
 /// Reads Open MPI's (OMPI_COMM_WORLD_*) or MPICH's (PMI_RANK, PMI_SIZE, MPI_LOCALRANKID) variables.
+/// Nodes are numbered from the rank and the local size (ranks placed in blocks, else an error);
+/// the port is MASTER_PORT or derived from the job id (OMPI_MCA_ess_base_jobid, PMIX_NAMESPACE);
+/// the address is MASTER_ADDR, or 127.0.0.1 when every rank runs on one node (else an error).
 std::optional<ClusterInfo> read_mpi(const Env& env);
 /// Reads Volt's own launcher variables (LOCAL_RANK, NODE_RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT);
 /// all optional: a plain run is rank 0 of 1.
@@ -78,9 +81,10 @@ ClusterInfo read_local(const Env& env);
 /// name the variable.
 ClusterInfo detect_cluster(const Env& env);
 
-/// The SLURM main port for `job_id`: 15000 + (numeric job id mod 20000), so two jobs sharing a
+/// The rendezvous port of a job that sets no MASTER_PORT (a SLURM job, an mpirun): 15000 + (the
+/// digits of `job_id` as a number mod 20000), the same on every rank of the job. Two jobs sharing a
 /// node collide only when their ids differ by a multiple of 20000 (Lightning's last-4-digits
 /// scheme collides every 10000 ids).
-int slurm_main_port(const std::string& job_id);
+int job_main_port(const std::string& job_id);
 
 }  // namespace volt

@@ -162,6 +162,10 @@ TEST(ClusterEnvironment, MpirunWithoutARendezvousIsAnErrorSayingWhatToSet) {
   const std::string no_port = error_of(open_mpi_rank("1", "1", "2"));
   EXPECT_NE(no_port.find("set no MASTER_PORT"), std::string::npos) << no_port;
   EXPECT_NE(no_port.find("HINT: pass the same MASTER_PORT"), std::string::npos) << no_port;
+  // What Open MPI 4.1 sets for every rank of one mpirun: the port follows from it.
+  auto with_job = open_mpi_rank("1", "1", "2");
+  with_job["OMPI_MCA_ess_base_jobid"] = "324075521";
+  EXPECT_EQ(detect_cluster(Env(with_job)).main_port, job_main_port("324075521"));
   auto two_nodes = open_mpi_rank("1", "0", "1");
   two_nodes["MASTER_PORT"] = "29500";
   const std::string no_address = error_of(two_nodes);
