@@ -66,7 +66,6 @@ function(volt_cc_test)
     # One label, since gtest_discover_tests flattens a list in PROPERTIES; `-L unit` still
     # selects it (CTest matches labels as regular expressions).
     string(REPLACE ";" "_" V_LABELS "torch_${V_LABELS}")
-    set_property(GLOBAL APPEND PROPERTY VOLT_TORCH_TESTS ${V_NAME})
   endif()
   gtest_discover_tests(${V_NAME} DISCOVERY_TIMEOUT 60 PROPERTIES LABELS "${V_LABELS}")
 endfunction()
