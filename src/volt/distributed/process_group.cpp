@@ -1,6 +1,12 @@
 #include "volt/distributed/process_group.h"
 
+#include <netdb.h>
+#include <poll.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
 #include <algorithm>
+#include <cerrno>
 #include <chrono>
 #include <cstring>
 #include <thread>
@@ -26,6 +32,31 @@ constexpr const char* kFailureKey = "volt/failure";
 
 bool is_loopback(const std::string& address) {
   return address == "localhost" || address.rfind("127.", 0) == 0 || address == "::1";
+}
+
+/// Whether a TCP connection to `host`:`port` is accepted within 200 ms (closed at once).
+bool port_accepts(const std::string& host, int port) {
+  addrinfo hints{};
+  hints.ai_family = AF_UNSPEC;
+  hints.ai_socktype = SOCK_STREAM;
+  addrinfo* found = nullptr;
+  if (getaddrinfo(host.c_str(), std::to_string(port).c_str(), &hints, &found) != 0) return false;
+  bool accepted = false;
+  for (addrinfo* a = found; a != nullptr && !accepted; a = a->ai_next) {
+    const int fd = socket(a->ai_family, a->ai_socktype | SOCK_NONBLOCK | SOCK_CLOEXEC, a->ai_protocol);
+    if (fd < 0) continue;
+    if (connect(fd, a->ai_addr, a->ai_addrlen) == 0) {
+      accepted = true;
+    } else if (errno == EINPROGRESS) {
+      pollfd p{fd, POLLOUT, 0};
+      int error = 0;
+      socklen_t length = sizeof(error);
+      accepted = poll(&p, 1, 200) == 1 && getsockopt(fd, SOL_SOCKET, SO_ERROR, &error, &length) == 0 && error == 0;
+    }
+    close(fd);
+  }
+  freeaddrinfo(found);
+  return accepted;
 }
 
 std::string seconds(std::chrono::milliseconds d) { return fmt::format("{:.1f} s", d.count() / 1000.0); }
@@ -80,24 +111,11 @@ ProcessGroup::ProcessGroup(const Topology& topology, const ProcessGroupOptions& 
                               topology_.global_rank, topology_.host, where, seconds(waited()), *reason));
     }
   };
-  // Rank 0 serves the store; the others connect in attempts of at most a second each (c10d's
-  // client blocks for its whole timeout otherwise), until join_timeout has passed.
-  while (true) {
-    const auto remaining =
-        std::chrono::duration_cast<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now());
-    store_options.timeout = store_options.isServer
-                                ? options_.join_timeout
-                                : std::clamp(remaining, std::chrono::milliseconds(1), std::chrono::milliseconds(1000));
-    try {
-      store_ = c10::make_intrusive<c10d::TCPStore>(topology_.main_address, store_options);
-      break;
-    } catch (const std::exception& e) {
-      if (topology_.global_rank == 0) {
-        throw Error(
-            fmt::format("rank 0 on {} could not open the rendezvous at {}: {}. HINT: another job may use port "
-                        "{}; set MASTER_PORT to a free port.",
-                        topology_.host, where, e.what(), topology_.main_port));
-      }
+  // The other ranks first wait until rank 0's port accepts connections, checking for an abort
+  // between short probes: c10d's client would block for its whole timeout, and a client made
+  // with a short timeout keeps it for every later request on its socket.
+  if (topology_.global_rank != 0) {
+    while (!port_accepts(topology_.main_address, topology_.main_port)) {
       check_abort();
       if (std::chrono::steady_clock::now() >= deadline) {
         throw Error(fmt::format(
@@ -107,10 +125,24 @@ ProcessGroup::ProcessGroup(const Topology& topology, const ProcessGroupOptions& 
             topology_.global_rank, topology_.host, where, seconds(waited()), seconds(options_.join_timeout),
             topology_.expected_host(0)));
       }
+      std::this_thread::sleep_for(std::chrono::milliseconds(50));
     }
   }
-  // Later waits on the store (barriers, broadcasts) get the whole join_timeout again.
-  store_->setTimeout(options_.join_timeout);
+  store_options.timeout = options_.join_timeout;
+  try {
+    store_ = c10::make_intrusive<c10d::TCPStore>(topology_.main_address, store_options);
+  } catch (const std::exception& e) {
+    if (topology_.global_rank == 0) {
+      throw Error(
+          fmt::format("rank 0 on {} could not open the rendezvous at {}: {}. HINT: another job may use port "
+                      "{}; set MASTER_PORT to a free port.",
+                      topology_.host, where, e.what(), topology_.main_port));
+    }
+    throw Error(fmt::format(
+        "rank {} on {} could not join rank 0's rendezvous at {} after {}: {}. HINT: check rank 0's log for an "
+        "earlier error, and that MASTER_ADDR is reachable from this host.",
+        topology_.global_rank, topology_.host, where, seconds(waited()), e.what()));
+  }
 
   // Rendezvous with a deadline: every rank announces itself, then waits for all the others.
   store_->set(kJoinedPrefix + std::to_string(topology_.global_rank), bytes_of(topology_.host));
