@@ -14,7 +14,9 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/setup.sh
 scripts/check-format.sh   # seconds: an unformatted change fails before the build
-scripts/build.sh
+# Release at -O2 without debug info: a clean build took 700 s instead of 982 s with
+# RelWithDebInfo's -g (2 cores, ccache off); a build/ made by hand keeps whatever it was given.
+scripts/build.sh -DCMAKE_BUILD_TYPE=Release -DCMAKE_CXX_FLAGS_RELEASE="-O2 -DNDEBUG"
 # After the build: clang-tidy reads its compile_commands.json and generated protobuf header.
 [ "${VOLT_TIDY:-1}" = 0 ] || scripts/check-tidy.sh
 (cd "${VOLT_BUILD_DIR:-build}" && ctest --output-on-failure --timeout 900 -j "${VOLT_TEST_JOBS:-2}" "$@")
