@@ -26,7 +26,6 @@ which clears 87% by 0.6 points or more in every case, more than the seed-to-seed
 median (about 0.3 points), which is also what another summation order (another LibTorch or CPU)
 moves a result by. The CNN keeps seed 1: 90.77% against 90%.
 """
-import os
 import socket
 import subprocess
 import sys
@@ -34,7 +33,7 @@ import time
 
 import pytest
 
-from volt_e2e import Run, assert_ok, print_plan, run_binary
+from volt_e2e import Run, assert_ok, cluster_free_env, print_plan, run_binary
 
 ONE_THREAD = ["--num-threads", "1"]
 
@@ -59,16 +58,6 @@ def free_port():
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
-
-
-def cluster_free_env(**extra):
-    """This environment without any launcher's variables (SLURM, MPI, torchrun), plus `extra`."""
-    env = {k: v for k, v in os.environ.items()
-           if not k.startswith(("SLURM_", "OMPI_", "PMI_")) and k not in
-           ("RANK", "LOCAL_RANK", "GLOBAL_RANK", "NODE_RANK", "GROUP_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE",
-            "MASTER_ADDR", "MASTER_PORT")}
-    env.update(extra)
-    return env
 
 
 def node_env(node, port):

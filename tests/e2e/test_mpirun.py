@@ -12,7 +12,7 @@ import time
 
 import pytest
 
-from volt_e2e import DETERMINISTIC, SHORT, Run, assert_ok, run_binary
+from volt_e2e import DETERMINISTIC, SHORT, Run, assert_ok, cluster_free_env, run_binary
 
 MPIRUN = shutil.which("mpirun")
 pytestmark = pytest.mark.skipif(MPIRUN is None, reason="no mpirun on PATH (apt-get install openmpi-bin)")
@@ -24,16 +24,6 @@ def ddp_args(devices):
         DETERMINISTIC
 
 
-def clean_env():
-    """This environment without any launcher's variables, so only mpirun's reach the ranks."""
-    launchers = ("SLURM_", "OMPI_", "PMI_", "PMIX_")
-    names = {"RANK", "LOCAL_RANK", "GLOBAL_RANK", "NODE_RANK", "WORLD_SIZE", "GROUP_RANK", "LOCAL_WORLD_SIZE",
-             "MASTER_ADDR", "MASTER_PORT"}
-    env = {k: v for k, v in os.environ.items() if not k.startswith(launchers) and k not in names}
-    env["OMP_NUM_THREADS"] = "1"
-    return env
-
-
 def mpirun(binary, args, root, np=2, timeout=300):
     root.mkdir(parents=True, exist_ok=True)
     command = [MPIRUN, "-np", str(np), "--oversubscribe", "--bind-to", "none"]
@@ -42,7 +32,8 @@ def mpirun(binary, args, root, np=2, timeout=300):
     command += [binary] + args + ["--default-root-dir", str(root)]
     start = time.monotonic()
     try:
-        proc = subprocess.run(command, capture_output=True, text=True, timeout=timeout, cwd=root, env=clean_env())
+        proc = subprocess.run(command, capture_output=True, text=True, timeout=timeout, cwd=root,
+                              env=cluster_free_env(OMP_NUM_THREADS="1"))
     except subprocess.TimeoutExpired as e:
         pytest.fail(f"{command} did not finish within {timeout} s:\n{e.stdout}\n{e.stderr}")
     return Run(command, root, proc, time.monotonic() - start)
@@ -51,7 +42,7 @@ def mpirun(binary, args, root, np=2, timeout=300):
 def test_one_node_of_two_ranks_needs_no_variables_and_matches_volts_launcher(binary, dataset, tmp_path):
     under_mpirun = mpirun(binary, ddp_args(2), tmp_path / "mpirun")
     assert_ok(under_mpirun)
-    own = run_binary(binary, ddp_args(2), tmp_path / "own", env=clean_env())
+    own = run_binary(binary, ddp_args(2), tmp_path / "own", env=cluster_free_env(OMP_NUM_THREADS="1"))
     assert_ok(own)
     # The same ranks, shards and steps: the same model, so the same test metrics to the last digit.
     assert under_mpirun.test_metrics() == own.test_metrics(), (under_mpirun, own)

@@ -79,6 +79,16 @@ def run_binary(binary, args, root=None, timeout=180, env=None):
     return Run(full, root, proc, time.monotonic() - start)
 
 
+def cluster_free_env(**extra):
+    """This environment without any launcher's variables (SLURM, MPI, torchrun), plus `extra`."""
+    env = {k: v for k, v in os.environ.items()
+           if not k.startswith(("SLURM_", "OMPI_", "PMI_", "PMIX_")) and k not in
+           ("RANK", "LOCAL_RANK", "GLOBAL_RANK", "NODE_RANK", "GROUP_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE",
+            "MASTER_ADDR", "MASTER_PORT")}
+    env.update(extra)
+    return env
+
+
 def print_plan(binary, args=(), env=None):
     """The binary's --print-plan as a dict ("key" padded to 24 columns, then the value)."""
     run = subprocess.run([binary, "--print-plan", "--num-threads", "1", *args], capture_output=True, text=True,

@@ -3,6 +3,7 @@
 #include <cctype>
 
 #include "volt/core/error.h"
+#include "volt/core/strings.h"
 
 namespace volt::slurm {
 
@@ -131,11 +132,8 @@ std::vector<int64_t> expand_tasks_per_node(std::string_view text) {
                     text, what));
   };
   std::vector<int64_t> counts;
-  std::size_t start = 0;
-  while (start <= text.size()) {
-    std::size_t end = text.find(',', start);
-    if (end == std::string_view::npos) end = text.size();
-    const std::string_view item = text.substr(start, end - start);
+  for (const std::string& field : split(text, ',')) {
+    const std::string_view item = field;
     const std::size_t paren = item.find("(x");
     const std::string_view count = item.substr(0, paren);
     std::string_view repeat = "1";
@@ -150,7 +148,6 @@ std::vector<int64_t> expand_tasks_per_node(std::string_view text) {
     const long times = std::stol(std::string(repeat));
     if (counts.size() + static_cast<std::size_t>(times) > kMaxHosts) bad(fmt::format("more than {} nodes", kMaxHosts));
     counts.insert(counts.end(), static_cast<std::size_t>(times), n);
-    start = end + 1;
   }
   return counts;
 }
