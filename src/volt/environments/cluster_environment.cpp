@@ -117,12 +117,13 @@ std::optional<ClusterInfo> read_slurm(const Env& env) {
   info.creates_processes_externally = true;
   // Inside a job step (srun) the step's variables describe this program's processes; the job's
   // describe the whole allocation, which a step may use only part of (srun -N2 on a 4-node job).
-  const bool step = env.has("SLURM_STEP_NUM_TASKS");
-  info.world_size = required_int(env, step ? "SLURM_STEP_NUM_TASKS" : "SLURM_NTASKS", 1);
+  const char* tasks_var = env.has("SLURM_STEP_NUM_TASKS") ? "SLURM_STEP_NUM_TASKS" : "SLURM_NTASKS";
+  const char* nodes_var = env.has("SLURM_STEP_NUM_NODES") ? "SLURM_STEP_NUM_NODES" : "SLURM_NNODES";
+  info.world_size = required_int(env, tasks_var, 1);
   info.global_rank = required_int(env, "SLURM_PROCID", 0);
   info.local_rank = required_int(env, "SLURM_LOCALID", 0);
   info.node_rank = required_int(env, "SLURM_NODEID", 0);
-  info.num_nodes = optional_int(env, env.has("SLURM_STEP_NUM_NODES") ? "SLURM_STEP_NUM_NODES" : "SLURM_NNODES", 1);
+  info.num_nodes = optional_int(env, nodes_var, 1);
   const char* tasks_name = env.has("SLURM_STEP_TASKS_PER_NODE") ? "SLURM_STEP_TASKS_PER_NODE" : "SLURM_TASKS_PER_NODE";
   if (const auto tasks = env.get(tasks_name)) {
     const std::vector<int64_t> counts = slurm::expand_tasks_per_node(*tasks);
@@ -149,9 +150,9 @@ std::optional<ClusterInfo> read_slurm(const Env& env) {
   }
   info.main_port = port_from(env, "MASTER_PORT");
   if (!info.main_port) info.main_port = job_main_port(info.job_id);
-  check_ranks(info, "SLURM_PROCID", "SLURM_NTASKS");
+  check_ranks(info, "SLURM_PROCID", tasks_var);
   if (info.num_nodes) {
-    VOLT_CHECK(info.node_rank < *info.num_nodes, "SLURM_NODEID={} is outside SLURM_NNODES={}.", info.node_rank,
+    VOLT_CHECK(info.node_rank < *info.num_nodes, "SLURM_NODEID={} is outside {}={}.", info.node_rank, nodes_var,
                *info.num_nodes);
   }
   return info;
