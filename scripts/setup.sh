@@ -57,4 +57,22 @@ if ! PYTHONPATH="$tensorboard_dir" /usr/bin/python3 -c \
     --root-user-action=ignore --no-warn-script-location --upgrade \
     --target "$tensorboard_dir" "tensorboard==$tensorboard_version"
 fi
+
+# torchrun from PyPI's torch 2.x, for tests/e2e/test_torchrun.py: users run 2.x (Debian's own
+# torchrun, torch 1.13, crashes in its argument handling on Python 3.11). Like tensorboard it
+# lives in a folder that only that test puts on PYTHONPATH. Its CUDA wheel loads libraries from
+# the CUDA toolkit (/usr/local/cuda, which this kind of machine has) and the few NVIDIA wheels
+# listed here, which pip lays out beside torch/ where its RPATH looks. Keep the version in step
+# with scripts/build-cuda.sh and the folder with VOLT_TORCHRUN_PYTHONPATH in tests/e2e/volt_e2e.py.
+torchrun_dir="${VOLT_TORCHRUN_PYTHONPATH:-/opt/volt/python-torchrun}"
+torchrun_packages=(torch==2.15.0 nvidia-cufile==1.17.1.22 nvidia-cusparselt-cu13==0.8.1
+                   nvidia-nvshmem-cu13==3.7.2 nvidia-nccl-cu13==2.30.7
+                   filelock typing-extensions sympy mpmath networkx jinja2 MarkupSafe fsspec)
+if [ "$(cat "$torchrun_dir/.complete" 2>/dev/null)" != "${torchrun_packages[*]}" ]; then
+  echo "setup: installing torchrun (torch 2.15.0) into $torchrun_dir"
+  "${sudo_cmd[@]}" rm -rf "$torchrun_dir"
+  "${sudo_cmd[@]}" /usr/bin/python3 -m pip install -q --disable-pip-version-check --root-user-action=ignore \
+    --no-warn-script-location --no-deps --target "$torchrun_dir" "${torchrun_packages[@]}"
+  echo "${torchrun_packages[*]}" | "${sudo_cmd[@]}" tee "$torchrun_dir/.complete" >/dev/null
+fi
 echo "setup: all dependencies present"

@@ -92,9 +92,12 @@ ProcessGroup::ProcessGroup(const Topology& topology, const ProcessGroupOptions& 
              options_.backend);
 #endif
   const std::string where = fmt::format("{}:{}", topology_.main_address, topology_.main_port);
+  const bool launcher_store = topology_.join_launcher_store;
+  // Who should be listening there, for messages.
+  const std::string server = launcher_store ? "the launcher's store (torchrun's agent)" : "rank 0's rendezvous";
   c10d::TCPStoreOptions store_options;
   store_options.port = static_cast<uint16_t>(topology_.main_port);
-  store_options.isServer = topology_.global_rank == 0;
+  store_options.isServer = topology_.global_rank == 0 && !launcher_store;
   store_options.numWorkers = static_cast<size_t>(topology_.world_size);
   store_options.waitWorkers = false;  // we wait ourselves, to name the ranks that never came
   const auto start = std::chrono::steady_clock::now();
@@ -111,13 +114,20 @@ ProcessGroup::ProcessGroup(const Topology& topology, const ProcessGroupOptions& 
                               topology_.global_rank, topology_.host, where, seconds(waited()), *reason));
     }
   };
-  // The other ranks first wait until rank 0's port accepts connections, checking for an abort
+  // The clients first wait until the server's port accepts connections, checking for an abort
   // between short probes: c10d's client would block for its whole timeout, and a client made
   // with a short timeout keeps it for every later request on its socket.
-  if (topology_.global_rank != 0) {
+  if (!store_options.isServer) {
     while (!port_accepts(topology_.main_address, topology_.main_port)) {
       check_abort();
       if (std::chrono::steady_clock::now() >= deadline) {
+        if (launcher_store) {
+          throw Error(fmt::format(
+              "rank {} on {} could not reach {} at {} in {} (join_timeout {}). HINT: the launcher set "
+              "TORCHELASTIC_USE_AGENT_STORE=True and MASTER_ADDR/MASTER_PORT; check that its agent is running "
+              "and that MASTER_ADDR is reachable from this host.",
+              topology_.global_rank, topology_.host, server, where, seconds(waited()), seconds(options_.join_timeout)));
+        }
         throw Error(fmt::format(
             "rank {} on {} could not reach rank 0's rendezvous at {} in {} (join_timeout {}): rank 0 never joined "
             "(expected on {}). HINT: check rank 0's log for an earlier error, and that MASTER_ADDR is reachable "
@@ -130,18 +140,22 @@ ProcessGroup::ProcessGroup(const Topology& topology, const ProcessGroupOptions& 
   }
   store_options.timeout = options_.join_timeout;
   try {
-    store_ = c10::make_intrusive<c10d::TCPStore>(topology_.main_address, store_options);
+    c10::intrusive_ptr<c10d::Store> tcp = c10::make_intrusive<c10d::TCPStore>(topology_.main_address, store_options);
+    // A launcher's store outlives a group that it restarts: each attempt keeps its own keys.
+    store_ = tcp;
+    if (launcher_store) store_ = c10::make_intrusive<c10d::PrefixStore>(topology_.store_key_prefix, tcp);
   } catch (const std::exception& e) {
-    if (topology_.global_rank == 0) {
+    if (store_options.isServer) {
       throw Error(
           fmt::format("rank 0 on {} could not open the rendezvous at {}: {}. HINT: another job may use port "
-                      "{}; set MASTER_PORT to a free port.",
+                      "{}; set MASTER_PORT to a free port (under torchrun: --master-port).",
                       topology_.host, where, e.what(), topology_.main_port));
     }
     throw Error(fmt::format(
-        "rank {} on {} could not join rank 0's rendezvous at {} after {}: {}. HINT: check rank 0's log for an "
-        "earlier error, and that MASTER_ADDR is reachable from this host.",
-        topology_.global_rank, topology_.host, where, seconds(waited()), e.what()));
+        "rank {} on {} could not join {} at {} after {}: {}. HINT: check {} log for an earlier error, and that "
+        "MASTER_ADDR is reachable from this host.",
+        topology_.global_rank, topology_.host, server, where, seconds(waited()), e.what(),
+        launcher_store ? "the launcher's" : "rank 0's"));
   }
 
   // Rendezvous with a deadline: every rank announces itself, then waits for all the others.

@@ -17,8 +17,13 @@ struct Topology {
   int64_t processes_per_node = 1;          ///< processes on each node
   std::string main_address = "127.0.0.1";  ///< rank 0's host, for the rendezvous
   int main_port = 0;                       ///< the rendezvous port
-  std::string host;                        ///< this process's host name (for messages)
-  std::vector<std::string> node_hosts;     ///< host of each node, when the launcher says (SLURM)
+  /// True when the store at main_address:main_port is the launcher's (torchrun's agent store),
+  /// which every rank joins as a client; false when rank 0 serves it.
+  bool join_launcher_store = false;
+  /// The prefix of Volt's keys in a launcher's store.
+  std::string store_key_prefix;
+  std::string host;                     ///< this process's host name (for messages)
+  std::vector<std::string> node_hosts;  ///< host of each node, when the launcher says (SLURM)
 
   /// True for rank 0, which writes logs and checkpoints.
   bool is_global_zero() const { return global_rank == 0; }

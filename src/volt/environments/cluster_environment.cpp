@@ -104,8 +104,27 @@ std::optional<ClusterInfo> read_torchrun(const Env& env) {
   VOLT_CHECK(info.main_port.has_value(),
              "torchrun set RANK but not MASTER_PORT. HINT: run under torchrun, which sets "
              "both, or export MASTER_PORT.");
+  // torchrun writes Python's str(bool).
+  info.launcher_serves_store = env.get_or("TORCHELASTIC_USE_AGENT_STORE", "False") == "True";
+  info.attempt = env.has("TORCHELASTIC_RESTART_COUNT") ? required_int(env, "TORCHELASTIC_RESTART_COUNT", 0) : 0;
   check_ranks(info, "RANK", "WORLD_SIZE");
   return info;
+}
+
+int store_port_beside(int launcher_port) { return 15000 + (launcher_port + 7919) % 20000; }
+
+Rendezvous resolve_rendezvous(const ClusterInfo& cluster, bool can_join_launcher_store) {
+  Rendezvous r;
+  r.address = cluster.main_address;
+  r.port = cluster.main_port.value_or(0);
+  if (!cluster.launcher_serves_store) return r;
+  if (can_join_launcher_store) {
+    r.join_launcher_store = true;
+    r.key_prefix = fmt::format("volt/attempt_{}/", cluster.attempt);
+  } else {
+    r.port = store_port_beside(r.port);
+  }
+  return r;
 }
 
 std::optional<ClusterInfo> read_slurm(const Env& env) {

@@ -47,6 +47,12 @@ struct ClusterInfo {
   std::string main_address = "127.0.0.1";
   /// The rendezvous port; unset for local runs, where rank 0 picks a free one.
   std::optional<int> main_port;
+  /// True when the launcher already serves a TCPStore at main_address:main_port for its workers
+  /// (torchrun's agent store, TORCHELASTIC_USE_AGENT_STORE=True): rank 0 cannot open one there.
+  bool launcher_serves_store = false;
+  /// The launcher's restart count (TORCHELASTIC_RESTART_COUNT): a restarted group must not read
+  /// the keys its previous attempt left in the launcher's store.
+  int64_t attempt = 0;
   /// The SLURM job id (array jobs: "<array job id>_<task id>"), empty elsewhere.
   std::string job_id;
   /// True in an interactive SLURM allocation (job name "bash" or "interactive"): treated as local.
@@ -59,7 +65,8 @@ struct ClusterInfo {
 std::string slurm_node_list(const Env& env);
 
 /// Reads torchrun's variables (RANK, LOCAL_RANK, GROUP_RANK, LOCAL_WORLD_SIZE, WORLD_SIZE,
-/// MASTER_ADDR, MASTER_PORT), or nullopt when they are not all there.
+/// MASTER_ADDR, MASTER_PORT, TORCHELASTIC_USE_AGENT_STORE, TORCHELASTIC_RESTART_COUNT), or
+/// nullopt when they are not all there.
 std::optional<ClusterInfo> read_torchrun(const Env& env);
 /// Reads SLURM's task variables (SLURM_PROCID, SLURM_LOCALID, SLURM_NODEID, SLURM_JOB_ID, and
 /// the job step's task count, node count, nodes and tasks per node where srun set them, else the
@@ -86,5 +93,30 @@ ClusterInfo detect_cluster(const Env& env);
 /// node collide only when their ids differ by a multiple of 20000 (Lightning's last-4-digits
 /// scheme collides every 10000 ids).
 int job_main_port(const std::string& job_id);
+
+/// Where the ranks of a run meet: a TCPStore at `address`:`port`.
+struct Rendezvous {
+  /// The store's host.
+  std::string address = "127.0.0.1";
+  /// The store's port; 0: rank 0 picks a free one (local runs).
+  int port = 0;
+  /// True when the store already exists (the launcher's) and every rank joins it as a client;
+  /// false when rank 0 serves it.
+  bool join_launcher_store = false;
+  /// The prefix of Volt's keys in a launcher's store (empty in a store of Volt's own).
+  std::string key_prefix;
+};
+
+/// The rendezvous of `cluster`. Where the launcher serves a store at MASTER_PORT (torchrun's agent
+/// store), a client that speaks its protocol (`can_join_launcher_store`: LibTorch 2.x, like
+/// torchrun 2.x) joins it under a prefix per attempt; otherwise (LibTorch 1.13, whose client hangs
+/// against torchrun 2.x's libuv server) rank 0 serves Volt's own store on MASTER_ADDR at
+/// store_port_beside(MASTER_PORT), which torchrun places on group rank 0's node, as it does rank 0.
+Rendezvous resolve_rendezvous(const ClusterInfo& cluster, bool can_join_launcher_store);
+
+/// The port of Volt's own store beside a launcher's store on `launcher_port`: 15000 + (`launcher_port`
+/// + 7919) mod 20000, the same on every rank; never `launcher_port` itself, nor the next ports
+/// that people give a second job by hand.
+int store_port_beside(int launcher_port);
 
 }  // namespace volt

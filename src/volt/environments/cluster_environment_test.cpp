@@ -2,6 +2,8 @@
 
 #include <gtest/gtest.h>
 
+#include <cstdlib>
+
 #include "volt/core/error.h"
 
 namespace volt {
@@ -117,6 +119,60 @@ TEST(ClusterEnvironment, TorchrunComesBeforeSlurm) {
   EXPECT_EQ(info.kind, ClusterKind::kTorchrun);
   EXPECT_EQ(info.global_rank, 1);
   EXPECT_EQ(info.main_port, 1234);
+  EXPECT_FALSE(info.launcher_serves_store);
+}
+
+Env::Vars torchrun_2_worker(const std::string& rank) {
+  return {{"RANK", rank},
+          {"GROUP_RANK", "0"},
+          {"LOCAL_RANK", rank},
+          {"LOCAL_WORLD_SIZE", "2"},
+          {"WORLD_SIZE", "2"},
+          {"MASTER_ADDR", "node0"},
+          {"MASTER_PORT", "29500"},
+          {"TORCHELASTIC_USE_AGENT_STORE", "True"},
+          {"TORCHELASTIC_RESTART_COUNT", "2"}};
+}
+
+TEST(ClusterEnvironment, TorchrunAgentStoreIsJoinedWhereTheClientSpeaksItsProtocol) {
+  const ClusterInfo info = detect_cluster(Env(torchrun_2_worker("1")));
+  EXPECT_TRUE(info.launcher_serves_store);
+  EXPECT_EQ(info.attempt, 2);
+
+  const Rendezvous joined = resolve_rendezvous(info, /*can_join_launcher_store=*/true);
+  EXPECT_TRUE(joined.join_launcher_store);
+  EXPECT_EQ(joined.address, "node0");
+  EXPECT_EQ(joined.port, 29500);
+  EXPECT_EQ(joined.key_prefix, "volt/attempt_2/");
+
+  // LibTorch 1.13: Volt's own store on rank 0's host (torchrun puts group rank 0 at MASTER_ADDR),
+  // on a port that is not the agent's, the same for every rank.
+  const Rendezvous own = resolve_rendezvous(info, /*can_join_launcher_store=*/false);
+  EXPECT_FALSE(own.join_launcher_store);
+  EXPECT_EQ(own.address, "node0");
+  EXPECT_EQ(own.port, store_port_beside(29500));
+  EXPECT_EQ(own.port, resolve_rendezvous(detect_cluster(Env(torchrun_2_worker("0"))), false).port);
+  EXPECT_TRUE(own.key_prefix.empty());
+}
+
+TEST(ClusterEnvironment, StorePortBesideIsNeverTheLaunchersNorItsNeighbours) {
+  for (int port = 1; port < 65536; ++port) {
+    const int beside = store_port_beside(port);
+    ASSERT_GE(beside, 15000) << port;
+    ASSERT_LT(beside, 35000) << port;
+    ASSERT_GT(std::abs(beside - port), 100) << port;
+  }
+}
+
+TEST(ClusterEnvironment, RendezvousWithoutALauncherStoreIsTheMainPort) {
+  Env::Vars vars = torchrun_2_worker("0");
+  vars["TORCHELASTIC_USE_AGENT_STORE"] = "False";  // torchrun 1.x's c10d rendezvous
+  for (bool can_join : {true, false}) {
+    const Rendezvous r = resolve_rendezvous(detect_cluster(Env(vars)), can_join);
+    EXPECT_FALSE(r.join_launcher_store);
+    EXPECT_EQ(r.port, 29500);
+  }
+  EXPECT_EQ(resolve_rendezvous(detect_cluster(Env(Env::Vars{})), true).port, 0);
 }
 
 TEST(ClusterEnvironment, OpenMpiAndMpichVariables) {

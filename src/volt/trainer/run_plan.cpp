@@ -128,8 +128,12 @@ Topology resolve_topology(const ClusterInfo& cluster, int64_t devices, int64_t n
   t.processes_per_node = devices;
   t.num_nodes = num_nodes;
   t.host = machine.host;
-  t.main_address = cluster.main_address;
-  t.main_port = cluster.main_port.value_or(0);
+  // LibTorch 2.x's TCPStore client speaks torchrun 2.x's (libuv) store protocol; 1.13's does not.
+  const Rendezvous rendezvous = resolve_rendezvous(cluster, /*can_join_launcher_store=*/VOLT_TORCH_2);
+  t.main_address = rendezvous.address;
+  t.main_port = rendezvous.port;
+  t.join_launcher_store = rendezvous.join_launcher_store;
+  t.store_key_prefix = rendezvous.key_prefix;
   if (cluster.creates_processes_externally) {
     const bool slurm = cluster.kind == ClusterKind::kSlurm;
     const std::string hint =
@@ -420,8 +424,9 @@ std::string RunPlan::describe() const {
   }
   if (strategy == StrategyKind::kDdp || strategy == StrategyKind::kDdp2) {
     line("rendezvous",
-         fmt::format("{}:{}", topology.main_address,
-                     topology.main_port == 0 ? std::string("(free port)") : std::to_string(topology.main_port)));
+         fmt::format("{}:{}{}", topology.main_address,
+                     topology.main_port == 0 ? std::string("(free port)") : std::to_string(topology.main_port),
+                     topology.join_launcher_store ? " (the launcher's store)" : ""));
     line("launcher", launch_local_processes ? "volt (re-runs this program)" : "external or child");
   }
   line("threads per process", std::to_string(num_threads));

@@ -1,0 +1,145 @@
+"""The example under the real torchrun of PyPI's torch 2.x (scripts/setup.sh installs it into
+VOLT_TORCHRUN_PYTHONPATH, a folder of its own; /usr/bin/python3 keeps Debian's torch 1.13).
+
+torchrun 2.x serves a TCPStore on MASTER_PORT itself and tells its workers to use it
+(TORCHELASTIC_USE_AGENT_STORE=True). A LibTorch 2.x build of Volt joins that store; the Debian
+build (LibTorch 1.13, whose client cannot talk to torch 2.x's libuv store) serves its own beside
+it. Either way the README's commands need no extra variables, and every layout ends with the same
+parameters as Volt's own launcher: same ranks, same shards, same steps.
+"""
+import os
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from volt_e2e import DETERMINISTIC, SHORT, Run, assert_ok, cluster_free_env, load_checkpoint, run_binary
+
+TORCHRUN_PYTHONPATH = Path(os.environ.get("VOLT_TORCHRUN_PYTHONPATH", "/opt/volt/python-torchrun"))
+CUDA_LIBRARIES = Path("/usr/local/cuda/lib64")
+
+
+def torchrun_env():
+    env = cluster_free_env(OMP_NUM_THREADS="1", PYTHONPATH=str(TORCHRUN_PYTHONPATH))
+    if CUDA_LIBRARIES.is_dir():
+        env["LD_LIBRARY_PATH"] = ":".join(filter(None, [str(CUDA_LIBRARIES), env.get("LD_LIBRARY_PATH")]))
+    return env
+
+
+@pytest.fixture(scope="module")
+def torchrun():
+    """The command that starts torchrun 2.x. Missing is a failure (CI must run these tests); a
+    machine without the CUDA toolkit, which PyPI's torch wheel loads, is a skip."""
+    if not (TORCHRUN_PYTHONPATH / "torch").is_dir():
+        pytest.fail(f"torch 2.x is not installed in {TORCHRUN_PYTHONPATH}: run scripts/setup.sh "
+                    "(or set VOLT_TORCHRUN_PYTHONPATH to a folder holding PyPI's torch)")
+    if not CUDA_LIBRARIES.is_dir():
+        pytest.skip(f"PyPI's torch wheel needs the CUDA toolkit's libraries ({CUDA_LIBRARIES} is missing)")
+    probe = subprocess.run(["/usr/bin/python3", "-c", "import torch, torch.distributed.run; print(torch.__version__)"],
+                           capture_output=True, text=True, env=torchrun_env(), timeout=120)
+    assert probe.returncode == 0, f"torch 2.x from {TORCHRUN_PYTHONPATH} does not import:\n{probe.stderr}"
+    assert probe.stdout.startswith("2."), probe.stdout
+    return ["/usr/bin/python3", "-m", "torch.distributed.run"]
+
+
+STANDALONE_TWO = ["--standalone", "--nnodes=1", "--nproc-per-node=2"]
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def train_args(devices, num_nodes=1):
+    return ["--model", "mlp", "--max-epochs", "1", "--strategy", "ddp", "--devices", str(devices), "--num-nodes",
+            str(num_nodes), "--no-test"] + SHORT + DETERMINISTIC
+
+
+def start_torchrun(torchrun, binary, launcher_args, args, root, log):
+    command = torchrun + launcher_args + ["--no-python", binary] + args + ["--default-root-dir", str(root)]
+    return command, subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, text=True, cwd=root,
+                                     env=torchrun_env())
+
+
+def run_torchrun(torchrun, binary, root, agents, devices, num_nodes=1, timeout=240):
+    """Starts one torchrun per entry of `agents` (its launcher flags), each running the example with
+    `devices` x `num_nodes`, and waits for all of them."""
+    root.mkdir(parents=True, exist_ok=True)
+    start = time.monotonic()
+    procs = []
+    for i, launcher_args in enumerate(agents):
+        log = open(root / f"torchrun-{i}.log", "w")
+        procs.append((start_torchrun(torchrun, binary, list(launcher_args), train_args(devices, num_nodes), root,
+                                     log), log))
+    outcomes = []
+    for (command, proc), log in procs:
+        try:
+            proc.wait(timeout=max(1, timeout - (time.monotonic() - start)))
+        except subprocess.TimeoutExpired:
+            for (_, other), _ in procs:
+                other.kill()
+            pytest.fail(f"{command} did not finish within {timeout} s:\n{Path(log.name).read_text()[-4000:]}")
+        log.close()
+        outcomes.append(Run(command, root, subprocess.CompletedProcess(command, proc.returncode,
+                                                                       Path(log.name).read_text(), ""),
+                            time.monotonic() - start))
+    return outcomes
+
+
+@pytest.fixture(scope="module")
+def own_launcher(binary, tmp_path_factory):
+    """The parameters after Volt's own launcher trained 2 processes on this node."""
+    root = tmp_path_factory.mktemp("own")
+    run = run_binary(binary, train_args(2), root, env=cluster_free_env(OMP_NUM_THREADS="1"))
+    assert_ok(run)
+    return load_checkpoint(run.version_dir() / "checkpoints" / "last.ckpt")["state_dict"]
+
+
+def assert_same_parameters(root, expected):
+    import torch
+
+    ours = load_checkpoint(root / "lightning_logs" / "version_0" / "checkpoints" / "last.ckpt")["state_dict"]
+    assert list(ours) == list(expected)
+    different = [name for name in ours if not torch.equal(ours[name], expected[name])]
+    assert not different, f"parameters differ from Volt's own launcher: {different}"
+
+
+def check(runs, root, expected):
+    for run in runs:
+        assert run.returncode == 0, run
+        assert "Traceback" not in run.stdout, run
+    assert any("stopped: max_epochs after 1 epoch" in run.stdout for run in runs), runs
+    assert_same_parameters(root, expected)
+
+
+def test_standalone_one_node_of_two(torchrun, binary, dataset, own_launcher, tmp_path):
+    """The README's command: --standalone (a c10d rendezvous with the agent's store)."""
+    runs = run_torchrun(torchrun, binary, tmp_path, [STANDALONE_TWO], devices=2)
+    check(runs, tmp_path, own_launcher)
+
+
+def test_two_nodes_static_rendezvous(torchrun, binary, dataset, own_launcher, tmp_path):
+    port = str(free_port())
+    common = ["--nnodes=2", "--nproc-per-node=1", "--master-addr=127.0.0.1", f"--master-port={port}"]
+    runs = run_torchrun(torchrun, binary, tmp_path, [common + ["--node-rank=0"], common + ["--node-rank=1"]],
+                        devices=1, num_nodes=2)
+    check(runs, tmp_path, own_launcher)
+
+
+def test_two_nodes_c10d_rendezvous(torchrun, binary, dataset, own_launcher, tmp_path):
+    port = str(free_port())
+    # Two agents with the same flags: the rendezvous decides which node is group rank 0.
+    agent = ["--nnodes=2", "--nproc-per-node=1", "--rdzv-backend=c10d", f"--rdzv-endpoint=127.0.0.1:{port}",
+             "--rdzv-id=volt-e2e"]
+    runs = run_torchrun(torchrun, binary, tmp_path, [agent, agent], devices=1, num_nodes=2)
+    check(runs, tmp_path, own_launcher)
+
+
+def test_a_devices_count_that_differs_from_the_processes_per_node_is_refused(torchrun, binary, dataset, tmp_path):
+    runs = run_torchrun(torchrun, binary, tmp_path, [STANDALONE_TWO], devices=3, timeout=120)
+    assert runs[0].returncode != 0
+    assert "devices=3" in runs[0].stdout and "started 2 processes on this node" in runs[0].stdout, runs[0]
