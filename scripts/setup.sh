@@ -19,6 +19,7 @@ packages=(
   openmpi-bin             # the real mpirun of tests/e2e/test_mpirun.py
   python3-torch python3-pytest python3-numpy python3-yaml   # the Python peers of the tests
   python3-pip             # installs tensorboard for tests/tensorboard (below)
+  python3-fsspec python3-tqdm python3-packaging python3-typing-extensions   # PyTorch Lightning's imports
 )
 
 missing=()
@@ -58,21 +59,38 @@ if ! PYTHONPATH="$tensorboard_dir" /usr/bin/python3 -c \
     --target "$tensorboard_dir" "tensorboard==$tensorboard_version"
 fi
 
+# install_folder DIR PACKAGE...: pip-installs exactly these packages (no dependencies) into DIR,
+# unless DIR already holds that list. DIR is a folder of its own that only the tests needing it
+# put on PYTHONPATH, so /usr/bin/python3 keeps Debian's packages.
+install_folder() {
+  local dir=$1
+  shift
+  if [ "$(cat "$dir/.complete" 2>/dev/null)" != "$*" ]; then
+    echo "setup: installing $* into $dir"
+    "${sudo_cmd[@]}" rm -rf "$dir"
+    "${sudo_cmd[@]}" /usr/bin/python3 -m pip install -q --disable-pip-version-check --root-user-action=ignore \
+      --no-warn-script-location --no-deps --target "$dir" "$@"
+    echo "$*" | "${sudo_cmd[@]}" tee "$dir/.complete" >/dev/null
+  fi
+}
+
+# PyTorch Lightning 1.9.5 (the 1.x whose layout Volt writes), for
+# tests/e2e/test_lightning_checkpoints.py: it loads and resumes Volt's checkpoints and writes the
+# ones Volt resumes. Its folder goes on PYTHONPATH in that test only (VOLT_LIGHTNING_PYTHONPATH);
+# its other requirements are the Debian packages above.
+install_folder "${VOLT_LIGHTNING_PYTHONPATH:-/opt/volt/python-lightning}" \
+  pytorch-lightning==1.9.5 lightning-utilities==0.8.0 torchmetrics==0.11.4
+# And Lightning 2.2.5, the last 2.x whose torch range includes 1.13 (VOLT_LIGHTNING2_PYTHONPATH).
+install_folder "${VOLT_LIGHTNING2_PYTHONPATH:-/opt/volt/python-lightning2}" \
+  pytorch-lightning==2.2.5 lightning-utilities==0.11.2 torchmetrics==1.3.2
+
 # torchrun from PyPI's torch 2.x, for tests/e2e/test_torchrun.py: users run 2.x (Debian's own
 # torchrun, torch 1.13, crashes in its argument handling on Python 3.11). Like tensorboard it
 # lives in a folder that only that test puts on PYTHONPATH. Its CUDA wheel loads libraries from
 # the CUDA toolkit (/usr/local/cuda, which this kind of machine has) and the few NVIDIA wheels
 # listed here, which pip lays out beside torch/ where its RPATH looks. Keep the version in step
-# with scripts/build-cuda.sh and the folder with VOLT_TORCHRUN_PYTHONPATH in tests/e2e/volt_e2e.py.
-torchrun_dir="${VOLT_TORCHRUN_PYTHONPATH:-/opt/volt/python-torchrun}"
-torchrun_packages=(torch==2.15.0 nvidia-cufile==1.17.1.22 nvidia-cusparselt-cu13==0.8.1
-                   nvidia-nvshmem-cu13==3.7.2 nvidia-nccl-cu13==2.30.7
-                   filelock typing-extensions sympy mpmath networkx jinja2 MarkupSafe fsspec)
-if [ "$(cat "$torchrun_dir/.complete" 2>/dev/null)" != "${torchrun_packages[*]}" ]; then
-  echo "setup: installing torchrun (torch 2.15.0) into $torchrun_dir"
-  "${sudo_cmd[@]}" rm -rf "$torchrun_dir"
-  "${sudo_cmd[@]}" /usr/bin/python3 -m pip install -q --disable-pip-version-check --root-user-action=ignore \
-    --no-warn-script-location --no-deps --target "$torchrun_dir" "${torchrun_packages[@]}"
-  echo "${torchrun_packages[*]}" | "${sudo_cmd[@]}" tee "$torchrun_dir/.complete" >/dev/null
-fi
+# with scripts/build-cuda.sh and the folder with VOLT_TORCHRUN_PYTHONPATH in tests/e2e/test_torchrun.py.
+install_folder "${VOLT_TORCHRUN_PYTHONPATH:-/opt/volt/python-torchrun}" \
+  torch==2.15.0 nvidia-cufile==1.17.1.22 nvidia-cusparselt-cu13==0.8.1 nvidia-nvshmem-cu13==3.7.2 \
+  nvidia-nccl-cu13==2.30.7 filelock typing-extensions sympy mpmath networkx jinja2 MarkupSafe fsspec
 echo "setup: all dependencies present"

@@ -3,12 +3,14 @@
 //   fashion_mnist --model cnn --max-epochs 3
 //   fashion_mnist --model mlp --max-epochs 3 --limit-train-batches 0.1 --seed 1
 //   fashion_mnist --config run.yaml --max-epochs 1    (run.yaml: `fashion_mnist --print-config`)
+//   fashion_mnist --no-train --weights model.ckpt      (test weights from Volt, Lightning or torch.save)
 #include <algorithm>
 #include <iostream>
 #include <string>
 #include <utility>
 
 #include "fashion_mnist/fashion_mnist_module.h"
+#include "volt/checkpoint/checkpoint_state.h"
 #include "volt/cli/cli_config.h"
 #include "volt/cli/trainer_flags.h"
 #include "volt/core/error.h"
@@ -43,6 +45,12 @@ int main(int argc, char** argv) {
     app.add_option("--early-stopping-patience", patience, "stop when val/loss stalls this many epochs (0: off)");
     bool skip_test = false;
     app.add_flag("--no-test", skip_test, "do not run the test set after training");
+    std::string weights;
+    app.add_option("--weights", weights,
+                   "start from these weights only: a Volt or Lightning checkpoint, or a torch.save'd state_dict "
+                   "(--ckpt-path resumes a whole run instead)");
+    bool skip_training = false;
+    app.add_flag("--no-train", skip_training, "only test the weights of --weights or --ckpt-path");
     bool print_plan = false;
     app.add_flag("--print-plan", print_plan, "print the resolved run plan and exit")->configurable(false);
     try {
@@ -84,8 +92,25 @@ int main(int argc, char** argv) {
       std::cout << trainer.plan().describe();
       return 0;
     }
+    VOLT_CHECK(weights.empty() || trainer_options.ckpt_path.empty(),
+               "--weights={} and --ckpt-path={} were both given. HINT: --ckpt-path resumes a whole run (weights, "
+               "optimizer, epoch); --weights starts from weights only: pass one of them.",
+               weights, trainer_options.ckpt_path);
+    VOLT_CHECK(!skip_training || !skip_test, "--no-train and --no-test leave nothing to do. HINT: drop one of them.");
     // The Trainer seeded LibTorch (seed_everything), so the weights drawn here are reproducible.
     fashion_mnist::FashionMnistModule model(module_options);
+    if (!weights.empty()) volt::load_weights(model, weights);
+    if (skip_training) {
+      // Lightning's trainer.test(model, ckpt_path=...): the weights of a checkpoint, or the ones
+      // --weights loaded.
+      VOLT_CHECK(!weights.empty() || !trainer_options.ckpt_path.empty(),
+                 "--no-train tests a model as loaded, but neither --weights nor --ckpt-path was given. HINT: pass "
+                 "--weights PATH (a checkpoint or a torch.save'd state_dict).");
+      const volt::EvalResult test = trainer.test(model, {}, trainer_options.ckpt_path);
+      if (trainer.plan().is_global_zero()) std::cout << test.report();
+      trainer.teardown();
+      return 0;
+    }
     // --ckpt-path (TrainerOptions::ckpt_path) resumes fit only; test() below tests the model just
     // trained.
     const volt::FitResult result = trainer.fit(model);

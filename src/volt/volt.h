@@ -9,6 +9,7 @@
 #include "volt/callbacks/lr_monitor.h"
 #include "volt/callbacks/model_checkpoint.h"
 #include "volt/checkpoint/checkpoint_io.h"
+#include "volt/checkpoint/checkpoint_state.h"
 #include "volt/data/data_loader.h"
 #include "volt/loggers/csv_logger.h"
 #include "volt/loggers/tensorboard_logger.h"

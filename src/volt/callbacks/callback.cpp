@@ -1,5 +1,7 @@
 #include "volt/callbacks/callback.h"
 
+#include <ATen/Functions.h>
+
 #include "volt/core/error.h"
 #include "volt/core/strings.h"
 
@@ -21,6 +23,18 @@ double monitored_value(const std::map<std::string, double>* metrics, const std::
                   "call log(\"{}\", value) in a step, or monitor one of the names above.",
                   who, monitor, join(names, ", "), monitor));
 }
+
+double score_value(const c10::IValue& value) {
+  if (value.isDouble()) return value.toDouble();
+  if (value.isInt()) return static_cast<double>(value.toInt());
+  VOLT_CHECK(value.isTensor() && value.toTensor().numel() == 1,
+             "a callback state holds a score that is a {}; expected a number or a one-element tensor. HINT: "
+             "resume from a checkpoint that Volt or Lightning wrote.",
+             value.isTensor() ? "tensor of shape " + c10::str(value.toTensor().sizes()) : value.tagKind());
+  return value.toTensor().item<double>();
+}
+
+at::Tensor score_tensor(double score) { return at::scalar_tensor(score, at::kDouble); }
 
 }  // namespace internal
 }  // namespace volt

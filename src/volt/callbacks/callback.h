@@ -80,6 +80,9 @@ class Callback {
   virtual ~Callback() = default;
   /// The key of this callback's state in a checkpoint, e.g. "EarlyStopping{'monitor': 'val/loss', 'mode': 'min'}".
   virtual std::string state_key() const = 0;
+  /// The key an older Volt saved this callback's state under, read when state_key() is absent
+  /// (Lightning's `_legacy_state_key`); "" when there is none.
+  virtual std::string legacy_state_key() const { return ""; }
   /// Once per fit, before training starts.
   virtual void setup(const FitInfo& info) {}
   /// At the start of each training epoch.
@@ -102,6 +105,11 @@ namespace internal {
 /// Looks up `monitor` in `metrics`; throws volt::Error listing the available names with a HINT.
 double monitored_value(const std::map<std::string, double>* metrics, const std::string& monitor,
                        const std::string& who);
+/// A score saved in a callback's state: a number (older Volt) or a one-element tensor (Lightning,
+/// which compares it with torch.lt/gt and so needs a tensor).
+double score_value(const c10::IValue& value);
+/// `score` as Lightning saves a score: a 0-dim float64 tensor (exact for a double).
+at::Tensor score_tensor(double score);
 }  // namespace internal
 
 }  // namespace volt

@@ -76,7 +76,7 @@ StateDict EarlyStopping::state_dict() const {
   StateDict state = make_state_dict();
   state.insert("wait_count", wait_count_);
   state.insert("stopped_epoch", stopped_epoch_);
-  state.insert("best_score", best_score_);
+  state.insert("best_score", internal::score_tensor(best_score_));
   state.insert("patience", options_.patience);
   return state;
 }
@@ -84,7 +84,7 @@ StateDict EarlyStopping::state_dict() const {
 void EarlyStopping::load_state_dict(const StateDict& state) {
   if (state.contains("wait_count")) wait_count_ = state.at("wait_count").toInt();
   if (state.contains("stopped_epoch")) stopped_epoch_ = state.at("stopped_epoch").toInt();
-  if (state.contains("best_score")) best_score_ = state.at("best_score").toDouble();
+  if (state.contains("best_score")) best_score_ = internal::score_value(state.at("best_score"));
 }
 
 }  // namespace volt

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <filesystem>
+#include <limits>
 #include <regex>
 
 #include "volt/core/error.h"
@@ -25,6 +26,16 @@ ModelCheckpoint::ModelCheckpoint(ModelCheckpointOptions options) : options_(std:
 }
 
 std::string ModelCheckpoint::state_key() const {
+  // Lightning's key (repr of its trigger settings; Volt has no train_time_interval), so that
+  // either Trainer finds the other's state.
+  return fmt::format(
+      "ModelCheckpoint{{'monitor': {}, 'mode': '{}', 'every_n_train_steps': {}, 'every_n_epochs': {}, "
+      "'train_time_interval': None}}",
+      options_.monitor.empty() ? std::string("None") : "'" + options_.monitor + "'", to_string(options_.mode),
+      options_.every_n_train_steps, every_n_epochs_);
+}
+
+std::string ModelCheckpoint::legacy_state_key() const {
   return fmt::format(
       "ModelCheckpoint{{'monitor': '{}', 'mode': '{}', 'every_n_train_steps': {}, "
       "'every_n_epochs': {}}}",
@@ -108,15 +119,19 @@ void ModelCheckpoint::save(const CallbackContext& context, CallbackServices& ser
   last_saved_step_ = context.global_step;
   if (options_.save_top_k != 0) {
     const std::string path = path_for(context);
+    // The bookkeeping comes first, as in Lightning, so that the file records itself (a resume
+    // from the best checkpoint knows it is the best); older files go only after it is written.
+    std::vector<std::string> stale;
     if (options_.monitor.empty()) {
-      services.save_checkpoint(path);
       best_model_path_ = path;
+      last_model_path_ = path;
       if (std::find(recent_.begin(), recent_.end(), path) == recent_.end()) recent_.push_back(path);
       while (options_.save_top_k > 0 && static_cast<int64_t>(recent_.size()) > options_.save_top_k) {
-        if (recent_.front() != path) services.remove_checkpoint(recent_.front());
+        if (recent_.front() != path) stale.push_back(recent_.front());
         recent_.erase(recent_.begin());
       }
-      last_model_path_ = path;
+      services.save_checkpoint(path);
+      for (const std::string& old : stale) services.remove_checkpoint(old);
     } else {
       const double score = internal::monitored_value(context.metrics, options_.monitor, "ModelCheckpoint");
       const bool min = options_.mode == Mode::kMin;
@@ -127,17 +142,18 @@ void ModelCheckpoint::save(const CallbackContext& context, CallbackServices& ser
       };
       const bool room = options_.save_top_k == -1 || static_cast<int64_t>(best_k_models_.size()) < options_.save_top_k;
       if (room || better(score, worst()->second)) {
-        services.save_checkpoint(path);
         best_k_models_[path] = score;
         if (!room) {
           const auto drop = worst();
-          if (drop->first != path) services.remove_checkpoint(drop->first);
+          if (drop->first != path) stale.push_back(drop->first);
           best_k_models_.erase(drop);
         }
         const auto best = std::min_element(best_k_models_.begin(), best_k_models_.end(),
                                            [&](const auto& a, const auto& b) { return better(a.second, b.second); });
         best_model_path_ = best->first;
         best_model_score_ = best->second;
+        services.save_checkpoint(path);
+        for (const std::string& old : stale) services.remove_checkpoint(old);
       }
     }
   }
@@ -149,14 +165,26 @@ void ModelCheckpoint::save(const CallbackContext& context, CallbackServices& ser
 
 StateDict ModelCheckpoint::state_dict() const {
   StateDict state = make_state_dict();
-  state.insert("monitor", options_.monitor);
+  state.insert("monitor", options_.monitor.empty() ? c10::IValue() : c10::IValue(options_.monitor));
   state.insert("best_model_path", best_model_path_);
-  state.insert("best_model_score", best_model_score_ ? c10::IValue(*best_model_score_) : c10::IValue());
+  state.insert("best_model_score",
+               best_model_score_ ? c10::IValue(internal::score_tensor(*best_model_score_)) : c10::IValue());
   state.insert("last_model_path", last_model_path_);
   state.insert("dirpath", dirpath_);
-  c10::Dict<std::string, double> best_k;
-  for (const auto& [path, score] : best_k_models_) best_k.insert(path, score);
+  c10::Dict<std::string, at::Tensor> best_k;
+  for (const auto& [path, score] : best_k_models_) best_k.insert(path, internal::score_tensor(score));
   state.insert("best_k_models", best_k);
+  // Lightning ranks a new score against the worst kept one by these two (it looks the path up in
+  // best_k_models, so it must be one of them once any is kept).
+  const bool min = options_.mode == Mode::kMin;
+  const auto worst =
+      std::max_element(best_k_models_.begin(), best_k_models_.end(),
+                       [min](const auto& a, const auto& b) { return min ? a.second < b.second : a.second > b.second; });
+  const bool any = worst != best_k_models_.end();
+  state.insert("kth_best_model_path", any ? worst->first : std::string());
+  state.insert("kth_value", internal::score_tensor(any ? worst->second
+                                                       : (min ? std::numeric_limits<double>::infinity()
+                                                              : -std::numeric_limits<double>::infinity())));
   return state;
 }
 
@@ -166,12 +194,12 @@ void ModelCheckpoint::load_state_dict(const StateDict& state) {
   if (!state.contains("dirpath") || state.at("dirpath").toStringRef() != dirpath_) return;
   if (state.contains("best_model_path")) best_model_path_ = state.at("best_model_path").toStringRef();
   if (state.contains("best_model_score") && !state.at("best_model_score").isNone())
-    best_model_score_ = state.at("best_model_score").toDouble();
+    best_model_score_ = internal::score_value(state.at("best_model_score"));
   if (state.contains("last_model_path")) last_model_path_ = state.at("last_model_path").toStringRef();
   if (state.contains("best_k_models")) {
     best_k_models_.clear();
     for (const auto& entry : state.at("best_k_models").toGenericDict())
-      best_k_models_[entry.key().toStringRef()] = entry.value().toDouble();
+      best_k_models_[entry.key().toStringRef()] = internal::score_value(entry.value());
   }
 }
 

@@ -44,6 +44,8 @@ class ModelCheckpoint : public Callback {
   explicit ModelCheckpoint(ModelCheckpointOptions options = {});
 
   std::string state_key() const override;
+  /// The key Volt used before it matched Lightning's (no train_time_interval, monitor quoted).
+  std::string legacy_state_key() const override;
   void setup(const FitInfo& info) override;
   Decision on_train_batch_end(const CallbackContext& context, CallbackServices& services) override;
   Decision on_train_epoch_end(const CallbackContext& context, CallbackServices& services) override;

@@ -82,6 +82,69 @@ TEST(ModelCheckpoint, StateRoundTripRestoresTheBest) {
   EXPECT_EQ(restored.best_model_score(), 0.3);
 }
 
+TEST(ModelCheckpoint, StateKeyIsLightningsAndTheOldKeyStaysReadable) {
+  EXPECT_EQ(ModelCheckpoint({.monitor = "val/acc", .mode = Mode::kMax}).state_key(),
+            "ModelCheckpoint{'monitor': 'val/acc', 'mode': 'max', 'every_n_train_steps': 0, 'every_n_epochs': 1, "
+            "'train_time_interval': None}");
+  EXPECT_EQ(ModelCheckpoint({.every_n_train_steps = 5}).state_key(),
+            "ModelCheckpoint{'monitor': None, 'mode': 'min', 'every_n_train_steps': 5, 'every_n_epochs': 0, "
+            "'train_time_interval': None}");
+  EXPECT_EQ(ModelCheckpoint({.monitor = "val/acc", .mode = Mode::kMax}).legacy_state_key(),
+            "ModelCheckpoint{'monitor': 'val/acc', 'mode': 'max', 'every_n_train_steps': 0, 'every_n_epochs': 1}");
+}
+
+/// Snapshots the callback's state each time a checkpoint is written, as the checkpoint file would.
+struct SnapshotServices : testing::RecordingServices {
+  const ModelCheckpoint* checkpoint = nullptr;
+  std::map<std::string, StateDict> states;
+  void save_checkpoint(const std::string& path) override {
+    RecordingServices::save_checkpoint(path);
+    states.insert_or_assign(path, checkpoint->state_dict());
+  }
+};
+
+TEST(ModelCheckpoint, ASavedCheckpointRecordsItselfAsLightningDoes) {
+  ModelCheckpoint checkpoint({.dirpath = "/ck", .monitor = "val/loss", .save_top_k = 2});
+  checkpoint.setup({.has_validation = true});
+  SnapshotServices services;
+  services.checkpoint = &checkpoint;
+  std::map<std::string, double> metrics;
+  for (auto [epoch, loss] : std::vector<std::pair<int, double>>{{0, 0.5}, {1, 0.3}, {2, 0.4}}) {
+    metrics["val/loss"] = loss;
+    CallbackContext context;
+    context.epoch = epoch;
+    context.global_step = epoch + 1;
+    context.metrics = &metrics;
+    checkpoint.on_validation_end(context, services);
+  }
+  const StateDict second = services.states.at("/ck/epoch=1-step=2.ckpt");
+  EXPECT_EQ(second.at("best_model_path").toStringRef(), "/ck/epoch=1-step=2.ckpt");
+  EXPECT_EQ(internal::score_value(second.at("best_model_score")), 0.3);
+  // Lightning ranks the next score against kth_best_model_path, which must be a kept file.
+  const StateDict third = services.states.at("/ck/epoch=2-step=3.ckpt");
+  EXPECT_EQ(third.at("kth_best_model_path").toStringRef(), "/ck/epoch=2-step=3.ckpt");
+  EXPECT_EQ(internal::score_value(third.at("kth_value")), 0.4);
+  EXPECT_TRUE(third.at("best_k_models").toGenericDict().contains("/ck/epoch=2-step=3.ckpt"));
+  EXPECT_TRUE(third.at("best_model_score").isTensor()) << "Lightning compares scores with torch.lt";
+  // The file that fell out of the top 2 goes only after the new one is written.
+  EXPECT_EQ(services.removed, std::vector<std::string>{"/ck/epoch=0-step=1.ckpt"});
+}
+
+TEST(ModelCheckpoint, ReadsNumbersAndTensorsAsScores) {
+  StateDict state = make_state_dict();
+  state.insert("dirpath", "/ck");
+  state.insert("best_model_path", "/ck/a.ckpt");
+  state.insert("best_model_score", 0.25);  // an older Volt's plain number
+  c10::Dict<std::string, at::Tensor> best_k;
+  best_k.insert("/ck/a.ckpt", internal::score_tensor(0.25));
+  state.insert("best_k_models", best_k);
+  ModelCheckpoint restored({.dirpath = "/ck", .monitor = "loss"});
+  restored.setup({.has_validation = true});
+  restored.load_state_dict(state);
+  EXPECT_EQ(restored.best_model_score(), 0.25);
+  EXPECT_EQ(restored.best_k_models().at("/ck/a.ckpt"), 0.25);
+}
+
 TEST(ModelCheckpoint, InvalidOptionsAreClearErrors) {
   EXPECT_THROW(ModelCheckpoint({.save_top_k = -2}), Error);
   EXPECT_THROW(ModelCheckpoint({.save_top_k = 3}), Error);  // no monitor to rank by

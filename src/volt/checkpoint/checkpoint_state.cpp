@@ -7,6 +7,7 @@
 
 #include "volt/base/state_dict.h"
 #include "volt/callbacks/callback.h"
+#include "volt/checkpoint/checkpoint_io.h"
 #include "volt/core/error.h"
 #include "volt/core/strings.h"
 #include "volt/optim/lr_scheduler.h"
@@ -17,26 +18,123 @@ namespace volt {
 
 namespace {
 
-StateDict as_dict(const c10::IValue& value, const std::string& key, const std::string& path) {
+/// A key path as Python spells it, e.g. ["loops"]["fit_loop"]["epoch"].
+std::string key_path(const std::string& parent, const std::string& key) {
+  return fmt::format("{}[\"{}\"]", parent, key);
+}
+
+StateDict as_dict(const c10::IValue& value, const std::string& where, const std::string& path) {
   if (!value.isGenericDict()) {
     throw CheckpointError(
-        fmt::format("checkpoint '{}' has no dictionary under '{}' (found {}). HINT: the file was "
+        fmt::format("checkpoint '{}' has no dictionary at {} (found {}). HINT: the file was "
                     "not written by Volt or Lightning; pass another ckpt_path.",
-                    path, key, value.tagKind()));
+                    path, where.empty() ? "the top level" : where, value.tagKind()));
   }
   return value.toGenericDict();
 }
 
-c10::IValue entry(const StateDict& dict, const std::string& key, const std::string& path) {
+/// `dict[key]`, where `dict` sits at `where` (a key path; "" for the top level). A missing entry
+/// is named by its whole key path, with the keys that are there.
+c10::IValue entry(const StateDict& dict, const std::string& key, const std::string& path,
+                  const std::string& where = "") {
   if (!dict.contains(key)) {
     std::vector<std::string> keys;
     for (const auto& e : dict) keys.push_back(e.key().isString() ? e.key().toStringRef() : "?");
     throw CheckpointError(
-        fmt::format("checkpoint '{}' lacks the key '{}'; it has: [{}]. HINT: the file was not "
-                    "written by Volt's Trainer (a weights-only file cannot resume a fit).",
-                    path, key, join(keys, ", ")));
+        fmt::format("checkpoint '{}' lacks the entry {}; {} has: [{}]. HINT: resume from a checkpoint that "
+                    "Volt's or Lightning's Trainer wrote; to load weights only, use volt::load_weights (the "
+                    "example's --weights) or test(ckpt_path).",
+                    path, key_path(where, key), where.empty() ? "its top level" : where, join(keys, ", ")));
   }
   return dict.at(key);
+}
+
+/// An integer entry (see entry).
+int64_t int_entry(const StateDict& dict, const std::string& key, const std::string& path, const std::string& where) {
+  const c10::IValue value = entry(dict, key, path, where);
+  if (!value.isInt()) {
+    throw CheckpointError(
+        fmt::format("checkpoint '{}' holds a {} at {}; expected an integer. HINT: the file was "
+                    "not written by Volt or Lightning; pass another ckpt_path.",
+                    path, value.tagKind(), key_path(where, key)));
+  }
+  return value.toInt();
+}
+
+/// Lightning's progress tracker {"total": {...}, "current": {...}} as a dict of counters.
+StateDict lightning_progress(int64_t total, int64_t current, const std::vector<const char*>& fields) {
+  StateDict out = make_state_dict();
+  for (const auto& [scope, count] : {std::pair{"total", total}, std::pair{"current", current}}) {
+    StateDict counters = make_state_dict();
+    for (const char* field : fields) counters.insert(field, count);
+    out.insert(scope, counters);
+  }
+  return out;
+}
+
+/// Lightning 1.9's fit-loop progress for `progress` (one optimizer, automatic optimization), so
+/// that Lightning's Trainer.fit(ckpt_path=...) continues where Volt stopped: after a finished
+/// epoch (epoch_done) at the next one, inside an epoch at its next batch. Lightning reads these
+/// keys and ignores Volt's; counters Lightning can rebuild itself (its scheduler and validation
+/// progress) are left out, as its own loader allows.
+void add_lightning_fit_progress(StateDict& fit_loop, const FitProgress& progress) {
+  const std::vector<const char*> started = {"ready", "started", "processed", "completed"};
+  // An epoch whose end-of-epoch work is done counts as processed, not completed: Lightning saves
+  // its own end-of-epoch checkpoints at that point, and starts the next epoch from them.
+  StateDict epoch = lightning_progress(0, 0, started);
+  for (const char* scope : {"total", "current"}) {
+    StateDict counters = epoch.at(scope).toGenericDict();
+    counters.insert_or_assign("ready", progress.epoch + 1);
+    counters.insert_or_assign("started", progress.epoch + 1);
+    counters.insert_or_assign("processed", progress.epoch + (progress.epoch_done ? 1 : 0));
+    counters.insert_or_assign("completed", progress.epoch);
+  }
+  fit_loop.insert("epoch_progress", epoch);
+  StateDict batches = lightning_progress(progress.total_batches, progress.batches_done, started);
+  batches.insert("is_last_batch", progress.epoch_done);
+  fit_loop.insert("epoch_loop.batch_progress", batches);
+  StateDict epoch_loop = make_state_dict();
+  epoch_loop.insert("_batches_that_stepped", progress.global_step);
+  fit_loop.insert("epoch_loop.state_dict", epoch_loop);
+  StateDict optimizer = make_state_dict();
+  optimizer.insert("step", lightning_progress(progress.global_step, progress.global_step, {"ready", "completed"}));
+  optimizer.insert("zero_grad",
+                   lightning_progress(progress.global_step, progress.global_step, {"ready", "started", "completed"}));
+  StateDict optim_progress = make_state_dict();
+  optim_progress.insert("optimizer", optimizer);
+  optim_progress.insert("optimizer_position", int64_t{1});
+  fit_loop.insert("epoch_loop.batch_loop.optimizer_loop.optim_progress", optim_progress);
+  // Lightning 2.x's migration moves the optimizer progress only beside this (empty) state.
+  fit_loop.insert("epoch_loop.batch_loop.optimizer_loop.state_dict", make_state_dict());
+}
+
+/// Where a Lightning checkpoint's fit loop stands. Saved at an epoch's end (its epoch processed
+/// but not completed, or its last batch done), it resumes at the next epoch; saved inside an
+/// epoch, at the batch after the last one it counted.
+FitProgress lightning_fit_progress(const StateDict& top, const std::string& path) {
+  const std::string loops_at = key_path("", "loops");
+  const std::string fit_at = key_path(loops_at, "fit_loop");
+  const StateDict fit_loop =
+      as_dict(entry(as_dict(entry(top, "loops", path), loops_at, path), "fit_loop", path, loops_at), fit_at, path);
+  const std::string epoch_at = key_path(fit_at, "epoch_progress");
+  const std::string epoch_current_at = key_path(epoch_at, "current");
+  const StateDict epoch_current = as_dict(
+      entry(as_dict(entry(fit_loop, "epoch_progress", path, fit_at), epoch_at, path), "current", path, epoch_at),
+      epoch_current_at, path);
+  const std::string batch_at = key_path(fit_at, "epoch_loop.batch_progress");
+  const StateDict batch = as_dict(entry(fit_loop, "epoch_loop.batch_progress", path, fit_at), batch_at, path);
+  const StateDict batch_current = as_dict(entry(batch, "current", path, batch_at), key_path(batch_at, "current"), path);
+  const StateDict batch_total = as_dict(entry(batch, "total", path, batch_at), key_path(batch_at, "total"), path);
+
+  FitProgress progress;
+  progress.epoch = int_entry(epoch_current, "completed", path, epoch_current_at);
+  const int64_t processed = int_entry(epoch_current, "processed", path, epoch_current_at);
+  const c10::IValue last_batch = batch.contains("is_last_batch") ? batch.at("is_last_batch") : c10::IValue(false);
+  progress.epoch_done = processed > progress.epoch || (last_batch.isBool() && last_batch.toBool());
+  progress.batches_done = int_entry(batch_current, "completed", path, key_path(batch_at, "current"));
+  progress.total_batches = int_entry(batch_total, "completed", path, key_path(batch_at, "total"));
+  progress.global_step = int_entry(top, "global_step", path, "");
+  return progress;
 }
 
 /// The module's hyperparameters, plus the program's configuration under "config".
@@ -72,6 +170,7 @@ StateDict make_checkpoint(const TrainingParts& parts, const FitProgress& progres
   checkpoint.insert("global_step", progress.global_step);
   checkpoint.insert("volt_version", std::string(kVoltVersion));
   checkpoint.insert("volt_checkpoint_version", kCheckpointVersion);
+  checkpoint.insert("pytorch-lightning_version", std::string(kLightningLayoutVersion));
   checkpoint.insert("state_dict", module_state_dict(*parts.module));
 
   c10::impl::GenericList optimizers(c10::AnyType::get());
@@ -93,8 +192,11 @@ StateDict make_checkpoint(const TrainingParts& parts, const FitProgress& progres
   fit_loop.insert("global_step", progress.global_step);
   fit_loop.insert("total_batches", progress.total_batches);
   fit_loop.insert("validation_pending", progress.validation_pending);
+  add_lightning_fit_progress(fit_loop, progress);
   StateDict loops = make_state_dict();
   loops.insert("fit_loop", fit_loop);
+  // Lightning's validate/test/predict(ckpt_path=...) read their loop's entry; theirs start fresh.
+  for (const char* loop : {"validate_loop", "test_loop", "predict_loop"}) loops.insert(loop, make_state_dict());
   checkpoint.insert("loops", loops);
 
   StateDict callbacks = make_state_dict();
@@ -124,13 +226,18 @@ StateDict make_checkpoint(const TrainingParts& parts, const FitProgress& progres
   }
   checkpoint.insert("rng_states", rng);
   checkpoint.insert("hyper_parameters", json_to_ivalue(hyper_parameters(parts)));
+  // Lightning's load_from_checkpoint passes the hyperparameters as keyword arguments.
+  checkpoint.insert("hparams_name", std::string("kwargs"));
   parts.module->on_save_checkpoint(checkpoint);
   return checkpoint;
 }
 
 void load_module_weights(const c10::IValue& checkpoint, LightningModule& module, const std::string& path) {
-  const StateDict top = as_dict(checkpoint, "(top level)", path);
-  const StateDict weights = as_dict(entry(top, "state_dict", path), "state_dict", path);
+  const StateDict top = as_dict(checkpoint, "", path);
+  // A plain state dict (torch.save(model.state_dict())) holds the tensors at its top level.
+  const bool plain = !top.contains("state_dict") && !top.empty() &&
+                     std::all_of(top.begin(), top.end(), [](const auto& e) { return e.value().isTensor(); });
+  const StateDict weights = plain ? top : as_dict(entry(top, "state_dict", path), key_path("", "state_dict"), path);
   std::vector<std::string> problems;
   std::vector<std::pair<torch::Tensor, torch::Tensor>> copies;
   const auto expect = [&](const std::string& name, const torch::Tensor& target) {
@@ -175,14 +282,22 @@ void load_module_weights(const c10::IValue& checkpoint, LightningModule& module,
   for (auto& [target, source] : copies) target.copy_(source);
 }
 
+void load_weights(LightningModule& module, const std::string& path) {
+  load_module_weights(load_checkpoint_file(path), module, path);
+}
+
 FitProgress restore_checkpoint(const c10::IValue& checkpoint, const TrainingParts& parts, const std::string& path) {
-  const StateDict top = as_dict(checkpoint, "(top level)", path);
-  const c10::IValue version = entry(top, "volt_checkpoint_version", path);
-  if (!version.isInt() || version.toInt() > kCheckpointVersion) {
-    throw CheckpointError(
-        fmt::format("checkpoint '{}' has format version {}; this Volt reads versions up to {}. "
-                    "HINT: resume with the Volt that wrote it, or upgrade Volt.",
-                    path, version.isInt() ? std::to_string(version.toInt()) : "?", kCheckpointVersion));
+  const StateDict top = as_dict(checkpoint, "", path);
+  // Lightning's own checkpoints carry no Volt version: their loop progress says where to go on.
+  const bool lightning = !top.contains("volt_checkpoint_version") && top.contains("pytorch-lightning_version");
+  if (!lightning) {
+    const c10::IValue version = entry(top, "volt_checkpoint_version", path);
+    if (!version.isInt() || version.toInt() > kCheckpointVersion) {
+      throw CheckpointError(
+          fmt::format("checkpoint '{}' has format version {}; this Volt reads versions up to {}. "
+                      "HINT: resume with the Volt that wrote it, or upgrade Volt.",
+                      path, version.isInt() ? std::to_string(version.toInt()) : "?", kCheckpointVersion));
+    }
   }
   load_module_weights(checkpoint, *parts.module, path);
 
@@ -206,7 +321,8 @@ FitProgress restore_checkpoint(const c10::IValue& checkpoint, const TrainingPart
                     path, scheduler_states.isList() ? scheduler_states.toListRef().size() : 0, schedulers.size()));
   }
   for (size_t i = 0; i < schedulers.size(); ++i) {
-    const StateDict state = as_dict(scheduler_states.toListRef()[i], "lr_schedulers", path);
+    const StateDict state =
+        as_dict(scheduler_states.toListRef()[i], fmt::format("{}[{}]", key_path("", "lr_schedulers"), i), path);
     // A checkpoint read back from bytes holds Any-keyed dicts, which toTypedDict refuses:
     // copy the entries into the string-keyed dict the scheduler takes.
     c10::impl::GenericDict typed = make_state_dict();
@@ -223,16 +339,21 @@ FitProgress restore_checkpoint(const c10::IValue& checkpoint, const TrainingPart
     schedulers[i].scheduler->load_state_dict(c10::impl::toTypedDict<std::string, c10::IValue>(typed));
   }
 
-  const StateDict callbacks = as_dict(entry(top, "callbacks", path), "callbacks", path);
+  const std::string callbacks_at = key_path("", "callbacks");
+  const StateDict callbacks = as_dict(entry(top, "callbacks", path), callbacks_at, path);
   for (const auto& callback : *parts.callbacks) {
-    const std::string key = callback->state_key();
-    if (callbacks.contains(key)) callback->load_state_dict(as_dict(callbacks.at(key), key, path));
+    // Older Volt checkpoints name some callbacks' state by an older key.
+    for (const std::string& key : {callback->state_key(), callback->legacy_state_key()}) {
+      if (key.empty() || !callbacks.contains(key)) continue;
+      callback->load_state_dict(as_dict(callbacks.at(key), key_path(callbacks_at, key), path));
+      break;
+    }
   }
 
   // A checkpoint without scaler state (another precision, or older) leaves the fresh scaler.
   if (parts.precision != nullptr && top.contains(kScalerCheckpointKey)) {
     try {
-      parts.precision->load_state_dict(as_dict(top.at(kScalerCheckpointKey), kScalerCheckpointKey, path));
+      parts.precision->load_state_dict(as_dict(top.at(kScalerCheckpointKey), key_path("", kScalerCheckpointKey), path));
     } catch (const CheckpointError&) {
       throw;
     } catch (const Error& e) {
@@ -240,11 +361,15 @@ FitProgress restore_checkpoint(const c10::IValue& checkpoint, const TrainingPart
     }
   }
 
-  const StateDict rng = as_dict(entry(top, "rng_states", path), "rng_states", path);
-  {
+  // Lightning saves no generator state (outside its fault-tolerant mode): the generator goes on
+  // from where this process's seeding left it.
+  const StateDict rng = lightning && !top.contains("rng_states")
+                            ? make_state_dict()
+                            : as_dict(entry(top, "rng_states", path), key_path("", "rng_states"), path);
+  if (!lightning || rng.contains("torch")) {
     auto generator = at::detail::getDefaultCPUGenerator();
     std::lock_guard<std::mutex> lock(generator.mutex());
-    generator.set_state(entry(rng, "torch", path).toTensor());
+    generator.set_state(entry(rng, "torch", path, key_path("", "rng_states")).toTensor());
   }
   if (rng.contains("torch.cuda") && rng.at("torch.cuda").isList()) {
     // A resume on fewer GPUs restores the ones it has, as Lightning does.
@@ -257,16 +382,22 @@ FitProgress restore_checkpoint(const c10::IValue& checkpoint, const TrainingPart
     }
   }
 
-  const StateDict loops = as_dict(entry(top, "loops", path), "loops", path);
-  const StateDict fit_loop = as_dict(entry(loops, "fit_loop", path), "fit_loop", path);
   FitProgress progress;
-  progress.epoch = entry(fit_loop, "epoch", path).toInt();
-  progress.batches_done = entry(fit_loop, "batches_done", path).toInt();
-  progress.epoch_done = entry(fit_loop, "epoch_done", path).toBool();
-  progress.global_step = entry(fit_loop, "global_step", path).toInt();
-  progress.total_batches = entry(fit_loop, "total_batches", path).toInt();
-  // Optional: checkpoints written before this key existed resume as if nothing were pending.
-  progress.validation_pending = fit_loop.contains("validation_pending") && fit_loop.at("validation_pending").toBool();
+  if (lightning) {
+    progress = lightning_fit_progress(top, path);
+  } else {
+    const std::string loops_at = key_path("", "loops");
+    const std::string fit_at = key_path(loops_at, "fit_loop");
+    const StateDict loops = as_dict(entry(top, "loops", path), loops_at, path);
+    const StateDict fit_loop = as_dict(entry(loops, "fit_loop", path, loops_at), fit_at, path);
+    progress.epoch = int_entry(fit_loop, "epoch", path, fit_at);
+    progress.batches_done = int_entry(fit_loop, "batches_done", path, fit_at);
+    progress.epoch_done = entry(fit_loop, "epoch_done", path, fit_at).toBool();
+    progress.global_step = int_entry(fit_loop, "global_step", path, fit_at);
+    progress.total_batches = int_entry(fit_loop, "total_batches", path, fit_at);
+    // Optional: checkpoints written before this key existed resume as if nothing were pending.
+    progress.validation_pending = fit_loop.contains("validation_pending") && fit_loop.at("validation_pending").toBool();
+  }
   parts.module->on_load_checkpoint(top);
   return progress;
 }

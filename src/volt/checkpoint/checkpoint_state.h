@@ -1,17 +1,24 @@
 // What a checkpoint holds and how it is built from, and restored into, a training run.
 //
-// Layout (Lightning's keys, plain values and tensors only, so Python's torch.load reads it):
+// Layout (Lightning 1.9's keys, plain values and tensors only, so Python's torch.load reads it and
+// PyTorch Lightning loads and resumes it):
 //   epoch, global_step, volt_version, volt_checkpoint_version,
+//   pytorch-lightning_version ("1.9.5": the layout written, so Lightning 2.x migrates it), hparams_name
 //   state_dict          {parameter or buffer name: tensor}
 //   optimizer_states    [PyTorch optimizer.state_dict() per optimizer]
 //   lr_schedulers       [PyTorch scheduler.state_dict() per scheduler]
-//   loops               {"fit_loop": {epoch, batches_done, epoch_done, global_step, total_batches,
-//                                         validation_pending}}
+//   loops               {"fit_loop": Volt's {epoch, batches_done, epoch_done, global_step,
+//                                    total_batches, validation_pending} and Lightning's progress
+//                                    (epoch_progress, epoch_loop.batch_progress, ...),
+//                        "validate_loop", "test_loop", "predict_loop": {}}
 //   callbacks           {callback.state_key(): callback.state_dict()}
 //   rng_states          {"torch": the CPU generator's state}
 //   hyper_parameters    the module's save_hyperparameters() value, plus "config": the
 //                       program's resolved configuration when TrainerOptions::config is set
 //   native_amp_scaling_state  the loss scaler's state (16-mixed only; optional on restore)
+//
+// restore_checkpoint also resumes a checkpoint PyTorch Lightning wrote (no volt_checkpoint_version):
+// its loop progress gives the epoch and batch, and a missing rng_states leaves the generator alone.
 #pragma once
 
 #include <memory>
@@ -31,6 +38,8 @@ class PrecisionPlugin;
 inline constexpr int64_t kCheckpointVersion = 1;
 /// Volt's version, written into checkpoints.
 inline constexpr const char* kVoltVersion = "0.1.0";
+/// The PyTorch Lightning version whose layout Volt writes (its `pytorch-lightning_version`).
+inline constexpr const char* kLightningLayoutVersion = "1.9.5";
 
 /// Where the fit loop stands; saved so that resume continues at the same batch.
 struct FitProgress {
@@ -66,13 +75,20 @@ struct TrainingParts {
 /// Builds the checkpoint dictionary of a run at `progress` (includes the RNG state).
 StateDict make_checkpoint(const TrainingParts& parts, const FitProgress& progress);
 
-/// Restores module, optimizers, schedulers, callbacks and the RNG from `checkpoint` and returns
-/// where to continue. Throws volt::CheckpointError naming `path` when anything does not fit.
+/// Restores module, optimizers, schedulers, callbacks and the RNG from `checkpoint` (Volt's or
+/// PyTorch Lightning's) and returns where to continue. Throws volt::CheckpointError naming `path`
+/// and the missing or mismatched entry when anything does not fit.
 FitProgress restore_checkpoint(const c10::IValue& checkpoint, const TrainingParts& parts, const std::string& path);
 
-/// Loads only the module's weights (validate/test/predict from a checkpoint). Throws
-/// volt::CheckpointError listing missing, unexpected and mis-shaped entries.
+/// Loads only the module's weights (validate/test/predict from a checkpoint, fine-tuning) from a
+/// Volt or Lightning checkpoint (its "state_dict") or a plain state dict (Python's
+/// `torch.save(model.state_dict())`: names to tensors). Throws volt::CheckpointError listing
+/// missing, unexpected and mis-shaped entries.
 void load_module_weights(const c10::IValue& checkpoint, LightningModule& module, const std::string& path);
+
+/// Reads the file `path` and loads its weights into `module` (see load_module_weights): Lightning's
+/// `load_from_checkpoint` for a module the program already built.
+void load_weights(LightningModule& module, const std::string& path);
 
 /// The module's parameters and buffers by name (its `state_dict`).
 StateDict module_state_dict(const torch::nn::Module& module);

@@ -196,22 +196,24 @@ void FitLoop::sanity_check() {
   generator.set_state(rng);
 }
 
-FitResult FitLoop::run(const std::optional<LoadedCheckpoint>& resume) {
+void FitLoop::restore(const LoadedCheckpoint& checkpoint) {
+  progress_ = restore_checkpoint(checkpoint.value, training_parts(), checkpoint.path);
+  if (progress_.epoch_done) {
+    ++progress_.epoch;
+    progress_.batches_done = 0;
+    progress_.epoch_done = false;
+  }
+  resumed_from_ = checkpoint.path;
+  parts_.console.info("Restored training state from " + checkpoint.path);
+}
+
+FitResult FitLoop::run() {
   const auto start = std::chrono::steady_clock::now();
   const RunPlan& plan = parts_.plan;
   LightningModule& module = data_.module;
   FitResult result;
+  result.resumed_from = resumed_from_;
   try {
-    if (resume) {
-      progress_ = restore_checkpoint(resume->value, training_parts(), resume->path);
-      if (progress_.epoch_done) {
-        ++progress_.epoch;
-        progress_.batches_done = 0;
-        progress_.epoch_done = false;
-      }
-      result.resumed_from = resume->path;
-      parts_.console.info("Restored training state from " + resume->path);
-    }
     if (plan.enable_model_summary) parts_.console.info(summarize(module).to_string());
 
     module.on_fit_start();

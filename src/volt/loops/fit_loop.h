@@ -73,10 +73,14 @@ class FitLoop : public CallbackServices, private EpochHooks {
   FitLoop(FitLoopParts parts, FitData data);
   ~FitLoop() override;
 
-  /// Trains from `resume` (nullopt: a fresh start) until a limit, a callback or a signal stops
-  /// it; returns why, where, and the checkpoints. Saves an HPC checkpoint first when SLURM is
-  /// ending the run (requeue signal, or SIGTERM with checkpoint_on_sigterm).
-  FitResult run(const std::optional<LoadedCheckpoint>& resume);
+  /// Restores module, optimizers, callbacks and progress from `checkpoint`, so that run() goes on
+  /// from there. Throws volt::CheckpointError when it does not fit: called before the run writes
+  /// anything, a refused checkpoint leaves no log folder behind.
+  void restore(const LoadedCheckpoint& checkpoint);
+  /// Trains (from where restore() left it, else from the start) until a limit, a callback or a
+  /// signal stops it; returns why, where, and the checkpoints. Saves an HPC checkpoint first when
+  /// SLURM is ending the run (requeue signal, or SIGTERM with checkpoint_on_sigterm).
+  FitResult run();
 
   void save_checkpoint(const std::string& path) override;
   void remove_checkpoint(const std::string& path) override;
@@ -105,6 +109,7 @@ class FitLoop : public CallbackServices, private EpochHooks {
   TrainingEpochLoop epoch_loop_;
   ResultCollection val_results_;
   FitProgress progress_;
+  std::string resumed_from_;  // the checkpoint restore() read, if any
   StopController stop_;
   std::string last_saved_;
   struct LearningRateName {

@@ -50,6 +50,7 @@ class ResumeTest : public TrainerTest {
     stop.callbacks = {std::move(checkpoint)};
     fit(module_options, stop);
     const std::string path = path_ending_with(io_->paths(), suffix);
+    if (lightning_layout_) strip_to_lightning_layout(path);
 
     const Outcome resumed = fit(module_options, {.max_epochs = 2, .accumulate_grad_batches = accumulate, .seed = 1},
                                 path, /*init_seed=*/99);
@@ -58,9 +59,23 @@ class ResumeTest : public TrainerTest {
     EXPECT_TRUE(bit_identical(resumed.parameters, straight.parameters));
   }
 
+  /// Leaves only what PyTorch Lightning writes (and the generator state, which its fault-tolerant
+  /// mode saves): no Volt version and none of Volt's own loop keys.
+  void strip_to_lightning_layout(const std::string& path) {
+    StateDict checkpoint = load_dict(*io_, path);
+    ASSERT_TRUE(checkpoint.erase("volt_checkpoint_version"));
+    ASSERT_TRUE(checkpoint.erase("volt_version"));
+    StateDict fit_loop = checkpoint.at("loops").toGenericDict().at("fit_loop").toGenericDict();
+    for (const char* key :
+         {"epoch", "batches_done", "epoch_done", "global_step", "total_batches", "validation_pending"})
+      ASSERT_TRUE(fit_loop.erase(key)) << key;
+    io_->save(checkpoint, path);
+  }
+
  protected:
   std::shared_ptr<InMemoryCheckpointIO> io_ = std::make_shared<InMemoryCheckpointIO>();
   Precision precision_ = Precision::k32True;  // every fit's precision
+  bool lightning_layout_ = false;             // resume from Lightning's keys alone
 };
 
 TEST_F(ResumeTest, FromAnEpochEndCheckpointIsBitIdentical) {
@@ -153,6 +168,42 @@ TEST_F(ResumeTest, ACheckpointWithoutTheValidationPendingKeyStillResumes) {
   io_->save(checkpoint, path);
   const Outcome resumed = fit({}, {.max_epochs = 1, .seed = 1}, path);
   EXPECT_EQ(resumed.global_step, 4);
+}
+
+TEST_F(ResumeTest, FromLightningsLoopProgressAloneIsBitIdentical) {
+  // What a Lightning checkpoint tells: its epoch and batch progress, no Volt keys.
+  lightning_layout_ = true;
+  const TinyOptions options{.dropout = 0.3, .optimizer = Optim::kAdam, .lr = 0.01, .scheduler = Interval::kEpoch};
+  expect_exact_resume(options, 1, {.max_epochs = 1}, std::make_shared<ModelCheckpoint>(), "epoch=0-step=4.ckpt");
+  expect_exact_resume(options, 1, {.max_epochs = 1}, every_n_steps(4), "epoch=0-step=4.ckpt");
+  expect_exact_resume(options, 1, {.max_steps = 3}, every_n_steps(3), "epoch=0-step=3.ckpt");
+}
+
+TEST_F(ResumeTest, AMissingLoopEntryIsNamedByItsKeyPath) {
+  fit({}, {.max_steps = 3, .seed = 1, .callbacks = {every_n_steps(3)}});
+  const std::string path = path_ending_with(io_->paths(), "epoch=0-step=3.ckpt");
+  const auto expect_named = [&](const std::string& damaged, const std::string& missing) {
+    auto module = make_module();
+    Trainer trainer = make_trainer({.max_epochs = 1});
+    trainer.set_checkpoint_io(io_);
+    try {
+      trainer.fit(*module, {}, {}, damaged);
+      ADD_FAILURE() << "expected a CheckpointError naming " << missing;
+    } catch (const CheckpointError& e) {
+      EXPECT_NE(std::string(e.what()).find("lacks the entry " + missing), std::string::npos) << e.what();
+    }
+  };
+  // Volt's checkpoint without its loop's epoch: the top-level "epoch" is there, the loop's is not.
+  StateDict volt = load_dict(*io_, path);
+  ASSERT_TRUE(volt.at("loops").toGenericDict().at("fit_loop").toGenericDict().erase("epoch"));
+  io_->save(volt, path + ".volt");
+  expect_named(path + ".volt", R"(["loops"]["fit_loop"]["epoch"])");
+  // Lightning's layout without its epoch progress.
+  strip_to_lightning_layout(path);
+  StateDict lightning = load_dict(*io_, path);
+  ASSERT_TRUE(lightning.at("loops").toGenericDict().at("fit_loop").toGenericDict().erase("epoch_progress"));
+  io_->save(lightning, path + ".lightning");
+  expect_named(path + ".lightning", R"(["loops"]["fit_loop"]["epoch_progress"])");
 }
 
 TEST_F(ResumeTest, ControlADifferentSeedGivesDifferentParameters) {

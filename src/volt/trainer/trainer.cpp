@@ -305,16 +305,6 @@ FitResult Trainer::fit_stage(LightningModule& module, DataLoader train, DataLoad
     if (!path.empty()) resume = LoadedCheckpoint{path, checkpointer_->load(path)};
   }
 
-  // Only now, with the checkpoint found and read, does the run write into its log folder: a run
-  // refused for its ckpt_path leaves no empty version_N behind.
-  for (const auto& logger : metrics.loggers()) logger->log_hyperparams(module.hparams());
-  // LightningCLI's SaveConfigCallback: the resolved configuration beside the logs, so a run's
-  // folder records how it was started.
-  if (!options_.config.is_null() && info.is_global_zero && !info.log_dir.empty()) {
-    fs::create_directories(info.log_dir);
-    save_hparams_to_yaml((fs::path(info.log_dir) / kConfigFileName).string(), options_.config);
-  }
-
   FitLoop loop(FitLoopParts{.plan = plan_,
                             .strategy = strategy,
                             .precision = *precision_,
@@ -330,7 +320,19 @@ FitResult Trainer::fit_stage(LightningModule& module, DataLoader train, DataLoad
                        .num_train_batches = num_train_batches,
                        .num_val_batches = num_val_batches,
                        .val_interval = val_interval});
-  FitResult result = loop.run(resume);
+  // Only now, with the checkpoint found, read and restored, does the run write into its log
+  // folder: a run refused for its ckpt_path, or for a checkpoint that does not fit, leaves no
+  // empty version_N behind.
+  if (resume) loop.restore(*resume);
+  for (const auto& logger : metrics.loggers()) logger->log_hyperparams(module.hparams());
+  // LightningCLI's SaveConfigCallback: the resolved configuration beside the logs, so a run's
+  // folder records how it was started.
+  if (!options_.config.is_null() && info.is_global_zero && !info.log_dir.empty()) {
+    fs::create_directories(info.log_dir);
+    save_hparams_to_yaml((fs::path(info.log_dir) / kConfigFileName).string(), options_.config);
+  }
+
+  FitResult result = loop.run();
   checkpointer_->remember(result.best_model_path, result.last_model_path);
   if (result.reason != StopReason::kRequeued) return result;
   // Every rank has returned from its last collective; the requeue ends this run at once
