@@ -40,6 +40,8 @@ const ModuleOptions& checked(const ModuleOptions& o) {
              o.lr_gamma);
   VOLT_CHECK(o.hidden >= 1, "--hidden={} must be at least 1. HINT: the default is 256.", o.hidden);
   VOLT_CHECK(o.batch_size >= 1, "--batch-size={} must be at least 1. HINT: the default is 64.", o.batch_size);
+  VOLT_CHECK(o.num_workers >= 0, "--num-workers={} must be >= 0. HINT: 0 makes batches on the training thread.",
+             o.num_workers);
   return o;
 }
 
@@ -107,13 +109,14 @@ void FashionMnistModule::load_training_split() {
 
 volt::DataLoader FashionMnistModule::train_dataloader() {
   load_training_split();
-  return volt::DataLoader(train_, {.batch_size = options_.batch_size, .shuffle = true});
+  return volt::DataLoader(train_,
+                          {.batch_size = options_.batch_size, .shuffle = true, .num_workers = options_.num_workers});
 }
 
 volt::DataLoader FashionMnistModule::val_dataloader() {
   load_training_split();
   if (options_.val_size == 0) return {};
-  return volt::DataLoader(val_, {.batch_size = 256});
+  return volt::DataLoader(val_, {.batch_size = 256, .num_workers = options_.num_workers});
 }
 
 volt::DataLoader FashionMnistModule::test_dataloader() {
@@ -121,7 +124,7 @@ volt::DataLoader FashionMnistModule::test_dataloader() {
     const auto data = volt::datasets::load_fashion_mnist(options_.data_dir, volt::datasets::Split::kTest);
     test_ = std::make_shared<volt::TensorDataset>(data.images, data.labels);
   }
-  return volt::DataLoader(test_, {.batch_size = 256});
+  return volt::DataLoader(test_, {.batch_size = 256, .num_workers = options_.num_workers});
 }
 
 }  // namespace fashion_mnist

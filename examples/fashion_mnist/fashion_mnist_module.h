@@ -23,6 +23,8 @@ struct ModuleOptions {
   std::string data_dir = "/usr/share/datasets/fashion-mnist";
   /// Training examples held out for validation (taken from the 60000 training images).
   int64_t val_size = 5000;
+  /// Threads that make batches ahead of the step (the loaders' num_workers). Results do not depend on it.
+  int64_t num_workers = 0;
 };
 
 /// Classifies Fashion-MNIST images; logs loss and accuracy per stage.

@@ -39,6 +39,9 @@ int main(int argc, char** argv) {
     app.add_option("--data-dir", module_options.data_dir, "directory of the IDX files")
         ->capture_default_str()
         ->group("Data");
+    app.add_option("--num-workers", module_options.num_workers, "threads that make batches ahead of the step")
+        ->capture_default_str()
+        ->group("Data");
     int64_t save_top_k = 1;
     app.add_option("--save-top-k", save_top_k, "best checkpoints to keep by val/acc")->capture_default_str();
     int64_t patience = 0;

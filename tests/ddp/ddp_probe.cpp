@@ -4,6 +4,7 @@
 #include <signal.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <chrono>
 #include <fstream>
 #include <mutex>
@@ -28,7 +29,7 @@ int64_t rank_from_env() {
 
 struct ProbeOptions {
   std::string out;
-  std::string fail_mode = "none";  // none | throw | internal | kill | nojoin | hang
+  std::string fail_mode = "none";  // none | throw | internal | kill | nojoin | hang | data
   int64_t fail_rank = -1;
   int64_t fail_step = 0;
   int64_t batch_size = 8;
@@ -40,6 +41,34 @@ struct ProbeOptions {
   int64_t stop_step = 0;      // ... after this many optimizer steps
   int64_t step_sleep_ms = 0;  // sleep in every training step (a long job that costs no CPU)
   bool predict_only = false;  // no fit: predict() over the data, rank <N>'s outputs to predict<N>.json
+  bool named = false;         // examples one at a time with named tensors and a list (Dataset::get)
+  int64_t num_workers = 0;    // the loaders' worker threads
+};
+
+/// The same examples as the probe's TensorDataset, one at a time and by name: "x", "y" and
+/// "index" tensors and a "tokens" list whose length varies. fail_mode "data" makes get() throw
+/// on the failing rank once that rank has trained fail_step steps.
+class NamedDataset : public volt::Dataset {
+ public:
+  NamedDataset(torch::Tensor x, torch::Tensor target, const ProbeOptions& options, const std::atomic<int64_t>* steps)
+      : x_(std::move(x)), target_(std::move(target)), options_(options), steps_(steps) {}
+  int64_t size() const override { return x_.size(0); }
+  volt::Example get(int64_t index) const override {
+    if (options_.fail_mode == "data" && rank_from_env() == options_.fail_rank && *steps_ >= options_.fail_step)
+      throw std::runtime_error("injected data failure at example " + std::to_string(index));
+    volt::Example e;
+    e.tensors["x"] = x_[index];
+    e.tensors["y"] = target_[index].narrow(0, 0, 1);
+    e.tensors["index"] = target_[index][1];
+    e.lists["tokens"] = torch::arange(index % 3 + 1);
+    return e;
+  }
+
+ private:
+  torch::Tensor x_;
+  torch::Tensor target_;
+  const ProbeOptions& options_;
+  const std::atomic<int64_t>* steps_;  // the module's step count (worker threads read it)
 };
 
 /// A callback that stops training on one rank only, as one deciding on unsynchronized metrics would.
@@ -83,13 +112,29 @@ class Probe : public volt::LightningModule {
     const torch::Tensor y = x.sum(1, true) * 0.5 + 0.1 * torch::randn({options_.examples, 1});
     // The second target column carries each example's index, so the test can check the shards.
     const torch::Tensor index = torch::arange(options_.examples, torch::kFloat).unsqueeze(1);
-    data_ = std::make_shared<volt::TensorDataset>(x, torch::cat({y, index}, 1));
+    if (options_.named) {
+      data_ = std::make_shared<NamedDataset>(x, torch::cat({y, index}, 1), options_, &step_);
+    } else {
+      data_ = std::make_shared<volt::TensorDataset>(x, torch::cat({y, index}, 1));
+    }
+  }
+
+  /// Inputs, targets and example indices, from the plain or the named layout.
+  struct Parts {
+    torch::Tensor x, y, index;
+  };
+  Parts parts(const volt::Batch& batch) const {
+    if (!options_.named) return {batch.data, batch.target.narrow(1, 0, 1), batch.target.select(1, 1)};
+    VOLT_CHECK(static_cast<int64_t>(batch.list("tokens").size()) == batch.size(),
+               "the batch has {} token lists for {} examples", batch.list("tokens").size(), batch.size());
+    return {batch.at("x"), batch.at("y"), batch.at("index")};
   }
 
   torch::Tensor training_step(const volt::Batch& batch, int64_t batch_idx) override {
     const int64_t rank = rank_from_env();
     if (rank == options_.fail_rank && step_ == options_.fail_step) {
-      if (options_.fail_mode == "throw") throw std::runtime_error("injected failure at step " + std::to_string(step_));
+      if (options_.fail_mode == "throw")
+        throw std::runtime_error("injected failure at step " + std::to_string(step_.load()));
       if (options_.fail_mode == "internal") volt::internal::throw_internal(__FILE__, __LINE__, "injected", "failure");
       if (options_.fail_mode == "kill") raise(SIGKILL);
       if (options_.fail_mode == "hang") std::this_thread::sleep_for(std::chrono::hours(1));
@@ -98,19 +143,20 @@ class Probe : public volt::LightningModule {
       // Under dp and ddp2 every device's replica runs this on its own thread.
       const std::lock_guard<std::mutex> lock(mutex_);
       ++step_;
-      const auto seen = batch.target.select(1, 1).to(torch::kLong);
+      const auto seen = parts(batch).index.to(torch::kLong);
       for (int64_t i = 0; i < seen.size(0); ++i) seen_.push_back(seen[i].item<int64_t>());
     }
     if (options_.step_sleep_ms > 0) std::this_thread::sleep_for(std::chrono::milliseconds(options_.step_sleep_ms));
-    const torch::Tensor prediction = out_(torch::relu(hidden_(batch.data)));
-    const torch::Tensor loss = torch::mse_loss(prediction, batch.target.narrow(1, 0, 1));
+    const Parts p = parts(batch);
+    const torch::Tensor prediction = out_(torch::relu(hidden_(p.x)));
+    const torch::Tensor loss = torch::mse_loss(prediction, p.y);
     log("train/loss", loss, {.prog_bar = true});
     return loss;
   }
 
   void validation_step(const volt::Batch& batch, int64_t) override {
-    const torch::Tensor prediction = out_(torch::relu(hidden_(batch.data)));
-    log("val/loss", torch::mse_loss(prediction, batch.target.narrow(1, 0, 1)), {.sync_dist = true});
+    const Parts p = parts(batch);
+    log("val/loss", torch::mse_loss(out_(torch::relu(hidden_(p.x))), p.y), {.sync_dist = true});
   }
 
   // The seed documents' hooks: a process group made by the module, a synchronizer of its own.
@@ -137,12 +183,17 @@ class Probe : public volt::LightningModule {
   volt::OptimizerConfig configure_optimizers() override {
     return std::make_shared<torch::optim::SGD>(parameters(), torch::optim::SGDOptions(options_.lr));
   }
-  volt::DataLoader train_dataloader() override { return volt::DataLoader(data_, {.batch_size = options_.batch_size}); }
-  volt::DataLoader val_dataloader() override { return volt::DataLoader(data_, {.batch_size = 5}); }
-  volt::DataLoader predict_dataloader() override { return volt::DataLoader(data_, {.batch_size = 7}); }
+  volt::DataLoader train_dataloader() override { return loader(options_.batch_size); }
+  volt::DataLoader val_dataloader() override { return loader(5); }
+  volt::DataLoader predict_dataloader() override { return loader(7); }
   /// Each example's index (the second target column) beside the model's output.
   torch::Tensor predict_step(const volt::Batch& batch, int64_t) override {
-    return torch::cat({batch.target.narrow(1, 1, 1), out_(torch::relu(hidden_(batch.data)))}, 1);
+    const Parts p = parts(batch);
+    return torch::cat({p.index.to(torch::kFloat).unsqueeze(1), out_(torch::relu(hidden_(p.x)))}, 1);
+  }
+
+  volt::DataLoader loader(int64_t batch_size) const {
+    return volt::DataLoader(data_, {.batch_size = batch_size, .num_workers = options_.num_workers});
   }
 
   void write(const volt::FitResult& result, int64_t rank) const {
@@ -165,8 +216,8 @@ class Probe : public volt::LightningModule {
   torch::nn::Linear hidden_{nullptr};
   torch::nn::Linear out_{nullptr};
   torch::nn::Linear unused_{nullptr};
-  std::shared_ptr<volt::TensorDataset> data_;
-  int64_t step_ = 0;
+  std::shared_ptr<volt::Dataset> data_;
+  std::atomic<int64_t> step_{0};
   bool init_called_ = false;
   std::shared_ptr<CountingSynchronizer> counter_;
   std::vector<int64_t> seen_;
@@ -190,7 +241,7 @@ int main(int argc, char** argv) {
     volt::add_trainer_flags(app, options, text);
     ProbeOptions probe;
     app.add_option("--out", probe.out, "directory for rank<N>.json (default: --default-root-dir)");
-    app.add_option("--fail-mode", probe.fail_mode, "none, throw, kill, hang or nojoin");
+    app.add_option("--fail-mode", probe.fail_mode, "none, throw, internal, kill, hang, nojoin or data");
     app.add_option("--fail-rank", probe.fail_rank, "the rank that fails");
     app.add_option("--fail-step", probe.fail_step, "the step at which it fails");
     app.add_option("--batch-size", probe.batch_size, "per-process batch size");
@@ -202,6 +253,8 @@ int main(int argc, char** argv) {
     app.add_option("--stop-step", probe.stop_step, "... after this many steps");
     app.add_option("--step-sleep-ms", probe.step_sleep_ms, "sleep this long in every training step");
     app.add_flag("--predict-only", probe.predict_only, "no fit: predict and write predict<rank>.json");
+    app.add_flag("--named", probe.named, "named batches collated from single examples");
+    app.add_option("--num-workers", probe.num_workers, "the loaders' worker threads");
     try {
       app.parse(argc, argv);
     } catch (const CLI::ParseError& e) {

@@ -38,6 +38,7 @@ CASES = [
     ("amp-level-unknown", ["--use-amp", "--amp-level", "O7"], 1, ["amp_level='O7'", "'O1'"], True),
     ("precision-unknown", ["--precision", "8-mixed"], 1, ["precision='8-mixed'", "'bf16-mixed' (alias bf16)"], True),
     ("model-resnet", ["--model", "resnet"], 1, ["--model=resnet", "'mlp'", "'cnn'"], True),
+    ("num-workers-negative", ["--num-workers", "-2"], 1, ["--num-workers=-2", ">= 0"], True),
     ("lr-negative", ["--lr", "-1"], 1, ["--lr=-1"], True),
     ("hidden-zero", ["--hidden", "0"], 1, ["--hidden=0"], True),
     ("val-size-too-big", ["--val-size", "60000"], 1, ["--val-size=60000"], True),

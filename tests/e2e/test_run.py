@@ -196,3 +196,14 @@ def test_checkpoint_holds_the_tested_model(first, last_ckpt, dataset):
     # And the loss, to the printed 6 digits (rounding differences aside).
     loss = torch.nn.functional.cross_entropy(logits, labels).item()
     assert loss == pytest.approx(float(first.test_metrics()["test/loss"]), rel=1e-4)
+
+
+def test_worker_threads_change_nothing_but_when_batches_are_made(binary, dataset, first, tmp_path):
+    """--num-workers 3: the same steps, metrics and weights as the run without workers."""
+    run = run_binary(binary, ["--model", "mlp", "--max-epochs", "2", "--log-every-n-steps", "5", "--num-workers", "3"] +
+                     SHORT + DETERMINISTIC, tmp_path)
+    assert_ok(run)
+    assert run.test_metrics() == first.test_metrics()
+    ours = load_checkpoint(run.version_dir() / "checkpoints" / "last.ckpt")["state_dict"]
+    theirs = load_checkpoint(first.version_dir() / "checkpoints" / "last.ckpt")["state_dict"]
+    assert all(torch.equal(ours[name], theirs[name]) for name in theirs)

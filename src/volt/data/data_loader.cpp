@@ -1,8 +1,11 @@
 #include "volt/data/data_loader.h"
 
+#include <torch/cuda.h>
+
 #include <algorithm>
 
 #include "volt/core/error.h"
+#include "volt/data/batch_workers.h"
 
 namespace volt {
 
@@ -11,6 +14,16 @@ DataLoader::DataLoader(std::shared_ptr<const Dataset> dataset, DataLoaderOptions
   VOLT_CHECK(dataset_ != nullptr, "DataLoader got a null dataset.");
   VOLT_CHECK(options_.batch_size >= 1, "DataLoader batch_size={} must be at least 1. HINT: pass a positive batch size.",
              options_.batch_size);
+  VOLT_CHECK(options_.num_workers >= 0,
+             "DataLoader num_workers={} must be >= 0. HINT: 0 makes batches on the training thread; 2-8 threads "
+             "make them ahead of it.",
+             options_.num_workers);
+  VOLT_CHECK(options_.prefetch_factor >= 1,
+             "DataLoader prefetch_factor={} must be at least 1 (batches each worker makes ahead). HINT: PyTorch's "
+             "default is 2.",
+             options_.prefetch_factor);
+  if (options_.persistent_workers && options_.num_workers > 0)
+    persistent_ = std::make_shared<internal::BatchWorkers>(options_.num_workers);
   configure(1, 0, 0);
 }
 
@@ -47,7 +60,62 @@ Batch DataLoader::batch(int64_t index) const {
   VOLT_INTERNAL_ASSERT(index >= 0 && index < num_batches(), "batch {} of {}", index, num_batches());
   const int64_t start = index * options_.batch_size;
   const int64_t length = std::min(options_.batch_size, epoch_indices_.size(0) - start);
-  return dataset_->get_batch(epoch_indices_.narrow(0, start, length));
+  const torch::Tensor indices = epoch_indices_.narrow(0, start, length);
+  Batch batch;
+  if (options_.collate) {
+    const torch::Tensor order = indices.contiguous();
+    std::vector<Example> examples;
+    examples.reserve(static_cast<size_t>(length));
+    for (int64_t i = 0; i < length; ++i) examples.push_back(dataset_->get(order.data_ptr<int64_t>()[i]));
+    batch = options_.collate(std::move(examples));
+  } else {
+    batch = dataset_->get_batch(indices);
+  }
+  // Pinned by the worker that made it, so the step's copy to the GPU is asynchronous.
+  if (options_.pin_memory && torch::cuda::is_available()) {
+    batch = batch.map([](const torch::Tensor& t) { return t.is_cuda() ? t : t.pin_memory(); });
+  }
+  return batch;
+}
+
+BatchStream DataLoader::stream(int64_t first, int64_t end) const {
+  VOLT_INTERNAL_ASSERT(epoch_ >= 0, "stream() before set_epoch()");
+  VOLT_INTERNAL_ASSERT(0 <= first && first <= end && end <= num_batches(), "stream [{}, {}) of {} batches", first, end,
+                       num_batches());
+  std::shared_ptr<internal::BatchWorkers> workers;
+  if (options_.num_workers > 0) {
+    // A persistent pool busy with another pass (a copy of this loader streaming too) cannot be
+    // shared: this pass gets threads of its own.
+    workers = persistent_ && !persistent_->busy() ? persistent_
+                                                  : std::make_shared<internal::BatchWorkers>(options_.num_workers);
+  }
+  return BatchStream(*this, std::move(workers), first, end);
+}
+
+BatchStream::BatchStream(const DataLoader& loader, std::shared_ptr<internal::BatchWorkers> workers, int64_t first,
+                         int64_t end)
+    : loader_(std::make_shared<const DataLoader>(loader)), workers_(std::move(workers)), next_(first), end_(end) {
+  if (!workers_) return;
+  const std::shared_ptr<const DataLoader> source = loader_;
+  const int64_t epoch = loader.epoch();
+  workers_->start([source](int64_t index) { return source->batch(index); },
+                  [epoch](int64_t index) { return fmt::format("batch {} of epoch {}", index, epoch); }, first, end,
+                  loader.options().num_workers * loader.options().prefetch_factor);
+}
+
+BatchStream::BatchStream(BatchStream&& other) noexcept
+    : loader_(std::move(other.loader_)), workers_(std::move(other.workers_)), next_(other.next_), end_(other.end_) {
+  other.next_ = other.end_;
+}
+
+BatchStream::~BatchStream() {
+  if (workers_) workers_->cancel();
+}
+
+Batch BatchStream::next() {
+  VOLT_INTERNAL_ASSERT(has_next(), "BatchStream::next() after the last batch ({})", end_);
+  const int64_t index = next_++;
+  return workers_ ? workers_->take(index) : loader_->batch(index);
 }
 
 }  // namespace volt

@@ -2,6 +2,9 @@
 
 #include <gtest/gtest.h>
 
+#include <atomic>
+#include <stdexcept>
+
 #include "volt/core/error.h"
 
 namespace volt {
@@ -51,6 +54,115 @@ TEST(DataLoader, ConfigureShardsWithOrWithoutPadding) {
   EXPECT_EQ(loader.batch(0).target.size(0), 3);
 }
 
+/// Examples one at a time (Dataset::get), optionally failing at one index, counting calls.
+class ExampleDataset : public Dataset {
+ public:
+  explicit ExampleDataset(int64_t n, int64_t fail_at = -1) : n_(n), fail_at_(fail_at) {}
+  int64_t size() const override { return n_; }
+  Example get(int64_t index) const override {
+    ++calls;
+    if (index == fail_at_) throw std::runtime_error("cannot read example " + std::to_string(index));
+    Example e;
+    e.data = torch::full({2}, static_cast<float>(index));
+    e.target = torch::tensor(index);
+    e.lists["tokens"] = torch::arange(index % 3 + 1);
+    return e;
+  }
+  mutable std::atomic<int64_t> calls{0};
+
+ private:
+  int64_t n_;
+  int64_t fail_at_;
+};
+
+std::vector<Batch> one_pass(const DataLoader& loader, int64_t epoch) {
+  DataLoader copy = loader;
+  copy.set_epoch(epoch);
+  std::vector<Batch> out;
+  BatchStream stream = copy.stream(0, copy.num_batches());
+  while (stream.has_next()) out.push_back(stream.next());
+  return out;
+}
+
+bool same(const std::vector<Batch>& a, const std::vector<Batch>& b) {
+  if (a.size() != b.size()) return false;
+  for (size_t i = 0; i < a.size(); ++i) {
+    if (!torch::equal(a[i].data, b[i].data) || !torch::equal(a[i].target, b[i].target)) return false;
+    if (a[i].list("tokens").size() != b[i].list("tokens").size()) return false;
+  }
+  return true;
+}
+
+TEST(DataLoader, ExamplesAreCollatedAndWorkersGiveTheSameBatchesInOrder) {
+  auto dataset = std::make_shared<ExampleDataset>(37);
+  const DataLoaderOptions base{.batch_size = 4, .shuffle = true, .seed = 3};
+  const std::vector<Batch> reference = one_pass(DataLoader(dataset, base), 2);
+  ASSERT_EQ(reference.size(), 10u);
+  EXPECT_EQ(reference.back().size(), 1);
+  EXPECT_EQ(reference[0].list("tokens").size(), 4u);
+  for (const int64_t workers : {1, 2, 4}) {
+    for (const bool persistent : {false, true}) {
+      DataLoaderOptions options = base;
+      options.num_workers = workers;
+      options.persistent_workers = persistent;
+      options.prefetch_factor = workers == 2 ? 1 : 3;
+      const DataLoader loader(dataset, options);
+      EXPECT_TRUE(same(one_pass(loader, 2), reference)) << workers << " workers, persistent " << persistent;
+      EXPECT_FALSE(same(one_pass(loader, 3), reference)) << "another epoch, another order";
+      EXPECT_TRUE(same(one_pass(loader, 2), reference)) << "the same loader again";
+    }
+  }
+}
+
+TEST(DataLoader, ACustomCollateGetsTheExamples) {
+  DataLoaderOptions options{.batch_size = 3};
+  options.collate = [](std::vector<Example> examples) {
+    Batch batch;
+    batch.tensors["count"] = torch::tensor({static_cast<int64_t>(examples.size())});
+    batch.data = torch::stack({examples.front().data, examples.back().data});
+    return batch;
+  };
+  DataLoader loader(std::make_shared<ExampleDataset>(7), options);
+  loader.set_epoch(0);
+  EXPECT_EQ(loader.batch(2).at("count").item<int64_t>(), 1);
+  EXPECT_EQ(loader.batch(1).data[1][0].item<float>(), 5.0f);
+}
+
+TEST(DataLoader, AWorkersExceptionReachesTheConsumerOnceNamingTheBatch) {
+  auto dataset = std::make_shared<ExampleDataset>(40, /*fail_at=*/21);
+  DataLoader loader(dataset, {.batch_size = 4, .num_workers = 3});
+  loader.set_epoch(0);
+  BatchStream stream = loader.stream(0, loader.num_batches());
+  int64_t good = 0;
+  std::string message;
+  try {
+    while (stream.has_next()) {
+      stream.next();
+      ++good;
+    }
+  } catch (const Error& e) {
+    message = e.what();
+  }
+  EXPECT_EQ(good, 5) << "batches 0-4 come before the failing batch 5";
+  EXPECT_NE(message.find("failed making batch 5 of epoch 0: cannot read example 21"), std::string::npos) << message;
+  EXPECT_NE(message.find("DataLoader worker "), std::string::npos) << message;
+}
+
+TEST(DataLoader, StoppingEarlyDropsTheWorkersPassAndTheNextPassStartsClean) {
+  auto dataset = std::make_shared<ExampleDataset>(400);
+  const DataLoader loader(dataset,
+                          {.batch_size = 4, .num_workers = 2, .prefetch_factor = 2, .persistent_workers = true});
+  DataLoader copy = loader;
+  copy.set_epoch(0);
+  {
+    BatchStream stream = copy.stream(10, copy.num_batches());
+    EXPECT_EQ(stream.next().target[0].item<int64_t>(), 40);
+  }
+  // At most the batches in flight were made beyond the one taken (workers x prefetch ahead).
+  EXPECT_LE(dataset->calls.load(), 4 * (1 + 2 * 2 + 2));
+  EXPECT_TRUE(same(one_pass(loader, 0), one_pass(DataLoader(dataset, {.batch_size = 4}), 0)));
+}
+
 TEST(DataLoader, NonPositiveBatchSizeIsAClearError) {
   try {
     DataLoader(counting_dataset(3), {0});
@@ -58,6 +170,8 @@ TEST(DataLoader, NonPositiveBatchSizeIsAClearError) {
   } catch (const Error& e) {
     EXPECT_NE(std::string(e.what()).find("batch_size=0"), std::string::npos);
   }
+  EXPECT_THROW(DataLoader(counting_dataset(3), {.num_workers = -1}), Error);
+  EXPECT_THROW(DataLoader(counting_dataset(3), {.prefetch_factor = 0}), Error);
 }
 
 }  // namespace

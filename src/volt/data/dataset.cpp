@@ -4,6 +4,22 @@
 
 namespace volt {
 
+Example Dataset::get(int64_t index) const {
+  throw Error(
+      fmt::format("this dataset implements neither get(index) nor get_batch(indices) (asked for example {}). HINT: "
+                  "override get() to return one volt::Example, or get_batch() to return a whole volt::Batch.",
+                  index));
+}
+
+Batch Dataset::get_batch(const torch::Tensor& indices) const {
+  const torch::Tensor order = indices.to(torch::kLong).contiguous();
+  std::vector<Example> examples;
+  examples.reserve(static_cast<size_t>(order.numel()));
+  const int64_t* index = order.data_ptr<int64_t>();
+  for (int64_t i = 0; i < order.numel(); ++i) examples.push_back(get(index[i]));
+  return default_collate(std::move(examples));
+}
+
 TensorDataset::TensorDataset(torch::Tensor data, torch::Tensor target)
     : data_(std::move(data)), target_(std::move(target)) {
   VOLT_CHECK(data_.defined() && data_.dim() >= 1,

@@ -1,26 +1,32 @@
 // Datasets the trainer draws batches from.
 //
-// Volt's loaders gather whole batches by index (one index_select per tensor) instead of
-// collating single examples, so an in-memory dataset costs one gather per step, and any batch
-// of an epoch can be produced directly: resuming mid-epoch needs no replay of earlier batches.
+// A map-style dataset either returns one example per index (get, batched by a collate function,
+// as in PyTorch) or gathers whole batches itself (get_batch: one index_select per tensor for an
+// in-memory dataset). Either way any batch of an epoch can be produced directly from its indices,
+// so resuming mid-epoch needs no replay of earlier batches, and loader workers may produce
+// batches in any order while the step sees them in order.
 #pragma once
 
-#include <torch/data/example.h>
 #include <torch/types.h>
+
+#include "volt/data/batch.h"
 
 namespace volt {
 
-/// One batch: inputs and targets, as LibTorch's `torch::data::Example<>` (`.data`, `.target`).
-using Batch = torch::data::Example<>;
-
-/// A finite, indexable set of examples that yields whole batches.
+/// A finite, indexable set of examples. Implement get() (examples, collated by the loader) or
+/// get_batch() (whole batches), or both. Loader workers call them from several threads at once,
+/// so they must not change the dataset (they are const) or draw from the global generator.
 class Dataset {
  public:
   virtual ~Dataset() = default;
   /// The number of examples.
   virtual int64_t size() const = 0;
-  /// The examples at `indices` (an int64 tensor) stacked into one batch.
-  virtual Batch get_batch(const torch::Tensor& indices) const = 0;
+  /// Example `index`. The default throws: a dataset that only makes whole batches need not
+  /// implement it.
+  virtual Example get(int64_t index) const;
+  /// The examples at `indices` (an int64 tensor) as one batch. The default is default_collate
+  /// of get(i) for each index.
+  virtual Batch get_batch(const torch::Tensor& indices) const;
 };
 
 /// A dataset over tensors whose first dimension indexes the examples (like torch's TensorDataset).

@@ -23,10 +23,10 @@ const char* to_string(EvalStage stage) {
   return "?";
 }
 
-Batch prepare_batch(Batch batch, c10::Device device, const PrecisionPlugin& precision) {
-  if (batch.data.defined()) batch.data = precision.convert_input(batch.data.to(device));
-  if (batch.target.defined()) batch.target = precision.convert_input(batch.target.to(device));
-  return batch;
+Batch prepare_batch(const Batch& batch, c10::Device device, const PrecisionPlugin& precision) {
+  // A batch the loader pinned is copied to the GPU without blocking the step's thread.
+  return batch.map(
+      [&](const torch::Tensor& t) { return precision.convert_input(t.to(device, /*non_blocking=*/t.is_pinned())); });
 }
 
 namespace {
@@ -58,9 +58,10 @@ int64_t EvaluationLoop::run(LightningModule& module, const DataLoader& loader, i
   }
   if (bar_) bar_->start(bar_title(stage), 0, batches);
   int64_t examples = 0;
+  BatchStream stream = loader.stream(0, batches);
   for (int64_t i = 0; i < batches; ++i) {
-    const Batch batch = prepare_batch(loader.batch(i), device_, precision_);
-    const int64_t size = batch.data.defined() ? batch.data.size(0) : 1;
+    const Batch batch = prepare_batch(stream.next(), device_, precision_);
+    const int64_t size = batch.size();
     results.set_batch_size(size);
     examples += size;
     const AutocastGuard autocast = precision_.forward_context();

@@ -24,7 +24,7 @@ const char* to_string(EvalStage stage);
 
 /// Moves a batch to `device` (Lightning's batch_to_device) and casts floating inputs and targets
 /// to the module's dtype (the -true precisions; the others keep them).
-Batch prepare_batch(Batch batch, c10::Device device, const PrecisionPlugin& precision);
+Batch prepare_batch(const Batch& batch, c10::Device device, const PrecisionPlugin& precision);
 
 /// Runs validation_step or test_step over the first batches of a loader, without gradients and
 /// in eval mode, and reduces the logged values across processes once at the end.

@@ -37,8 +37,9 @@ std::vector<torch::Tensor> PredictionLoop::run(LightningModule& module, const Da
   {
     const TrainingModeScope eval_mode(module, /*training=*/false);
     torch::NoGradGuard no_grad;
+    BatchStream stream = loader.stream(0, batches);
     for (int64_t i = 0; i < batches; ++i) {
-      const Batch batch = prepare_batch(loader.batch(i), device_, precision_);
+      const Batch batch = prepare_batch(stream.next(), device_, precision_);
       const AutocastGuard autocast = precision_.forward_context();
       outputs.push_back(module.predict_step(batch, i));
     }

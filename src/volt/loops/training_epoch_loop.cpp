@@ -65,11 +65,14 @@ void TrainingEpochLoop::run(FitProgress& progress, StopController& stop, EpochHo
         hooks.validate_mid_epoch();
       }
     }
+    // The loader's workers make the rest of the epoch's batches ahead of the steps; a stop
+    // before the end drops what they made.
+    BatchStream batches = train_.stream(std::min(progress.batches_done, num_batches), num_batches);
     while (progress.batches_done < num_batches && !stop.should_stop()) {
       const int64_t i = progress.batches_done;
-      const Batch batch = prepare_batch(train_.batch(i), plan_.root_device(), precision_);
+      const Batch batch = prepare_batch(batches.next(), plan_.root_device(), precision_);
       module_.on_train_batch_start(batch, i);
-      results_.set_batch_size(batch.data.defined() ? batch.data.size(0) : 1);
+      results_.set_batch_size(batch.size());
       const torch::Tensor loss = training_step(batch, i);
       const bool last = i + 1 == num_batches;
       const bool steps = (i + 1) % accumulate == 0 || last;

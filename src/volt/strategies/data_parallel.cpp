@@ -150,23 +150,18 @@ void refresh_copy(const LightningModule& module, LightningModule& copy) {
 
 std::vector<Batch> split_batch(const Batch& batch, int64_t pieces) {
   VOLT_INTERNAL_ASSERT(pieces >= 1, "split_batch into {} pieces", pieces);
-  VOLT_CHECK(batch.data.defined() && batch.data.dim() >= 1,
-             "dp splits each batch along its first dimension, but the batch's data is {}. HINT: return batched "
-             "tensors (examples along dim 0) from the dataset.",
+  const bool has_examples = (batch.data.defined() && batch.data.dim() >= 1) || !batch.tensors.empty() ||
+                            !batch.lists.empty() || (batch.target.defined() && batch.target.dim() >= 1);
+  VOLT_CHECK(has_examples,
+             "dp splits each batch along its first dimension, but the batch's data is {} and it has no named tensors "
+             "or lists. HINT: return batched tensors (examples along dim 0) from the dataset.",
              batch.data.defined() ? "a scalar" : "undefined");
-  const int64_t n = batch.data.size(0);
-  VOLT_CHECK(!batch.target.defined() || (batch.target.dim() >= 1 && batch.target.size(0) == n),
-             "dp splits data and target along dim 0, but the batch has {} examples of data and a target of shape {}. "
-             "HINT: give the target one row per example.",
-             n, c10::str(batch.target.sizes()));
+  batch.check_sizes("dp");
+  const int64_t n = batch.size();
   const int64_t chunk = std::max<int64_t>(1, (n + pieces - 1) / pieces);
   std::vector<Batch> out;
   for (int64_t start = 0; start < n || out.empty(); start += chunk) {
-    const int64_t length = std::min(chunk, n - start);
-    Batch piece;
-    piece.data = batch.data.narrow(0, start, length);
-    if (batch.target.defined()) piece.target = batch.target.narrow(0, start, length);
-    out.push_back(std::move(piece));
+    out.push_back(batch.slice(start, std::min(chunk, n - start)));
     if (n == 0) break;
   }
   return out;
@@ -209,12 +204,12 @@ torch::Tensor DataParallel::training_step(LightningModule& module, const Batch& 
   if (copies) {
     // Scatter: each piece goes to its replica's device.
     for (size_t r = 0; r < n; ++r) {
-      pieces[r].data = pieces[r].data.to(options_.devices[r]);
-      if (pieces[r].target.defined()) pieces[r].target = pieces[r].target.to(options_.devices[r]);
+      const c10::Device device = options_.devices[r];
+      pieces[r] = pieces[r].map([device](const torch::Tensor& t) { return t.to(device); });
     }
   }
   std::vector<int64_t> sizes(n);
-  for (size_t r = 0; r < n; ++r) sizes[r] = pieces[r].data.size(0);
+  for (size_t r = 0; r < n; ++r) sizes[r] = pieces[r].size();
   std::vector<torch::Tensor> losses(n);
   std::vector<ReplicaLog> logs(n);
   std::vector<std::exception_ptr> errors(n);

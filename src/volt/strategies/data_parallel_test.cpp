@@ -79,6 +79,28 @@ TEST(SplitBatch, PiecesAreConsecutiveChunksLikeTorchChunk) {
   EXPECT_EQ(split_batch(batch, 1).size(), 1u);
 }
 
+TEST(SplitBatch, EveryNamedTensorAndListIsSplitWithItsExamples) {
+  Batch batch;
+  batch.tensors["ids"] = torch::arange(10).unsqueeze(1);
+  batch.tensors["mask"] = torch::arange(10) % 2;
+  for (int64_t i = 0; i < 10; ++i) batch.lists["boxes"].push_back(torch::full({i, 4}, i));
+  const auto pieces = split_batch(batch, 3);  // 4 + 4 + 2
+  ASSERT_EQ(pieces.size(), 3u);
+  EXPECT_EQ(pieces[2].at("ids")[0].item<int64_t>(), 8);
+  EXPECT_EQ(pieces[2].at("mask").size(0), 2);
+  ASSERT_EQ(pieces[1].list("boxes").size(), 4u);
+  EXPECT_EQ(pieces[1].list("boxes")[0].size(0), 4) << "example 4's boxes go with example 4";
+
+  batch.tensors["mask"] = torch::ones({3});
+  try {
+    split_batch(batch, 2);
+    FAIL() << "a tensor without the batch dimension must be refused";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("'mask' has shape [3] while the batch has 10 examples"), std::string::npos)
+        << e.what();
+  }
+}
+
 TEST(DataParallel, GradientsEqualThoseOfTheWholeBatch) {
   Net net;
   RecordingSink sink;

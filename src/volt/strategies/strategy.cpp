@@ -6,8 +6,7 @@ namespace volt {
 
 torch::Tensor Strategy::training_step(LightningModule& module, const Batch& batch, int64_t batch_idx) {
   // Lightning calls training_step_end on every strategy; with one piece it is the identity.
-  const int64_t size = batch.data.defined() && batch.data.dim() > 0 ? batch.data.size(0) : 1;
-  return module.training_step_end({module.training_step(batch, batch_idx)}, {size});
+  return module.training_step_end({module.training_step(batch, batch_idx)}, {batch.size()});
 }
 
 }  // namespace volt

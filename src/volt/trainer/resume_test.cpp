@@ -206,6 +206,26 @@ TEST_F(ResumeTest, AMissingLoopEntryIsNamedByItsKeyPath) {
   expect_named(path + ".lightning", R"(["loops"]["fit_loop"]["epoch_progress"])");
 }
 
+TEST_F(ResumeTest, WorkersChangeNothingAndResumeMidEpochBitIdentical) {
+  // Batches depend on (seed, epoch, index) only: 0, 1 and 4 worker threads train the same model.
+  const TinyOptions base{.dropout = 0.3, .optimizer = Optim::kAdam, .lr = 0.01, .scheduler = Interval::kEpoch};
+  const Outcome without = fit(base, {.max_epochs = 2, .seed = 1});
+  for (const int64_t workers : {1, 4}) {
+    for (const bool persistent : {false, true}) {
+      TinyOptions options = base;
+      options.num_workers = workers;
+      options.persistent_workers = persistent;
+      const Outcome with = fit(options, {.max_epochs = 2, .seed = 1});
+      EXPECT_TRUE(bit_identical(with.parameters, without.parameters))
+          << workers << " workers, persistent " << persistent;
+      EXPECT_EQ(with.result.metrics, without.result.metrics);
+    }
+  }
+  TinyOptions options = base;
+  options.num_workers = 4;
+  expect_exact_resume(options, 1, {.max_steps = 3}, every_n_steps(3), "epoch=0-step=3.ckpt");
+}
+
 TEST_F(ResumeTest, ControlADifferentSeedGivesDifferentParameters) {
   const TinyOptions options{.dropout = 0.3};
   const Outcome a = fit(options, {.max_epochs = 2, .seed = 1});

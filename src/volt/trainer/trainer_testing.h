@@ -64,6 +64,9 @@ struct TinyOptions {
   std::optional<Interval> scheduler;
   /// When not empty, validation logs val/loss = scripted_val_loss[run] instead of the real loss.
   std::vector<double> scripted_val_loss;
+  /// The loaders' worker threads (DataLoaderOptions::num_workers) and whether they persist.
+  int64_t num_workers = 0;
+  bool persistent_workers = false;
 
   // Faults, for the error and control tests.
   bool detached_loss = false;     ///< training_step returns a tensor without grad
@@ -137,9 +140,16 @@ class TinyModule : public LightningModule {
 
   DataLoader train_dataloader() override {
     if (options_.no_train_data) return {};
-    return DataLoader(train_data_, {.batch_size = options_.batch_size, .shuffle = options_.shuffle});
+    return DataLoader(train_data_, {.batch_size = options_.batch_size,
+                                    .shuffle = options_.shuffle,
+                                    .num_workers = options_.num_workers,
+                                    .persistent_workers = options_.persistent_workers});
   }
-  DataLoader val_dataloader() override { return DataLoader(val_data_, {.batch_size = options_.batch_size}); }
+  DataLoader val_dataloader() override {
+    return DataLoader(val_data_, {.batch_size = options_.batch_size,
+                                  .num_workers = options_.num_workers,
+                                  .persistent_workers = options_.persistent_workers});
+  }
   DataLoader test_dataloader() override { return val_dataloader(); }
   DataLoader predict_dataloader() override { return val_dataloader(); }
 
