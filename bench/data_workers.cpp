@@ -59,9 +59,9 @@ class Mlp : public volt::LightningModule {
  public:
   Mlp(std::shared_ptr<const volt::Dataset> data, int64_t workers) : data_(std::move(data)), workers_(workers) {
     torch::manual_seed(0);
-    net_ = register_module("net", torch::nn::Sequential(torch::nn::Linear(784, 256), torch::nn::ReLU(),
-                                                        torch::nn::Linear(256, 256), torch::nn::ReLU(),
-                                                        torch::nn::Linear(256, 10)));
+    net_ = register_module(
+        "net", torch::nn::Sequential(torch::nn::Linear(784, 256), torch::nn::ReLU(), torch::nn::Linear(256, 256),
+                                     torch::nn::ReLU(), torch::nn::Linear(256, 10)));
   }
   torch::Tensor training_step(const volt::Batch& batch, int64_t) override {
     return torch::nn::functional::cross_entropy(net_->forward(batch.data), batch.target);
