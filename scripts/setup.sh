@@ -11,6 +11,7 @@ packages=(
   libgloo-dev             # headers of c10d's Gloo backend (ddp on CPU)
   libopenblas0-openmp     # the reference BLAS Debian defaults to is many times slower
   libcli11-dev nlohmann-json3-dev libyaml-cpp-dev libfmt-dev zlib1g-dev
+  libpng-dev libturbojpeg0-dev   # ImageFolder decodes PNG (libpng) and JPEG (libjpeg-turbo)
   libgtest-dev libgmock-dev
   protobuf-compiler libprotobuf-dev   # TensorBoard's event files are protobuf messages
   dataset-fashion-mnist   # the IDX files of the main job, under /usr/share/datasets/fashion-mnist
@@ -18,6 +19,7 @@ packages=(
   slurmctld slurmd slurm-client munge   # a throwaway local SLURM cluster for tests/slurm
   openmpi-bin             # the real mpirun of tests/e2e/test_mpirun.py
   python3-torch python3-pytest python3-numpy python3-yaml   # the Python peers of the tests
+  python3-pil python3-torchvision   # scripts/export-fashion-mnist-images.py; PyTorch's ImageFolder in bench/
   python3-pip             # installs tensorboard for tests/tensorboard (below)
   python3-fsspec python3-tqdm python3-packaging python3-typing-extensions   # PyTorch Lightning's imports
 )

@@ -3,6 +3,7 @@
 #include <ATen/CPUGeneratorImpl.h>
 
 #include <cmath>
+#include <filesystem>
 
 #include "volt/core/error.h"
 #include "volt/datasets/fashion_mnist.h"
@@ -89,22 +90,50 @@ volt::OptimizerConfig FashionMnistModule::configure_optimizers() {
                                       .interval = volt::Interval::kEpoch});
 }
 
+bool FashionMnistModule::from_image_folder() const {
+  return std::filesystem::is_directory(std::filesystem::path(options_.data_dir) / "train") &&
+         std::filesystem::is_directory(std::filesystem::path(options_.data_dir) / "test");
+}
+
+std::shared_ptr<volt::Dataset> FashionMnistModule::image_split(const std::string& split) {
+  // Gray 28x28 PNGs, scaled and normalised as the IDX path does (torchvision's ToTensor + Normalize).
+  volt::datasets::ImageFolderOptions folder{
+      .channels = 1,
+      .transform = volt::datasets::normalize({volt::datasets::kFashionMnistMean}, {volt::datasets::kFashionMnistStd}),
+      .skip_unreadable = options_.skip_unreadable};
+  auto images = std::make_shared<volt::datasets::ImageFolder>(
+      (std::filesystem::path(options_.data_dir) / split).string(), folder);
+  folders_.push_back(images);
+  return images;
+}
+
+std::vector<std::string> FashionMnistModule::skipped_images() const {
+  std::vector<std::string> out;
+  for (const auto& folder : folders_) {
+    const std::vector<std::string> skipped = folder->skipped_files();
+    out.insert(out.end(), skipped.begin(), skipped.end());
+  }
+  return out;
+}
+
 void FashionMnistModule::load_training_split() {
   if (train_) return;
-  const auto data = volt::datasets::load_fashion_mnist(options_.data_dir, volt::datasets::Split::kTrain);
-  const int64_t n = data.images.size(0);
+  std::shared_ptr<volt::Dataset> all;
+  if (from_image_folder()) {
+    all = image_split("train");
+  } else {
+    const auto data = volt::datasets::load_fashion_mnist(options_.data_dir, volt::datasets::Split::kTrain);
+    all = std::make_shared<volt::TensorDataset>(data.images, data.labels);
+  }
+  const int64_t n = all->size();
   VOLT_CHECK(options_.val_size >= 0 && options_.val_size < n,
              "--val-size={} must be in [0, {}). HINT: 0 trains on all {} images without validation.", options_.val_size,
              n, n);
   // A fixed split (seed 42), independent of the training seed, so every run validates on the same images.
   auto generator = at::make_generator<at::CPUGeneratorImpl>(42);
   const torch::Tensor order = torch::randperm(n, generator, torch::kLong);
-  const torch::Tensor train_idx = order.narrow(0, 0, n - options_.val_size);
-  const torch::Tensor val_idx = order.narrow(0, n - options_.val_size, options_.val_size);
-  train_ = std::make_shared<volt::TensorDataset>(data.images.index_select(0, train_idx),
-                                                 data.labels.index_select(0, train_idx));
-  val_ =
-      std::make_shared<volt::TensorDataset>(data.images.index_select(0, val_idx), data.labels.index_select(0, val_idx));
+  train_ = std::make_shared<volt::Subset>(all, order.narrow(0, 0, n - options_.val_size));
+  val_ = std::make_shared<volt::Subset>(all, order.narrow(0, n - options_.val_size, options_.val_size));
 }
 
 volt::DataLoader FashionMnistModule::train_dataloader() {
@@ -120,6 +149,7 @@ volt::DataLoader FashionMnistModule::val_dataloader() {
 }
 
 volt::DataLoader FashionMnistModule::test_dataloader() {
+  if (!test_ && from_image_folder()) test_ = image_split("test");
   if (!test_) {
     const auto data = volt::datasets::load_fashion_mnist(options_.data_dir, volt::datasets::Split::kTest);
     test_ = std::make_shared<volt::TensorDataset>(data.images, data.labels);

@@ -3,6 +3,7 @@
 
 #include <string>
 
+#include "volt/datasets/image_folder.h"
 #include "volt/volt.h"
 
 namespace fashion_mnist {
@@ -19,12 +20,16 @@ struct ModuleOptions {
   int64_t batch_size = 64;
   /// Width of the MLP's hidden layers.
   int64_t hidden = 256;
-  /// Where the IDX files are.
+  /// Where the IDX files are, or an image folder with train/ and test/ inside, each with one
+  /// folder per class (scripts/export-fashion-mnist-images.py writes one), decoded per batch.
   std::string data_dir = "/usr/share/datasets/fashion-mnist";
   /// Training examples held out for validation (taken from the 60000 training images).
   int64_t val_size = 5000;
   /// Threads that make batches ahead of the step (the loaders' num_workers). Results do not depend on it.
   int64_t num_workers = 0;
+  /// With an image folder: leave out images that cannot be decoded (counted, reported at the end)
+  /// instead of failing the run.
+  bool skip_unreadable = false;
 };
 
 /// Classifies Fashion-MNIST images; logs loss and accuracy per stage.
@@ -49,16 +54,23 @@ class FashionMnistModule : public volt::LightningModule {
   std::shared_ptr<volt::LightningModule> make_replica() const override {
     return std::make_shared<FashionMnistModule>(options_);
   }
+  /// The image files left out so far (--skip-unreadable-images), each once, with why.
+  std::vector<std::string> skipped_images() const;
 
  private:
   void load_training_split();
+  /// Whether data_dir is an image folder (train/ and test/ inside) rather than the IDX files.
+  bool from_image_folder() const;
+  /// ImageFolder over data_dir/`split`, normalised as the IDX images are.
+  std::shared_ptr<volt::Dataset> image_split(const std::string& split);
   void evaluate(const volt::Batch& batch, const std::string& stage);
 
   ModuleOptions options_;
   torch::nn::Sequential net_{nullptr};
-  std::shared_ptr<volt::TensorDataset> train_;
-  std::shared_ptr<volt::TensorDataset> val_;
-  std::shared_ptr<volt::TensorDataset> test_;
+  std::shared_ptr<volt::Dataset> train_;
+  std::shared_ptr<volt::Dataset> val_;
+  std::shared_ptr<volt::Dataset> test_;
+  std::vector<std::shared_ptr<const volt::datasets::ImageFolder>> folders_;  // the image folders read
 };
 
 }  // namespace fashion_mnist

@@ -42,6 +42,9 @@ int main(int argc, char** argv) {
     app.add_option("--num-workers", module_options.num_workers, "threads that make batches ahead of the step")
         ->capture_default_str()
         ->group("Data");
+    app.add_flag("--skip-unreadable-images", module_options.skip_unreadable,
+                 "with an image folder: leave out files that cannot be decoded (reported at the end)")
+        ->group("Data");
     int64_t save_top_k = 1;
     app.add_option("--save-top-k", save_top_k, "best checkpoints to keep by val/acc")->capture_default_str();
     int64_t patience = 0;
@@ -129,6 +132,10 @@ int main(int argc, char** argv) {
     if (!skip_test && result.reason != volt::StopReason::kInterrupted) {
       const volt::EvalResult test = trainer.test(model);
       if (report) std::cout << test.report();
+    }
+    if (const std::vector<std::string> skipped = model.skipped_images(); report && !skipped.empty()) {
+      std::cout << "skipped " << skipped.size() << " unreadable image(s):\n";
+      for (const std::string& why : skipped) std::cout << "  " << why << "\n";
     }
     if (report) std::cout << result.brief_report() << "\n";
     // A local rank this process launched that failed after the last collective is an error too.

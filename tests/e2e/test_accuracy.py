@@ -30,6 +30,7 @@ import socket
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 import pytest
 
@@ -138,4 +139,21 @@ def test_two_nodes_under_an_external_launcher_reach_the_mlp_target(binary, datas
     accuracy = float(runs[0].test_metrics()["test/acc"])
     print(f"\nmlp 2 nodes x 2 (torchrun variables): test/acc={accuracy:.4f} in {runs[-1].seconds:.0f} s",
           file=sys.stderr)
+    assert accuracy >= 0.87
+
+
+@pytest.mark.slow
+def test_training_from_the_exported_png_folder_reaches_the_mlp_target(binary, dataset, tmp_path):
+    """The same 3 epochs from PNG files (scripts/export-fashion-mnist-images.py), decoded per batch
+    by 2 loader threads. The folder lists the images by class, so the split and order differ from
+    the IDX runs; test accuracy over seeds 1, 2, 3: 87.89%, 87.63%, 87.95% (13-15 s each on 2
+    cores): seed 1, the median, clears 87% by 0.89 points."""
+    export = subprocess.run([str(Path(__file__).resolve().parents[2] / "scripts" / "export-fashion-mnist-images.py"),
+                             str(tmp_path / "png")], capture_output=True, text=True, timeout=600)
+    assert export.returncode == 0, export.stderr
+    run = run_binary(binary, ["--model", "mlp", "--max-epochs", "3", "--seed", "1", "--no-progress-bar", "--data-dir",
+                              str(tmp_path / "png"), "--num-workers", "2"] + ONE_THREAD, tmp_path / "run", timeout=300)
+    assert_ok(run)
+    accuracy = float(run.test_metrics()["test/acc"])
+    print(f"\nmlp from PNG files: test/acc={accuracy:.4f} in {run.seconds:.0f} s", file=sys.stderr)
     assert accuracy >= 0.87

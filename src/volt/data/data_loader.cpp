@@ -1,5 +1,6 @@
 #include "volt/data/data_loader.h"
 
+#include <ATen/CPUGeneratorImpl.h>
 #include <torch/cuda.h>
 
 #include <algorithm>
@@ -8,6 +9,44 @@
 #include "volt/data/batch_workers.h"
 
 namespace volt {
+
+namespace {
+
+/// SplitMix64's finalizer: a cheap bijective mix, so nearby (seed, epoch, index) give unrelated seeds.
+uint64_t mix(uint64_t x) {
+  x += 0x9e3779b97f4a7c15ULL;
+  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ULL;
+  x = (x ^ (x >> 27)) * 0x94d049bb133111ebULL;
+  return x ^ (x >> 31);
+}
+
+/// The batch a thread is making: example_generator's seed and epoch.
+struct BatchContext {
+  bool active = false;
+  uint64_t seed = 0;
+  int64_t epoch = 0;
+};
+thread_local BatchContext current_batch;
+
+/// Sets current_batch while a batch is made (restored after, also when making it throws).
+class BatchContextScope {
+ public:
+  BatchContextScope(uint64_t seed, int64_t epoch) : saved_(current_batch) { current_batch = {true, seed, epoch}; }
+  ~BatchContextScope() { current_batch = saved_; }
+  BatchContextScope(const BatchContextScope&) = delete;
+  BatchContextScope& operator=(const BatchContextScope&) = delete;
+
+ private:
+  BatchContext saved_;
+};
+
+}  // namespace
+
+at::Generator example_generator(int64_t index) {
+  const BatchContext& c = current_batch;
+  const uint64_t seed = c.active ? mix(mix(c.seed) ^ static_cast<uint64_t>(c.epoch)) : 0;
+  return at::make_generator<at::CPUGeneratorImpl>(mix(seed ^ mix(static_cast<uint64_t>(index))));
+}
 
 DataLoader::DataLoader(std::shared_ptr<const Dataset> dataset, DataLoaderOptions options)
     : dataset_(std::move(dataset)), options_(options) {
@@ -31,6 +70,7 @@ void DataLoader::configure(int64_t num_replicas, int64_t rank, uint64_t default_
   SamplerOptions sampler;
   sampler.shuffle = options_.shuffle;
   sampler.seed = options_.seed.value_or(default_seed);
+  seed_ = sampler.seed;
   sampler.num_replicas = num_replicas;
   sampler.rank = rank;
   // Padding keeps every rank at the same batch count; a user who drops the last batch also
@@ -61,6 +101,7 @@ Batch DataLoader::batch(int64_t index) const {
   const int64_t start = index * options_.batch_size;
   const int64_t length = std::min(options_.batch_size, epoch_indices_.size(0) - start);
   const torch::Tensor indices = epoch_indices_.narrow(0, start, length);
+  const BatchContextScope context(seed_, epoch_);
   Batch batch;
   if (options_.collate) {
     const torch::Tensor order = indices.contiguous();

@@ -1,6 +1,8 @@
 // The loader a module returns from its *_dataloader hooks.
 #pragma once
 
+#include <ATen/core/Generator.h>
+
 #include <memory>
 #include <optional>
 
@@ -42,6 +44,12 @@ struct DataLoaderOptions {
 };
 
 class DataLoader;
+
+/// A generator for the random augmentations of example `index` (a random crop, a flip): seeded
+/// from the loader's seed, the epoch and `index`, so that an example gets the same augmentation
+/// whichever worker thread makes its batch and after a resume, and another one every epoch.
+/// Datasets call it while the loader makes a batch; elsewhere it is seeded from `index` alone.
+at::Generator example_generator(int64_t index);
 
 /// Batches [first, end) of a loader's current epoch, in order: made by its workers ahead of
 /// time, or one by one on this thread without workers. Destroying it stops the workers' pass.
@@ -106,6 +114,7 @@ class DataLoader {
   // persistent_workers: the threads, shared by copies of this loader and kept between passes.
   std::shared_ptr<internal::BatchWorkers> persistent_;
   std::shared_ptr<DistributedSampler> sampler_;
+  uint64_t seed_ = 0;  // the sampler's seed, also the augmentations' (example_generator)
   torch::Tensor epoch_indices_;
   int64_t epoch_ = -1;
 };

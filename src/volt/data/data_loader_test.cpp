@@ -163,6 +163,17 @@ TEST(DataLoader, StoppingEarlyDropsTheWorkersPassAndTheNextPassStartsClean) {
   EXPECT_TRUE(same(one_pass(loader, 0), one_pass(DataLoader(dataset, {.batch_size = 4}), 0)));
 }
 
+TEST(Subset, PicksExamplesByIndexEitherWay) {
+  const auto dataset = std::make_shared<ExampleDataset>(10);
+  const Subset subset(dataset, torch::tensor({7, 2, 9}));
+  EXPECT_EQ(subset.size(), 3);
+  EXPECT_EQ(subset.get(1).target.item<int64_t>(), 2);
+  EXPECT_TRUE(torch::equal(subset.get_batch(torch::tensor({2, 0})).target, torch::tensor({9, 7})));
+  const Subset of_tensors(counting_dataset(10), torch::tensor({4, 5}));
+  EXPECT_TRUE(torch::equal(of_tensors.get_batch(torch::tensor({1})).target, torch::tensor({5})));
+  EXPECT_THROW(Subset(dataset, torch::tensor({3, 10})), Error);
+}
+
 TEST(DataLoader, NonPositiveBatchSizeIsAClearError) {
   try {
     DataLoader(counting_dataset(3), {0});

@@ -20,6 +20,27 @@ Batch Dataset::get_batch(const torch::Tensor& indices) const {
   return default_collate(std::move(examples));
 }
 
+Subset::Subset(std::shared_ptr<const Dataset> dataset, torch::Tensor indices)
+    : dataset_(std::move(dataset)), indices_(indices.to(torch::kLong).contiguous()) {
+  VOLT_CHECK(dataset_ != nullptr, "Subset got a null dataset.");
+  VOLT_CHECK(indices_.dim() == 1, "Subset takes a 1-d tensor of indices; got shape {}.", c10::str(indices_.sizes()));
+  if (indices_.numel() > 0) {
+    const int64_t low = indices_.min().item<int64_t>();
+    const int64_t high = indices_.max().item<int64_t>();
+    VOLT_CHECK(low >= 0 && high < dataset_->size(),
+               "Subset indices run from {} to {}, but the dataset has {} examples. HINT: take indices in [0, {}).", low,
+               high, dataset_->size(), dataset_->size());
+  }
+}
+
+int64_t Subset::size() const { return indices_.size(0); }
+
+Example Subset::get(int64_t index) const { return dataset_->get(indices_[index].item<int64_t>()); }
+
+Batch Subset::get_batch(const torch::Tensor& indices) const {
+  return dataset_->get_batch(indices_.index_select(0, indices.to(torch::kLong)));
+}
+
 TensorDataset::TensorDataset(torch::Tensor data, torch::Tensor target)
     : data_(std::move(data)), target_(std::move(target)) {
   VOLT_CHECK(data_.defined() && data_.dim() >= 1,

@@ -9,6 +9,8 @@
 
 #include <torch/types.h>
 
+#include <memory>
+
 #include "volt/data/batch.h"
 
 namespace volt {
@@ -27,6 +29,21 @@ class Dataset {
   /// The examples at `indices` (an int64 tensor) as one batch. The default is default_collate
   /// of get(i) for each index.
   virtual Batch get_batch(const torch::Tensor& indices) const;
+};
+
+/// The examples of `dataset` at `indices`, in that order (PyTorch's Subset): a train/validation
+/// split of one data set without copying it.
+class Subset : public Dataset {
+ public:
+  /// `indices` is an int64 tensor of indices into `dataset`; throws volt::Error when one is out of range.
+  Subset(std::shared_ptr<const Dataset> dataset, torch::Tensor indices);
+  int64_t size() const override;
+  Example get(int64_t index) const override;
+  Batch get_batch(const torch::Tensor& indices) const override;
+
+ private:
+  std::shared_ptr<const Dataset> dataset_;
+  torch::Tensor indices_;
 };
 
 /// A dataset over tensors whose first dimension indexes the examples (like torch's TensorDataset).
