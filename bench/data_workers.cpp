@@ -24,6 +24,7 @@
 #include <thread>
 #include <vector>
 
+#include "bench_mlp.h"
 #include "volt/volt.h"
 
 namespace {
@@ -44,49 +45,15 @@ class SlowDataset : public volt::TensorDataset {
   std::chrono::microseconds sleep_;
 };
 
-/// Records when each optimizer step ended.
-class StepClock : public volt::Callback {
- public:
-  std::string state_key() const override { return "StepClock"; }
-  volt::Decision on_train_batch_end(const volt::CallbackContext&, volt::CallbackServices&) override {
-    stamps.push_back(Clock::now());
-    return {};
-  }
-  std::vector<Clock::time_point> stamps;
-};
-
-class Mlp : public volt::LightningModule {
- public:
-  Mlp(std::shared_ptr<const volt::Dataset> data, int64_t workers) : data_(std::move(data)), workers_(workers) {
-    torch::manual_seed(0);
-    net_ = register_module(
-        "net", torch::nn::Sequential(torch::nn::Linear(784, 256), torch::nn::ReLU(), torch::nn::Linear(256, 256),
-                                     torch::nn::ReLU(), torch::nn::Linear(256, 10)));
-  }
-  torch::Tensor training_step(const volt::Batch& batch, int64_t) override {
-    return torch::nn::functional::cross_entropy(net_->forward(batch.data), batch.target);
-  }
-  volt::OptimizerConfig configure_optimizers() override {
-    return std::make_shared<torch::optim::Adam>(parameters(), torch::optim::AdamOptions(1e-3));
-  }
-  volt::DataLoader train_dataloader() override {
-    return volt::DataLoader(data_, {.batch_size = 64, .shuffle = true, .num_workers = workers_});
-  }
-
- private:
-  std::shared_ptr<const volt::Dataset> data_;
-  int64_t workers_;
-  torch::nn::Sequential net_{nullptr};
-};
-
 struct Outcome {
   double step_ms = 0;
   std::vector<torch::Tensor> parameters;
 };
 
 Outcome train(std::shared_ptr<const volt::Dataset> data, int64_t workers, int64_t steps, int64_t warmup) {
-  Mlp model(std::move(data), workers);
-  auto clock = std::make_shared<StepClock>();
+  torch::manual_seed(0);  // the same initial weights for every contender
+  volt::bench::BenchMlp model(std::move(data), {.batch_size = 64, .shuffle = true, .num_workers = workers});
+  auto clock = std::make_shared<volt::bench::StepClock>();
   volt::Trainer trainer({.num_threads = 1,
                          .max_steps = steps,
                          .seed = 1,

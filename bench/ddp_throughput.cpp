@@ -4,45 +4,11 @@
 #include <chrono>
 #include <iostream>
 
+#include "bench_mlp.h"
 #include "volt/cli/trainer_flags.h"
 #include "volt/core/error.h"
 #include "volt/datasets/fashion_mnist.h"
 #include "volt/volt.h"
-
-namespace {
-
-class Mlp : public volt::LightningModule {
- public:
-  explicit Mlp(std::shared_ptr<volt::TensorDataset> data) : volt::LightningModule("Mlp"), data_(std::move(data)) {
-    net_ = register_module(
-        "net", torch::nn::Sequential(torch::nn::Flatten(), torch::nn::Linear(784, 256), torch::nn::ReLU(),
-                                     torch::nn::Linear(256, 256), torch::nn::ReLU(), torch::nn::Linear(256, 10)));
-  }
-  torch::Tensor training_step(const volt::Batch& batch, int64_t) override {
-    return torch::nn::functional::cross_entropy(net_->forward(batch.data), batch.target);
-  }
-  volt::OptimizerConfig configure_optimizers() override {
-    return std::make_shared<torch::optim::Adam>(parameters(), torch::optim::AdamOptions(1e-3));
-  }
-  volt::DataLoader train_dataloader() override { return volt::DataLoader(data_, {.batch_size = 64, .shuffle = true}); }
-
- private:
-  std::shared_ptr<volt::TensorDataset> data_;
-  torch::nn::Sequential net_{nullptr};
-};
-
-/// Records when each training batch ended, to time the steady state without start-up.
-class StepClock : public volt::Callback {
- public:
-  std::string state_key() const override { return "StepClock"; }
-  volt::Decision on_train_batch_end(const volt::CallbackContext& context, volt::CallbackServices&) override {
-    times.push_back(std::chrono::steady_clock::now());
-    return {};
-  }
-  std::vector<std::chrono::steady_clock::time_point> times;
-};
-
-}  // namespace
 
 int main(int argc, char** argv) {
   return volt::run_main([&] {
@@ -62,14 +28,15 @@ int main(int argc, char** argv) {
     app.add_option("--data-dir", data_dir, "Fashion-MNIST IDX files");
     CLI11_PARSE(app, argc, argv);
     volt::apply_trainer_flags(text, options);
-    auto clock = std::make_shared<StepClock>();
+    auto clock = std::make_shared<volt::bench::StepClock>();
     options.callbacks.push_back(clock);
     volt::Trainer trainer(options);
     const auto train = volt::datasets::load_fashion_mnist(data_dir, volt::datasets::Split::kTrain);
-    Mlp model(std::make_shared<volt::TensorDataset>(train.images, train.labels));
+    volt::bench::BenchMlp model(std::make_shared<volt::TensorDataset>(train.images, train.labels),
+                                {.batch_size = 64, .shuffle = true});
     const volt::FitResult result = trainer.fit(model);
     trainer.teardown();
-    const auto& t = clock->times;
+    const auto& t = clock->stamps;
     if (!trainer.plan().is_global_zero()) return 0;
     VOLT_CHECK(static_cast<int64_t>(t.size()) > warmup + 1, "ran {} steps; need more than --warmup={}", t.size(),
                warmup);

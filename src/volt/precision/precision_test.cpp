@@ -4,18 +4,10 @@
 
 #include "volt/base/torch_version.h"
 #include "volt/core/error.h"
+#include "volt/core/testing.h"
 
 namespace volt {
 namespace {
-
-std::string error_of(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "";
-}
 
 TEST(Precision, NamesRoundTrip) {
   for (Precision p : {Precision::k32True, Precision::k64True, Precision::k16Mixed, Precision::kBf16Mixed,
@@ -33,7 +25,7 @@ TEST(Precision, ShortAliasesAreLightnings) {
 }
 
 TEST(Precision, UnknownNameListsEveryMode) {
-  const std::string message = error_of([] { parse_precision("8-mixed"); });
+  const std::string message = testing::error_message([] { parse_precision("8-mixed"); });
   EXPECT_NE(message.find("precision='8-mixed'"), std::string::npos) << message;
   for (const char* name : {"'32-true'", "'64-true'", "'16-mixed'", "'bf16-mixed'", "'16-true'", "'bf16-true'"}) {
     EXPECT_NE(message.find(name), std::string::npos) << name << " in " << message;
@@ -61,12 +53,14 @@ TEST(Precision, CpuRunsBf16MixedAndTrue) {
 
 #if !VOLT_TORCH_CPU_FLOAT16
 TEST(Precision, Float16OnCpuNamesTheBf16Alternative) {
-  const std::string mixed = error_of([] { check_precision_supported(Precision::k16Mixed, c10::DeviceType::CPU); });
+  const std::string mixed =
+      testing::error_message([] { check_precision_supported(Precision::k16Mixed, c10::DeviceType::CPU); });
   EXPECT_NE(mixed.find("precision='16-mixed'"), std::string::npos) << mixed;
   EXPECT_NE(mixed.find("'bf16-mixed'"), std::string::npos) << mixed;
   EXPECT_NE(mixed.find("'32-true'"), std::string::npos) << mixed;
   EXPECT_NE(mixed.find("HINT: use precision='bf16-mixed'"), std::string::npos) << mixed;
-  const std::string pure = error_of([] { check_precision_supported(Precision::k16True, c10::DeviceType::CPU); });
+  const std::string pure =
+      testing::error_message([] { check_precision_supported(Precision::k16True, c10::DeviceType::CPU); });
   EXPECT_NE(pure.find("HINT: use precision='bf16-true'"), std::string::npos) << pure;
 }
 #endif

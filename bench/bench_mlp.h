@@ -1,0 +1,51 @@
+// What the benchmarks share: the MLP they train (784-256-256-10, Adam 1e-3, cross-entropy) and a
+// callback that stamps each step, so each benchmark times the steady state its own way.
+#pragma once
+
+#include <torch/torch.h>
+
+#include <chrono>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "volt/volt.h"
+
+namespace volt::bench {
+
+/// The benchmark MLP over `data` (images [N, 1, 28, 28] or [N, 784]), loaded with `loader`.
+class BenchMlp : public LightningModule {
+ public:
+  BenchMlp(std::shared_ptr<const Dataset> data, DataLoaderOptions loader)
+      : LightningModule("BenchMlp"), data_(std::move(data)), loader_(std::move(loader)) {
+    net_ = register_module(
+        "net", torch::nn::Sequential(torch::nn::Flatten(), torch::nn::Linear(784, 256), torch::nn::ReLU(),
+                                     torch::nn::Linear(256, 256), torch::nn::ReLU(), torch::nn::Linear(256, 10)));
+  }
+  torch::Tensor training_step(const Batch& batch, int64_t) override {
+    return torch::nn::functional::cross_entropy(net_->forward(batch.data), batch.target);
+  }
+  OptimizerConfig configure_optimizers() override {
+    return std::make_shared<torch::optim::Adam>(parameters(), torch::optim::AdamOptions(1e-3));
+  }
+  DataLoader train_dataloader() override { return DataLoader(data_, loader_); }
+
+ private:
+  std::shared_ptr<const Dataset> data_;
+  DataLoaderOptions loader_;
+  torch::nn::Sequential net_{nullptr};
+};
+
+/// Records when each training batch ended.
+class StepClock : public Callback {
+ public:
+  std::string state_key() const override { return "StepClock"; }
+  Decision on_train_batch_end(const CallbackContext&, CallbackServices&) override {
+    stamps.push_back(std::chrono::steady_clock::now());
+    return {};
+  }
+  /// One time point per step, in order.
+  std::vector<std::chrono::steady_clock::time_point> stamps;
+};
+
+}  // namespace volt::bench
