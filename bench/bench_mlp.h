@@ -48,4 +48,20 @@ class StepClock : public Callback {
   std::vector<std::chrono::steady_clock::time_point> stamps;
 };
 
+/// Trains `model` for `steps` optimizer steps on 1 intra-op thread with nothing but the trainer
+/// (no logger, bar, checkpoints or summary) and returns when each step ended.
+inline std::vector<std::chrono::steady_clock::time_point> time_steps(LightningModule& model, int64_t steps) {
+  auto clock = std::make_shared<StepClock>();
+  Trainer trainer({.num_threads = 1,
+                   .max_steps = steps,
+                   .seed = 1,
+                   .logger = false,
+                   .callbacks = {clock},
+                   .enable_progress_bar = false,
+                   .enable_checkpointing = false,
+                   .enable_model_summary = false});
+  trainer.fit(model);
+  return clock->stamps;
+}
+
 }  // namespace volt::bench

@@ -53,19 +53,10 @@ struct Outcome {
 Outcome train(std::shared_ptr<const volt::Dataset> data, int64_t workers, int64_t steps, int64_t warmup) {
   torch::manual_seed(0);  // the same initial weights for every contender
   volt::bench::BenchMlp model(std::move(data), {.batch_size = 64, .shuffle = true, .num_workers = workers});
-  auto clock = std::make_shared<volt::bench::StepClock>();
-  volt::Trainer trainer({.num_threads = 1,
-                         .max_steps = steps,
-                         .seed = 1,
-                         .logger = false,
-                         .callbacks = {clock},
-                         .enable_progress_bar = false,
-                         .enable_checkpointing = false,
-                         .enable_model_summary = false});
-  trainer.fit(model);
+  const auto stamps = volt::bench::time_steps(model, steps);
   std::vector<double> gaps;
-  for (size_t i = static_cast<size_t>(warmup) + 1; i < clock->stamps.size(); ++i)
-    gaps.push_back(std::chrono::duration<double, std::milli>(clock->stamps[i] - clock->stamps[i - 1]).count());
+  for (size_t i = static_cast<size_t>(warmup) + 1; i < stamps.size(); ++i)
+    gaps.push_back(std::chrono::duration<double, std::milli>(stamps[i] - stamps[i - 1]).count());
   std::sort(gaps.begin(), gaps.end());
   Outcome out;
   out.step_ms = gaps.empty() ? 0 : gaps[gaps.size() / 2];

@@ -43,17 +43,8 @@ int main(int argc, char** argv) {
   auto data = std::make_shared<volt::datasets::ImageFolder>(folder, options);
   torch::manual_seed(0);
   volt::bench::BenchMlp model(data, {.batch_size = 64, .shuffle = true, .num_workers = workers});
-  auto clock = std::make_shared<volt::bench::StepClock>();
-  volt::Trainer trainer({.num_threads = 1,
-                         .max_steps = steps,
-                         .seed = 1,
-                         .logger = false,
-                         .callbacks = {clock},
-                         .enable_progress_bar = false,
-                         .enable_checkpointing = false,
-                         .enable_model_summary = false});
-  trainer.fit(model);
-  const auto& t = clock->stamps;
+  const auto stamps = volt::bench::time_steps(model, steps);
+  const auto& t = stamps;
   const double seconds =
       std::chrono::duration<double>(t.back() - t[static_cast<size_t>(std::min<int64_t>(warmup, steps - 1))]).count();
   const double samples = 64.0 * static_cast<double>(steps - 1 - std::min<int64_t>(warmup, steps - 1));
