@@ -112,7 +112,8 @@ Batch DataLoader::batch(int64_t index) const {
   } else {
     batch = dataset_->get_batch(indices);
   }
-  // Pinned by the worker that made it, so the step's copy to the GPU is asynchronous.
+  // Pinned where the batch is made (a worker thread, when there are workers), so that the step's
+  // copy to the GPU does not block.
   if (options_.pin_memory && torch::cuda::is_available()) {
     batch = batch.map([](const torch::Tensor& t) { return t.is_cuda() ? t : t.pin_memory(); });
   }
