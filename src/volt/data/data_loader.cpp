@@ -104,11 +104,7 @@ Batch DataLoader::batch(int64_t index) const {
   const BatchContextScope context(seed_, epoch_);
   Batch batch;
   if (options_.collate) {
-    const torch::Tensor order = indices.contiguous();
-    std::vector<Example> examples;
-    examples.reserve(static_cast<size_t>(length));
-    for (int64_t i = 0; i < length; ++i) examples.push_back(dataset_->get(order.data_ptr<int64_t>()[i]));
-    batch = options_.collate(std::move(examples));
+    batch = options_.collate(examples_at(*dataset_, indices));
   } else {
     batch = dataset_->get_batch(indices);
   }

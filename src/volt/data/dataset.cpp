@@ -11,14 +11,16 @@ Example Dataset::get(int64_t index) const {
                   index));
 }
 
-Batch Dataset::get_batch(const torch::Tensor& indices) const {
+std::vector<Example> examples_at(const Dataset& dataset, const torch::Tensor& indices) {
   const torch::Tensor order = indices.to(torch::kLong).contiguous();
+  const int64_t* index = order.data_ptr<int64_t>();
   std::vector<Example> examples;
   examples.reserve(static_cast<size_t>(order.numel()));
-  const int64_t* index = order.data_ptr<int64_t>();
-  for (int64_t i = 0; i < order.numel(); ++i) examples.push_back(get(index[i]));
-  return default_collate(std::move(examples));
+  for (int64_t i = 0; i < order.numel(); ++i) examples.push_back(dataset.get(index[i]));
+  return examples;
 }
+
+Batch Dataset::get_batch(const torch::Tensor& indices) const { return default_collate(examples_at(*this, indices)); }
 
 Subset::Subset(std::shared_ptr<const Dataset> dataset, torch::Tensor indices)
     : dataset_(std::move(dataset)), indices_(indices.to(torch::kLong).contiguous()) {
@@ -35,7 +37,10 @@ Subset::Subset(std::shared_ptr<const Dataset> dataset, torch::Tensor indices)
 
 int64_t Subset::size() const { return indices_.size(0); }
 
-Example Subset::get(int64_t index) const { return dataset_->get(indices_[index].item<int64_t>()); }
+Example Subset::get(int64_t index) const {
+  VOLT_CHECK(index >= 0 && index < size(), "Subset has {} examples; index {} is out of range.", size(), index);
+  return dataset_->get(indices_.data_ptr<int64_t>()[index]);  // no tensor made per example
+}
 
 Batch Subset::get_batch(const torch::Tensor& indices) const {
   return dataset_->get_batch(indices_.index_select(0, indices.to(torch::kLong)));

@@ -10,6 +10,7 @@
 #include <torch/types.h>
 
 #include <memory>
+#include <vector>
 
 #include "volt/data/batch.h"
 
@@ -30,6 +31,10 @@ class Dataset {
   /// of get(i) for each index.
   virtual Batch get_batch(const torch::Tensor& indices) const;
 };
+
+/// `dataset.get(i)` for each index in `indices` (an int64 tensor), in order: what a collate
+/// function takes.
+std::vector<Example> examples_at(const Dataset& dataset, const torch::Tensor& indices);
 
 /// The examples of `dataset` at `indices`, in that order (PyTorch's Subset): a train/validation
 /// split of one data set without copying it.
