@@ -6,19 +6,13 @@
 #include <algorithm>
 
 #include "volt/core/error.h"
+#include "volt/data/batch_context.h"
 #include "volt/data/batch_workers.h"
+#include "volt/data/stream_lanes.h"
 
 namespace volt {
 
 namespace {
-
-/// SplitMix64's finalizer: a cheap bijective mix, so nearby (seed, epoch, index) give unrelated seeds.
-uint64_t mix(uint64_t x) {
-  x += 0x9e3779b97f4a7c15ULL;
-  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ULL;
-  x = (x ^ (x >> 27)) * 0x94d049bb133111ebULL;
-  return x ^ (x >> 31);
-}
 
 /// The batch a thread is making: example_generator's seed and epoch.
 struct BatchContext {
@@ -28,19 +22,17 @@ struct BatchContext {
 };
 thread_local BatchContext current_batch;
 
-/// Sets current_batch while a batch is made (restored after, also when making it throws).
-class BatchContextScope {
- public:
-  BatchContextScope(uint64_t seed, int64_t epoch) : saved_(current_batch) { current_batch = {true, seed, epoch}; }
-  ~BatchContextScope() { current_batch = saved_; }
-  BatchContextScope(const BatchContextScope&) = delete;
-  BatchContextScope& operator=(const BatchContextScope&) = delete;
-
- private:
-  BatchContext saved_;
-};
+using internal::BatchContextScope;
+using internal::mix;
 
 }  // namespace
+
+internal::BatchContextScope::BatchContextScope(uint64_t seed, int64_t epoch)
+    : active_(current_batch.active), seed_(current_batch.seed), epoch_(current_batch.epoch) {
+  current_batch = {true, seed, epoch};
+}
+
+internal::BatchContextScope::~BatchContextScope() { current_batch = {active_, seed_, epoch_}; }
 
 at::Generator example_generator(int64_t index) {
   const BatchContext& c = current_batch;
@@ -49,8 +41,26 @@ at::Generator example_generator(int64_t index) {
 }
 
 DataLoader::DataLoader(std::shared_ptr<const Dataset> dataset, DataLoaderOptions options)
-    : dataset_(std::move(dataset)), options_(options) {
+    : dataset_(std::move(dataset)), options_(std::move(options)) {
   VOLT_CHECK(dataset_ != nullptr, "DataLoader got a null dataset.");
+  check_options();
+  if (options_.persistent_workers && options_.num_workers > 0)
+    persistent_ = std::make_shared<internal::BatchWorkers>(options_.num_workers);
+  configure(1, 0, 0);
+}
+
+DataLoader::DataLoader(std::shared_ptr<const IterableDataset> dataset, DataLoaderOptions options)
+    : stream_dataset_(std::move(dataset)), options_(std::move(options)) {
+  VOLT_CHECK(stream_dataset_ != nullptr, "DataLoader got a null IterableDataset.");
+  check_options();
+  VOLT_CHECK(options_.shuffle_buffer >= 0,
+             "DataLoader shuffle_buffer={} must be >= 0. HINT: 0 shuffles only the shard order; a few thousand "
+             "examples mix the stream well.",
+             options_.shuffle_buffer);
+  configure(1, 0, 0);
+}
+
+void DataLoader::check_options() const {
   VOLT_CHECK(options_.batch_size >= 1, "DataLoader batch_size={} must be at least 1. HINT: pass a positive batch size.",
              options_.batch_size);
   VOLT_CHECK(options_.num_workers >= 0,
@@ -61,9 +71,6 @@ DataLoader::DataLoader(std::shared_ptr<const Dataset> dataset, DataLoaderOptions
              "DataLoader prefetch_factor={} must be at least 1 (batches each worker makes ahead). HINT: PyTorch's "
              "default is 2.",
              options_.prefetch_factor);
-  if (options_.persistent_workers && options_.num_workers > 0)
-    persistent_ = std::make_shared<internal::BatchWorkers>(options_.num_workers);
-  configure(1, 0, 0);
 }
 
 void DataLoader::configure(int64_t num_replicas, int64_t rank, uint64_t default_seed, bool pad, bool contiguous) {
@@ -78,19 +85,23 @@ void DataLoader::configure(int64_t num_replicas, int64_t rank, uint64_t default_
   sampler.drop_last = options_.drop_last;
   sampler.pad = pad;
   sampler.contiguous = contiguous;
-  sampler_ = std::make_shared<DistributedSampler>(dataset_->size(), sampler);
+  num_replicas_ = num_replicas;
+  rank_ = rank;
   epoch_ = -1;
+  if (streaming()) return;
+  sampler_ = std::make_shared<DistributedSampler>(dataset_->size(), sampler);
 }
 
 void DataLoader::set_epoch(int64_t epoch) {
   VOLT_INTERNAL_ASSERT(defined(), "set_epoch on an empty DataLoader");
   if (epoch == epoch_) return;
-  epoch_indices_ = sampler_->indices(epoch);
+  if (!streaming()) epoch_indices_ = sampler_->indices(epoch);
   epoch_ = epoch;
 }
 
 int64_t DataLoader::num_batches() const {
   if (!defined()) return 0;
+  VOLT_INTERNAL_ASSERT(!streaming(), "num_batches() of a stream");
   const int64_t n = sampler_->num_samples();
   return options_.drop_last ? n / options_.batch_size : (n + options_.batch_size - 1) / options_.batch_size;
 }
@@ -116,10 +127,12 @@ Batch DataLoader::batch(int64_t index) const {
   return batch;
 }
 
-BatchStream DataLoader::stream(int64_t first, int64_t end) const {
+BatchStream DataLoader::stream(int64_t first, std::optional<int64_t> end) const {
   VOLT_INTERNAL_ASSERT(epoch_ >= 0, "stream() before set_epoch()");
-  VOLT_INTERNAL_ASSERT(0 <= first && first <= end && end <= num_batches(), "stream [{}, {}) of {} batches", first, end,
-                       num_batches());
+  if (streaming()) return BatchStream(*this, nullptr, first, end);
+  const int64_t last = end.value_or(num_batches());
+  VOLT_INTERNAL_ASSERT(0 <= first && first <= last && last <= num_batches(), "stream [{}, {}) of {} batches", first,
+                       last, num_batches());
   std::shared_ptr<internal::BatchWorkers> workers;
   if (options_.num_workers > 0) {
     // A persistent pool busy with another pass (a copy of this loader streaming too) cannot be
@@ -127,33 +140,91 @@ BatchStream DataLoader::stream(int64_t first, int64_t end) const {
     workers = persistent_ && !persistent_->busy() ? persistent_
                                                   : std::make_shared<internal::BatchWorkers>(options_.num_workers);
   }
-  return BatchStream(*this, std::move(workers), first, end);
+  return BatchStream(*this, std::move(workers), first, last);
+}
+
+std::shared_ptr<internal::LaneStream> DataLoader::lanes(int64_t first, bool workers) const {
+  const int64_t num_lanes = std::max<int64_t>(1, options_.num_workers);
+  internal::LaneOptions lane;
+  lane.batch_size = options_.batch_size;
+  lane.drop_last = options_.drop_last;
+  lane.shuffle_buffer = options_.shuffle ? options_.shuffle_buffer : 0;
+  lane.collate = options_.collate;
+  lane.pin_memory = options_.pin_memory;
+  lane.seed = seed_;
+  lane.epoch = epoch_;
+  std::vector<internal::Lane> lanes;
+  for (int64_t l = 0; l < num_lanes; ++l) {
+    const uint64_t lane_seed =
+        mix(mix(mix(seed_) ^ static_cast<uint64_t>(epoch_)) ^ static_cast<uint64_t>(rank_ * num_lanes + l));
+    lanes.emplace_back(stream_dataset_,
+                       internal::lane_shards(stream_dataset_->num_shards(), options_.shuffle, seed_, epoch_,
+                                             num_replicas_, rank_, num_lanes, l),
+                       lane, lane_seed);
+  }
+  return std::make_shared<internal::LaneStream>(std::move(lanes), first, workers, options_.prefetch_factor);
 }
 
 BatchStream::BatchStream(const DataLoader& loader, std::shared_ptr<internal::BatchWorkers> workers, int64_t first,
-                         int64_t end)
+                         std::optional<int64_t> end)
     : loader_(std::make_shared<const DataLoader>(loader)), workers_(std::move(workers)), next_(first), end_(end) {
+  if (loader.streaming()) {
+    lanes_ = loader.lanes(first, loader.options().num_workers > 0);
+    return;
+  }
   if (!workers_) return;
   const std::shared_ptr<const DataLoader> source = loader_;
   const int64_t epoch = loader.epoch();
   workers_->start([source](int64_t index) { return source->batch(index); },
-                  [epoch](int64_t index) { return fmt::format("batch {} of epoch {}", index, epoch); }, first, end,
+                  [epoch](int64_t index) { return fmt::format("batch {} of epoch {}", index, epoch); }, first, *end,
                   loader.options().num_workers * loader.options().prefetch_factor);
 }
 
 BatchStream::BatchStream(BatchStream&& other) noexcept
-    : loader_(std::move(other.loader_)), workers_(std::move(other.workers_)), next_(other.next_), end_(other.end_) {
-  other.next_ = other.end_;
+    : loader_(std::move(other.loader_)),
+      workers_(std::move(other.workers_)),
+      lanes_(std::move(other.lanes_)),
+      peeked_(std::move(other.peeked_)),
+      peeked_valid_(other.peeked_valid_),
+      first_(std::move(other.first_)),
+      next_(other.next_),
+      end_(other.end_) {
+  other.workers_ = nullptr;
+  other.lanes_ = nullptr;
+  other.next_ = 0;
+  other.end_ = 0;
 }
 
 BatchStream::~BatchStream() {
   if (workers_) workers_->cancel();
 }
 
+bool BatchStream::has_next() {
+  if (end_ && next_ >= *end_) return false;
+  if (!lanes_) return true;
+  if (!peeked_valid_) {
+    peeked_ = lanes_->next();
+    peeked_valid_ = true;
+  }
+  return peeked_.has_value();
+}
+
 Batch BatchStream::next() {
-  VOLT_INTERNAL_ASSERT(has_next(), "BatchStream::next() after the last batch ({})", end_);
+  VOLT_INTERNAL_ASSERT(has_next(), "BatchStream::next() after the last batch ({})", next_);
   const int64_t index = next_++;
-  return workers_ ? workers_->take(index) : loader_->batch(index);
+  if (!lanes_) return workers_ ? workers_->take(index) : loader_->batch(index);
+  peeked_valid_ = false;
+  Batch batch = std::move(*peeked_);
+  peeked_.reset();
+  if (index == 0) first_ = batch;
+  return batch;
+}
+
+std::optional<Batch> BatchStream::replay_batch() {
+  VOLT_INTERNAL_ASSERT(lanes_ != nullptr, "replay_batch() of a map-style loader");
+  // A resumed pass never read its batch 0: read it again from the epoch's start.
+  if (!first_) first_ = loader_->lanes(0, /*workers=*/false)->next();
+  return first_;
 }
 
 }  // namespace volt

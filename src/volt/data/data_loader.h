@@ -8,11 +8,13 @@
 
 #include "volt/data/dataset.h"
 #include "volt/data/distributed_sampler.h"
+#include "volt/data/iterable_dataset.h"
 
 namespace volt {
 
 namespace internal {
 class BatchWorkers;
+class LaneStream;
 }  // namespace internal
 
 /// Options of DataLoader, with PyTorch's defaults.
@@ -21,8 +23,12 @@ class BatchWorkers;
 struct DataLoaderOptions {
   /// Examples per batch (per process under ddp).
   int64_t batch_size = 1;
-  /// Reshuffle every epoch (the order is a pure function of the seed and the epoch).
+  /// Reshuffle every epoch (the order is a pure function of the seed and the epoch). A stream
+  /// (IterableDataset) shuffles its shard order, and its examples through `shuffle_buffer`.
   bool shuffle = false;
+  /// Streams with shuffle: examples held in a buffer that hands them out in random order (as
+  /// torchdata's Shuffler); 0 shuffles only the order of the shards. Ignored by map-style datasets.
+  int64_t shuffle_buffer = 1000;
   /// Drop the last incomplete batch.
   bool drop_last = false;
   /// The shuffle seed; unset means the Trainer's seed (0 when the Trainer has none).
@@ -31,12 +37,13 @@ struct DataLoaderOptions {
   /// the dataset's get_batch (default_collate of its examples unless it gathers whole batches).
   CollateFn collate;
   /// Threads that make batches ahead of the step (0: the step's thread makes each when needed).
-  /// Any count gives the same batches in the same order.
+  /// For a map-style dataset any count gives the same batches in the same order; a stream is
+  /// read by one lane per worker (PyTorch's order), so a resume needs the same count.
   int64_t num_workers = 0;
   /// Batches each worker may have made ahead of the step (PyTorch's prefetch_factor).
   int64_t prefetch_factor = 2;
   /// Keep the worker threads from one pass over the data to the next instead of starting them
-  /// for each epoch (and each validation).
+  /// for each epoch (and each validation). Streams start their lanes' threads for each pass.
   bool persistent_workers = false;
   /// Make batches in pinned host memory, so that their copy to the GPU does not block the step
   /// (PyTorch's pin_memory). Only where a CUDA device is present; on CPU it changes nothing.
@@ -55,10 +62,13 @@ at::Generator example_generator(int64_t index);
 /// time, or one by one on this thread without workers. Destroying it stops the workers' pass.
 class BatchStream {
  public:
-  /// Whether batches remain.
-  bool has_next() const { return next_ < end_; }
+  /// Whether batches remain. For a stream this reads the next batch ahead to find out.
+  bool has_next();
   /// The next batch; a worker's exception comes out here as volt::Error naming the batch.
   Batch next();
+  /// A stream's first batch of this epoch for this process (none when it has no data): what a
+  /// process whose stream ran dry steps through, at zero weight, while the others finish.
+  std::optional<Batch> replay_batch();
   /// Stops the workers' pass (a persistent loader keeps its threads for the next one).
   ~BatchStream();
   /// Moves the pass to a new owner.
@@ -69,11 +79,16 @@ class BatchStream {
 
  private:
   friend class DataLoader;
-  BatchStream(const DataLoader& loader, std::shared_ptr<internal::BatchWorkers> workers, int64_t first, int64_t end);
+  BatchStream(const DataLoader& loader, std::shared_ptr<internal::BatchWorkers> workers, int64_t first,
+              std::optional<int64_t> end);
   std::shared_ptr<const DataLoader> loader_;  // a copy: later set_epoch calls do not change this pass
   std::shared_ptr<internal::BatchWorkers> workers_;
+  std::shared_ptr<internal::LaneStream> lanes_;  // a stream's lanes
+  std::optional<Batch> peeked_;                  // a stream's next batch, read by has_next()
+  bool peeked_valid_ = false;
+  std::optional<Batch> first_;  // a stream's batch 0, kept for replay_batch()
   int64_t next_ = 0;
-  int64_t end_ = 0;
+  std::optional<int64_t> end_;  // unset: a stream's end
 };
 
 /// Produces the batches of one epoch by index. Copies share the dataset.
@@ -83,38 +98,53 @@ class DataLoader {
   DataLoader() = default;
   /// A loader over `dataset`; throws volt::Error on a non-positive batch size or worker count.
   DataLoader(std::shared_ptr<const Dataset> dataset, DataLoaderOptions options);
+  /// A loader over a stream of examples (see IterableDataset): it has no length, so an epoch
+  /// ends when every process's share of the shards is read.
+  DataLoader(std::shared_ptr<const IterableDataset> dataset, DataLoaderOptions options);
 
   /// True when this loader has a dataset.
-  bool defined() const { return dataset_ != nullptr; }
+  bool defined() const { return dataset_ != nullptr || stream_dataset_ != nullptr; }
+  /// True for a loader over an IterableDataset (no num_batches()).
+  bool streaming() const { return stream_dataset_ != nullptr; }
   /// The options given at construction.
   const DataLoaderOptions& options() const { return options_; }
-  /// The dataset (shared).
+  /// The map-style dataset (shared); null for a stream.
   const std::shared_ptr<const Dataset>& dataset() const { return dataset_; }
+  /// The stream (shared); null for a map-style dataset.
+  const std::shared_ptr<const IterableDataset>& stream_dataset() const { return stream_dataset_; }
 
   /// Shards the data across `num_replicas` processes and fills an unset seed; the Trainer
   /// calls this once before the first epoch (`use_distributed_sampler`). `pad` evens out the
   /// shards by repeating examples (training); evaluation passes false so that no example is
   /// counted twice. `contiguous` (with pad false) gives each process one block of the data in
-  /// rank order (prediction).
+  /// rank order (prediction). A stream deals its shards to the processes whatever `pad` says.
   void configure(int64_t num_replicas, int64_t rank, uint64_t default_seed, bool pad = true, bool contiguous = false);
   /// Fixes the order of `epoch` (like `sampler.set_epoch`); must precede batch().
   void set_epoch(int64_t epoch);
   /// The epoch set_epoch fixed last (-1 before the first).
   int64_t epoch() const { return epoch_; }
-  /// Batches per epoch for this process.
+  /// Batches per epoch for this process; only for map-style datasets (a stream has no length).
   int64_t num_batches() const;
   /// Batch `index` of the current epoch, made on this thread.
   Batch batch(int64_t index) const;
-  /// Batches [first, end) of the current epoch, made ahead by the workers (see BatchStream).
-  BatchStream stream(int64_t first, int64_t end) const;
+  /// Batches [first, end) of the current epoch, made ahead by the workers (see BatchStream);
+  /// unset `end`: to the end of the epoch (a stream's end is where its data ends).
+  BatchStream stream(int64_t first, std::optional<int64_t> end = std::nullopt) const;
 
  private:
+  friend class BatchStream;
+  // A stream's lanes for the current epoch, after `first` batches (see stream_lanes.h).
+  std::shared_ptr<internal::LaneStream> lanes(int64_t first, bool workers) const;
+  void check_options() const;
   std::shared_ptr<const Dataset> dataset_;
+  std::shared_ptr<const IterableDataset> stream_dataset_;
   DataLoaderOptions options_;
   // persistent_workers: the threads, shared by copies of this loader and kept between passes.
   std::shared_ptr<internal::BatchWorkers> persistent_;
   std::shared_ptr<DistributedSampler> sampler_;
-  uint64_t seed_ = 0;  // the sampler's seed, also the augmentations' (example_generator)
+  uint64_t seed_ = 0;         // the sampler's seed, also the augmentations' (example_generator)
+  int64_t num_replicas_ = 1;  // a stream's share of the shards
+  int64_t rank_ = 0;
   torch::Tensor epoch_indices_;
   int64_t epoch_ = -1;
 };

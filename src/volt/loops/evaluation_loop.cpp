@@ -3,6 +3,7 @@
 #include <torch/torch.h>
 
 #include "volt/data/data_loader.h"
+#include "volt/loops/step_feed.h"
 #include "volt/module/lightning_module.h"
 #include "volt/module/result_collection.h"
 #include "volt/precision/precision_plugin.h"
@@ -45,8 +46,8 @@ const char* bar_title(EvalStage stage) {
 
 }  // namespace
 
-int64_t EvaluationLoop::run(LightningModule& module, const DataLoader& loader, int64_t batches, EvalStage stage,
-                            ResultCollection& results) const {
+EvalCounts EvaluationLoop::run(LightningModule& module, const DataLoader& loader, std::optional<int64_t> batches,
+                               EvalStage stage, ResultCollection& results) const {
   const bool test = stage == EvalStage::kTest;
   const TrainingModeScope eval_mode(module, /*training=*/false);
   const MetricSinkScope sink(module, &results);
@@ -56,21 +57,32 @@ int64_t EvaluationLoop::run(LightningModule& module, const DataLoader& loader, i
   } else {
     module.on_validation_epoch_start();
   }
-  if (bar_) bar_->start(bar_title(stage), 0, batches);
-  int64_t examples = 0;
-  BatchStream stream = loader.stream(0, batches);
-  for (int64_t i = 0; i < batches; ++i) {
-    const Batch batch = prepare_batch(stream.next(), device_, precision_);
-    const int64_t size = batch.size();
-    results.set_batch_size(size);
-    examples += size;
-    const AutocastGuard autocast = precision_.forward_context();
-    if (test) {
-      module.test_step(batch, i);
+  if (bar_) bar_->start(bar_title(stage), 0, batches.value_or(-1));
+  EvalCounts counts;
+  StepFeed feed(loader, 0, batches, strategy_.topology().world_size, count_across(strategy_));
+  for (int64_t i = 0; feed.has_step(); ++i) {
+    const StepInput input = feed.take();
+    const Batch batch = prepare_batch(input.batch, device_, precision_);
+    // A dry process's replay keeps its collectives (sync_dist on_step logs) in line and logs nothing.
+    std::optional<ResultCollection> kept;
+    if (input.joined) {
+      kept = results;
     } else {
-      module.validation_step(batch, i);
+      counts.examples += batch.size();
     }
+    results.set_batch_size(batch.size());
+    {
+      const AutocastGuard autocast = precision_.forward_context();
+      if (test) {
+        module.test_step(batch, i);
+      } else {
+        module.validation_step(batch, i);
+      }
+    }
+    if (kept) results = std::move(*kept);
     if (bar_) bar_->update(i + 1, {});
+    counts.batches = i + 1;
+    feed.last();
   }
   if (test) {
     module.on_test_epoch_end();
@@ -80,7 +92,7 @@ int64_t EvaluationLoop::run(LightningModule& module, const DataLoader& loader, i
   // One collective for all sync_dist values: exact means over every process's real examples.
   results.sync_epoch([this](torch::Tensor& t, Reduce op) { strategy_.reduce(t, op); });
   if (bar_) bar_->finish(results.epoch_metrics(MetricTarget::kProgBar));
-  return examples;
+  return counts;
 }
 
 }  // namespace volt

@@ -4,6 +4,7 @@
 #include <c10/core/Device.h>
 
 #include <cstdint>
+#include <optional>
 #include <string>
 
 #include "volt/data/dataset.h"
@@ -26,6 +27,14 @@ const char* to_string(EvalStage stage);
 /// to the module's dtype (the -true precisions; the others keep them).
 Batch prepare_batch(const Batch& batch, c10::Device device, const PrecisionPlugin& precision);
 
+/// What an evaluation pass went through on this process.
+struct EvalCounts {
+  /// Steps run (a process whose stream ran dry counts the steps it stepped along).
+  int64_t batches = 0;
+  /// Examples evaluated, each once (no padding, no replayed batches).
+  int64_t examples = 0;
+};
+
 /// Runs validation_step or test_step over the first batches of a loader, without gradients and
 /// in eval mode, and reduces the logged values across processes once at the end.
 ///
@@ -37,11 +46,12 @@ class EvaluationLoop {
   EvaluationLoop(Strategy& strategy, const PrecisionPlugin& precision, c10::Device device, ProgressBar* bar)
       : strategy_(strategy), precision_(precision), device_(device), bar_(bar) {}
 
-  /// Evaluates `batches` batches of `loader` (set to its epoch already) into `results` and
-  /// returns how many examples this process evaluated. Evaluation loaders are not padded, so
-  /// every example counts once in the epoch means.
-  int64_t run(LightningModule& module, const DataLoader& loader, int64_t batches, EvalStage stage,
-              ResultCollection& results) const;
+  /// Evaluates `batches` batches of `loader` (set to its epoch already; unset: until every
+  /// process's stream is dry) into `results` and returns how many batches and examples this
+  /// process evaluated. Evaluation loaders are not padded, so every example counts once in the epoch
+  /// means; a process whose stream ran dry steps along on a replay batch that counts nothing.
+  EvalCounts run(LightningModule& module, const DataLoader& loader, std::optional<int64_t> batches, EvalStage stage,
+                 ResultCollection& results) const;
 
  private:
   Strategy& strategy_;

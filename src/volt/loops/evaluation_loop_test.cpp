@@ -55,7 +55,7 @@ TEST_F(EvaluationLoopTest, RunsEveryBatchAndCountsEveryExampleOnce) {
   Probe module;
   ResultCollection results(/*training=*/false);
   EvaluationLoop loop(strategy_, *precision_, c10::Device(c10::kCPU), nullptr);
-  EXPECT_EQ(loop.run(module, loader_, 3, EvalStage::kValidation, results), 12);
+  EXPECT_EQ(loop.run(module, loader_, 3, EvalStage::kValidation, results).examples, 12);
   EXPECT_EQ(module.epoch_starts, 1);
   EXPECT_EQ(module.epoch_ends, 1);
   EXPECT_EQ(results.epoch_metrics(MetricTarget::kCallback).count("val/loss"), 1u);

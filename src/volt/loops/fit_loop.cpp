@@ -118,7 +118,7 @@ void FitLoop::dispatch(const std::function<Decision(Callback&, const CallbackCon
 }
 
 bool FitLoop::validates_in_epoch(int64_t epoch) const {
-  return data_.num_val_batches > 0 && (epoch + 1) % parts_.plan.check_val_every_n_epoch == 0;
+  return data_.has_validation && (epoch + 1) % parts_.plan.check_val_every_n_epoch == 0;
 }
 
 void FitLoop::run_validation() {
@@ -183,9 +183,10 @@ void FitLoop::at_epoch_end() {
 
 void FitLoop::sanity_check() {
   const RunPlan& plan = parts_.plan;
-  const int64_t n = plan.num_sanity_val_steps == -1 ? data_.num_val_batches
-                                                    : std::min(plan.num_sanity_val_steps, data_.num_val_batches);
-  if (n <= 0) return;
+  if (!data_.has_validation) return;
+  std::optional<int64_t> n = data_.num_val_batches;
+  if (plan.num_sanity_val_steps != -1) n = std::min(plan.num_sanity_val_steps, n.value_or(plan.num_sanity_val_steps));
+  if (n && *n <= 0) return;
   // The sanity check must not change the run: keep the RNG stream as it was.
   auto generator = at::detail::getDefaultCPUGenerator();
   const torch::Tensor rng = generator.get_state();

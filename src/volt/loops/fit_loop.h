@@ -50,16 +50,19 @@ struct FitData {
   LightningModule& module;
   /// Training batches.
   DataLoader& train;
-  /// Validation batches (may be undefined when num_val_batches is 0).
+  /// Validation batches (may be undefined when there is no validation).
   DataLoader& val;
   /// The module's optimizers and schedulers.
   const OptimizerConfig& optimization;
-  /// Training batches per epoch (after limit_train_batches).
-  int64_t num_train_batches = 0;
-  /// Validation batches per run (after limit_val_batches); 0: no validation.
-  int64_t num_val_batches = 0;
-  /// Training batches between validations within an epoch (val_check_interval).
-  int64_t val_interval = 1;
+  /// Training batches per epoch (after limit_train_batches); unset: until the stream ends.
+  std::optional<int64_t> num_train_batches;
+  /// Validation batches per run (after limit_val_batches); unset: until the stream ends.
+  std::optional<int64_t> num_val_batches;
+  /// Whether there is validation at all (data, and a limit above 0).
+  bool has_validation = false;
+  /// Training batches between validations within an epoch (val_check_interval); unset: only at
+  /// the end of the epoch (a stream whose length is unknown).
+  std::optional<int64_t> val_interval;
 };
 
 /// Runs a fit as Lightning's fit loop does, and implements the services callbacks use.

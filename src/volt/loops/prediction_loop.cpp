@@ -30,15 +30,15 @@ std::vector<torch::Tensor> deserialize(const std::string& bytes) {
 
 }  // namespace
 
-std::vector<torch::Tensor> PredictionLoop::run(LightningModule& module, const DataLoader& loader, int64_t batches,
-                                               bool gather) const {
+std::vector<torch::Tensor> PredictionLoop::run(LightningModule& module, const DataLoader& loader,
+                                               std::optional<int64_t> batches, bool gather) const {
   std::vector<torch::Tensor> outputs;
-  outputs.reserve(static_cast<size_t>(batches));
   {
     const TrainingModeScope eval_mode(module, /*training=*/false);
     torch::NoGradGuard no_grad;
+    // No collective until the gather: a stream's processes may predict different counts.
     BatchStream stream = loader.stream(0, batches);
-    for (int64_t i = 0; i < batches; ++i) {
+    for (int64_t i = 0; stream.has_next(); ++i) {
       const Batch batch = prepare_batch(stream.next(), device_, precision_);
       const AutocastGuard autocast = precision_.forward_context();
       outputs.push_back(module.predict_step(batch, i));

@@ -6,6 +6,7 @@
 #include "volt/core/error.h"
 #include "volt/loops/evaluation_loop.h"
 #include "volt/loops/metric_router.h"
+#include "volt/loops/step_feed.h"
 #include "volt/loops/stop_controller.h"
 #include "volt/optim/lr_scheduler.h"
 #include "volt/precision/precision_plugin.h"
@@ -41,9 +42,10 @@ TrainingEpochLoop::TrainingEpochLoop(const RunPlan& plan, Strategy& strategy, Pr
       clipped_params_(optimized_parameters(optimization)),
       results_(/*training=*/true, [&strategy](double value, Reduce op) { return strategy.reduce(value, op); }) {}
 
-void TrainingEpochLoop::run(FitProgress& progress, StopController& stop, EpochHooks& hooks, int64_t num_batches,
-                            int64_t val_interval) {
+void TrainingEpochLoop::run(FitProgress& progress, StopController& stop, EpochHooks& hooks,
+                            std::optional<int64_t> num_batches, std::optional<int64_t> val_interval) {
   bool validate_at_end = false;
+  bool complete = false;
   {
     // Reset and install the sink before the hook: Lightning lets on_train_epoch_start log.
     results_.reset();
@@ -52,39 +54,53 @@ void TrainingEpochLoop::run(FitProgress& progress, StopController& stop, EpochHo
     train_.set_epoch(progress.epoch);
     hooks.dispatch(
         [](Callback& c, const CallbackContext& ctx, CallbackServices& s) { return c.on_train_epoch_start(ctx, s); });
-    if (bar_) bar_->start(fmt::format("Epoch {}", progress.epoch), static_cast<int>(progress.epoch), num_batches);
+    if (bar_) {
+      bar_->start(fmt::format("Epoch {}", progress.epoch), static_cast<int>(progress.epoch), num_batches.value_or(-1));
+    }
 
     const int64_t accumulate = plan_.accumulate_grad_batches;
     const bool validates = hooks.validates_in_epoch(progress.epoch);
+    // The loader's workers make the rest of the epoch's batches ahead of the steps; a stop
+    // before the end drops what they made.
+    const int64_t first = num_batches ? std::min(progress.batches_done, *num_batches) : progress.batches_done;
+    StepFeed feed(train_, first, num_batches, strategy_.topology().world_size, count_across(strategy_));
     // Resumed from a checkpoint taken at the end of a batch whose validation had not run yet: run
     // it first, as Lightning's restarting epoch loop does.
     if (progress.validation_pending) {
-      if (progress.batches_done >= num_batches) {
+      if (!feed.has_step()) {
         validate_at_end = true;
       } else {
         hooks.validate_mid_epoch();
       }
     }
-    // The loader's workers make the rest of the epoch's batches ahead of the steps; a stop
-    // before the end drops what they made.
-    BatchStream batches = train_.stream(std::min(progress.batches_done, num_batches), num_batches);
-    while (progress.batches_done < num_batches && !stop.should_stop()) {
+    while (!stop.should_stop() && feed.has_step()) {
       const int64_t i = progress.batches_done;
-      const Batch batch = prepare_batch(batches.next(), plan_.root_device(), precision_);
-      module_.on_train_batch_start(batch, i);
+      const StepInput input = feed.take();
+      const Batch batch = prepare_batch(input.batch, plan_.root_device(), precision_);
+      if (!input.joined) module_.on_train_batch_start(batch, i);
+      // A process whose stream ran dry steps along on its replay batch: it logs nothing new.
+      std::optional<ResultCollection> kept;
+      if (input.joined) kept = results_;
       results_.set_batch_size(batch.size());
       const torch::Tensor loss = training_step(batch, i);
-      const bool last = i + 1 == num_batches;
+      const bool last = feed.last();
       const bool steps = (i + 1) % accumulate == 0 || last;
       // Only the backward pass that precedes an optimizer step communicates (PyTorch's no_sync).
-      strategy_.before_backward(loss, steps);
-      precision_.backward(accumulate == 1 ? loss : loss / static_cast<double>(accumulate));
+      // A joined step's gradients are exact zeros (not the loss times 0, which is NaN where the
+      // replayed loss overflows), so they add nothing to the others' average.
+      const torch::Tensor weighted = input.joined        ? zero_loss()
+                                     : input.weight != 1 ? loss * (input.weight / static_cast<double>(accumulate))
+                                     : accumulate == 1   ? loss
+                                                         : loss / static_cast<double>(accumulate);
+      strategy_.before_backward(weighted, steps);
+      precision_.backward(weighted);
       if (steps) optimizer_step(progress);
-      module_.on_train_batch_end(loss, batch, i);
+      if (!input.joined) module_.on_train_batch_end(loss, batch, i);
+      if (kept) results_ = std::move(*kept);
       ++progress.batches_done;
       ++progress.total_batches;
       // Checkpoints taken by the callbacks below precede this batch's validation, if one is due.
-      const bool validation_due = validates && (i + 1) % val_interval == 0;
+      const bool validation_due = validates && (val_interval ? (i + 1) % *val_interval == 0 : last);
       progress.validation_pending = validation_due;
 
       metrics_.publish_step(results_, progress.epoch, progress.global_step,
@@ -103,11 +119,24 @@ void TrainingEpochLoop::run(FitProgress& progress, StopController& stop, EpochHo
         }
       }
     }
+    complete = feed.finished() || (num_batches && progress.batches_done >= *num_batches);
   }
   const bool interrupted = stop.reason() == StopReason::kInterrupted || stop.reason() == StopReason::kRequeued;
-  if (progress.batches_done < num_batches && interrupted) return;
-  if (num_batches == 0 && hooks.validates_in_epoch(progress.epoch)) validate_at_end = true;
-  finish_epoch(progress, hooks, num_batches, validate_at_end);
+  if (!complete && interrupted) return;
+  if (complete && progress.batches_done == 0 && hooks.validates_in_epoch(progress.epoch)) validate_at_end = true;
+  finish_epoch(progress, hooks, complete, validate_at_end);
+}
+
+torch::Tensor TrainingEpochLoop::zero_loss() const {
+  // Every optimized parameter gets a gradient of exactly 0, so the gradient synchronizer sees
+  // the same parameters ready as on the processes that trained.
+  torch::Tensor sum;
+  for (const torch::Tensor& p : clipped_params_) {
+    if (!p.requires_grad()) continue;
+    const torch::Tensor term = p.sum() * 0.0;
+    sum = sum.defined() ? sum + term : term;
+  }
+  return sum;
 }
 
 torch::Tensor TrainingEpochLoop::training_step(const Batch& batch, int64_t index) {
@@ -154,8 +183,7 @@ void TrainingEpochLoop::step_schedulers(Interval interval, int64_t count) {
   }
 }
 
-void TrainingEpochLoop::finish_epoch(FitProgress& progress, EpochHooks& hooks, int64_t num_batches,
-                                     bool validate_at_end) {
+void TrainingEpochLoop::finish_epoch(FitProgress& progress, EpochHooks& hooks, bool complete, bool validate_at_end) {
   std::map<std::string, double> val_bar;
   if (validate_at_end) val_bar = hooks.validate_end_of_epoch();
   {
@@ -173,7 +201,6 @@ void TrainingEpochLoop::finish_epoch(FitProgress& progress, EpochHooks& hooks, i
     bar_->finish(shown);
   }
   // An epoch cut short by max_steps or a stop is not complete: a resume continues inside it.
-  const bool complete = progress.batches_done >= num_batches;
   if (complete) step_schedulers(Interval::kEpoch, progress.epoch + 1);
   progress.epoch_done = complete;
   // Callbacks see (and checkpoints record) the epoch with all its end-of-epoch work done, so

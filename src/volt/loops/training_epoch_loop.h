@@ -7,6 +7,7 @@
 #include <functional>
 #include <map>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -58,19 +59,22 @@ class TrainingEpochLoop {
   TrainingEpochLoop(const RunPlan& plan, Strategy& strategy, PrecisionPlugin& precision, MetricRouter& metrics,
                     LightningModule& module, DataLoader& train, const OptimizerConfig& optimization, ProgressBar* bar);
 
-  /// Trains `num_batches` batches of epoch `progress.epoch` from `progress.batches_done`, then
-  /// finishes the epoch unless a signal interrupted it; `val_interval` batches between
-  /// validations. Updates `progress` as it goes.
-  void run(FitProgress& progress, StopController& stop, EpochHooks& hooks, int64_t num_batches, int64_t val_interval);
+  /// Trains `num_batches` batches (unset: until every process's stream is dry) of epoch
+  /// `progress.epoch` from `progress.batches_done`, then finishes the epoch unless a signal
+  /// interrupted it; `val_interval` batches between validations (unset: at the epoch's end
+  /// only). Updates `progress` as it goes.
+  void run(FitProgress& progress, StopController& stop, EpochHooks& hooks, std::optional<int64_t> num_batches,
+           std::optional<int64_t> val_interval);
 
   /// The values logged during the current epoch (training_step's, on_train_epoch_*'s).
   ResultCollection& results() { return results_; }
 
  private:
   torch::Tensor training_step(const Batch& batch, int64_t index);
+  torch::Tensor zero_loss() const;
   void optimizer_step(FitProgress& progress);
   void step_schedulers(Interval interval, int64_t count);
-  void finish_epoch(FitProgress& progress, EpochHooks& hooks, int64_t num_batches, bool validate_at_end);
+  void finish_epoch(FitProgress& progress, EpochHooks& hooks, bool complete, bool validate_at_end);
   void show_progress(int64_t done, bool force);
 
   const RunPlan& plan_;

@@ -27,6 +27,15 @@ int64_t BatchLimit::resolve(int64_t available) const {
   return (n == 0 && fraction_ > 0.0 && available > 0) ? 1 : n;
 }
 
+std::optional<int64_t> BatchLimit::resolve_unknown(const std::string& what) const {
+  if (!is_fraction_) return count_;
+  VOLT_CHECK(fraction_ == 1.0,
+             "{}={} is a fraction of an epoch, but the data is a stream (an IterableDataset) whose length is "
+             "unknown. HINT: give a number of batches instead, e.g. {}=100.",
+             what, to_string(), what);
+  return std::nullopt;
+}
+
 std::string BatchLimit::to_string() const {
   if (!is_fraction_) return std::to_string(count_);
   // "1.0", not "1": a fraction must not read like a count of one batch. (Not fmt's "{:#}", whose

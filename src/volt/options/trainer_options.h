@@ -49,6 +49,10 @@ class BatchLimit {
   /// The number of batches to run out of `available`: a count is capped at `available`; a
   /// fraction f gives floor(available * f), at least 1 when f > 0 and batches exist.
   int64_t resolve(int64_t available) const;
+  /// The number of batches to run from a stream, whose length is unknown: a count as it is,
+  /// 1.0 as unset (to the stream's end); any other fraction throws volt::Error naming `what`
+  /// (e.g. "limit_train_batches").
+  std::optional<int64_t> resolve_unknown(const std::string& what) const;
   /// "10" or "0.25".
   std::string to_string() const;
 

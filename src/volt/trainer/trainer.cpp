@@ -34,6 +34,13 @@ namespace {
 
 namespace fs = std::filesystem;
 
+/// How many batches of `loader` a stage runs under `limit` (the Trainer option `what`); unset:
+/// until its stream ends.
+std::optional<int64_t> batches_to_run(const DataLoader& loader, const BatchLimit& limit, const char* what) {
+  if (loader.streaming()) return limit.resolve_unknown(what);
+  return limit.resolve(loader.num_batches());
+}
+
 /// Puts the module on the run's device (a no-op on the CPU, where modules are built).
 void place_module(LightningModule& module, c10::Device device) {
   if (!device.is_cpu()) module.to(device);
@@ -254,21 +261,27 @@ FitResult Trainer::fit_stage(LightningModule& module, DataLoader train, DataLoad
              module.name());
   if (!val.defined()) val = module.val_dataloader();
   configure_loader(train, /*evaluation=*/false);
-  const int64_t num_train_batches = plan_.limit_train_batches.resolve(train.num_batches());
-  int64_t num_val_batches = 0;
+  const std::optional<int64_t> num_train_batches =
+      batches_to_run(train, plan_.limit_train_batches, "limit_train_batches");
+  std::optional<int64_t> num_val_batches = 0;
   if (val.defined()) {
     configure_loader(val, /*evaluation=*/true);
-    num_val_batches = plan_.limit_val_batches.resolve(val.num_batches());
+    num_val_batches = batches_to_run(val, plan_.limit_val_batches, "limit_val_batches");
   }
-  const int64_t val_interval =
-      plan_.val_check_interval.is_fraction()
-          ? std::max<int64_t>(1, static_cast<int64_t>(num_train_batches * plan_.val_check_interval.fraction()))
-          : plan_.val_check_interval.count();
-  VOLT_CHECK(plan_.val_check_interval.is_fraction() || plan_.val_check_interval.count() <= num_train_batches ||
-                 num_val_batches == 0,
-             "val_check_interval={} is larger than the {} training batches of an epoch. HINT: use a value <= {} or "
-             "a fraction such as 0.5.",
-             plan_.val_check_interval.count(), num_train_batches, num_train_batches);
+  const bool has_validation = val.defined() && (!num_val_batches || *num_val_batches > 0);
+  std::optional<int64_t> val_interval;
+  if (!plan_.val_check_interval.is_fraction()) {
+    val_interval = plan_.val_check_interval.count();
+    VOLT_CHECK(!num_train_batches || *val_interval <= *num_train_batches || !has_validation,
+               "val_check_interval={} is larger than the {} training batches of an epoch. HINT: use a value <= {} or "
+               "a fraction such as 0.5.",
+               *val_interval, *num_train_batches, *num_train_batches);
+  } else if (num_train_batches) {
+    val_interval = std::max<int64_t>(1, static_cast<int64_t>(*num_train_batches * plan_.val_check_interval.fraction()));
+  } else {
+    // A stream's epoch has no length to take a fraction of: validation runs at its end.
+    plan_.val_check_interval.resolve_unknown("val_check_interval");
+  }
 
   precision_->convert_module(module);
   // Before configure_optimizers, as in Lightning, so the optimizers hold the device's parameters.
@@ -285,7 +298,7 @@ FitResult Trainer::fit_stage(LightningModule& module, DataLoader train, DataLoad
   FitInfo info;
   info.root_dir = plan_.root_dir;
   info.log_dir = strategy.broadcast_string(metrics.log_dir());
-  info.has_validation = num_val_batches > 0;
+  info.has_validation = has_validation;
   info.is_global_zero = plan_.is_global_zero();
   for (const auto& callback : callbacks) callback->setup(info);
   // A job SLURM restarted resumes where it stopped: the newest HPC checkpoint wins over
@@ -319,6 +332,7 @@ FitResult Trainer::fit_stage(LightningModule& module, DataLoader train, DataLoad
                        .optimization = optimization,
                        .num_train_batches = num_train_batches,
                        .num_val_batches = num_val_batches,
+                       .has_validation = has_validation,
                        .val_interval = val_interval});
   // Only now, with the checkpoint found, read and restored, does the run write into its log
   // folder: a run refused for its ckpt_path, or for a checkpoint that does not fit, leaves no
@@ -379,16 +393,20 @@ EvalResult Trainer::evaluate(LightningModule& module, DataLoader loader, const s
     place_module(module, plan_.root_device());
     configure_loader(loader, /*evaluation=*/true);
     loader.set_epoch(0);
-    const int64_t batches = (test ? plan_.limit_test_batches : plan_.limit_val_batches).resolve(loader.num_batches());
+    const std::optional<int64_t> batches =
+        batches_to_run(loader, test ? plan_.limit_test_batches : plan_.limit_val_batches,
+                       test ? "limit_test_batches" : "limit_val_batches");
     const std::shared_ptr<Console> console_ptr = rank_console();
     Console& console = *console_ptr;
     const std::unique_ptr<ProgressBar> bar = make_progress_bar(plan_.shows_progress(), console);
     ResultCollection results(/*training=*/false);
     EvalResult out;
     out.stage = stage;
-    out.batches = batches;
-    out.examples = EvaluationLoop(strategy(), *precision_, plan_.root_device(), bar.get())
-                       .run(module, loader, batches, test ? EvalStage::kTest : EvalStage::kValidation, results);
+    const EvalCounts counts =
+        EvaluationLoop(strategy(), *precision_, plan_.root_device(), bar.get())
+            .run(module, loader, batches, test ? EvalStage::kTest : EvalStage::kValidation, results);
+    out.batches = counts.batches;
+    out.examples = counts.examples;
     out.metrics = results.epoch_metrics(MetricTarget::kCallback);
     // Kept for a later stage's callbacks, as fit's values are; evaluate() logs to no logger.
     for (const auto& [name, value] : out.metrics) callback_metrics_[name] = value;
@@ -418,7 +436,7 @@ std::vector<torch::Tensor> Trainer::predict(LightningModule& module, DataLoader 
     place_module(module, plan_.root_device());
     configure_loader(data, /*evaluation=*/true, /*contiguous=*/true);
     data.set_epoch(0);
-    const int64_t batches = plan_.limit_predict_batches.resolve(data.num_batches());
+    const std::optional<int64_t> batches = batches_to_run(data, plan_.limit_predict_batches, "limit_predict_batches");
     // Unsharded loaders (use_distributed_sampler=false) give every rank everything already.
     const bool gather = plan_.use_distributed_sampler && plan_.topology.world_size > 1;
     return PredictionLoop(strategy(), *precision_, plan_.root_device()).run(module, data, batches, gather);

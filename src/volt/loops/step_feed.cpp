@@ -1,0 +1,94 @@
+#include "volt/loops/step_feed.h"
+
+#include "volt/core/error.h"
+#include "volt/strategies/strategy.h"
+
+namespace volt {
+
+StepFeed::StepFeed(const DataLoader& loader, int64_t first, std::optional<int64_t> end, int64_t world_size,
+                   StartSum start_sum)
+    : stream_(loader.stream(first, end)),
+      streaming_(loader.streaming()),
+      world_size_(streaming_ ? world_size : 1),
+      start_sum_(std::move(start_sum)),
+      next_(first),
+      end_(end) {
+  VOLT_INTERNAL_ASSERT(streaming_ || end_, "a map-style StepFeed needs its end");
+  if (world_size_ > 1) VOLT_INTERNAL_ASSERT(start_sum_ != nullptr, "StepFeed over {} processes without a sum", world_size_);
+}
+
+bool StepFeed::has_step() {
+  if (finished_) return false;
+  if (reached_end()) {
+    finished_ = true;
+    return false;
+  }
+  if (!streaming_) return true;
+  if (!with_data_) {
+    if (!pending_count_) {
+      const int64_t mine = stream_.has_next() ? 1 : 0;
+      pending_count_ = world_size_ > 1 ? start_sum_(mine) : [mine] { return mine; };
+    }
+    with_data_ = pending_count_();
+    pending_count_ = nullptr;
+  }
+  // Every process sees the same count, so they all refuse together instead of some training on.
+  VOLT_CHECK(next_ != 0 || *with_data_ == 0 || *with_data_ == world_size_,
+             "{} of {} processes have no data in this pass of the stream: it has fewer shards than processes x "
+             "loader workers. HINT: split the data into more shards (at least processes x num_workers), e.g. "
+             "NpyShards' examples_per_shard, or use fewer workers.",
+             world_size_ - *with_data_, world_size_);
+  if (*with_data_ == 0) finished_ = true;
+  return !finished_;
+}
+
+StepInput StepFeed::take() {
+  VOLT_INTERNAL_ASSERT(!finished_, "StepFeed::take() after the pass ended");
+  StepInput input;
+  if (!streaming_ || stream_.has_next()) {
+    input.batch = stream_.next();
+    if (streaming_ && *with_data_ < world_size_) {
+      input.weight = static_cast<double>(world_size_) / static_cast<double>(*with_data_);
+    }
+  } else {
+    std::optional<Batch> replay = stream_.replay_batch();
+    VOLT_CHECK(replay.has_value(),
+               "This process's stream has no data in this epoch, so it cannot step along with the others. HINT: "
+               "split the data into at least processes x num_workers shards.");
+    input.batch = std::move(*replay);
+    input.joined = true;
+    input.weight = 0.0;
+  }
+  ++next_;
+  with_data_.reset();
+  if (streaming_ && !reached_end()) {
+    // Read the next batch ahead and start counting who has one; the step's forward pass gives
+    // the count time to arrive before last() needs it.
+    const int64_t mine = stream_.has_next() ? 1 : 0;
+    pending_count_ = world_size_ > 1 ? start_sum_(mine) : [mine] { return mine; };
+  }
+  return input;
+}
+
+bool StepFeed::last() {
+  if (reached_end()) {
+    finished_ = true;
+    return true;
+  }
+  if (!streaming_) return false;
+  if (!with_data_) {
+    with_data_ = pending_count_();
+    pending_count_ = nullptr;
+  }
+  if (*with_data_ == 0) finished_ = true;
+  return finished_;
+}
+
+StepFeed::StartSum count_across(Strategy& strategy) {
+  return [&strategy](int64_t count) {
+    std::function<double()> wait = strategy.reduce_async(static_cast<double>(count), Reduce::kSum);
+    return std::function<int64_t()>([wait] { return static_cast<int64_t>(wait()); });
+  };
+}
+
+}  // namespace volt
