@@ -43,6 +43,57 @@ struct ProbeOptions {
   bool predict_only = false;  // no fit: predict() over the data, rank <N>'s outputs to predict<N>.json
   bool named = false;         // examples one at a time with named tensors and a list (Dataset::get)
   int64_t num_workers = 0;    // the loaders' worker threads
+  bool streaming = false;     // the data as a stream of uneven shards (IterableDataset)
+  int64_t shards = 5;         // ... this many, shard k holding about k + 1 parts of the data
+};
+
+/// The probe's examples as a stream: `shards` consecutive shards of uneven sizes (shard k holds
+/// about k + 1 parts), so processes' shares differ and their streams run dry at different steps.
+/// fail_mode "data" makes the failing rank's reader throw once it has trained fail_step steps.
+class ProbeStream : public volt::IterableDataset {
+ public:
+  ProbeStream(torch::Tensor x, torch::Tensor target, const ProbeOptions& options, const std::atomic<int64_t>* steps)
+      : x_(std::move(x)), target_(std::move(target)), options_(options), steps_(steps) {
+    const int64_t n = x_.size(0);
+    const int64_t parts = options.shards * (options.shards + 1) / 2;
+    for (int64_t k = 0, start = 0; k < options.shards; ++k) {
+      const int64_t end = n * (k + 1) * (k + 2) / 2 / parts;
+      bounds_.emplace_back(start, end);
+      start = end;
+    }
+  }
+  int64_t num_shards() const override { return options_.shards; }
+  std::unique_ptr<volt::ExampleReader> open(int64_t shard) const override {
+    return std::make_unique<Reader>(*this, bounds_[shard].first, bounds_[shard].second);
+  }
+  std::string describe(int64_t shard) const override { return fmt::format("probe shard {}", shard); }
+
+ private:
+  class Reader : public volt::ExampleReader {
+   public:
+    Reader(const ProbeStream& stream, int64_t next, int64_t end) : stream_(stream), next_(next), end_(end) {}
+    std::optional<volt::Example> next() override {
+      if (next_ >= end_) return std::nullopt;
+      const ProbeOptions& o = stream_.options_;
+      if (o.fail_mode == "data" && rank_from_env() == o.fail_rank && *stream_.steps_ >= o.fail_step)
+        throw std::runtime_error("injected data failure at example " + std::to_string(next_));
+      volt::Example e;
+      e.data = stream_.x_[next_];
+      e.target = stream_.target_[next_];
+      ++next_;
+      return e;
+    }
+
+   private:
+    const ProbeStream& stream_;
+    int64_t next_;
+    int64_t end_;
+  };
+  torch::Tensor x_;
+  torch::Tensor target_;
+  const ProbeOptions& options_;
+  const std::atomic<int64_t>* steps_;
+  std::vector<std::pair<int64_t, int64_t>> bounds_;
 };
 
 /// The same examples as the probe's TensorDataset, one at a time and by name: "x", "y" and
@@ -112,6 +163,7 @@ class Probe : public volt::LightningModule {
     const torch::Tensor y = x.sum(1, true) * 0.5 + 0.1 * torch::randn({options_.examples, 1});
     // The second target column carries each example's index, so the test can check the shards.
     const torch::Tensor index = torch::arange(options_.examples, torch::kFloat).unsqueeze(1);
+    if (options_.streaming) stream_ = std::make_shared<ProbeStream>(x, torch::cat({y, index}, 1), options_, &step_);
     if (options_.named) {
       data_ = std::make_shared<NamedDataset>(x, torch::cat({y, index}, 1), options_, &step_);
     } else {
@@ -143,15 +195,27 @@ class Probe : public volt::LightningModule {
       // Under dp and ddp2 every device's replica runs this on its own thread.
       const std::lock_guard<std::mutex> lock(mutex_);
       ++step_;
-      const auto seen = parts(batch).index.to(torch::kLong);
-      for (int64_t i = 0; i < seen.size(0); ++i) seen_.push_back(seen[i].item<int64_t>());
+      // A stream's dry process steps along on a replay batch; what it trained on shows in
+      // on_train_batch_end, which replays skip.
+      if (!options_.streaming) record(batch);
     }
     if (options_.step_sleep_ms > 0) std::this_thread::sleep_for(std::chrono::milliseconds(options_.step_sleep_ms));
     const Parts p = parts(batch);
     const torch::Tensor prediction = out_(torch::relu(hidden_(p.x)));
     const torch::Tensor loss = torch::mse_loss(prediction, p.y);
     log("train/loss", loss, {.prog_bar = true});
+    // A collective inside the step: a dry process must still take part in it.
+    if (options_.streaming) log("train/loss_all", loss, {.on_step = true, .sync_dist = true});
     return loss;
+  }
+
+  void on_train_batch_end(const torch::Tensor&, const volt::Batch& batch, int64_t) override {
+    if (options_.streaming) record(batch);
+  }
+
+  void record(const volt::Batch& batch) {
+    const auto seen = parts(batch).index.to(torch::kLong);
+    for (int64_t i = 0; i < seen.size(0); ++i) seen_.push_back(seen[i].item<int64_t>());
   }
 
   void validation_step(const volt::Batch& batch, int64_t) override {
@@ -193,6 +257,11 @@ class Probe : public volt::LightningModule {
   }
 
   volt::DataLoader loader(int64_t batch_size) const {
+    if (options_.streaming) {
+      return volt::DataLoader(std::static_pointer_cast<const volt::IterableDataset>(stream_),
+                              {.batch_size = batch_size, .shuffle = true, .shuffle_buffer = 8,
+                               .num_workers = options_.num_workers});
+    }
     return volt::DataLoader(data_, {.batch_size = batch_size, .num_workers = options_.num_workers});
   }
 
@@ -217,6 +286,7 @@ class Probe : public volt::LightningModule {
   torch::nn::Linear out_{nullptr};
   torch::nn::Linear unused_{nullptr};
   std::shared_ptr<volt::Dataset> data_;
+  std::shared_ptr<ProbeStream> stream_;
   std::atomic<int64_t> step_{0};
   bool init_called_ = false;
   std::shared_ptr<CountingSynchronizer> counter_;
@@ -255,6 +325,8 @@ int main(int argc, char** argv) {
     app.add_flag("--predict-only", probe.predict_only, "no fit: predict and write predict<rank>.json");
     app.add_flag("--named", probe.named, "named batches collated from single examples");
     app.add_option("--num-workers", probe.num_workers, "the loaders' worker threads");
+    app.add_flag("--streaming", probe.streaming, "the data as a stream of uneven shards");
+    app.add_option("--shards", probe.shards, "the stream's shard count");
     try {
       app.parse(argc, argv);
     } catch (const CLI::ParseError& e) {

@@ -465,3 +465,80 @@ def test_a_data_workers_exception_stops_every_rank_and_names_the_batch(tmp_path)
     assert re.search(r"rank 1 on \S+: DataLoader worker \d failed making batch \d+ of epoch \d+: injected data",
                      proc.stderr), proc.stderr
     assert proc.stderr.count("injected data failure") == 1, proc.stderr
+
+
+# Streams (IterableDataset): five shards of uneven size (about 1 to 5 parts of the 64 examples).
+STREAM = ["--streaming", "--batch-size", "8"]
+
+
+@pytest.mark.parametrize("processes", [1, 2, 3])
+@pytest.mark.parametrize("workers", [0, 2])
+def test_a_stream_gives_every_example_exactly_once_per_epoch(tmp_path, processes, workers):
+    proc = run(STREAM + ["--devices", str(processes), "--num-workers", str(workers), "--max-epochs", "1"], tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    results = ranks(tmp_path, processes)
+    seen = sorted(i for r in results for i in r["seen"])
+    assert seen == list(range(64))
+    if processes > 1:
+        # The shares differ, so the streams ran dry at different steps; the processes still
+        # stepped together (one gradient all-reduce and one sync_dist log per step) to the end.
+        assert len({len(r["seen"]) for r in results}) > 1
+    assert all(r["global_step"] == results[0]["global_step"] for r in results)
+    assert all(flat_params(r) == flat_params(results[0]) for r in results)
+
+
+def test_validation_over_uneven_streams_counts_every_example_once(tmp_path):
+    def val_loss(processes):
+        out = tmp_path / str(processes)
+        out.mkdir()
+        proc = run(STREAM + ["--devices", str(processes), "--num-workers", "2", "--max-steps", "0",
+                             "--limit-val-batches", "1.0"], out)
+        assert proc.returncode == 0, proc.stderr
+        return json.loads((out / "validate0.json").read_text())["val/loss"]
+
+    # Three processes' example-weighted means reduce to the one-process mean (float32 sums).
+    one, three = val_loss(1), val_loss(3)
+    assert abs(three - one) <= 1e-6 * abs(one)
+
+
+@pytest.mark.parametrize("stop_at", [2, 5])
+def test_a_stream_resumed_mid_epoch_ends_bit_identical(tmp_path, stop_at):
+    """Stopped after `stop_at` steps of epoch 0 (at 5 a process's stream is dry already) and
+    resumed from the checkpoint: the same parameters as an uninterrupted run, and together the
+    two runs trained on exactly the examples the uninterrupted one did."""
+    common = STREAM + ["--devices", "2", "--num-workers", "2", "--max-epochs", "2"]
+    straight, first, second = tmp_path / "straight", tmp_path / "first", tmp_path / "second"
+    for d in (straight, first, second):
+        d.mkdir()
+    proc = run(common, straight)
+    assert proc.returncode == 0, proc.stderr
+    root = tmp_path / "root"
+    proc = run(common + ["--max-steps", str(stop_at), "--enable-checkpointing", "--default-root-dir", str(root)], first)
+    assert proc.returncode == 0, proc.stderr
+    checkpoints = sorted((root / "checkpoints").glob("*.ckpt"))
+    assert len(checkpoints) == 1, checkpoints
+    proc = run(common + ["--ckpt-path", str(checkpoints[0]), "--default-root-dir", str(tmp_path / "root2")], second)
+    assert proc.returncode == 0, proc.stderr
+    for whole, a, b in zip(ranks(straight, 2), ranks(first, 2), ranks(second, 2)):
+        assert a["global_step"] == stop_at
+        assert b["global_step"] == whole["global_step"]
+        assert flat_params(b) == flat_params(whole)
+        assert sorted(a["seen"] + b["seen"]) == sorted(whole["seen"])
+
+
+def test_a_streams_reader_failure_stops_every_rank_and_names_the_shard(tmp_path):
+    proc = run(STREAM + ["--devices", "2", "--num-workers", "2", "--max-epochs", "5", "--fail-mode", "data",
+                         "--fail-rank", "1", "--fail-step", "2"], tmp_path, timeout=110)
+    assert proc.returncode != 0
+    assert proc.elapsed < 60
+    assert re.search(r"rank 1 on \S+: Loader worker \d failed reading probe shard \d, example \d+: injected data",
+                     proc.stderr), proc.stderr
+    assert proc.stderr.count("injected data failure") == 1, proc.stderr
+
+
+def test_a_stream_with_fewer_shards_than_processes_is_refused_on_every_rank(tmp_path):
+    proc = run(STREAM + ["--devices", "3", "--shards", "2", "--max-epochs", "1"], tmp_path, timeout=110)
+    assert proc.returncode != 0
+    assert proc.elapsed < 60
+    assert "1 of 3 processes have no data in this pass of the stream" in proc.stderr, proc.stderr
+    assert "HINT: split the data into more shards" in proc.stderr, proc.stderr
