@@ -12,6 +12,7 @@
 #include "volt/checkpoint/checkpoint_state.h"
 #include "volt/data/data_loader.h"
 #include "volt/datasets/image_folder.h"
+#include "volt/datasets/npy_shards.h"
 #include "volt/loggers/csv_logger.h"
 #include "volt/loggers/tensorboard_logger.h"
 #include "volt/module/lightning_module.h"
