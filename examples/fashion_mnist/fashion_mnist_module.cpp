@@ -107,6 +107,45 @@ std::shared_ptr<volt::Dataset> FashionMnistModule::image_split(const std::string
   return images;
 }
 
+namespace {
+
+/// Whether `data_dir` holds .npy shards (data-*.npy in train/).
+bool holds_npy_shards(const std::string& data_dir) {
+  const std::filesystem::path train = std::filesystem::path(data_dir) / "train";
+  if (!std::filesystem::is_directory(train)) return false;
+  for (const auto& entry : std::filesystem::directory_iterator(train)) {
+    const std::string name = entry.path().filename().string();
+    if (name.rfind("data-", 0) == 0 && entry.path().extension() == ".npy") return true;
+  }
+  return false;
+}
+
+}  // namespace
+
+bool has_validation_data(const ModuleOptions& options) {
+  if (holds_npy_shards(options.data_dir)) return std::filesystem::is_directory(std::filesystem::path(options.data_dir) / "val");
+  return options.val_size > 0;
+}
+
+bool FashionMnistModule::from_npy_shards() const { return holds_npy_shards(options_.data_dir); }
+
+volt::DataLoader FashionMnistModule::npy_loader(const std::string& split, int64_t batch_size, bool shuffle) const {
+  // uint8 [28, 28] rows become [1, 28, 28] floats, normalised as the IDX path does.
+  const volt::datasets::Transform normalize =
+      volt::datasets::normalize({volt::datasets::kFashionMnistMean}, {volt::datasets::kFashionMnistStd});
+  volt::datasets::NpyShardsOptions shards{
+      .examples_per_shard = options_.examples_per_shard,
+      .transform = [normalize](const torch::Tensor& row, at::Generator& generator) {
+        const torch::Tensor image = row.scalar_type() == torch::kByte ? row.to(torch::kFloat).div_(255)
+                                                                      : row.to(torch::kFloat);
+        return normalize(image.unsqueeze(0), generator);
+      }};
+  auto data = std::make_shared<volt::datasets::NpyShards>(
+      volt::datasets::NpyShards::in_folder((std::filesystem::path(options_.data_dir) / split).string(), shards));
+  return volt::DataLoader(std::static_pointer_cast<const volt::IterableDataset>(data),
+                          {.batch_size = batch_size, .shuffle = shuffle, .num_workers = options_.num_workers});
+}
+
 std::vector<std::string> FashionMnistModule::skipped_images() const {
   std::vector<std::string> out;
   for (const auto& folder : folders_) {
@@ -137,18 +176,24 @@ void FashionMnistModule::load_training_split() {
 }
 
 volt::DataLoader FashionMnistModule::train_dataloader() {
+  if (from_npy_shards()) return npy_loader("train", options_.batch_size, /*shuffle=*/true);
   load_training_split();
   return volt::DataLoader(train_,
                           {.batch_size = options_.batch_size, .shuffle = true, .num_workers = options_.num_workers});
 }
 
 volt::DataLoader FashionMnistModule::val_dataloader() {
+  if (from_npy_shards()) {
+    if (!std::filesystem::is_directory(std::filesystem::path(options_.data_dir) / "val")) return {};
+    return npy_loader("val", 256, /*shuffle=*/false);
+  }
   load_training_split();
   if (options_.val_size == 0) return {};
   return volt::DataLoader(val_, {.batch_size = 256, .num_workers = options_.num_workers});
 }
 
 volt::DataLoader FashionMnistModule::test_dataloader() {
+  if (from_npy_shards()) return npy_loader("test", 256, /*shuffle=*/false);
   if (!test_ && from_image_folder()) test_ = image_split("test");
   if (!test_) {
     const auto data = volt::datasets::load_fashion_mnist(options_.data_dir, volt::datasets::Split::kTest);

@@ -20,17 +20,25 @@ struct ModuleOptions {
   int64_t batch_size = 64;
   /// Width of the MLP's hidden layers.
   int64_t hidden = 256;
-  /// Where the IDX files are, or an image folder with train/ and test/ inside, each with one
-  /// folder per class (scripts/export-fashion-mnist-images.py writes one), decoded per batch.
+  /// Where the IDX files are; or an image folder with train/ and test/ inside, each with one
+  /// folder per class (scripts/export-fashion-mnist-images.py writes one), decoded per batch; or
+  /// .npy shards: train/, test/ and optionally val/, each with data-*.npy and target-*.npy
+  /// (scripts/export-fashion-mnist-npy.py), read as a stream.
   std::string data_dir = "/usr/share/datasets/fashion-mnist";
-  /// Training examples held out for validation (taken from the 60000 training images).
+  /// Training examples held out for validation (taken from the 60000 training images; .npy
+  /// shards validate on their val/ folder instead).
   int64_t val_size = 5000;
   /// Threads that make batches ahead of the step (the loaders' num_workers). Results do not depend on it.
   int64_t num_workers = 0;
   /// With an image folder: leave out images that cannot be decoded (counted, reported at the end)
   /// instead of failing the run.
   bool skip_unreadable = false;
+  /// With .npy shards: examples per shard, the unit the stream deals to processes and workers.
+  int64_t examples_per_shard = 5000;
 };
+
+/// Whether `options` leave validation data: --val-size > 0, or a val/ folder beside .npy shards.
+bool has_validation_data(const ModuleOptions& options);
 
 /// Classifies Fashion-MNIST images; logs loss and accuracy per stage.
 class FashionMnistModule : public volt::LightningModule {
@@ -63,6 +71,10 @@ class FashionMnistModule : public volt::LightningModule {
   bool from_image_folder() const;
   /// ImageFolder over data_dir/`split`, normalised as the IDX images are.
   std::shared_ptr<volt::Dataset> image_split(const std::string& split);
+  /// Whether data_dir holds .npy shards (data-*.npy in train/).
+  bool from_npy_shards() const;
+  /// A loader streaming the .npy shards of data_dir/`split`, normalised as the IDX images are.
+  volt::DataLoader npy_loader(const std::string& split, int64_t batch_size, bool shuffle) const;
   void evaluate(const volt::Batch& batch, const std::string& stage);
 
   ModuleOptions options_;

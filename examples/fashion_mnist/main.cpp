@@ -36,11 +36,17 @@ int main(int argc, char** argv) {
     app.add_option("--val-size", module_options.val_size, "training images held out for validation")
         ->capture_default_str()
         ->group("Data");
-    app.add_option("--data-dir", module_options.data_dir, "directory of the IDX files")
+    app.add_option("--data-dir", module_options.data_dir,
+                   "directory of the IDX files, or of train/ and test/ image folders or .npy shards")
         ->capture_default_str()
         ->group("Data");
     app.add_option("--num-workers", module_options.num_workers, "threads that make batches ahead of the step")
         ->capture_default_str()
+        ->group("Data");
+    app.add_option("--examples-per-shard", module_options.examples_per_shard,
+                   "with .npy shards: examples per shard, the unit dealt to processes and workers")
+        ->capture_default_str()
+        ->check(CLI::PositiveNumber)
         ->group("Data");
     app.add_flag("--skip-unreadable-images", module_options.skip_unreadable,
                  "with an image folder: leave out files that cannot be decoded (reported at the end)")
@@ -67,11 +73,12 @@ int main(int argc, char** argv) {
     volt::apply_trainer_flags(flag_text, trainer_options);
     // Saved beside the logs and in every checkpoint, so a run can be repeated from its folder.
     trainer_options.config = volt::resolved_config(app);
-    // Without validation (--val-size 0 or --limit-val-batches 0) there is no val/acc to rank by:
-    // keep the latest checkpoints instead of failing at the end of the first epoch.
+    // Without validation (--val-size 0, --limit-val-batches 0, .npy shards without val/) there
+    // is no val/acc to rank by: keep the latest checkpoints instead of failing at the end of the
+    // first epoch.
     const volt::BatchLimit& val_limit = trainer_options.limit_val_batches;
-    const bool validates =
-        module_options.val_size > 0 && (val_limit.is_fraction() ? val_limit.fraction() > 0 : val_limit.count() > 0);
+    const bool validates = fashion_mnist::has_validation_data(module_options) &&
+                           (val_limit.is_fraction() ? val_limit.fraction() > 0 : val_limit.count() > 0);
     if (trainer_options.enable_checkpointing) {
       trainer_options.callbacks.push_back(std::make_shared<volt::ModelCheckpoint>(
           validates
@@ -86,8 +93,8 @@ int main(int argc, char** argv) {
     VOLT_CHECK(patience >= 0, "--early-stopping-patience={} must be >= 0 (0: off).", patience);
     if (patience > 0 && !validates) {
       throw volt::Error(
-          "--early-stopping-patience needs validation, which --val-size 0 or --limit-val-batches 0 "
-          "turns off. HINT: drop one of them.");
+          "--early-stopping-patience needs validation, which --val-size 0, --limit-val-batches 0 or .npy "
+          "shards without a val/ folder turn off. HINT: drop one of them, or add val/ shards.");
     }
     if (patience > 0) {
       trainer_options.callbacks.push_back(std::make_shared<volt::EarlyStopping>(
