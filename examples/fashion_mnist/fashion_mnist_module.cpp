@@ -123,7 +123,8 @@ bool holds_npy_shards(const std::string& data_dir) {
 }  // namespace
 
 bool has_validation_data(const ModuleOptions& options) {
-  if (holds_npy_shards(options.data_dir)) return std::filesystem::is_directory(std::filesystem::path(options.data_dir) / "val");
+  if (holds_npy_shards(options.data_dir))
+    return std::filesystem::is_directory(std::filesystem::path(options.data_dir) / "val");
   return options.val_size > 0;
 }
 
@@ -133,13 +134,13 @@ volt::DataLoader FashionMnistModule::npy_loader(const std::string& split, int64_
   // uint8 [28, 28] rows become [1, 28, 28] floats, normalised as the IDX path does.
   const volt::datasets::Transform normalize =
       volt::datasets::normalize({volt::datasets::kFashionMnistMean}, {volt::datasets::kFashionMnistStd});
-  volt::datasets::NpyShardsOptions shards{
-      .examples_per_shard = options_.examples_per_shard,
-      .transform = [normalize](const torch::Tensor& row, at::Generator& generator) {
-        const torch::Tensor image = row.scalar_type() == torch::kByte ? row.to(torch::kFloat).div_(255)
-                                                                      : row.to(torch::kFloat);
-        return normalize(image.unsqueeze(0), generator);
-      }};
+  volt::datasets::NpyShardsOptions shards{.examples_per_shard = options_.examples_per_shard,
+                                          .transform = [normalize](const torch::Tensor& row, at::Generator& generator) {
+                                            const torch::Tensor image = row.scalar_type() == torch::kByte
+                                                                            ? row.to(torch::kFloat).div_(255)
+                                                                            : row.to(torch::kFloat);
+                                            return normalize(image.unsqueeze(0), generator);
+                                          }};
   auto data = std::make_shared<volt::datasets::NpyShards>(
       volt::datasets::NpyShards::in_folder((std::filesystem::path(options_.data_dir) / split).string(), shards));
   return volt::DataLoader(std::static_pointer_cast<const volt::IterableDataset>(data),

@@ -258,9 +258,9 @@ class Probe : public volt::LightningModule {
 
   volt::DataLoader loader(int64_t batch_size) const {
     if (options_.streaming) {
-      return volt::DataLoader(std::static_pointer_cast<const volt::IterableDataset>(stream_),
-                              {.batch_size = batch_size, .shuffle = true, .shuffle_buffer = 8,
-                               .num_workers = options_.num_workers});
+      return volt::DataLoader(
+          std::static_pointer_cast<const volt::IterableDataset>(stream_),
+          {.batch_size = batch_size, .shuffle = true, .shuffle_buffer = 8, .num_workers = options_.num_workers});
     }
     return volt::DataLoader(data_, {.batch_size = batch_size, .num_workers = options_.num_workers});
   }

@@ -542,3 +542,19 @@ def test_a_stream_with_fewer_shards_than_processes_is_refused_on_every_rank(tmp_
     assert proc.elapsed < 60
     assert "1 of 3 processes have no data in this pass of the stream" in proc.stderr, proc.stderr
     assert "HINT: split the data into more shards" in proc.stderr, proc.stderr
+
+
+def test_a_stream_resumed_mid_epoch_under_another_layout_is_refused(tmp_path):
+    common = STREAM + ["--devices", "2", "--max-epochs", "2"]
+    first, second, root = tmp_path / "first", tmp_path / "second", tmp_path / "root"
+    first.mkdir()
+    second.mkdir()
+    proc = run(common + ["--num-workers", "2", "--max-steps", "2", "--enable-checkpointing", "--default-root-dir",
+                         str(root)], first)
+    assert proc.returncode == 0, proc.stderr
+    checkpoint = sorted((root / "checkpoints").glob("*.ckpt"))[0]
+    proc = run(common + ["--num-workers", "1", "--ckpt-path", str(checkpoint)], second)
+    assert proc.returncode != 0
+    assert 'a stream dealt as "5 shards to 2 processes x 2 lanes' in proc.stderr, proc.stderr
+    assert 'but this run deals it as "5 shards to 2 processes x 1 lanes' in proc.stderr, proc.stderr
+    assert "HINT: resume with the same processes, num_workers and batch size" in proc.stderr, proc.stderr

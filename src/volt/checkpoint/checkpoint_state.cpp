@@ -192,6 +192,7 @@ StateDict make_checkpoint(const TrainingParts& parts, const FitProgress& progres
   fit_loop.insert("global_step", progress.global_step);
   fit_loop.insert("total_batches", progress.total_batches);
   fit_loop.insert("validation_pending", progress.validation_pending);
+  if (!progress.train_stream_layout.empty()) fit_loop.insert("train_stream_layout", progress.train_stream_layout);
   add_lightning_fit_progress(fit_loop, progress);
   StateDict loops = make_state_dict();
   loops.insert("fit_loop", fit_loop);
@@ -397,6 +398,9 @@ FitProgress restore_checkpoint(const c10::IValue& checkpoint, const TrainingPart
     progress.total_batches = int_entry(fit_loop, "total_batches", path, fit_at);
     // Optional: checkpoints written before this key existed resume as if nothing were pending.
     progress.validation_pending = fit_loop.contains("validation_pending") && fit_loop.at("validation_pending").toBool();
+    if (fit_loop.contains("train_stream_layout")) {
+      progress.train_stream_layout = fit_loop.at("train_stream_layout").toStringRef();
+    }
   }
   parts.module->on_load_checkpoint(top);
   return progress;

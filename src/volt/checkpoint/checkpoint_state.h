@@ -56,6 +56,9 @@ struct FitProgress {
   /// True when the validation due after batch `batches_done` has not run yet (a checkpoint taken
   /// at the end of that batch), so a resume runs it before training on.
   bool validation_pending = false;
+  /// How a streaming training loader dealt its shards (DataLoader::stream_layout); empty for
+  /// map-style data. A resume inside an epoch needs the same, or it would reach another position.
+  std::string train_stream_layout;
 };
 
 /// The parts of a run that a checkpoint saves and restores (borrowed, not owned).

@@ -99,6 +99,14 @@ void DataLoader::set_epoch(int64_t epoch) {
   epoch_ = epoch;
 }
 
+std::string DataLoader::stream_layout() const {
+  if (!streaming()) return "";
+  return fmt::format("{} shards to {} processes x {} lanes, batch {}{}, shuffle {}{}", stream_dataset_->num_shards(),
+                     num_replicas_, std::max<int64_t>(1, options_.num_workers), options_.batch_size,
+                     options_.drop_last ? " (drop_last)" : "", options_.shuffle ? "on" : "off",
+                     options_.shuffle ? fmt::format(" (buffer {})", options_.shuffle_buffer) : "");
+}
+
 int64_t DataLoader::num_batches() const {
   if (!defined()) return 0;
   VOLT_INTERNAL_ASSERT(!streaming(), "num_batches() of a stream");

@@ -123,6 +123,10 @@ class DataLoader {
   void set_epoch(int64_t epoch);
   /// The epoch set_epoch fixed last (-1 before the first).
   int64_t epoch() const { return epoch_; }
+  /// How a stream is dealt out, e.g. "205 shards to 2 processes x 2 lanes, batch 64, shuffle
+  /// buffer 1000": a position inside an epoch means the same batches only under the same layout.
+  /// Empty for a map-style dataset.
+  std::string stream_layout() const;
   /// Batches per epoch for this process; only for map-style datasets (a stream has no length).
   int64_t num_batches() const;
   /// Batch `index` of the current epoch, made on this thread.

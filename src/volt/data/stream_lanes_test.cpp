@@ -16,7 +16,8 @@ namespace {
 /// example `fail_at` throws.
 class CountingStream : public IterableDataset {
  public:
-  explicit CountingStream(std::vector<int64_t> sizes, int64_t fail_at = -1) : sizes_(std::move(sizes)), fail_at_(fail_at) {
+  explicit CountingStream(std::vector<int64_t> sizes, int64_t fail_at = -1)
+      : sizes_(std::move(sizes)), fail_at_(fail_at) {
     int64_t offset = 0;
     for (const int64_t size : sizes_) {
       offsets_.push_back(offset);
@@ -75,7 +76,8 @@ TEST(LaneShards, EveryShardGoesToExactlyOneLaneOfOneProcess) {
         std::multiset<int64_t> seen;
         for (int64_t rank = 0; rank < replicas; ++rank) {
           for (int64_t lane = 0; lane < lanes; ++lane) {
-            for (const int64_t s : internal::lane_shards(10, shuffle, 3, 1, replicas, rank, lanes, lane)) seen.insert(s);
+            for (const int64_t s : internal::lane_shards(10, shuffle, 3, 1, replicas, rank, lanes, lane))
+              seen.insert(s);
           }
         }
         ASSERT_EQ(seen.size(), 10u) << replicas << "x" << lanes;

@@ -23,8 +23,10 @@ namespace fs = std::filesystem;
 /// The text after `key` in a .npy header dict, e.g. "'<f4', 'fortran_order': ...".
 std::string after_key(const std::string& header, const std::string& key, const std::string& path) {
   const size_t at = header.find("'" + key + "'");
-  VOLT_CHECK(at != std::string::npos, "{} is not a .npy file Volt can read: its header {} has no '{}'. HINT: write it "
-             "with numpy.save.", path, header, key);
+  VOLT_CHECK(at != std::string::npos,
+             "{} is not a .npy file Volt can read: its header {} has no '{}'. HINT: write it "
+             "with numpy.save.",
+             path, header, key);
   size_t colon = header.find(':', at);
   VOLT_CHECK(colon != std::string::npos, "{}: malformed .npy header {}", path, header);
   ++colon;
@@ -48,10 +50,11 @@ torch::ScalarType parse_descr(const std::string& descr, const std::string& path)
   if (kind == "f2") return torch::kHalf;
   if (kind == "f4") return torch::kFloat;
   if (kind == "f8") return torch::kDouble;
-  throw Error(fmt::format("{} holds elements of type '{}', which Volt does not read; expected one of uint8, int8, "
-                          "bool, int16, int32, int64, float16, float32, float64. HINT: convert it, e.g. "
-                          "numpy.save(path, array.astype('float32')).",
-                          path, descr));
+  throw Error(
+      fmt::format("{} holds elements of type '{}', which Volt does not read; expected one of uint8, int8, "
+                  "bool, int16, int32, int64, float16, float32, float64. HINT: convert it, e.g. "
+                  "numpy.save(path, array.astype('float32')).",
+                  path, descr));
 }
 
 /// A read-only memory map of bytes [offset, offset + length) of a file.

@@ -68,10 +68,10 @@ class NpyShards : public IterableDataset {
     NpyHeader header;
   };
   struct Shard {
-    size_t file;        // index into data_ (and targets_)
-    int64_t first;      // the first example in the file
-    int64_t count;      // examples in the shard
-    int64_t global;     // the index of its first example across all files
+    size_t file;     // index into data_ (and targets_)
+    int64_t first;   // the first example in the file
+    int64_t count;   // examples in the shard
+    int64_t global;  // the index of its first example across all files
   };
   std::vector<File> data_;
   std::vector<File> targets_;

@@ -21,10 +21,12 @@ void write_npy(const fs::path& path, const torch::Tensor& array, const std::stri
   std::string shape = "(";
   for (const int64_t d : array.sizes()) shape += std::to_string(d) + ", ";
   if (array.dim() > 1) shape.resize(shape.size() - 1);
-  if (array.dim() > 1) shape.back() = ')';
-  else shape += ")";
-  std::string header = fmt::format("{{'descr': '{}', 'fortran_order': {}, 'shape': {}, }}", descr,
-                                   fortran ? "True" : "False", shape);
+  if (array.dim() > 1)
+    shape.back() = ')';
+  else
+    shape += ")";
+  std::string header =
+      fmt::format("{{'descr': '{}', 'fortran_order': {}, 'shape': {}, }}", descr, fortran ? "True" : "False", shape);
   while ((10 + header.size() + 1) % 64 != 0) header += ' ';
   header += '\n';
   std::ofstream out(path, std::ios::binary);
@@ -107,7 +109,8 @@ TEST(NpyShards, TheTransformSeesTheStoredRow) {
 TEST(NpyShards, FeedsALoaderAcrossProcesses) {
   testing::ScratchDir dir;
   for (int f = 0; f < 3; ++f) write_pair(fs::path(dir.path()), f, 10 * f, 10);
-  const auto shards = std::make_shared<NpyShards>(NpyShards::in_folder(fs::path(dir.path()).string(), {.examples_per_shard = 4}));
+  const auto shards =
+      std::make_shared<NpyShards>(NpyShards::in_folder(fs::path(dir.path()).string(), {.examples_per_shard = 4}));
   std::vector<int64_t> seen;
   for (int64_t rank = 0; rank < 2; ++rank) {
     DataLoader loader(std::static_pointer_cast<const IterableDataset>(shards),
@@ -164,8 +167,9 @@ TEST(NpyShards, BadFilesAreErrorsThatSayWhatToDo) {
   expect_error([&] { read_npy_header(p.string()); }, "is cut short");
   write_npy(fs::path(dir.path()) / "a.npy", torch::zeros({3, 2}), "<f4");
   write_npy(fs::path(dir.path()) / "b.npy", torch::zeros({4}, torch::kLong), "<i8");
-  expect_error([&] { NpyShards({(fs::path(dir.path()) / "a.npy").string()}, {(fs::path(dir.path()) / "b.npy").string()}); },
-               "has 3 examples but its target file");
+  expect_error(
+      [&] { NpyShards({(fs::path(dir.path()) / "a.npy").string()}, {(fs::path(dir.path()) / "b.npy").string()}); },
+      "has 3 examples but its target file");
   expect_error([&] { NpyShards::in_folder((fs::path(dir.path()) / "nothing").string()); }, "is not a folder");
   expect_error([&] { NpyShards::in_folder(fs::path(dir.path()).string()); }, "holds no data-*.npy files. HINT");
 }

@@ -50,6 +50,7 @@ FitLoop::FitLoop(FitLoopParts parts, FitData data)
                   data.optimization, bar_.get()),
       val_results_(/*training=*/false),
       stop_(parts.plan.min_epochs) {
+  progress_.train_stream_layout = data.train.stream_layout();
   name_learning_rates();
 }
 
@@ -199,6 +200,15 @@ void FitLoop::sanity_check() {
 
 void FitLoop::restore(const LoadedCheckpoint& checkpoint) {
   progress_ = restore_checkpoint(checkpoint.value, training_parts(), checkpoint.path);
+  const std::string layout = data_.train.stream_layout();
+  const bool inside_epoch = !progress_.epoch_done && progress_.batches_done > 0;
+  VOLT_CHECK(!inside_epoch || progress_.train_stream_layout.empty() || progress_.train_stream_layout == layout,
+             "{} stopped {} batches into epoch {} of a stream dealt as \"{}\", but this run deals it as \"{}\": the "
+             "same position would hold other examples. HINT: resume with the same processes, num_workers and batch "
+             "size (and the same shards), or from a checkpoint taken at the end of an epoch.",
+             checkpoint.path, progress_.batches_done, progress_.epoch, progress_.train_stream_layout,
+             layout.empty() ? "map-style data" : layout);
+  progress_.train_stream_layout = layout;
   if (progress_.epoch_done) {
     ++progress_.epoch;
     progress_.batches_done = 0;

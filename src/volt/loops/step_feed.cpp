@@ -14,7 +14,8 @@ StepFeed::StepFeed(const DataLoader& loader, int64_t first, std::optional<int64_
       next_(first),
       end_(end) {
   VOLT_INTERNAL_ASSERT(streaming_ || end_, "a map-style StepFeed needs its end");
-  if (world_size_ > 1) VOLT_INTERNAL_ASSERT(start_sum_ != nullptr, "StepFeed over {} processes without a sum", world_size_);
+  if (world_size_ > 1)
+    VOLT_INTERNAL_ASSERT(start_sum_ != nullptr, "StepFeed over {} processes without a sum", world_size_);
 }
 
 bool StepFeed::has_step() {

@@ -93,7 +93,7 @@ TEST(StepFeed, UnevenStreamsStepTogetherUntilAllAreDry) {
   std::vector<Step> a;
   std::vector<Step> b;
   std::thread other([&] { b = run_pass(5, 2, sums.party()); });  // 3 batches
-  a = run_pass(10, 2, sums.party());                               // 5 batches
+  a = run_pass(10, 2, sums.party());                             // 5 batches
   other.join();
   ASSERT_EQ(a.size(), 5u);
   ASSERT_EQ(b.size(), 5u);
