@@ -11,6 +11,7 @@
 #include "volt/checkpoint/checkpoint_io.h"
 #include "volt/checkpoint/checkpoint_state.h"
 #include "volt/data/data_loader.h"
+#include "volt/data/data_module.h"
 #include "volt/datasets/image_folder.h"
 #include "volt/datasets/npy_shards.h"
 #include "volt/loggers/csv_logger.h"

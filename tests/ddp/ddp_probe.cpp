@@ -45,6 +45,7 @@ struct ProbeOptions {
   int64_t num_workers = 0;    // the loaders' worker threads
   bool streaming = false;     // the data as a stream of uneven shards (IterableDataset)
   int64_t shards = 5;         // ... this many, shard k holding about k + 1 parts of the data
+  bool datamodule = false;    // fit through a DataModule whose prepare_data writes a marker file
 };
 
 /// The probe's examples as a stream: `shards` consecutive shards of uneven sizes (shard k holds
@@ -294,6 +295,36 @@ class Probe : public volt::LightningModule {
   std::mutex mutex_;
 };
 
+/// A DataModule whose prepare_data (slow on purpose) leaves prepared-node<N>-rank<R> in the out
+/// folder, and whose setup records whether its node's marker was there already.
+class ProbeData : public volt::DataModule {
+ public:
+  ProbeData(Probe& probe, std::string out, const volt::Topology& topology)
+      : probe_(probe), out_(std::move(out)), topology_(topology) {}
+  void prepare_data() override {
+    std::this_thread::sleep_for(std::chrono::milliseconds(1500));
+    std::ofstream(fmt::format("{}/prepared-node{}-rank{}", out_, topology_.node_rank, topology_.global_rank)) << "ok";
+  }
+  void setup(volt::Stage stage) override {
+    bool found = false;
+    for (int64_t r = 0; r < topology_.world_size; ++r) {
+      found = found || std::ifstream(fmt::format("{}/prepared-node{}-rank{}", out_, topology_.node_rank, r)).good();
+    }
+    setup_saw_prepared = found;
+    setups.push_back(volt::to_string(stage));
+  }
+  void teardown(volt::Stage stage) override { teardowns.push_back(volt::to_string(stage)); }
+  volt::DataLoader train_dataloader() override { return probe_.train_dataloader(); }
+  bool setup_saw_prepared = false;
+  std::vector<std::string> setups;
+  std::vector<std::string> teardowns;
+
+ private:
+  Probe& probe_;
+  std::string out_;
+  const volt::Topology& topology_;
+};
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -327,6 +358,7 @@ int main(int argc, char** argv) {
     app.add_option("--num-workers", probe.num_workers, "the loaders' worker threads");
     app.add_flag("--streaming", probe.streaming, "the data as a stream of uneven shards");
     app.add_option("--shards", probe.shards, "the stream's shard count");
+    app.add_flag("--datamodule", probe.datamodule, "fit through a DataModule (prepare_data writes a marker)");
     try {
       app.parse(argc, argv);
     } catch (const CLI::ParseError& e) {
@@ -352,6 +384,19 @@ int main(int argc, char** argv) {
       const torch::Tensor all = torch::cat(outputs).to(torch::kDouble).contiguous();
       out["index"] = std::vector<double>(all.data_ptr<double>(), all.data_ptr<double>() + all.size(0) * 2);
       std::ofstream(probe.out + "/predict" + std::to_string(trainer.plan().topology.global_rank) + ".json")
+          << out.dump();
+      trainer.teardown();
+      return 0;
+    }
+    if (probe.datamodule) {
+      ProbeData data(model, probe.out, trainer.plan().topology);
+      const volt::FitResult result = trainer.fit(model, data);
+      nlohmann::json out;
+      out["global_step"] = result.global_step;
+      out["setup_saw_prepared"] = data.setup_saw_prepared;
+      out["setups"] = data.setups;
+      out["teardowns"] = data.teardowns;
+      std::ofstream(probe.out + "/datamodule" + std::to_string(trainer.plan().topology.global_rank) + ".json")
           << out.dump();
       trainer.teardown();
       return 0;

@@ -558,3 +558,22 @@ def test_a_stream_resumed_mid_epoch_under_another_layout_is_refused(tmp_path):
     assert 'a stream dealt as "5 shards to 2 processes x 2 lanes' in proc.stderr, proc.stderr
     assert 'but this run deals it as "5 shards to 2 processes x 1 lanes' in proc.stderr, proc.stderr
     assert "HINT: resume with the same processes, num_workers and batch size" in proc.stderr, proc.stderr
+
+
+def test_a_datamodule_prepares_once_per_node_and_the_other_processes_wait(tmp_path):
+    """Two nodes of two processes: prepare_data (1.5 s) runs on each node's local rank 0 only, and
+    every process's setup finds its node's result, so none went on before it was written."""
+    port = free_port()
+    nodes = [subprocess.Popen([PROBE, "--out", str(tmp_path), "--devices", "2", "--num-nodes", "2", "--max-epochs",
+                               "1", "--datamodule"],
+                              env=clean_env({"NODE_RANK": str(n), "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port)}),
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for n in range(2)]
+    for node in nodes:
+        _, err = node.communicate(timeout=120)
+        assert node.returncode == 0, err
+    assert sorted(p.name for p in tmp_path.glob("prepared-*")) == ["prepared-node0-rank0", "prepared-node1-rank2"]
+    for rank in range(4):
+        result = json.loads((tmp_path / f"datamodule{rank}.json").read_text())
+        assert result["setup_saw_prepared"], rank
+        assert result["setups"] == ["fit"] and result["teardowns"] == ["fit"], result
+        assert result["global_step"] == 2  # 64 examples, 4 processes, batches of 8

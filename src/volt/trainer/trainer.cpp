@@ -220,6 +220,53 @@ auto Trainer::run_stage(Stage&& stage) {
   }
 }
 
+template <typename Run>
+auto Trainer::with_data_module(LightningModule& module, DataModule& data, Stage stage, Run&& run) {
+  run_stage([&] {
+    strategy().setup_environment(module);
+    const bool prepares =
+        data.prepare_data_per_node() ? plan_.topology.local_rank == 0 : plan_.topology.global_rank == 0;
+    if (prepares) data.prepare_data();
+    // The other processes read what prepare_data wrote: none goes on before it is complete.
+    strategy().barrier();
+    data.setup(stage);
+  });
+  try {
+    auto result = run();
+    data.teardown(stage);
+    return result;
+  } catch (...) {
+    // The stage's error is the one to report; a teardown that fails after it adds nothing.
+    try {
+      data.teardown(stage);
+    } catch (...) {
+    }
+    throw;
+  }
+}
+
+FitResult Trainer::fit(LightningModule& module, DataModule& data, std::string ckpt_path) {
+  return with_data_module(module, data, Stage::kFit, [&] {
+    DataLoader train = data.train_dataloader();
+    DataLoader val = data.val_dataloader();
+    return fit(module, std::move(train), std::move(val), std::move(ckpt_path));
+  });
+}
+
+EvalResult Trainer::validate(LightningModule& module, DataModule& data, const std::string& ckpt_path) {
+  return with_data_module(module, data, Stage::kValidate,
+                          [&] { return validate(module, data.val_dataloader(), ckpt_path); });
+}
+
+EvalResult Trainer::test(LightningModule& module, DataModule& data, const std::string& ckpt_path) {
+  return with_data_module(module, data, Stage::kTest, [&] { return test(module, data.test_dataloader(), ckpt_path); });
+}
+
+std::vector<torch::Tensor> Trainer::predict(LightningModule& module, DataModule& data, const std::string& ckpt_path) {
+  return with_data_module(module, data, Stage::kPredict,
+                          [&] { return predict(module, data.predict_dataloader(), ckpt_path); });
+}
+
 void Trainer::configure_loader(DataLoader& loader, bool evaluation, bool contiguous) const {
   if (plan_.use_distributed_sampler) {
     loader.configure(plan_.topology.world_size, plan_.topology.global_rank, plan_.loader_seed, !evaluation, contiguous);

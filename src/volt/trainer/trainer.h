@@ -6,6 +6,7 @@
 #include <string>
 #include <vector>
 
+#include "volt/data/data_module.h"
 #include "volt/loops/fit_result.h"
 #include "volt/module/lightning_module.h"
 #include "volt/options/trainer_options.h"
@@ -59,6 +60,17 @@ class Trainer {
   /// the data's order (the gathered ones on the CPU); the other ranks return their own part.
   std::vector<torch::Tensor> predict(LightningModule& module, DataLoader data = {}, const std::string& ckpt_path = "");
 
+  /// fit() with the data of `data`: its prepare_data (once per node; the node's other processes
+  /// wait), setup("fit"), train_dataloader and val_dataloader, then teardown("fit") also when the
+  /// fit fails. A loader `data` leaves undefined comes from the module's hook.
+  FitResult fit(LightningModule& module, DataModule& data, std::string ckpt_path = "");
+  /// validate() with `data`'s val_dataloader, between its setup("validate") and teardown.
+  EvalResult validate(LightningModule& module, DataModule& data, const std::string& ckpt_path = "");
+  /// test() with `data`'s test_dataloader, between its setup("test") and teardown.
+  EvalResult test(LightningModule& module, DataModule& data, const std::string& ckpt_path = "");
+  /// predict() with `data`'s predict_dataloader, between its setup("predict") and teardown.
+  std::vector<torch::Tensor> predict(LightningModule& module, DataModule& data, const std::string& ckpt_path = "");
+
   /// Waits for the processes this Trainer launched (ddp's local ranks) and throws volt::Error
   /// when one of them failed. Call it after the last stage to turn a failure that happened after
   /// the last collective into an error; the destructor calls it otherwise and can only print.
@@ -77,6 +89,9 @@ class Trainer {
  private:
   template <typename Stage>
   auto run_stage(Stage&& stage);
+  /// prepare_data and setup(stage) of `data`, then `run`, then teardown(stage).
+  template <typename Run>
+  auto with_data_module(LightningModule& module, DataModule& data, Stage stage, Run&& run);
   /// The console on global rank 0, a silent one elsewhere (kept alive by the caller).
   std::shared_ptr<Console> rank_console() const;
   Strategy& strategy();

@@ -1,0 +1,28 @@
+#include "volt/data/data_module.h"
+
+#include "volt/core/error.h"
+
+namespace volt {
+
+const char* to_string(Stage stage) {
+  switch (stage) {
+    case Stage::kFit:
+      return "fit";
+    case Stage::kValidate:
+      return "validate";
+    case Stage::kTest:
+      return "test";
+    case Stage::kPredict:
+      return "predict";
+  }
+  return "?";
+}
+
+Stage parse_stage(const std::string& text) {
+  for (const Stage stage : {Stage::kFit, Stage::kValidate, Stage::kTest, Stage::kPredict}) {
+    if (text == to_string(stage)) return stage;
+  }
+  throw Error(fmt::format("unknown stage '{}'; expected fit, validate, test or predict.", text));
+}
+
+}  // namespace volt
