@@ -12,28 +12,12 @@ stream. Needs Debian's python3-numpy.
     scripts/export-fashion-mnist-npy.py /tmp/small --limit 2000 --per-file 500
 """
 import argparse
-import gzip
 import sys
 from pathlib import Path
 
 import numpy as np
 
-
-def read_idx(path):
-    opener = gzip.open if path.suffix == ".gz" else open
-    with opener(path, "rb") as f:
-        data = f.read()
-    dims = data[3]
-    shape = [int.from_bytes(data[4 + 4 * i:8 + 4 * i], "big") for i in range(dims)]
-    return np.frombuffer(data, dtype=np.uint8, offset=4 + 4 * dims).reshape(shape)
-
-
-def find(data_dir, stem):
-    for name in (stem + ".gz", stem):
-        if (data_dir / name).exists():
-            return data_dir / name
-    sys.exit(f"export: {data_dir / stem}(.gz) is missing. HINT: apt-get install dataset-fashion-mnist, or pass "
-             "--data-dir with the IDX files.")
+from fashion_mnist_idx import find, read_idx
 
 
 def write(folder, images, labels, per_file):

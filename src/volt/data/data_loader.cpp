@@ -99,6 +99,11 @@ void DataLoader::set_epoch(int64_t epoch) {
   epoch_ = epoch;
 }
 
+std::vector<DataLoader> as_loaders(DataLoader loader) {
+  if (!loader.defined()) return {};
+  return {std::move(loader)};
+}
+
 std::string DataLoader::stream_layout() const {
   if (!streaming()) return "";
   return fmt::format("{} shards to {} processes x {} lanes, batch {}{}, shuffle {}{}", stream_dataset_->num_shards(),

@@ -5,6 +5,8 @@
 
 #include <memory>
 #include <optional>
+#include <string>
+#include <vector>
 
 #include "volt/data/dataset.h"
 #include "volt/data/distributed_sampler.h"
@@ -152,5 +154,9 @@ class DataLoader {
   torch::Tensor epoch_indices_;
   int64_t epoch_ = -1;
 };
+
+/// `{loader}`, or none when `loader` is undefined: a single-loader hook as the several-loader
+/// hooks' default (LightningModule::val_dataloaders).
+std::vector<DataLoader> as_loaders(DataLoader loader);
 
 }  // namespace volt

@@ -18,6 +18,10 @@ const char* to_string(Stage stage) {
   return "?";
 }
 
+std::vector<DataLoader> DataModule::val_dataloaders() { return as_loaders(val_dataloader()); }
+
+std::vector<DataLoader> DataModule::test_dataloaders() { return as_loaders(test_dataloader()); }
+
 Stage parse_stage(const std::string& text) {
   for (const Stage stage : {Stage::kFit, Stage::kValidate, Stage::kTest, Stage::kPredict}) {
     if (text == to_string(stage)) return stage;

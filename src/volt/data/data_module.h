@@ -6,6 +6,7 @@
 #pragma once
 
 #include <string>
+#include <vector>
 
 #include "volt/data/data_loader.h"
 
@@ -45,6 +46,11 @@ class DataModule {
   virtual DataLoader test_dataloader() { return {}; }
   /// The prediction data (undefined: the module's predict_dataloader).
   virtual DataLoader predict_dataloader() { return {}; }
+  /// Several validation loaders (see LightningModule::val_dataloaders); the default is
+  /// val_dataloader() alone, none when it is undefined (then the module's are used).
+  virtual std::vector<DataLoader> val_dataloaders();
+  /// Several test loaders; the default is test_dataloader() alone.
+  virtual std::vector<DataLoader> test_dataloaders();
 };
 
 }  // namespace volt

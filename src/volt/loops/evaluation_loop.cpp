@@ -2,6 +2,7 @@
 
 #include <torch/torch.h>
 
+#include "volt/core/error.h"
 #include "volt/data/data_loader.h"
 #include "volt/loops/step_feed.h"
 #include "volt/module/lightning_module.h"
@@ -48,6 +49,13 @@ const char* bar_title(EvalStage stage) {
 
 EvalCounts EvaluationLoop::run(LightningModule& module, const DataLoader& loader, std::optional<int64_t> batches,
                                EvalStage stage, ResultCollection& results) const {
+  return run(module, std::vector<DataLoader>{loader}, {batches}, stage, results);
+}
+
+EvalCounts EvaluationLoop::run(LightningModule& module, const std::vector<DataLoader>& loaders,
+                               const std::vector<std::optional<int64_t>>& batches, EvalStage stage,
+                               ResultCollection& results) const {
+  VOLT_INTERNAL_ASSERT(loaders.size() == batches.size(), "{} loaders, {} batch counts", loaders.size(), batches.size());
   const bool test = stage == EvalStage::kTest;
   const TrainingModeScope eval_mode(module, /*training=*/false);
   const MetricSinkScope sink(module, &results);
@@ -57,33 +65,45 @@ EvalCounts EvaluationLoop::run(LightningModule& module, const DataLoader& loader
   } else {
     module.on_validation_epoch_start();
   }
-  if (bar_) bar_->start(bar_title(stage), 0, batches.value_or(-1));
   EvalCounts counts;
-  StepFeed feed(loader, 0, batches, strategy_.topology().world_size, count_across(strategy_));
-  for (int64_t i = 0; feed.has_step(); ++i) {
-    const StepInput input = feed.take();
-    const Batch batch = prepare_batch(input.batch, device_, precision_);
-    // A dry process's replay keeps its collectives (sync_dist on_step logs) in line and logs nothing.
-    std::optional<ResultCollection> kept;
-    if (input.joined) {
-      kept = results;
-    } else {
-      counts.examples += batch.size();
-    }
-    results.set_batch_size(batch.size());
-    {
-      const AutocastGuard autocast = precision_.forward_context();
-      if (test) {
-        module.test_step(batch, i);
+  const auto passes = static_cast<int64_t>(loaders.size());
+  for (int64_t k = 0; k < passes; ++k) {
+    const DataLoader& loader = loaders[static_cast<size_t>(k)];
+    const std::optional<int64_t> limit = batches[static_cast<size_t>(k)];
+    if (limit && *limit <= 0) continue;
+    // Lightning's add_dataloader_idx: names tell the loaders apart only when there are several.
+    results.set_name_suffix(passes > 1 ? fmt::format("/dataloader_idx_{}", k) : "");
+    module.set_dataloader_idx(k);
+    if (bar_) bar_->start(bar_title(stage), 0, limit.value_or(-1));
+    StepFeed feed(loader, 0, limit, strategy_.topology().world_size, count_across(strategy_));
+    for (int64_t i = 0; feed.has_step(); ++i) {
+      const StepInput input = feed.take();
+      const Batch batch = prepare_batch(input.batch, device_, precision_);
+      // A dry process's replay keeps its collectives (sync_dist on_step logs) in line and logs nothing.
+      std::optional<ResultCollection> kept;
+      if (input.joined) {
+        kept = results;
       } else {
-        module.validation_step(batch, i);
+        counts.examples += batch.size();
       }
+      results.set_batch_size(batch.size());
+      {
+        const AutocastGuard autocast = precision_.forward_context();
+        if (test) {
+          module.test_step(batch, i);
+        } else {
+          module.validation_step(batch, i);
+        }
+      }
+      if (kept) results = std::move(*kept);
+      if (bar_) bar_->update(i + 1, {});
+      ++counts.batches;
+      feed.last();
     }
-    if (kept) results = std::move(*kept);
-    if (bar_) bar_->update(i + 1, {});
-    counts.batches = i + 1;
-    feed.last();
+    if (bar_ && k + 1 < passes) bar_->finish({});
   }
+  results.set_name_suffix("");
+  module.set_dataloader_idx(0);
   if (test) {
     module.on_test_epoch_end();
   } else {

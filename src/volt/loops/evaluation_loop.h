@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "volt/data/dataset.h"
 
@@ -52,6 +53,11 @@ class EvaluationLoop {
   /// means; a process whose stream ran dry steps along on a replay batch that counts nothing.
   EvalCounts run(LightningModule& module, const DataLoader& loader, std::optional<int64_t> batches, EvalStage stage,
                  ResultCollection& results) const;
+  /// Evaluates `loaders` one after another in one pass (epoch hooks once, one reduction at the
+  /// end), `batches[k]` batches of loader k; with more than one loader, the step reads k from
+  /// LightningModule::dataloader_idx() and its values are logged as "<name>/dataloader_idx_<k>".
+  EvalCounts run(LightningModule& module, const std::vector<DataLoader>& loaders,
+                 const std::vector<std::optional<int64_t>>& batches, EvalStage stage, ResultCollection& results) const;
 
  private:
   Strategy& strategy_;

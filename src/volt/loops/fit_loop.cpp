@@ -125,7 +125,7 @@ bool FitLoop::validates_in_epoch(int64_t epoch) const {
 void FitLoop::run_validation() {
   progress_.validation_pending = false;
   val_results_.reset();
-  data_.val.set_epoch(0);
+  for (DataLoader& loader : data_.val) loader.set_epoch(0);
   EvaluationLoop(parts_.strategy, parts_.precision, parts_.plan.root_device(), eval_bar_.get())
       .run(data_.module, data_.val, data_.num_val_batches, EvalStage::kValidation, val_results_);
   parts_.metrics.publish_epoch(val_results_, progress_.epoch, progress_.global_step);
@@ -185,14 +185,21 @@ void FitLoop::at_epoch_end() {
 void FitLoop::sanity_check() {
   const RunPlan& plan = parts_.plan;
   if (!data_.has_validation) return;
-  std::optional<int64_t> n = data_.num_val_batches;
-  if (plan.num_sanity_val_steps != -1) n = std::min(plan.num_sanity_val_steps, n.value_or(plan.num_sanity_val_steps));
-  if (n && *n <= 0) return;
+  // Lightning's num_sanity_val_steps counts batches per loader.
+  std::vector<std::optional<int64_t>> n = data_.num_val_batches;
+  bool any = false;
+  for (std::optional<int64_t>& batches : n) {
+    if (plan.num_sanity_val_steps != -1) {
+      batches = std::min(plan.num_sanity_val_steps, batches.value_or(plan.num_sanity_val_steps));
+    }
+    any = any || !batches || *batches > 0;
+  }
+  if (!any) return;
   // The sanity check must not change the run: keep the RNG stream as it was.
   auto generator = at::detail::getDefaultCPUGenerator();
   const torch::Tensor rng = generator.get_state();
   ResultCollection throwaway(/*training=*/false);
-  data_.val.set_epoch(0);
+  for (DataLoader& loader : data_.val) loader.set_epoch(0);
   EvaluationLoop(parts_.strategy, parts_.precision, plan.root_device(), eval_bar_.get())
       .run(data_.module, data_.val, n, EvalStage::kSanityCheck, throwaway);
   generator.set_state(rng);

@@ -50,14 +50,15 @@ struct FitData {
   LightningModule& module;
   /// Training batches.
   DataLoader& train;
-  /// Validation batches (may be undefined when there is no validation).
-  DataLoader& val;
+  /// The validation loaders, run one after another (none: no validation).
+  std::vector<DataLoader>& val;
   /// The module's optimizers and schedulers.
   const OptimizerConfig& optimization;
   /// Training batches per epoch (after limit_train_batches); unset: until the stream ends.
   std::optional<int64_t> num_train_batches;
-  /// Validation batches per run (after limit_val_batches); unset: until the stream ends.
-  std::optional<int64_t> num_val_batches;
+  /// Validation batches per run of each loader (after limit_val_batches); unset: until the
+  /// stream ends.
+  std::vector<std::optional<int64_t>> num_val_batches;
   /// Whether there is validation at all (data, and a limit above 0).
   bool has_validation = false;
   /// Training batches between validations within an epoch (val_check_interval); unset: only at

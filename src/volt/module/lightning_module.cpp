@@ -27,6 +27,10 @@ ThreadMetricSinkScope::~ThreadMetricSinkScope() { t_thread_sink = previous_; }
 
 LightningModule::~LightningModule() = default;
 
+std::vector<DataLoader> LightningModule::val_dataloaders() { return as_loaders(val_dataloader()); }
+
+std::vector<DataLoader> LightningModule::test_dataloaders() { return as_loaders(test_dataloader()); }
+
 torch::Tensor LightningModule::training_step_end(const std::vector<torch::Tensor>& losses,
                                                  const std::vector<int64_t>& batch_sizes) {
   VOLT_INTERNAL_ASSERT(!losses.empty() && losses.size() == batch_sizes.size(), "training_step_end: {} losses, {} sizes",

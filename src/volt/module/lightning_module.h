@@ -111,6 +111,15 @@ class LightningModule : public torch::nn::Module {
   virtual DataLoader test_dataloader() { return {}; }
   /// The prediction data.
   virtual DataLoader predict_dataloader() { return {}; }
+  /// Several validation loaders (Lightning's list from val_dataloader), run one after another in
+  /// each validation; values logged while loader k runs are named "<name>/dataloader_idx_<k>"
+  /// when there is more than one. The default is val_dataloader() alone (none if undefined).
+  virtual std::vector<DataLoader> val_dataloaders();
+  /// Several test loaders, as val_dataloaders; the default is test_dataloader() alone.
+  virtual std::vector<DataLoader> test_dataloaders();
+  /// Which of the stage's loaders the current validation or test step reads (Lightning passes it
+  /// to the step as `dataloader_idx`); 0 with one loader and outside evaluation.
+  int64_t dataloader_idx() const { return dataloader_idx_; }
 
   // ---- hooks, called on every process in Lightning's order ----------------------------------
   /// Before anything else in fit().
@@ -176,6 +185,8 @@ class LightningModule : public torch::nn::Module {
   void save_hyperparameters(nlohmann::json hparams) { hparams_ = std::move(hparams); }
   /// The recorded hyperparameters (an empty object when none).
   const nlohmann::json& hparams() const { return hparams_; }
+  /// Sets what dataloader_idx() returns; the evaluation loop's business.
+  void set_dataloader_idx(int64_t index) { dataloader_idx_ = index; }
 
   /// Installs (or clears with nullptr) where log() sends values; the Trainer's business.
   void set_metric_sink(MetricSink* sink) { sink_ = sink; }
@@ -184,6 +195,7 @@ class LightningModule : public torch::nn::Module {
 
  private:
   MetricSink* sink_ = nullptr;
+  int64_t dataloader_idx_ = 0;
   nlohmann::json hparams_ = nlohmann::json::object();
 };
 

@@ -13,7 +13,7 @@ void ResultCollection::log(const std::string& name, const torch::Tensor& value, 
              "log('{}') got a tensor of shape {}; expected a single value. HINT: reduce it first, "
              "e.g. with .mean().",
              name, value.defined() ? c10::str(value.sizes()) : std::string("(undefined)"));
-  auto [it, inserted] = entries_.try_emplace(name);
+  auto [it, inserted] = entries_.try_emplace(suffix_.empty() ? name : name + suffix_);
   Entry& entry = it->second;
   if (inserted) {
     entry.options = options;

@@ -30,6 +30,9 @@ class ResultCollection : public MetricSink {
 
   /// The weight of the next logged means (the current batch's example count).
   void set_batch_size(int64_t batch_size) { batch_size_ = batch_size; }
+  /// Appended to every name logged from now on ("/dataloader_idx_1" while a stage's second
+  /// loader runs; empty: none).
+  void set_name_suffix(std::string suffix) { suffix_ = std::move(suffix); }
   void log(const std::string& name, const torch::Tensor& value, const LogOptions& options) override;
 
   /// Values logged with on_step since the last step_metrics call for `target`.
@@ -60,6 +63,7 @@ class ResultCollection : public MetricSink {
   bool training_;
   SyncFn sync_;
   int64_t batch_size_ = 1;
+  std::string suffix_;
   std::map<std::string, Entry> entries_;
 };
 

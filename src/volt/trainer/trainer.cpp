@@ -248,18 +248,19 @@ auto Trainer::with_data_module(LightningModule& module, DataModule& data, Stage 
 FitResult Trainer::fit(LightningModule& module, DataModule& data, std::string ckpt_path) {
   return with_data_module(module, data, Stage::kFit, [&] {
     DataLoader train = data.train_dataloader();
-    DataLoader val = data.val_dataloader();
-    return fit(module, std::move(train), std::move(val), std::move(ckpt_path));
+    std::vector<DataLoader> val = data.val_dataloaders();
+    return run_stage([&] { return fit_stage(module, std::move(train), std::move(val), ckpt_path); });
   });
 }
 
 EvalResult Trainer::validate(LightningModule& module, DataModule& data, const std::string& ckpt_path) {
   return with_data_module(module, data, Stage::kValidate,
-                          [&] { return validate(module, data.val_dataloader(), ckpt_path); });
+                          [&] { return evaluate(module, data.val_dataloaders(), ckpt_path, /*test=*/false); });
 }
 
 EvalResult Trainer::test(LightningModule& module, DataModule& data, const std::string& ckpt_path) {
-  return with_data_module(module, data, Stage::kTest, [&] { return test(module, data.test_dataloader(), ckpt_path); });
+  return with_data_module(module, data, Stage::kTest,
+                          [&] { return evaluate(module, data.test_dataloaders(), ckpt_path, /*test=*/true); });
 }
 
 std::vector<torch::Tensor> Trainer::predict(LightningModule& module, DataModule& data, const std::string& ckpt_path) {
@@ -290,10 +291,13 @@ LastCheckpointSearch Trainer::last_search(const std::string& log_dir) const {
 }
 
 FitResult Trainer::fit(LightningModule& module, DataLoader train, DataLoader val, std::string ckpt_path) {
-  return run_stage([&] { return fit_stage(module, std::move(train), std::move(val), ckpt_path); });
+  std::vector<DataLoader> vals;
+  if (val.defined()) vals.push_back(std::move(val));
+  return run_stage([&] { return fit_stage(module, std::move(train), std::move(vals), ckpt_path); });
 }
 
-FitResult Trainer::fit_stage(LightningModule& module, DataLoader train, DataLoader val, const std::string& ckpt_path) {
+FitResult Trainer::fit_stage(LightningModule& module, DataLoader train, std::vector<DataLoader> val,
+                             const std::string& ckpt_path) {
   const internal::ProcessSettingsScope settings(plan_, /*seed=*/true);
   internal::StopSignalGuard signals;
   Strategy& strategy = this->strategy();
@@ -306,16 +310,21 @@ FitResult Trainer::fit_stage(LightningModule& module, DataLoader train, DataLoad
              "{} has no training data: train_dataloader() returned none and fit() was given none. HINT: override "
              "train_dataloader() or pass a volt::DataLoader to fit().",
              module.name());
-  if (!val.defined()) val = module.val_dataloader();
+  if (val.empty()) val = module.val_dataloaders();
   configure_loader(train, /*evaluation=*/false);
   const std::optional<int64_t> num_train_batches =
       batches_to_run(train, plan_.limit_train_batches, "limit_train_batches");
-  std::optional<int64_t> num_val_batches = 0;
-  if (val.defined()) {
-    configure_loader(val, /*evaluation=*/true);
-    num_val_batches = batches_to_run(val, plan_.limit_val_batches, "limit_val_batches");
+  std::vector<std::optional<int64_t>> num_val_batches;
+  bool has_validation = false;
+  for (DataLoader& loader : val) {
+    VOLT_CHECK(loader.defined(),
+               "{}::val_dataloaders() returned an undefined loader among {}. HINT: return only "
+               "loaders that have data.",
+               module.name(), val.size());
+    configure_loader(loader, /*evaluation=*/true);
+    num_val_batches.push_back(batches_to_run(loader, plan_.limit_val_batches, "limit_val_batches"));
+    has_validation = has_validation || !num_val_batches.back() || *num_val_batches.back() > 0;
   }
-  const bool has_validation = val.defined() && (!num_val_batches || *num_val_batches > 0);
   std::optional<int64_t> val_interval;
   if (!plan_.val_check_interval.is_fraction()) {
     val_interval = plan_.val_check_interval.count();
@@ -425,24 +434,29 @@ void Trainer::load_weights(LightningModule& module, const std::string& ckpt_path
   if (!path.empty()) load_module_weights(checkpointer_->load(path), module, path);
 }
 
-EvalResult Trainer::evaluate(LightningModule& module, DataLoader loader, const std::string& ckpt_path, bool test) {
+EvalResult Trainer::evaluate(LightningModule& module, std::vector<DataLoader> loaders, const std::string& ckpt_path,
+                             bool test) {
   return run_stage([&] {
     const internal::ProcessSettingsScope settings(plan_, /*seed=*/false);
     strategy().setup_environment(module);
     const char* stage = test ? "test" : "validate";
-    if (!loader.defined()) loader = test ? module.test_dataloader() : module.val_dataloader();
-    VOLT_CHECK(loader.defined(),
+    if (loaders.empty()) loaders = test ? module.test_dataloaders() : module.val_dataloaders();
+    VOLT_CHECK(!loaders.empty(),
                "{}() has no data: {}_dataloader() returned none and none was passed. HINT: override "
                "{}_dataloader() or pass a volt::DataLoader.",
                stage, test ? "test" : "val", test ? "test" : "val");
     load_weights(module, ckpt_path);
     precision_->convert_module(module);
     place_module(module, plan_.root_device());
-    configure_loader(loader, /*evaluation=*/true);
-    loader.set_epoch(0);
-    const std::optional<int64_t> batches =
-        batches_to_run(loader, test ? plan_.limit_test_batches : plan_.limit_val_batches,
-                       test ? "limit_test_batches" : "limit_val_batches");
+    std::vector<std::optional<int64_t>> batches;
+    for (DataLoader& loader : loaders) {
+      VOLT_CHECK(loader.defined(), "{}() got an undefined loader among {}. HINT: pass only loaders that have data.",
+                 stage, loaders.size());
+      configure_loader(loader, /*evaluation=*/true);
+      loader.set_epoch(0);
+      batches.push_back(batches_to_run(loader, test ? plan_.limit_test_batches : plan_.limit_val_batches,
+                                       test ? "limit_test_batches" : "limit_val_batches"));
+    }
     const std::shared_ptr<Console> console_ptr = rank_console();
     Console& console = *console_ptr;
     const std::unique_ptr<ProgressBar> bar = make_progress_bar(plan_.shows_progress(), console);
@@ -451,7 +465,7 @@ EvalResult Trainer::evaluate(LightningModule& module, DataLoader loader, const s
     out.stage = stage;
     const EvalCounts counts =
         EvaluationLoop(strategy(), *precision_, plan_.root_device(), bar.get())
-            .run(module, loader, batches, test ? EvalStage::kTest : EvalStage::kValidation, results);
+            .run(module, loaders, batches, test ? EvalStage::kTest : EvalStage::kValidation, results);
     out.batches = counts.batches;
     out.examples = counts.examples;
     out.metrics = results.epoch_metrics(MetricTarget::kCallback);
@@ -462,11 +476,15 @@ EvalResult Trainer::evaluate(LightningModule& module, DataLoader loader, const s
 }
 
 EvalResult Trainer::validate(LightningModule& module, DataLoader val, const std::string& ckpt_path) {
-  return evaluate(module, std::move(val), ckpt_path, /*test=*/false);
+  std::vector<DataLoader> loaders;
+  if (val.defined()) loaders.push_back(std::move(val));
+  return evaluate(module, std::move(loaders), ckpt_path, /*test=*/false);
 }
 
 EvalResult Trainer::test(LightningModule& module, DataLoader test, const std::string& ckpt_path) {
-  return evaluate(module, std::move(test), ckpt_path, /*test=*/true);
+  std::vector<DataLoader> loaders;
+  if (test.defined()) loaders.push_back(std::move(test));
+  return evaluate(module, std::move(loaders), ckpt_path, /*test=*/true);
 }
 
 std::vector<torch::Tensor> Trainer::predict(LightningModule& module, DataLoader data, const std::string& ckpt_path) {

@@ -98,8 +98,10 @@ class Trainer {
   LastCheckpointSearch last_search(const std::string& log_dir) const;
   void configure_loader(DataLoader& loader, bool evaluation, bool contiguous = false) const;
   void load_weights(LightningModule& module, const std::string& ckpt_path);
-  EvalResult evaluate(LightningModule& module, DataLoader loader, const std::string& ckpt_path, bool test);
-  FitResult fit_stage(LightningModule& module, DataLoader train, DataLoader val, const std::string& ckpt_path);
+  EvalResult evaluate(LightningModule& module, std::vector<DataLoader> loaders, const std::string& ckpt_path,
+                      bool test);
+  FitResult fit_stage(LightningModule& module, DataLoader train, std::vector<DataLoader> val,
+                      const std::string& ckpt_path);
 
   TrainerOptions options_;
   RunPlan plan_;

@@ -68,6 +68,41 @@ TEST(Stage, NamesRoundTrip) {
   EXPECT_THROW(parse_stage("train"), Error);
 }
 
+/// TinyModule with two validation loaders (8 and 12 examples) and two test loaders, recording
+/// which loader each evaluation step read.
+class TwoLoaders : public TinyModule {
+ public:
+  TwoLoaders() : TinyModule({.val_size = 8}) {}
+  std::vector<DataLoader> val_dataloaders() override {
+    return {DataLoader(make_dataset(8, 2, 1), {.batch_size = 4}),
+            DataLoader(make_dataset(12, 3, 1), {.batch_size = 4})};
+  }
+  std::vector<DataLoader> test_dataloaders() override { return val_dataloaders(); }
+  void validation_step(const Batch& batch, int64_t batch_idx) override {
+    seen_idx.push_back(dataloader_idx());
+    TinyModule::validation_step(batch, batch_idx);
+  }
+  std::vector<int64_t> seen_idx;
+};
+
+TEST_F(TrainerTest, SeveralValidationLoadersNameTheirMetricsByDataloaderIdx) {
+  TwoLoaders module;
+  Trainer trainer = make_trainer({.max_epochs = 1, .num_sanity_val_steps = 1, .enable_checkpointing = false});
+  const FitResult fit = trainer.fit(module);
+  // The sanity check takes one batch of each loader; validation all 2 + 3.
+  EXPECT_EQ(module.seen_idx, (std::vector<int64_t>{0, 1, 0, 0, 1, 1, 1}));
+  EXPECT_EQ(module.count("on_validation_epoch_start"), 2);  // once per run, not per loader
+  EXPECT_EQ(fit.metrics.at("val/examples/dataloader_idx_0"), 8);
+  EXPECT_EQ(fit.metrics.at("val/examples/dataloader_idx_1"), 12);
+  EXPECT_EQ(fit.metrics.count("val/loss/dataloader_idx_1"), 1u);
+  EXPECT_EQ(fit.metrics.count("val/loss"), 0u);
+  const EvalResult test = trainer.test(module);
+  EXPECT_EQ(test.examples, 20);
+  EXPECT_EQ(test.batches, 5);
+  EXPECT_EQ(test.metrics.count("test/loss/dataloader_idx_0"), 1u);
+  EXPECT_EQ(module.dataloader_idx(), 0) << "dataloader_idx is 0 again outside evaluation";
+}
+
 /// TinyModule's regression data as a stream of uneven shards.
 class RegressionStream : public IterableDataset {
  public:
