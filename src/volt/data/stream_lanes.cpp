@@ -43,20 +43,27 @@ Lane::Lane(std::shared_ptr<const IterableDataset> dataset, std::vector<int64_t> 
            uint64_t seed)
     : dataset_(std::move(dataset)), shards_(std::move(shards)), options_(std::move(options)), random_(seed) {}
 
+ExampleReader& Lane::reader() {
+  if (!reader_) {
+    reader_ = dataset_->open(shards_[shard_]);
+    read_in_shard_ = 0;
+    VOLT_CHECK(reader_ != nullptr, "{} opened no reader. HINT: IterableDataset::open must return a reader.",
+               dataset_->describe(shards_[shard_]));
+  }
+  return *reader_;
+}
+
+void Lane::next_shard() {
+  reader_.reset();
+  ++shard_;
+}
+
 std::optional<Example> Lane::read() {
-  while (shard_ < shards_.size()) {
-    if (!reader_) {
-      reader_ = dataset_->open(shards_[shard_]);
-      read_in_shard_ = 0;
-      VOLT_CHECK(reader_ != nullptr, "{} opened no reader. HINT: IterableDataset::open must return a reader.",
-                 dataset_->describe(shards_[shard_]));
-    }
-    if (std::optional<Example> example = reader_->next()) {
+  for (; shard_ < shards_.size(); next_shard()) {
+    if (std::optional<Example> example = reader().next()) {
       ++read_in_shard_;
       return example;
     }
-    reader_.reset();
-    ++shard_;
   }
   return std::nullopt;
 }
@@ -87,17 +94,10 @@ int64_t Lane::skip_examples(int64_t count) {
   }
   int64_t skipped = 0;
   while (skipped < count && shard_ < shards_.size()) {
-    if (!reader_) {
-      reader_ = dataset_->open(shards_[shard_]);
-      read_in_shard_ = 0;
-    }
-    const int64_t n = reader_->skip(count - skipped);
+    const int64_t n = reader().skip(count - skipped);
     skipped += n;
     read_in_shard_ += n;
-    if (skipped < count) {
-      reader_.reset();
-      ++shard_;
-    }
+    if (skipped < count) next_shard();
   }
   return skipped;
 }

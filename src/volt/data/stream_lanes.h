@@ -61,6 +61,8 @@ class Lane {
  private:
   std::optional<Example> next_example();
   std::optional<Example> read();
+  ExampleReader& reader();  // the current shard's, opened on first use
+  void next_shard();
   int64_t skip_examples(int64_t count);
 
   std::shared_ptr<const IterableDataset> dataset_;

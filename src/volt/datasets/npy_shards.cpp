@@ -111,24 +111,26 @@ class NpyReader : public ExampleReader {
             const NpyHeader* target, int64_t first, int64_t count, int64_t global, const Transform& transform)
       : data_(data_path, data.data_offset + first * data.row_bytes, count * data.row_bytes),
         data_header_(data),
+        data_shape_(data.shape.begin() + 1, data.shape.end()),
         count_(count),
         global_(global),
         transform_(transform) {
     if (target_path) {
       target_.emplace(*target_path, target->data_offset + first * target->row_bytes, count * target->row_bytes);
       target_header_ = *target;
+      target_shape_.assign(target->shape.begin() + 1, target->shape.end());
     }
   }
 
   std::optional<Example> next() override {
     if (next_ >= count_) return std::nullopt;
     Example e;
-    e.data = row(data_.data(), data_header_, next_);
+    e.data = row(data_.data(), data_header_, data_shape_, next_);
     if (transform_) {
       at::Generator generator = example_generator(global_ + next_);
       e.data = transform_(e.data, generator);
     }
-    if (target_) e.target = row(target_->data(), target_header_, next_);
+    if (target_) e.target = row(target_->data(), target_header_, target_shape_, next_);
     ++next_;
     if ((next_ * data_header_.row_bytes) - released_ >= kReleaseEvery) {
       released_ = next_ * data_header_.row_bytes;
@@ -146,15 +148,16 @@ class NpyReader : public ExampleReader {
 
  private:
   /// Row `i` as a tensor of its own (the map goes away with the reader).
-  static torch::Tensor row(const uint8_t* base, const NpyHeader& header, int64_t i) {
-    const std::vector<int64_t> shape(header.shape.begin() + 1, header.shape.end());
+  static torch::Tensor row(const uint8_t* base, const NpyHeader& header, const std::vector<int64_t>& shape, int64_t i) {
     return torch::from_blob(const_cast<uint8_t*>(base + i * header.row_bytes), shape, header.dtype).clone();
   }
 
   MappedBytes data_;
   NpyHeader data_header_;
+  std::vector<int64_t> data_shape_;  // one example's shape: the header's without its first dimension
   std::optional<MappedBytes> target_;
   NpyHeader target_header_;
+  std::vector<int64_t> target_shape_;
   int64_t count_;
   int64_t global_;
   const Transform& transform_;

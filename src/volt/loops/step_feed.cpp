@@ -25,14 +25,8 @@ bool StepFeed::has_step() {
     return false;
   }
   if (!streaming_) return true;
-  if (!with_data_) {
-    if (!pending_count_) {
-      const int64_t mine = stream_.has_next() ? 1 : 0;
-      pending_count_ = world_size_ > 1 ? start_sum_(mine) : [mine] { return mine; };
-    }
-    with_data_ = pending_count_();
-    pending_count_ = nullptr;
-  }
+  if (!with_data_ && !pending_count_) start_count();  // the pass's first step
+  read_count();
   // Every process sees the same count, so they all refuse together instead of some training on.
   VOLT_CHECK(next_ != 0 || *with_data_ == 0 || *with_data_ == world_size_,
              "{} of {} processes have no data in this pass of the stream: it has fewer shards than processes x "
@@ -62,13 +56,21 @@ StepInput StepFeed::take() {
   }
   ++next_;
   with_data_.reset();
-  if (streaming_ && !reached_end()) {
-    // Read the next batch ahead and start counting who has one; the step's forward pass gives
-    // the count time to arrive before last() needs it.
-    const int64_t mine = stream_.has_next() ? 1 : 0;
-    pending_count_ = world_size_ > 1 ? start_sum_(mine) : [mine] { return mine; };
-  }
+  // Read the next batch ahead and start counting who has one; the step's forward pass gives the
+  // count time to arrive before last() needs it.
+  if (streaming_ && !reached_end()) start_count();
   return input;
+}
+
+void StepFeed::start_count() {
+  const int64_t mine = stream_.has_next() ? 1 : 0;
+  pending_count_ = world_size_ > 1 ? start_sum_(mine) : [mine] { return mine; };
+}
+
+void StepFeed::read_count() {
+  if (with_data_) return;
+  with_data_ = pending_count_();
+  pending_count_ = nullptr;
 }
 
 bool StepFeed::last() {
@@ -77,10 +79,7 @@ bool StepFeed::last() {
     return true;
   }
   if (!streaming_) return false;
-  if (!with_data_) {
-    with_data_ = pending_count_();
-    pending_count_ = nullptr;
-  }
+  read_count();
   if (*with_data_ == 0) finished_ = true;
   return finished_;
 }

@@ -57,6 +57,10 @@ class StepFeed {
 
  private:
   bool reached_end() const { return end_ && next_ >= *end_; }
+  // Starts counting the processes that have a batch for step next_.
+  void start_count();
+  // Waits for that count (once per step) into with_data_.
+  void read_count();
 
   BatchStream stream_;
   bool streaming_;
