@@ -1,5 +1,14 @@
 #include <gtest/gtest.h>
+#include <torch/torch.h>
 
+#include <condition_variable>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <variant>
+#include <vector>
+
+#include "volt/base/collectives.h"
 #include "volt/base/monitor_mode.h"
 #include "volt/base/reduce.h"
 #include "volt/base/state_dict.h"
@@ -38,3 +47,106 @@ TEST(StateDict, StartsEmptyWithStringKeys) {
 
 }  // namespace
 }  // namespace volt
+
+namespace {
+
+// An in-process all-gather of equal shapes over `ranks` threads: each thread deposits its
+// tensor, waits for the others, and takes everyone's (what c10d's allgather does across processes).
+class ThreadGather {
+ public:
+  explicit ThreadGather(int64_t ranks) : slots_(static_cast<size_t>(ranks)) {}
+
+  std::vector<torch::Tensor> gather(int64_t rank, const torch::Tensor& mine) {
+    std::unique_lock<std::mutex> lock(mutex_);
+    const int64_t round = round_;
+    slots_[static_cast<size_t>(rank)] = mine.clone();
+    if (++arrived_ == static_cast<int64_t>(slots_.size())) {
+      result_ = slots_;
+      arrived_ = 0;
+      ++round_;
+      changed_.notify_all();
+    } else {
+      changed_.wait(lock, [&] { return round_ != round; });
+    }
+    return result_;
+  }
+
+ private:
+  std::mutex mutex_;
+  std::condition_variable changed_;
+  std::vector<torch::Tensor> slots_;
+  std::vector<torch::Tensor> result_;
+  int64_t arrived_ = 0;
+  int64_t round_ = 0;
+};
+
+// Runs all_gather_uneven on one thread per tensor; returns each rank's result or error message.
+std::vector<std::variant<std::vector<torch::Tensor>, std::string>> gather_on_threads(
+    const std::vector<torch::Tensor>& tensors) {
+  ThreadGather fake(static_cast<int64_t>(tensors.size()));
+  std::vector<std::variant<std::vector<torch::Tensor>, std::string>> results(tensors.size());
+  std::vector<std::thread> threads;
+  for (size_t r = 0; r < tensors.size(); ++r) {
+    threads.emplace_back([&, r] {
+      try {
+        results[r] = volt::all_gather_uneven(
+            tensors[r], [&](const torch::Tensor& t) { return fake.gather(static_cast<int64_t>(r), t); });
+      } catch (const volt::Error& e) {
+        results[r] = std::string(e.what());
+      }
+    });
+  }
+  for (auto& thread : threads) thread.join();
+  return results;
+}
+
+}  // namespace
+
+TEST(Collectives, LocalOnesChangeNothing) {
+  volt::Collectives& local = volt::local_collectives();
+  torch::Tensor t = torch::tensor({1.0, 2.0});
+  local.all_reduce(t, volt::Reduce::kSum);
+  EXPECT_TRUE(torch::equal(t, torch::tensor({1.0, 2.0})));
+  const std::vector<torch::Tensor> all = local.all_gather(t);
+  ASSERT_EQ(all.size(), 1U);
+  EXPECT_TRUE(torch::equal(all[0], t));
+  EXPECT_EQ(local.world_size(), 1);
+}
+
+TEST(Collectives, GathersRowsOfDifferentCountsWithoutPadding) {
+  const std::vector<torch::Tensor> tensors = {torch::arange(6, torch::kFloat).reshape({3, 2}),
+                                              torch::empty({0, 2}, torch::kFloat),
+                                              torch::arange(10, 14, torch::kFloat).reshape({2, 2})};
+  const auto results = gather_on_threads(tensors);
+  for (const auto& result : results) {
+    ASSERT_TRUE(std::holds_alternative<std::vector<torch::Tensor>>(result)) << std::get<std::string>(result);
+    const auto& all = std::get<std::vector<torch::Tensor>>(result);
+    ASSERT_EQ(all.size(), tensors.size());
+    for (size_t r = 0; r < tensors.size(); ++r) {
+      EXPECT_EQ(all[r].sizes(), tensors[r].sizes()) << "rank " << r;
+      EXPECT_TRUE(torch::equal(all[r], tensors[r])) << "rank " << r;
+    }
+  }
+}
+
+TEST(Collectives, GathersScalars) {
+  const auto results = gather_on_threads({torch::tensor(1.5), torch::tensor(-2.0)});
+  const auto& all = std::get<std::vector<torch::Tensor>>(results[1]);
+  ASSERT_EQ(all.size(), 2U);
+  EXPECT_EQ(all[0].item<float>(), 1.5F);
+  EXPECT_EQ(all[1].item<float>(), -2.0F);
+}
+
+TEST(Collectives, ShapesThatDifferBeyondTheFirstDimensionFailOnEveryRankNamingEach) {
+  const auto results = gather_on_threads({torch::zeros({3, 2}), torch::zeros({2, 3}), torch::zeros({1, 2})});
+  for (const auto& result : results) {
+    ASSERT_TRUE(std::holds_alternative<std::string>(result));
+    const std::string& message = std::get<std::string>(result);
+    EXPECT_NE(message.find("rank 0 [3, 2] Float"), std::string::npos) << message;
+    EXPECT_NE(message.find("rank 1 [2, 3] Float"), std::string::npos) << message;
+    EXPECT_NE(message.find("HINT:"), std::string::npos) << message;
+  }
+  const auto dtypes = gather_on_threads({torch::zeros({1}), torch::zeros({1}, torch::kLong)});
+  EXPECT_NE(std::get<std::string>(dtypes[0]).find("rank 1 [1] Long"), std::string::npos)
+      << std::get<std::string>(dtypes[0]);
+}

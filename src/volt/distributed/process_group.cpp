@@ -244,25 +244,23 @@ std::function<double()> ProcessGroup::all_reduce_async(double value, Reduce op) 
   };
 }
 
-std::vector<std::string> ProcessGroup::all_gather_bytes(const std::string& bytes) {
+std::vector<torch::Tensor> ProcessGroup::all_gather(const torch::Tensor& tensor) {
   const auto size = static_cast<size_t>(topology_.world_size);
-  auto gather = [this, size](const torch::Tensor& mine) {
+  return all_gather_uneven(tensor, [this, size](const torch::Tensor& mine) {
     std::vector<std::vector<torch::Tensor>> outputs(1);
     for (size_t r = 0; r < size; ++r) outputs[0].push_back(torch::empty_like(mine));
     std::vector<torch::Tensor> inputs{mine};
     group_->allgather(outputs, inputs)->wait();
     return outputs[0];
-  };
-  const std::vector<torch::Tensor> lengths = gather(torch::tensor({static_cast<int64_t>(bytes.size())}, torch::kLong));
-  int64_t longest = 0;
-  for (const auto& length : lengths) longest = std::max(longest, length.item<int64_t>());
-  torch::Tensor mine = torch::zeros({std::max<int64_t>(longest, 1)}, torch::kUInt8);
-  std::memcpy(mine.data_ptr<uint8_t>(), bytes.data(), bytes.size());
-  const std::vector<torch::Tensor> padded = gather(mine);
+  });
+}
+
+std::vector<std::string> ProcessGroup::all_gather_bytes(const std::string& bytes) {
+  torch::Tensor mine = torch::empty({static_cast<int64_t>(bytes.size())}, torch::kUInt8);
+  if (!bytes.empty()) std::memcpy(mine.data_ptr<uint8_t>(), bytes.data(), bytes.size());
   std::vector<std::string> out;
-  for (size_t r = 0; r < size; ++r) {
-    out.emplace_back(reinterpret_cast<const char*>(padded[r].data_ptr<uint8_t>()),
-                     static_cast<size_t>(lengths[r].item<int64_t>()));
+  for (const torch::Tensor& each : all_gather(mine)) {
+    out.emplace_back(reinterpret_cast<const char*>(each.data_ptr<uint8_t>()), static_cast<size_t>(each.numel()));
   }
   return out;
 }

@@ -11,6 +11,7 @@
 #include <string>
 #include <vector>
 
+#include "volt/base/collectives.h"
 #include "volt/base/reduce.h"
 #include "volt/distributed/topology.h"
 
@@ -36,11 +37,11 @@ struct ProcessGroupOptions {
 
 /// A joined process group. Construction is the rendezvous: it returns once every rank joined,
 /// or throws volt::Error naming the ranks that never did (and the host each was expected on).
-class ProcessGroup {
+class ProcessGroup : public Collectives {
  public:
   /// Joins the group described by `topology`.
   ProcessGroup(const Topology& topology, const ProcessGroupOptions& options);
-  ~ProcessGroup();
+  ~ProcessGroup() override;
   ProcessGroup(const ProcessGroup&) = delete;
   ProcessGroup& operator=(const ProcessGroup&) = delete;
 
@@ -53,16 +54,21 @@ class ProcessGroup {
   void barrier();
   /// Broadcasts `tensors` from `root` in place (coalesced into few messages).
   void broadcast(std::vector<torch::Tensor> tensors, int64_t root = 0);
+  /// The number of ranks.
+  int64_t world_size() const override { return topology_.world_size; }
+  /// This process's global rank.
+  int64_t rank() const override { return topology_.global_rank; }
   /// Reduces `values` element-wise across ranks with `op`, in place (one collective).
-  void all_reduce(torch::Tensor& values, Reduce op);
+  void all_reduce(torch::Tensor& values, Reduce op) override;
+  /// Every rank's `tensor` (first dimensions may differ): all_gather_uneven over c10d's allgather.
+  std::vector<torch::Tensor> all_gather(const torch::Tensor& tensor) override;
   /// Reduces one number across ranks.
   double all_reduce(double value, Reduce op);
   /// Starts reducing one number across ranks and returns at once; the returned function waits
   /// for the result (bounded by the collective timeout). Every rank must start the same
   /// reductions in the same order, like any collective.
   std::function<double()> all_reduce_async(double value, Reduce op);
-  /// Every rank's `bytes`, indexed by rank, on every rank. Gloo has no all-gather of unequal
-  /// sizes, so this is two all-gathers: the lengths, then the bytes padded to the longest.
+  /// Every rank's `bytes`, indexed by rank, on every rank (all_gather of the bytes as a tensor).
   std::vector<std::string> all_gather_bytes(const std::string& bytes);
   /// Rank 0's `value` on every rank (two broadcasts; for short strings such as a log dir).
   std::string broadcast_string(const std::string& value);

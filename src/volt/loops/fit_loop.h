@@ -85,6 +85,8 @@ class FitLoop : public CallbackServices, private EpochHooks {
   /// signal stops it; returns why, where, and the checkpoints. Saves an HPC checkpoint first when
   /// SLURM is ending the run (requeue signal, or SIGTERM with checkpoint_on_sigterm).
   FitResult run();
+  /// Where the loop stands (the module's current_epoch and global_step read it).
+  const FitProgress& progress() const { return progress_; }
 
   void save_checkpoint(const std::string& path) override;
   void remove_checkpoint(const std::string& path) override;

@@ -1,7 +1,12 @@
 #include "volt/module/lightning_module.h"
 
+#include <iostream>
+
+#include "volt/base/collectives.h"
 #include "volt/core/error.h"
 #include "volt/core/strings.h"
+#include "volt/distributed/topology.h"
+#include "volt/module/run_view.h"
 
 namespace volt {
 
@@ -26,6 +31,46 @@ ThreadMetricSinkScope::~ThreadMetricSinkScope() { t_thread_sink = previous_; }
 }  // namespace internal
 
 LightningModule::~LightningModule() = default;
+
+int64_t LightningModule::current_epoch() const { return run_view_ ? run_view_->current_epoch() : 0; }
+
+int64_t LightningModule::global_step() const { return run_view_ ? run_view_->global_step() : 0; }
+
+int64_t LightningModule::global_rank() const { return run_view_ ? run_view_->topology().global_rank : 0; }
+
+int64_t LightningModule::local_rank() const { return run_view_ ? run_view_->topology().local_rank : 0; }
+
+int64_t LightningModule::node_rank() const { return run_view_ ? run_view_->topology().node_rank : 0; }
+
+int64_t LightningModule::world_size() const { return run_view_ ? run_view_->topology().world_size : 1; }
+
+bool LightningModule::is_global_zero() const { return global_rank() == 0; }
+
+torch::Device LightningModule::device() const {
+  if (run_view_) return run_view_->device();
+  const std::vector<torch::Tensor> params = parameters();
+  return params.empty() ? torch::Device(torch::kCPU) : params.front().device();
+}
+
+std::vector<torch::Tensor> LightningModule::all_gather(const torch::Tensor& tensor) {
+  const torch::NoGradGuard no_grad;
+  return (run_view_ ? run_view_->collectives() : local_collectives()).all_gather(tensor.detach());
+}
+
+torch::Tensor LightningModule::all_reduce(const torch::Tensor& tensor, Reduce op) {
+  const torch::NoGradGuard no_grad;
+  torch::Tensor values = tensor.detach().clone();
+  (run_view_ ? run_view_->collectives() : local_collectives()).all_reduce(values, op);
+  return values;
+}
+
+void LightningModule::print(const std::string& line) const {
+  if (!run_view_) {
+    std::cout << line << std::endl;
+  } else if (is_global_zero()) {
+    run_view_->print(line);
+  }
+}
 
 std::vector<DataLoader> LightningModule::val_dataloaders() { return as_loaders(val_dataloader()); }
 

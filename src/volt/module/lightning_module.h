@@ -10,6 +10,7 @@
 #include <string>
 #include <vector>
 
+#include "volt/base/reduce.h"
 #include "volt/base/state_dict.h"
 #include "volt/data/data_loader.h"
 #include "volt/module/log_options.h"
@@ -18,6 +19,7 @@ namespace volt {
 
 class LRScheduler;
 class MetricSink;
+class RunView;
 class ProcessGroup;
 class GradientSynchronizer;
 struct Topology;
@@ -180,6 +182,36 @@ class LightningModule : public torch::nn::Module {
   /// Logs several values with the same options.
   void log_dict(const std::map<std::string, torch::Tensor>& values, const LogOptions& options = {});
 
+  // ---- the run, as the module sees it (outside a stage: epoch 0, step 0, rank 0 of 1) --------
+  /// The epoch being trained (0-based); after fit, the epoch fit reached (Lightning's
+  /// current_epoch). Valid in every hook and step.
+  int64_t current_epoch() const;
+  /// Optimizer steps so far; inside training_step, the steps before this one.
+  int64_t global_step() const;
+  /// This process's rank among all processes.
+  int64_t global_rank() const;
+  /// This process's rank on its node.
+  int64_t local_rank() const;
+  /// This process's node.
+  int64_t node_rank() const;
+  /// How many processes train together.
+  int64_t world_size() const;
+  /// True on the process that writes logs and checkpoints (global rank 0).
+  bool is_global_zero() const;
+  /// The device the module runs on; outside a stage, its first parameter's device (CPU when it
+  /// has none).
+  torch::Device device() const;
+  /// Every process's `tensor`, indexed by global rank; the first dimension may differ between
+  /// processes (`torch::stack(all_gather(t))` gives Lightning's shape for equal ones). A
+  /// collective: every process must call it at the same point. No gradient flows back.
+  std::vector<torch::Tensor> all_gather(const torch::Tensor& tensor);
+  /// `tensor` reduced element-wise across processes (a new tensor; `tensor` is unchanged). A
+  /// collective, like all_gather.
+  torch::Tensor all_reduce(const torch::Tensor& tensor, Reduce op = Reduce::kSum);
+  /// Writes `line` on the global-zero process only (Lightning's self.print), through the run's
+  /// console so it does not tear the progress bar; outside a stage, to standard output.
+  void print(const std::string& line) const;
+
   // ---- hyperparameters -------------------------------------------------------------------------
   /// Records the hyperparameters: written to hparams.yaml and the checkpoint.
   void save_hyperparameters(nlohmann::json hparams) { hparams_ = std::move(hparams); }
@@ -188,6 +220,11 @@ class LightningModule : public torch::nn::Module {
   /// Sets what dataloader_idx() returns; the evaluation loop's business.
   void set_dataloader_idx(int64_t index) { dataloader_idx_ = index; }
 
+  /// Installs (or clears with nullptr) the view of the run; the Trainer's business.
+  void set_run_view(RunView* view) { run_view_ = view; }
+  /// The view installed by set_run_view (nullptr outside a stage).
+  RunView* run_view() const { return run_view_; }
+
   /// Installs (or clears with nullptr) where log() sends values; the Trainer's business.
   void set_metric_sink(MetricSink* sink) { sink_ = sink; }
   /// The sink installed by set_metric_sink (nullptr outside a stage).
@@ -195,6 +232,7 @@ class LightningModule : public torch::nn::Module {
 
  private:
   MetricSink* sink_ = nullptr;
+  RunView* run_view_ = nullptr;
   int64_t dataloader_idx_ = 0;
   nlohmann::json hparams_ = nlohmann::json::object();
 };
@@ -215,6 +253,23 @@ class MetricSinkScope {
  private:
   LightningModule& module_;
   MetricSink* previous_;
+};
+
+/// Installs `view` as the module's view of the run for a scope and puts the previous one back
+/// at its end, also when the stage throws, so the module never points at a finished stage.
+class RunViewScope {
+ public:
+  /// Shows `view` to `module` until the scope ends.
+  RunViewScope(LightningModule& module, RunView* view) : module_(module), previous_(module.run_view()) {
+    module.set_run_view(view);
+  }
+  ~RunViewScope() { module_.set_run_view(previous_); }
+  RunViewScope(const RunViewScope&) = delete;
+  RunViewScope& operator=(const RunViewScope&) = delete;
+
+ private:
+  LightningModule& module_;
+  RunView* previous_;
 };
 
 /// Puts a module into training or evaluation mode for a scope and restores its mode at the end,

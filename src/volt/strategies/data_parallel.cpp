@@ -14,6 +14,7 @@
 
 #include "volt/core/error.h"
 #include "volt/module/lightning_module.h"
+#include "volt/module/run_view.h"
 #include "volt/strategies/autograd_compat.h"
 
 namespace volt {
@@ -167,6 +168,26 @@ std::vector<Batch> split_batch(const Batch& batch, int64_t pieces) {
   return out;
 }
 
+namespace {
+
+// A copy's view of the run: the module's, except that the copy runs on its own device.
+class CopyView : public RunView {
+ public:
+  CopyView(const RunView& run, torch::Device device) : run_(run), device_(device) {}
+  int64_t current_epoch() const override { return run_.current_epoch(); }
+  int64_t global_step() const override { return run_.global_step(); }
+  const Topology& topology() const override { return run_.topology(); }
+  torch::Device device() const override { return device_; }
+  Collectives& collectives() const override { return run_.collectives(); }
+  void print(const std::string& line) const override { run_.print(line); }
+
+ private:
+  const RunView& run_;
+  torch::Device device_;
+};
+
+}  // namespace
+
 DataParallel::DataParallel(DataParallelOptions options) : options_(std::move(options)) {
   VOLT_CHECK(options_.replicas >= 1, "dp needs at least 1 device; got {}.", options_.replicas);
   VOLT_INTERNAL_ASSERT(options_.devices.empty() || static_cast<int64_t>(options_.devices.size()) == options_.replicas,
@@ -191,6 +212,13 @@ std::vector<LightningModule*> DataParallel::refresh_replicas(LightningModule& mo
     }
     copy->train(module.is_training());
     refresh_copy(module, *copy);
+    copy_views_.resize(copies_.size());
+    if (module.run_view() == nullptr) {
+      copy->set_run_view(nullptr);
+    } else {
+      copy_views_[r - 1] = std::make_shared<CopyView>(*module.run_view(), options_.devices[r]);
+      copy->set_run_view(copy_views_[r - 1].get());
+    }
     replicas[r] = copy.get();
   }
   return replicas;

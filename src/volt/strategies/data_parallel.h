@@ -13,6 +13,8 @@
 
 namespace volt {
 
+class RunView;
+
 class LightningModule;
 
 /// Options of DataParallel.
@@ -77,6 +79,8 @@ class DataParallel {
   DataParallelOptions options_;
   /// Copies for replicas 1.. (devices given), made once by make_replica.
   std::vector<std::shared_ptr<LightningModule>> copies_;
+  /// What each copy sees of the run: the module's view with the copy's own device.
+  std::vector<std::shared_ptr<RunView>> copy_views_;
 };
 
 }  // namespace volt

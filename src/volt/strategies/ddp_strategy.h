@@ -40,6 +40,7 @@ class DdpStrategy : public Strategy {
   void reduce(torch::Tensor& values, Reduce op) override;
   double reduce(double value, Reduce op) override;
   std::function<double()> reduce_async(double value, Reduce op) override;
+  Collectives& collectives() override { return process_group(); }
   std::vector<std::string> all_gather_bytes(const std::string& bytes) override;
   void barrier() override;
   std::string broadcast_string(const std::string& value) override;

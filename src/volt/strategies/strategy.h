@@ -14,6 +14,7 @@
 #include <string>
 #include <vector>
 
+#include "volt/base/collectives.h"
 #include "volt/data/dataset.h"
 #include "volt/distributed/topology.h"
 #include "volt/module/log_options.h"
@@ -52,6 +53,9 @@ class Strategy {
   virtual std::function<double()> reduce_async(double value, Reduce op) {
     return [value] { return value; };
   }
+  /// The collectives over this run's processes, for modules, metrics and layers (one process:
+  /// the local ones, which change nothing). Valid after setup_environment.
+  virtual Collectives& collectives() { return local_collectives(); }
   /// Every process's `bytes`, indexed by global rank (one process: just `bytes`).
   virtual std::vector<std::string> all_gather_bytes(const std::string& bytes) { return {bytes}; }
   /// Waits for every process.

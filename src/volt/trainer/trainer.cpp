@@ -20,6 +20,7 @@
 #include "volt/loops/metric_router.h"
 #include "volt/loops/prediction_loop.h"
 #include "volt/module/result_collection.h"
+#include "volt/module/run_view.h"
 #include "volt/optim/lr_scheduler.h"
 #include "volt/precision/precision_plugin.h"
 #include "volt/progress/progress_bar.h"
@@ -29,8 +30,30 @@
 #include "volt/trainer/process_setup.h"
 
 namespace volt {
-
 namespace {
+
+// The module's view of a stage: the plan's topology and device, the strategy's collectives, and
+// the fit loop's progress (or where the last fit ended).
+class StageView : public RunView {
+ public:
+  StageView(Strategy& strategy, torch::Device device, std::shared_ptr<Console> console, const FitProgress& progress)
+      : strategy_(strategy), device_(device), console_(std::move(console)), progress_(&progress) {}
+  /// Reads `progress` from now on (the fit loop's, once it exists).
+  void watch(const FitProgress& progress) { progress_ = &progress; }
+
+  int64_t current_epoch() const override { return progress_->epoch; }
+  int64_t global_step() const override { return progress_->global_step; }
+  const Topology& topology() const override { return strategy_.topology(); }
+  torch::Device device() const override { return device_; }
+  Collectives& collectives() const override { return strategy_.collectives(); }
+  void print(const std::string& line) const override { console_->info(line); }
+
+ private:
+  Strategy& strategy_;
+  torch::Device device_;
+  std::shared_ptr<Console> console_;
+  const FitProgress* progress_;
+};
 
 namespace fs = std::filesystem;
 
@@ -304,6 +327,10 @@ FitResult Trainer::fit_stage(LightningModule& module, DataLoader train, std::vec
   strategy.setup_environment(module);
   const std::shared_ptr<Console> console_ptr = rank_console();
   Console& console = *console_ptr;
+  // A fresh fit starts at epoch 0; restore() moves the loop's progress to the checkpoint's.
+  fitted_ = FitProgress{};
+  StageView view(strategy, plan_.root_device(), console_ptr, fitted_);
+  const RunViewScope viewing(module, &view);
 
   if (!train.defined()) train = module.train_dataloader();
   VOLT_CHECK(train.defined(),
@@ -393,6 +420,7 @@ FitResult Trainer::fit_stage(LightningModule& module, DataLoader train, std::vec
   // Only now, with the checkpoint found, read and restored, does the run write into its log
   // folder: a run refused for its ckpt_path, or for a checkpoint that does not fit, leaves no
   // empty version_N behind.
+  view.watch(loop.progress());
   if (resume) loop.restore(*resume);
   for (const auto& logger : metrics.loggers()) logger->log_hyperparams(module.hparams());
   // LightningCLI's SaveConfigCallback: the resolved configuration beside the logs, so a run's
@@ -403,6 +431,7 @@ FitResult Trainer::fit_stage(LightningModule& module, DataLoader train, std::vec
   }
 
   FitResult result = loop.run();
+  fitted_ = loop.progress();
   checkpointer_->remember(result.best_model_path, result.last_model_path);
   if (result.reason != StopReason::kRequeued) return result;
   // Every rank has returned from its last collective; the requeue ends this run at once
@@ -439,6 +468,8 @@ EvalResult Trainer::evaluate(LightningModule& module, std::vector<DataLoader> lo
   return run_stage([&] {
     const internal::ProcessSettingsScope settings(plan_, /*seed=*/false);
     strategy().setup_environment(module);
+    StageView view(strategy(), plan_.root_device(), rank_console(), fitted_);
+    const RunViewScope viewing(module, &view);
     const char* stage = test ? "test" : "validate";
     if (loaders.empty()) loaders = test ? module.test_dataloaders() : module.val_dataloaders();
     VOLT_CHECK(!loaders.empty(),
@@ -492,6 +523,8 @@ std::vector<torch::Tensor> Trainer::predict(LightningModule& module, DataLoader 
     const internal::ProcessSettingsScope settings(plan_, /*seed=*/false);
     // Under ddp every rank predicts a part and rank 0 gathers them: the group must exist.
     strategy().setup_environment(module);
+    StageView view(strategy(), plan_.root_device(), rank_console(), fitted_);
+    const RunViewScope viewing(module, &view);
     if (!data.defined()) data = module.predict_dataloader();
     VOLT_CHECK(data.defined(),
                "predict() has no data: predict_dataloader() returned none and none was passed. HINT: override "

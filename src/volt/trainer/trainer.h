@@ -6,6 +6,7 @@
 #include <string>
 #include <vector>
 
+#include "volt/checkpoint/checkpoint_state.h"
 #include "volt/data/data_module.h"
 #include "volt/loops/fit_result.h"
 #include "volt/module/lightning_module.h"
@@ -111,6 +112,8 @@ class Trainer {
   std::unique_ptr<PrecisionPlugin> precision_;
   std::shared_ptr<Console> console_;
   std::map<std::string, double> callback_metrics_;
+  // Where the last fit ended: what the module's current_epoch()/global_step() say in later stages.
+  FitProgress fitted_;
   bool torn_down_ = false;
   bool notes_printed_ = false;
   std::unique_ptr<internal::RequeueSignalGuard> requeue_guard_;  // SLURM batch jobs with auto_requeue

@@ -1,0 +1,34 @@
+// What a module can see of the run it is part of: Lightning's self.current_epoch,
+// self.global_rank, self.device, self.all_gather... The Trainer installs a RunView while a stage
+// runs; the module reads it and never holds the Trainer.
+#pragma once
+
+#include <torch/types.h>
+
+#include <cstdint>
+#include <string>
+
+namespace volt {
+
+class Collectives;
+struct Topology;
+
+/// A read-only view of the running stage, with the run's collectives.
+class RunView {
+ public:
+  virtual ~RunView() = default;
+  /// The epoch being trained (0-based); after fit, the epoch fit reached.
+  virtual int64_t current_epoch() const = 0;
+  /// Optimizer steps taken so far (inside training_step: before this step's).
+  virtual int64_t global_step() const = 0;
+  /// This process's place in the run.
+  virtual const Topology& topology() const = 0;
+  /// The device this process's module runs on.
+  virtual torch::Device device() const = 0;
+  /// The collectives over the run's processes.
+  virtual Collectives& collectives() const = 0;
+  /// Writes a line to the run's console on the global-zero process (the progress bar's console).
+  virtual void print(const std::string& line) const = 0;
+};
+
+}  // namespace volt

@@ -1,0 +1,88 @@
+// The module's side of Lightning's API: what a LightningModule sees of the run it is in
+// (current_epoch, global_step, ranks, device, collectives, print).
+#include <fmt/format.h>
+#include <gtest/gtest.h>
+
+#include "volt/core/console.h"
+#include "volt/trainer/trainer_testing.h"
+
+namespace volt {
+namespace {
+
+using namespace volt::trainer_testing;  // NOLINT: the shared fixture and helpers
+
+/// TinyModule that records what it sees of the run at its hooks and steps.
+class ViewingModule : public TinyModule {
+ public:
+  using TinyModule::TinyModule;
+
+  torch::Tensor training_step(const Batch& batch, int64_t batch_idx) override {
+    seen.push_back(fmt::format("train e{} s{}", current_epoch(), global_step()));
+    return TinyModule::training_step(batch, batch_idx);
+  }
+  void on_train_epoch_start() override { seen.push_back(fmt::format("epoch_start e{} s{}", current_epoch(), global_step())); }
+  void on_validation_epoch_start() override {
+    seen.push_back(fmt::format("val_start e{} s{}", current_epoch(), global_step()));
+  }
+  void on_test_epoch_start() override { seen.push_back(fmt::format("test_start e{} s{}", current_epoch(), global_step())); }
+  OptimizerConfig configure_optimizers() override {
+    seen.push_back(fmt::format("optimizers rank {}/{} local {} node {} zero {} {}", global_rank(), world_size(),
+                               local_rank(), node_rank(), is_global_zero(), device().str()));
+    return TinyModule::configure_optimizers();
+  }
+  void on_fit_start() override { print("hello from on_fit_start"); }
+
+  std::vector<std::string> seen;
+};
+
+TEST_F(TrainerTest, TheModuleSeesTheEpochAndStepAtEveryHookAndStep) {
+  torch::manual_seed(7);
+  ViewingModule module(TinyOptions{.train_size = 8, .batch_size = 4});
+  auto console = std::make_shared<RecordingConsole>();
+  Trainer trainer = make_trainer({.max_epochs = 2, .num_sanity_val_steps = 0, .enable_checkpointing = false});
+  trainer.set_console(console);
+  trainer.fit(module);
+  trainer.test(module);
+  EXPECT_EQ(module.seen, (std::vector<std::string>{
+                             "optimizers rank 0/1 local 0 node 0 zero true cpu", "epoch_start e0 s0", "train e0 s0",
+                             "train e0 s1", "val_start e0 s2", "epoch_start e1 s2", "train e1 s2", "train e1 s3",
+                             "val_start e1 s4", "test_start e2 s4"}));
+  // Outside a stage the module stands alone: epoch 0, rank 0 of 1, its parameters' device.
+  EXPECT_EQ(module.current_epoch(), 0);
+  EXPECT_EQ(module.world_size(), 1);
+  EXPECT_EQ(module.device(), torch::Device(torch::kCPU));
+  EXPECT_NE(std::find(console->infos.begin(), console->infos.end(), "hello from on_fit_start"), console->infos.end());
+}
+
+TEST_F(TrainerTest, AResumedFitStartsAtTheCheckpointsEpochAndStep) {
+  std::string ckpt;
+  {
+    torch::manual_seed(7);
+    ViewingModule module(TinyOptions{.train_size = 8, .batch_size = 4});
+    Trainer trainer = make_trainer({.max_epochs = 1, .num_sanity_val_steps = 0});
+    ckpt = trainer.fit(module).last_model_path;
+    ASSERT_FALSE(ckpt.empty());
+  }
+  torch::manual_seed(7);
+  ViewingModule module(TinyOptions{.train_size = 8, .batch_size = 4});
+  Trainer trainer = make_trainer({.max_epochs = 2, .num_sanity_val_steps = 0, .enable_checkpointing = false});
+  trainer.fit(module, {}, {}, ckpt);
+  ASSERT_GE(module.seen.size(), 2U);
+  EXPECT_EQ(module.seen[1], "epoch_start e1 s2");
+}
+
+TEST(ModuleCollectives, OneProcessGathersItselfAndReducesToACopy) {
+  TinyModule module;
+  const torch::Tensor t = torch::tensor({1.0, 2.0}, torch::requires_grad());
+  const std::vector<torch::Tensor> all = module.all_gather(t);
+  ASSERT_EQ(all.size(), 1U);
+  EXPECT_TRUE(torch::equal(all[0], t.detach()));
+  EXPECT_FALSE(all[0].requires_grad());
+  torch::Tensor sum = module.all_reduce(t, Reduce::kSum);
+  EXPECT_TRUE(torch::equal(sum, t.detach()));
+  sum.add_(1.0);
+  EXPECT_EQ(t[0].item<double>(), 1.0) << "all_reduce returns a new tensor";
+}
+
+}  // namespace
+}  // namespace volt
