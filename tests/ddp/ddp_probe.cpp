@@ -46,6 +46,7 @@ struct ProbeOptions {
   bool streaming = false;     // the data as a stream of uneven shards (IterableDataset)
   int64_t shards = 5;         // ... this many, shard k holding about k + 1 parts of the data
   bool datamodule = false;    // fit through a DataModule whose prepare_data writes a marker file
+  bool collectives = false;   // the module's all_gather/all_reduce and view of the run, to "view"
 };
 
 /// The probe's examples as a stream: `shards` consecutive shards of uneven sizes (shard k holds
@@ -214,6 +215,31 @@ class Probe : public volt::LightningModule {
     if (options_.streaming) record(batch);
   }
 
+  // What the module sees of the run, and its collectives: rank r gathers r + 1 rows [r, 10r].
+  void on_train_start() override {
+    if (!options_.collectives) return;
+    view_["world_size"] = world_size();
+    view_["global_rank"] = global_rank();
+    view_["local_rank"] = local_rank();
+    view_["node_rank"] = node_rank();
+    view_["is_global_zero"] = is_global_zero();
+    view_["device"] = device().str();
+    const auto r = static_cast<double>(global_rank());
+    const torch::Tensor rows = torch::tensor({r, 10 * r}).repeat({global_rank() + 1, 1});
+    std::vector<std::vector<std::vector<double>>> gathered;
+    for (const torch::Tensor& each : all_gather(rows)) {
+      std::vector<std::vector<double>> out;
+      for (int64_t i = 0; i < each.size(0); ++i) out.push_back({each[i][0].item<double>(), each[i][1].item<double>()});
+      gathered.push_back(out);
+    }
+    view_["gathered"] = gathered;
+    view_["sum"] = all_reduce(torch::tensor({r + 1})).item<double>();
+    view_["max"] = all_reduce(torch::tensor({r + 1}), volt::Reduce::kMax).item<double>();
+  }
+  void on_train_epoch_start() override {
+    if (options_.collectives) view_["epochs_seen"].push_back({current_epoch(), global_step()});
+  }
+
   void record(const volt::Batch& batch) {
     const auto seen = parts(batch).index.to(torch::kLong);
     for (int64_t i = 0; i < seen.size(0); ++i) seen_.push_back(seen[i].item<int64_t>());
@@ -278,6 +304,7 @@ class Probe : public volt::LightningModule {
     out["metrics"] = result.metrics;
     out["init_ddp_connection_called"] = init_called_;
     out["configure_ddp_armed"] = counter_ ? counter_->armed : -1;
+    out["view"] = view_;
     std::ofstream(options_.out + "/rank" + std::to_string(rank) + ".json") << out.dump();
   }
 
@@ -293,6 +320,7 @@ class Probe : public volt::LightningModule {
   std::shared_ptr<CountingSynchronizer> counter_;
   std::vector<int64_t> seen_;
   std::mutex mutex_;
+  nlohmann::json view_ = nlohmann::json::object();
 };
 
 /// A DataModule whose prepare_data (slow on purpose) leaves prepared-node<N>-rank<R> in the out
@@ -359,6 +387,7 @@ int main(int argc, char** argv) {
     app.add_flag("--streaming", probe.streaming, "the data as a stream of uneven shards");
     app.add_option("--shards", probe.shards, "the stream's shard count");
     app.add_flag("--datamodule", probe.datamodule, "fit through a DataModule (prepare_data writes a marker)");
+    app.add_flag("--collectives", probe.collectives, "record the module's view of the run and its collectives");
     try {
       app.parse(argc, argv);
     } catch (const CLI::ParseError& e) {

@@ -577,3 +577,21 @@ def test_a_datamodule_prepares_once_per_node_and_the_other_processes_wait(tmp_pa
         assert result["setup_saw_prepared"], rank
         assert result["setups"] == ["fit"] and result["teardowns"] == ["fit"], result
         assert result["global_step"] == 2  # 64 examples, 4 processes, batches of 8
+
+
+def test_the_module_sees_its_rank_and_gathers_rows_that_differ_per_rank(tmp_path):
+    """Three processes: each module knows its place, all_gather returns every rank's own number of
+    rows (rank r gives r + 1 rows of [r, 10r]) and all_reduce sums and maxes across them."""
+    proc = run(["--strategy", "ddp", "--devices", "3", "--batch-size", "8", "--max-epochs", "2", "--collectives"],
+               tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    expected_rows = [[[r, 10 * r]] * (r + 1) for r in range(3)]
+    for rank, result in enumerate(ranks(tmp_path, 3)):
+        view = result["view"]
+        assert (view["world_size"], view["global_rank"], view["local_rank"], view["node_rank"]) == (3, rank, rank, 0)
+        assert view["is_global_zero"] == (rank == 0)
+        assert view["device"] == "cpu"
+        assert view["gathered"] == expected_rows
+        assert (view["sum"], view["max"]) == (6, 3)
+        # 64 examples over 3 processes in batches of 8: 3 steps an epoch (22 examples, the last batch short).
+        assert view["epochs_seen"] == [[0, 0], [1, 3]]
