@@ -119,7 +119,7 @@ void FitLoop::dispatch(const std::function<Decision(Callback&, const CallbackCon
 }
 
 bool FitLoop::validates_in_epoch(int64_t epoch) const {
-  return data_.has_validation && (epoch + 1) % parts_.plan.check_val_every_n_epoch == 0;
+  return data_.counts.has_validation && (epoch + 1) % parts_.plan.check_val_every_n_epoch == 0;
 }
 
 void FitLoop::run_validation() {
@@ -127,7 +127,7 @@ void FitLoop::run_validation() {
   val_results_.reset();
   for (DataLoader& loader : data_.val) loader.set_epoch(0);
   EvaluationLoop(parts_.strategy, parts_.precision, parts_.plan.root_device(), eval_bar_.get())
-      .run(data_.module, data_.val, data_.num_val_batches, EvalStage::kValidation, val_results_);
+      .run(data_.module, data_.val, data_.counts.num_val_batches, EvalStage::kValidation, val_results_);
   parts_.metrics.publish_epoch(val_results_, progress_.epoch, progress_.global_step);
 }
 
@@ -184,9 +184,9 @@ void FitLoop::at_epoch_end() {
 
 void FitLoop::sanity_check() {
   const RunPlan& plan = parts_.plan;
-  if (!data_.has_validation) return;
+  if (!data_.counts.has_validation) return;
   // Lightning's num_sanity_val_steps counts batches per loader.
-  std::vector<std::optional<int64_t>> n = data_.num_val_batches;
+  std::vector<std::optional<int64_t>> n = data_.counts.num_val_batches;
   bool any = false;
   for (std::optional<int64_t>& batches : n) {
     if (plan.num_sanity_val_steps != -1) {
@@ -205,17 +205,43 @@ void FitLoop::sanity_check() {
   generator.set_state(rng);
 }
 
-void FitLoop::restore(const LoadedCheckpoint& checkpoint) {
-  progress_ = restore_checkpoint(checkpoint.value, training_parts(), checkpoint.path);
+void FitLoop::check_stream_layout(const std::string& source) {
   const std::string layout = data_.train.stream_layout();
   const bool inside_epoch = !progress_.epoch_done && progress_.batches_done > 0;
   VOLT_CHECK(!inside_epoch || progress_.train_stream_layout.empty() || progress_.train_stream_layout == layout,
              "{} stopped {} batches into epoch {} of a stream dealt as \"{}\", but this run deals it as \"{}\": the "
              "same position would hold other examples. HINT: resume with the same processes, num_workers and batch "
              "size (and the same shards), or from a checkpoint taken at the end of an epoch.",
-             checkpoint.path, progress_.batches_done, progress_.epoch, progress_.train_stream_layout,
+             source, progress_.batches_done, progress_.epoch, progress_.train_stream_layout,
              layout.empty() ? "map-style data" : layout);
   progress_.train_stream_layout = layout;
+}
+
+void FitLoop::reload_dataloaders_if_due() {
+  const int64_t every = parts_.plan.reload_dataloaders_every_n_epochs;
+  if (every == 0 || !data_.reload) return;
+  // The epochs that are multiples of `every`. A resumed run asks once more at its start (its
+  // loaders were asked for before the checkpoint was read), showing the hooks the epoch at which
+  // an uninterrupted run asked for the loaders it would be using now: so it gets the same ones.
+  const bool due = progress_.epoch % every == 0 || !past_first_epoch_;
+  past_first_epoch_ = true;
+  if (!due || progress_.epoch == loaders_epoch_) return;
+  const int64_t epoch = progress_.epoch;
+  progress_.epoch = epoch - epoch % every;
+  try {
+    data_.counts = data_.reload();
+  } catch (...) {
+    progress_.epoch = epoch;
+    throw;
+  }
+  progress_.epoch = epoch;
+  loaders_epoch_ = epoch;
+  check_stream_layout(resumed_from_.empty() ? "The run" : resumed_from_);
+}
+
+void FitLoop::restore(const LoadedCheckpoint& checkpoint) {
+  progress_ = restore_checkpoint(checkpoint.value, training_parts(), checkpoint.path);
+  check_stream_layout(checkpoint.path);
   if (progress_.epoch_done) {
     ++progress_.epoch;
     progress_.batches_done = 0;
@@ -246,7 +272,8 @@ FitResult FitLoop::run() {
         stop_.stop_at_limit(StopReason::kMaxSteps);
         break;
       }
-      epoch_loop_.run(progress_, stop_, *this, data_.num_train_batches, data_.val_interval);
+      reload_dataloaders_if_due();
+      epoch_loop_.run(progress_, stop_, *this, data_.counts.num_train_batches, data_.counts.val_interval);
       if (!progress_.epoch_done) break;  // interrupted or cut short by max_steps inside the epoch
       ++progress_.epoch;
       progress_.batches_done = 0;

@@ -2,6 +2,7 @@
 // restored position to a FitResult.
 #pragma once
 
+#include <functional>
 #include <memory>
 #include <nlohmann/json_fwd.hpp>
 #include <optional>
@@ -43,6 +44,20 @@ struct FitLoopParts {
   const nlohmann::json* config = nullptr;
 };
 
+/// How many batches a fit's loaders give, and when validation runs within an epoch.
+struct FitLoaderCounts {
+  /// Training batches per epoch (after limit_train_batches); unset: until the stream ends.
+  std::optional<int64_t> num_train_batches;
+  /// Validation batches per run of each loader (after limit_val_batches); unset: until the
+  /// stream ends.
+  std::vector<std::optional<int64_t>> num_val_batches;
+  /// Whether there is validation at all (data, and a limit above 0).
+  bool has_validation = false;
+  /// Training batches between validations within an epoch (val_check_interval); unset: only at
+  /// the end of the epoch (a stream whose length is unknown).
+  std::optional<int64_t> val_interval;
+};
+
 /// The module and data of one fit, prepared by the Trainer: loaders configured, the module on
 /// its device, optimizers configured and validated, gradient synchronization armed.
 struct FitData {
@@ -54,16 +69,12 @@ struct FitData {
   std::vector<DataLoader>& val;
   /// The module's optimizers and schedulers.
   const OptimizerConfig& optimization;
-  /// Training batches per epoch (after limit_train_batches); unset: until the stream ends.
-  std::optional<int64_t> num_train_batches;
-  /// Validation batches per run of each loader (after limit_val_batches); unset: until the
-  /// stream ends.
-  std::vector<std::optional<int64_t>> num_val_batches;
-  /// Whether there is validation at all (data, and a limit above 0).
-  bool has_validation = false;
-  /// Training batches between validations within an epoch (val_check_interval); unset: only at
-  /// the end of the epoch (a stream whose length is unknown).
-  std::optional<int64_t> val_interval;
+  /// How many batches `train` and `val` give.
+  FitLoaderCounts counts;
+  /// Asks for new loaders (reload_dataloaders_every_n_epochs): replaces `train` and `val` with
+  /// their sources' new ones (loaders passed to fit() stay) and returns the new counts; unset:
+  /// the loaders cannot be reloaded.
+  std::function<FitLoaderCounts()> reload;
 };
 
 /// Runs a fit as Lightning's fit loop does, and implements the services callbacks use.
@@ -107,6 +118,11 @@ class FitLoop : public CallbackServices, private EpochHooks {
   void run_validation();
   void poll_signals();
   TrainingParts training_parts() const;
+  /// Refuses to go on inside an epoch under another stream layout than the one it began with
+  /// (`source` names where that position came from); records the current layout.
+  void check_stream_layout(const std::string& source);
+  /// Asks for new loaders at the epochs reload_dataloaders_every_n_epochs names.
+  void reload_dataloaders_if_due();
 
   FitLoopParts parts_;
   FitData data_;
@@ -115,7 +131,9 @@ class FitLoop : public CallbackServices, private EpochHooks {
   TrainingEpochLoop epoch_loop_;
   ResultCollection val_results_;
   FitProgress progress_;
-  std::string resumed_from_;  // the checkpoint restore() read, if any
+  std::string resumed_from_;       // the checkpoint restore() read, if any
+  int64_t loaders_epoch_ = 0;      // the epoch the current loaders were asked for at
+  bool past_first_epoch_ = false;  // whether this run's first epoch has started
   StopController stop_;
   std::string last_saved_;
   struct LearningRateName {

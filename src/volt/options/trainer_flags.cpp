@@ -152,6 +152,9 @@ void add_trainer_flags(CLI::App& app, TrainerOptions& o, TrainerFlagText& t) {
       ->capture_default_str();
   app.add_option("--num-sanity-val-steps", o.num_sanity_val_steps, "validation batches before training (-1: all)")
       ->capture_default_str();
+  app.add_option("--reload-dataloaders-every-n-epochs", o.reload_dataloaders_every_n_epochs,
+                 "ask for new loaders every N epochs (0: never)")
+      ->capture_default_str();
   app.add_option("--accumulate-grad-batches", o.accumulate_grad_batches, "batches per optimizer step")
       ->capture_default_str();
   app.add_option("--gradient-clip-val", t.gradient_clip_val, "clip gradients to this value");

@@ -172,6 +172,9 @@ struct TrainerOptions {
   int64_t check_val_every_n_epoch = 1;
   /// Validation batches run before training, to catch bugs early (-1: all).
   int64_t num_sanity_val_steps = 2;
+  /// Ask the module (or DataModule) for new training and validation loaders at every epoch that
+  /// is a multiple of this (0, Lightning's default: never). Loaders passed to fit() are kept.
+  int64_t reload_dataloaders_every_n_epochs = 0;
 
   // ---- optimization --------------------------------------------------------------------------
   /// Accumulate gradients over this many batches before each optimizer step.

@@ -20,11 +20,15 @@ class ViewingModule : public TinyModule {
     seen.push_back(fmt::format("train e{} s{}", current_epoch(), global_step()));
     return TinyModule::training_step(batch, batch_idx);
   }
-  void on_train_epoch_start() override { seen.push_back(fmt::format("epoch_start e{} s{}", current_epoch(), global_step())); }
+  void on_train_epoch_start() override {
+    seen.push_back(fmt::format("epoch_start e{} s{}", current_epoch(), global_step()));
+  }
   void on_validation_epoch_start() override {
     seen.push_back(fmt::format("val_start e{} s{}", current_epoch(), global_step()));
   }
-  void on_test_epoch_start() override { seen.push_back(fmt::format("test_start e{} s{}", current_epoch(), global_step())); }
+  void on_test_epoch_start() override {
+    seen.push_back(fmt::format("test_start e{} s{}", current_epoch(), global_step()));
+  }
   OptimizerConfig configure_optimizers() override {
     seen.push_back(fmt::format("optimizers rank {}/{} local {} node {} zero {} {}", global_rank(), world_size(),
                                local_rank(), node_rank(), is_global_zero(), device().str()));
@@ -43,10 +47,10 @@ TEST_F(TrainerTest, TheModuleSeesTheEpochAndStepAtEveryHookAndStep) {
   trainer.set_console(console);
   trainer.fit(module);
   trainer.test(module);
-  EXPECT_EQ(module.seen, (std::vector<std::string>{
-                             "optimizers rank 0/1 local 0 node 0 zero true cpu", "epoch_start e0 s0", "train e0 s0",
-                             "train e0 s1", "val_start e0 s2", "epoch_start e1 s2", "train e1 s2", "train e1 s3",
-                             "val_start e1 s4", "test_start e2 s4"}));
+  EXPECT_EQ(module.seen,
+            (std::vector<std::string>{"optimizers rank 0/1 local 0 node 0 zero true cpu", "epoch_start e0 s0",
+                                      "train e0 s0", "train e0 s1", "val_start e0 s2", "epoch_start e1 s2",
+                                      "train e1 s2", "train e1 s3", "val_start e1 s4", "test_start e2 s4"}));
   // Outside a stage the module stands alone: epoch 0, rank 0 of 1, its parameters' device.
   EXPECT_EQ(module.current_epoch(), 0);
   EXPECT_EQ(module.world_size(), 1);

@@ -324,6 +324,9 @@ RunPlan resolve_run_plan(const TrainerOptions& options, const Env& env, const Ma
              options.val_check_interval.to_string());
   VOLT_CHECK(options.check_val_every_n_epoch >= 1, "check_val_every_n_epoch={} must be >= 1.",
              options.check_val_every_n_epoch);
+  VOLT_CHECK(options.reload_dataloaders_every_n_epochs >= 0,
+             "reload_dataloaders_every_n_epochs={} must be >= 0. HINT: 0 never reloads, n reloads every n epochs.",
+             options.reload_dataloaders_every_n_epochs);
   VOLT_CHECK(options.num_sanity_val_steps >= -1, "num_sanity_val_steps={} is invalid; expected -1 (all) or >= 0.",
              options.num_sanity_val_steps);
   VOLT_CHECK(options.accumulate_grad_batches >= 1, "accumulate_grad_batches={} must be >= 1.",
@@ -343,6 +346,7 @@ RunPlan resolve_run_plan(const TrainerOptions& options, const Env& env, const Ma
   plan.val_check_interval = options.val_check_interval;
   plan.check_val_every_n_epoch = options.check_val_every_n_epoch;
   plan.num_sanity_val_steps = options.num_sanity_val_steps;
+  plan.reload_dataloaders_every_n_epochs = options.reload_dataloaders_every_n_epochs;
   plan.accumulate_grad_batches = options.accumulate_grad_batches;
   // Lightning's reading of 0: no clipping (clipping to 0 would zero every gradient).
   if (options.gradient_clip_val && *options.gradient_clip_val > 0.0) plan.gradient_clip_val = options.gradient_clip_val;

@@ -46,17 +46,18 @@ struct RunPlan {
   int64_t num_threads = 1;                                  ///< intra-op threads of this process
   bool tune_allocator = true;                               ///< pin glibc malloc thresholds
 
-  int64_t max_epochs = 1000;               ///< -1: unlimited
-  int64_t min_epochs = 0;                  ///< epochs before a callback may stop training
-  int64_t max_steps = -1;                  ///< -1: unlimited
-  BatchLimit limit_train_batches = 1.0;    ///< per training epoch
-  BatchLimit limit_val_batches = 1.0;      ///< per validation run
-  BatchLimit limit_test_batches = 1.0;     ///< when testing
-  BatchLimit limit_predict_batches = 1.0;  ///< when predicting
-  bool fast_dev_run = false;               ///< a smoke run: no logs, no checkpoints
-  BatchLimit val_check_interval = 1.0;     ///< fraction of an epoch or a batch count
-  int64_t check_val_every_n_epoch = 1;     ///< validate every this many epochs
-  int64_t num_sanity_val_steps = 2;        ///< -1: the whole validation set
+  int64_t max_epochs = 1000;                      ///< -1: unlimited
+  int64_t min_epochs = 0;                         ///< epochs before a callback may stop training
+  int64_t max_steps = -1;                         ///< -1: unlimited
+  BatchLimit limit_train_batches = 1.0;           ///< per training epoch
+  BatchLimit limit_val_batches = 1.0;             ///< per validation run
+  BatchLimit limit_test_batches = 1.0;            ///< when testing
+  BatchLimit limit_predict_batches = 1.0;         ///< when predicting
+  bool fast_dev_run = false;                      ///< a smoke run: no logs, no checkpoints
+  BatchLimit val_check_interval = 1.0;            ///< fraction of an epoch or a batch count
+  int64_t check_val_every_n_epoch = 1;            ///< validate every this many epochs
+  int64_t num_sanity_val_steps = 2;               ///< -1: the whole validation set
+  int64_t reload_dataloaders_every_n_epochs = 0;  ///< 0: never reload
 
   int64_t accumulate_grad_batches = 1;                                           ///< batches per optimizer step
   std::optional<double> gradient_clip_val;                                       ///< unset: no clipping

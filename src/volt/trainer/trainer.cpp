@@ -269,11 +269,8 @@ auto Trainer::with_data_module(LightningModule& module, DataModule& data, Stage 
 }
 
 FitResult Trainer::fit(LightningModule& module, DataModule& data, std::string ckpt_path) {
-  return with_data_module(module, data, Stage::kFit, [&] {
-    DataLoader train = data.train_dataloader();
-    std::vector<DataLoader> val = data.val_dataloaders();
-    return run_stage([&] { return fit_stage(module, std::move(train), std::move(val), ckpt_path); });
-  });
+  return with_data_module(module, data, Stage::kFit,
+                          [&] { return run_stage([&] { return fit_stage(module, {}, {}, ckpt_path, &data); }); });
 }
 
 EvalResult Trainer::validate(LightningModule& module, DataModule& data, const std::string& ckpt_path) {
@@ -319,8 +316,44 @@ FitResult Trainer::fit(LightningModule& module, DataLoader train, DataLoader val
   return run_stage([&] { return fit_stage(module, std::move(train), std::move(vals), ckpt_path); });
 }
 
+FitLoaderCounts Trainer::count_fit_batches(LightningModule& module, DataLoader& train,
+                                           std::vector<DataLoader>& val) const {
+  VOLT_CHECK(train.defined(),
+             "{} has no training data: train_dataloader() returned none and fit() was given none. HINT: override "
+             "train_dataloader() or pass a volt::DataLoader to fit().",
+             module.name());
+  FitLoaderCounts counts;
+  configure_loader(train, /*evaluation=*/false);
+  counts.num_train_batches = batches_to_run(train, plan_.limit_train_batches, "limit_train_batches");
+  for (DataLoader& loader : val) {
+    VOLT_CHECK(loader.defined(),
+               "{}::val_dataloaders() returned an undefined loader among {}. HINT: return only "
+               "loaders that have data.",
+               module.name(), val.size());
+    configure_loader(loader, /*evaluation=*/true);
+    counts.num_val_batches.push_back(batches_to_run(loader, plan_.limit_val_batches, "limit_val_batches"));
+    counts.has_validation =
+        counts.has_validation || !counts.num_val_batches.back() || *counts.num_val_batches.back() > 0;
+  }
+  const std::optional<int64_t>& num_train_batches = counts.num_train_batches;
+  if (!plan_.val_check_interval.is_fraction()) {
+    counts.val_interval = plan_.val_check_interval.count();
+    VOLT_CHECK(!num_train_batches || *counts.val_interval <= *num_train_batches || !counts.has_validation,
+               "val_check_interval={} is larger than the {} training batches of an epoch. HINT: use a value <= {} or "
+               "a fraction such as 0.5.",
+               *counts.val_interval, *num_train_batches, *num_train_batches);
+  } else if (num_train_batches) {
+    counts.val_interval =
+        std::max<int64_t>(1, static_cast<int64_t>(*num_train_batches * plan_.val_check_interval.fraction()));
+  } else {
+    // A stream's epoch has no length to take a fraction of: validation runs at its end.
+    plan_.val_check_interval.resolve_unknown("val_check_interval");
+  }
+  return counts;
+}
+
 FitResult Trainer::fit_stage(LightningModule& module, DataLoader train, std::vector<DataLoader> val,
-                             const std::string& ckpt_path) {
+                             const std::string& ckpt_path, DataModule* data) {
   const internal::ProcessSettingsScope settings(plan_, /*seed=*/true);
   internal::StopSignalGuard signals;
   Strategy& strategy = this->strategy();
@@ -332,39 +365,15 @@ FitResult Trainer::fit_stage(LightningModule& module, DataLoader train, std::vec
   StageView view(strategy, plan_.root_device(), console_ptr, fitted_);
   const RunViewScope viewing(module, &view);
 
-  if (!train.defined()) train = module.train_dataloader();
-  VOLT_CHECK(train.defined(),
-             "{} has no training data: train_dataloader() returned none and fit() was given none. HINT: override "
-             "train_dataloader() or pass a volt::DataLoader to fit().",
-             module.name());
-  if (val.empty()) val = module.val_dataloaders();
-  configure_loader(train, /*evaluation=*/false);
-  const std::optional<int64_t> num_train_batches =
-      batches_to_run(train, plan_.limit_train_batches, "limit_train_batches");
-  std::vector<std::optional<int64_t>> num_val_batches;
-  bool has_validation = false;
-  for (DataLoader& loader : val) {
-    VOLT_CHECK(loader.defined(),
-               "{}::val_dataloaders() returned an undefined loader among {}. HINT: return only "
-               "loaders that have data.",
-               module.name(), val.size());
-    configure_loader(loader, /*evaluation=*/true);
-    num_val_batches.push_back(batches_to_run(loader, plan_.limit_val_batches, "limit_val_batches"));
-    has_validation = has_validation || !num_val_batches.back() || *num_val_batches.back() > 0;
-  }
-  std::optional<int64_t> val_interval;
-  if (!plan_.val_check_interval.is_fraction()) {
-    val_interval = plan_.val_check_interval.count();
-    VOLT_CHECK(!num_train_batches || *val_interval <= *num_train_batches || !has_validation,
-               "val_check_interval={} is larger than the {} training batches of an epoch. HINT: use a value <= {} or "
-               "a fraction such as 0.5.",
-               *val_interval, *num_train_batches, *num_train_batches);
-  } else if (num_train_batches) {
-    val_interval = std::max<int64_t>(1, static_cast<int64_t>(*num_train_batches * plan_.val_check_interval.fraction()));
-  } else {
-    // A stream's epoch has no length to take a fraction of: validation runs at its end.
-    plan_.val_check_interval.resolve_unknown("val_check_interval");
-  }
+  // Loaders passed to fit() stay for the whole run; those from the DataModule or the module's
+  // hooks are asked for again when reload_dataloaders_every_n_epochs says so.
+  const bool train_from_hook = !train.defined();
+  const bool val_from_hook = val.empty();
+  auto train_source = [&] { return data ? data->train_dataloader() : module.train_dataloader(); };
+  auto val_source = [&] { return data ? data->val_dataloaders() : module.val_dataloaders(); };
+  if (train_from_hook) train = train_source();
+  if (val_from_hook) val = val_source();
+  const FitLoaderCounts counts = count_fit_batches(module, train, val);
 
   precision_->convert_module(module);
   // Before configure_optimizers, as in Lightning, so the optimizers hold the device's parameters.
@@ -381,7 +390,7 @@ FitResult Trainer::fit_stage(LightningModule& module, DataLoader train, std::vec
   FitInfo info;
   info.root_dir = plan_.root_dir;
   info.log_dir = strategy.broadcast_string(metrics.log_dir());
-  info.has_validation = has_validation;
+  info.has_validation = counts.has_validation;
   info.is_global_zero = plan_.is_global_zero();
   for (const auto& callback : callbacks) callback->setup(info);
   // A job SLURM restarted resumes where it stopped: the newest HPC checkpoint wins over
@@ -401,22 +410,21 @@ FitResult Trainer::fit_stage(LightningModule& module, DataLoader train, std::vec
     if (!path.empty()) resume = LoadedCheckpoint{path, checkpointer_->load(path)};
   }
 
-  FitLoop loop(FitLoopParts{.plan = plan_,
-                            .strategy = strategy,
-                            .precision = *precision_,
-                            .checkpointer = *checkpointer_,
-                            .metrics = metrics,
-                            .console = console,
-                            .callbacks = callbacks,
-                            .config = &options_.config},
-               FitData{.module = module,
-                       .train = train,
-                       .val = val,
-                       .optimization = optimization,
-                       .num_train_batches = num_train_batches,
-                       .num_val_batches = num_val_batches,
-                       .has_validation = has_validation,
-                       .val_interval = val_interval});
+  FitLoop loop(
+      FitLoopParts{.plan = plan_,
+                   .strategy = strategy,
+                   .precision = *precision_,
+                   .checkpointer = *checkpointer_,
+                   .metrics = metrics,
+                   .console = console,
+                   .callbacks = callbacks,
+                   .config = &options_.config},
+      FitData{
+          .module = module, .train = train, .val = val, .optimization = optimization, .counts = counts, .reload = [&] {
+            if (train_from_hook) train = train_source();
+            if (val_from_hook) val = val_source();
+            return count_fit_batches(module, train, val);
+          }});
   // Only now, with the checkpoint found, read and restored, does the run write into its log
   // folder: a run refused for its ckpt_path, or for a checkpoint that does not fit, leaves no
   // empty version_N behind.

@@ -20,6 +20,7 @@ class Checkpointer;
 class Console;
 class PrecisionPlugin;
 class Strategy;
+struct FitLoaderCounts;
 struct LastCheckpointSearch;
 namespace internal {
 class RequeueSignalGuard;
@@ -101,8 +102,11 @@ class Trainer {
   void load_weights(LightningModule& module, const std::string& ckpt_path);
   EvalResult evaluate(LightningModule& module, std::vector<DataLoader> loaders, const std::string& ckpt_path,
                       bool test);
+  /// Configures fit's loaders for this run and counts their batches.
+  FitLoaderCounts count_fit_batches(LightningModule& module, DataLoader& train, std::vector<DataLoader>& val) const;
+  /// fit() with the given loaders; those not given come from `data` when set, else the module.
   FitResult fit_stage(LightningModule& module, DataLoader train, std::vector<DataLoader> val,
-                      const std::string& ckpt_path);
+                      const std::string& ckpt_path, DataModule* data = nullptr);
 
   TrainerOptions options_;
   RunPlan plan_;

@@ -192,5 +192,108 @@ TEST_F(TrainerTest, AStreamResumedInsideAnEpochEndsBitIdentical) {
   for (size_t i = 0; i < a.size(); ++i) EXPECT_TRUE(torch::equal(a[i], b[i])) << "parameter " << i;
 }
 
+// ---- reload_dataloaders_every_n_epochs ----------------------------------------------------------
+
+/// TinyModule whose training data grows with the epoch it is asked at (4 examples per epoch + 1).
+class ReloadingModule : public TinyModule {
+ public:
+  using TinyModule::TinyModule;
+  DataLoader train_dataloader() override {
+    train_calls.push_back(current_epoch());
+    return DataLoader(make_dataset(4 * (current_epoch() + 1), 1, 1), {.batch_size = 4});
+  }
+  DataLoader val_dataloader() override {
+    val_calls.push_back(current_epoch());
+    return TinyModule::val_dataloader();
+  }
+  std::vector<int64_t> train_calls;
+  std::vector<int64_t> val_calls;
+};
+
+TEST_F(TrainerTest, LoadersAreAskedForAgainAtEveryNthEpochAndTheirNewLengthCounts) {
+  torch::manual_seed(7);
+  ReloadingModule module;
+  Trainer trainer = make_trainer({.max_epochs = 5,
+                                  .num_sanity_val_steps = 0,
+                                  .reload_dataloaders_every_n_epochs = 2,
+                                  .enable_checkpointing = false});
+  const FitResult result = trainer.fit(module);
+  EXPECT_EQ(module.train_calls, (std::vector<int64_t>{0, 2, 4}));
+  EXPECT_EQ(module.val_calls, (std::vector<int64_t>{0, 2, 4}));
+  // Epochs 0-1 train 1 batch each, 2-3 three each, 4 five.
+  EXPECT_EQ(result.global_step, 1 + 1 + 3 + 3 + 5);
+}
+
+TEST_F(TrainerTest, WithoutReloadingTheFirstLoadersServeEveryEpoch) {
+  torch::manual_seed(7);
+  ReloadingModule module;
+  Trainer trainer = make_trainer({.max_epochs = 3, .num_sanity_val_steps = 0, .enable_checkpointing = false});
+  EXPECT_EQ(trainer.fit(module).global_step, 3);
+  EXPECT_EQ(module.train_calls, (std::vector<int64_t>{0}));
+}
+
+TEST_F(TrainerTest, LoadersPassedToFitAreKeptWhenReloading) {
+  torch::manual_seed(7);
+  ReloadingModule module;
+  Trainer trainer = make_trainer({.max_epochs = 3,
+                                  .num_sanity_val_steps = 0,
+                                  .reload_dataloaders_every_n_epochs = 1,
+                                  .enable_checkpointing = false});
+  const FitResult result = trainer.fit(module, DataLoader(make_dataset(8, 1, 1), {.batch_size = 4}));
+  EXPECT_TRUE(module.train_calls.empty());
+  EXPECT_EQ(module.val_calls, (std::vector<int64_t>{0, 1, 2})) << "validation still comes from the hook";
+  EXPECT_EQ(result.global_step, 6);
+}
+
+TEST_F(TrainerTest, AResumedRunReloadsAtItsStartAndThenAtTheSameEpochsAsAnUninterruptedOne) {
+  torch::manual_seed(7);
+  ReloadingModule straight;
+  make_trainer({.max_epochs = 5,
+                .num_sanity_val_steps = 0,
+                .reload_dataloaders_every_n_epochs = 2,
+                .seed = 3,
+                .enable_checkpointing = false})
+      .fit(straight);
+  std::string ckpt;
+  {
+    torch::manual_seed(7);
+    ReloadingModule module;
+    Trainer trainer =
+        make_trainer({.max_epochs = 3, .num_sanity_val_steps = 0, .reload_dataloaders_every_n_epochs = 2});
+    ckpt = trainer.fit(module).last_model_path;
+  }
+  torch::manual_seed(7);
+  ReloadingModule module;
+  Trainer trainer = make_trainer({.max_epochs = 5,
+                                  .num_sanity_val_steps = 0,
+                                  .reload_dataloaders_every_n_epochs = 2,
+                                  .seed = 3,
+                                  .enable_checkpointing = false});
+  const FitResult result = trainer.fit(module, {}, {}, ckpt);
+  // Asked once before the checkpoint is read (epoch 0); at the resumed start as the uninterrupted
+  // run asked for epoch 3's loaders (at epoch 2); then at 4. The same data, the same steps.
+  EXPECT_EQ(module.train_calls, (std::vector<int64_t>{0, 2, 4}));
+  EXPECT_EQ(result.global_step, 1 + 1 + 3 + 3 + 5);
+  EXPECT_TRUE(bit_identical(trainer_testing::parameters_of(module), trainer_testing::parameters_of(straight)));
+}
+
+TEST_F(TrainerTest, ADataModuleIsAskedForNewLoadersWhenReloading) {
+  auto module = make_module({.no_train_data = true});
+  RecordingData data;
+  Trainer trainer = make_trainer({.max_epochs = 2,
+                                  .num_sanity_val_steps = 0,
+                                  .reload_dataloaders_every_n_epochs = 1,
+                                  .enable_checkpointing = false});
+  trainer.fit(*module, data);
+  EXPECT_EQ(data.calls, (std::vector<std::string>{"prepare_data", "setup(fit)", "train_dataloader", "val_dataloader",
+                                                  "train_dataloader", "val_dataloader", "teardown(fit)"}));
+}
+
+TEST(RunPlan, ReloadingEveryNegativeEpochsIsRefused) {
+  TrainerOptions options;
+  options.reload_dataloaders_every_n_epochs = -1;
+  EXPECT_THROW(Trainer(options, Env(Env::Vars{}), MachineInfo{1, "/tmp"}), Error);
+}
+
 }  // namespace
 }  // namespace volt
