@@ -18,6 +18,28 @@ namespace volt {
 
 namespace {
 
+// The module's manual optimization is this loop's for a scope (also when a step throws).
+class ManualScope {
+ public:
+  ManualScope(LightningModule& module, ManualOptimization* loop) : module_(module) {
+    module.set_manual_optimization(loop);
+  }
+  ~ManualScope() { module_.set_manual_optimization(nullptr); }
+  ManualScope(const ManualScope&) = delete;
+  ManualScope& operator=(const ManualScope&) = delete;
+
+ private:
+  LightningModule& module_;
+};
+
+void clip(const std::vector<torch::Tensor>& params, double value, GradientClipAlgorithm algorithm) {
+  if (algorithm == GradientClipAlgorithm::kNorm) {
+    torch::nn::utils::clip_grad_norm_(params, value);
+  } else {
+    torch::nn::utils::clip_grad_value_(params, value);
+  }
+}
+
 std::vector<torch::Tensor> optimized_parameters(const OptimizerConfig& optimization) {
   std::vector<torch::Tensor> params;
   for (const auto& optimizer : optimization.optimizers)
@@ -40,12 +62,34 @@ TrainingEpochLoop::TrainingEpochLoop(const RunPlan& plan, Strategy& strategy, Pr
       optimization_(optimization),
       bar_(bar),
       clipped_params_(optimized_parameters(optimization)),
-      results_(/*training=*/true, [&strategy](double value, Reduce op) { return strategy.reduce(value, op); }) {}
+      manual_(!module.automatic_optimization()),
+      clips_(optimization.optimizers.size()),
+      results_(/*training=*/true, [&strategy](double value, Reduce op) { return strategy.reduce(value, op); }) {
+  if (!manual_) return;
+  // Lightning refuses the same: under manual optimization the module decides when to step.
+  VOLT_CHECK(plan.accumulate_grad_batches == 1,
+             "{} optimizes manually (automatic_optimization() is false), but accumulate_grad_batches={}. HINT: "
+             "accumulate in training_step (step the optimizer every k batches) and leave accumulate_grad_batches at 1.",
+             module.name(), plan.accumulate_grad_batches);
+  VOLT_CHECK(!plan.gradient_clip_val,
+             "{} optimizes manually (automatic_optimization() is false), but gradient_clip_val={} asks the Trainer to "
+             "clip. HINT: call clip_gradients(optimizer, value) before optimizer.step() in training_step, and unset "
+             "gradient_clip_val.",
+             module.name(), plan.gradient_clip_val.value_or(0.0));
+  VOLT_CHECK(
+      strategy.name() != "dp" && strategy.name() != "ddp2",
+      "{} optimizes manually (automatic_optimization() is false), which strategy '{}' cannot run: it splits each "
+      "batch over replicas on threads, whose backward passes and steps would interleave. HINT: use "
+      "strategy='ddp' (one process per device).",
+      module.name(), strategy.name());
+}
 
 void TrainingEpochLoop::run(FitProgress& progress, StopController& stop, EpochHooks& hooks,
                             std::optional<int64_t> num_batches, std::optional<int64_t> val_interval) {
   bool validate_at_end = false;
   bool complete = false;
+  progress_ = &progress;
+  const ManualScope manual_scope(module_, manual_ ? this : nullptr);
   {
     // Reset and install the sink before the hook: Lightning lets on_train_epoch_start log.
     results_.reset();
@@ -82,19 +126,23 @@ void TrainingEpochLoop::run(FitProgress& progress, StopController& stop, EpochHo
       std::optional<ResultCollection> kept;
       if (input.joined) kept = results_;
       results_.set_batch_size(batch.size());
+      input_ = &input;
       const torch::Tensor loss = training_step(batch, i);
+      input_ = nullptr;
       const bool last = feed.last();
       const bool steps = (i + 1) % accumulate == 0 || last;
-      // Only the backward pass that precedes an optimizer step communicates (PyTorch's no_sync).
-      // A joined step's gradients are exact zeros (not the loss times 0, which is NaN where the
-      // replayed loss overflows), so they add nothing to the others' average.
-      const torch::Tensor weighted = input.joined        ? zero_loss()
-                                     : input.weight != 1 ? loss * (input.weight / static_cast<double>(accumulate))
-                                     : accumulate == 1   ? loss
-                                                         : loss / static_cast<double>(accumulate);
-      strategy_.before_backward(weighted, steps);
-      precision_.backward(weighted);
-      if (steps) optimizer_step(progress);
+      if (!manual_) {
+        // Only the backward pass that precedes an optimizer step communicates (PyTorch's no_sync).
+        // A joined step's gradients are exact zeros (not the loss times 0, which is NaN where the
+        // replayed loss overflows), so they add nothing to the others' average.
+        const torch::Tensor weighted = input.joined        ? zero_loss()
+                                       : input.weight != 1 ? loss * (input.weight / static_cast<double>(accumulate))
+                                       : accumulate == 1   ? loss
+                                                           : loss / static_cast<double>(accumulate);
+        strategy_.before_backward(weighted, steps);
+        precision_.backward(weighted);
+        if (steps) optimizer_step(progress);
+      }
       if (!input.joined) module_.on_train_batch_end(loss, batch, i);
       if (kept) results_ = std::move(*kept);
       ++progress.batches_done;
@@ -145,6 +193,9 @@ torch::Tensor TrainingEpochLoop::training_step(const Batch& batch, int64_t index
     const AutocastGuard autocast = precision_.forward_context();
     return strategy_.training_step(module_, batch, index);
   }();
+  // Under manual optimization the step backpropagated already; what it returns is only passed on
+  // to on_train_batch_end (Lightning allows None).
+  if (manual_) return loss;
   VOLT_CHECK(loss.defined() && loss.numel() == 1 && loss.requires_grad(),
              "{}::training_step must return a scalar loss that requires grad; got {}. HINT: return the loss "
              "computed from the model's outputs, not a detached value or a number.",
@@ -154,18 +205,48 @@ torch::Tensor TrainingEpochLoop::training_step(const Batch& batch, int64_t index
   return loss;
 }
 
+void TrainingEpochLoop::backward(const torch::Tensor& loss) {
+  VOLT_CHECK(loss.defined() && loss.numel() == 1 && loss.requires_grad(),
+             "{}::manual_backward needs a scalar loss that requires grad; got {}. HINT: pass the loss computed from "
+             "the model's outputs (after toggle_optimizer, from the toggled optimizer's parameters).",
+             module_.name(),
+             loss.defined() ? fmt::format("shape {} requires_grad={}", c10::str(loss.sizes()), loss.requires_grad())
+                            : std::string("an undefined tensor"));
+  // As an automatic step: a process whose stream ran dry contributes exact zeros, the others
+  // their loss scaled so that the average is over the processes with data.
+  const bool joined = input_ != nullptr && input_->joined;
+  const double weight = input_ != nullptr ? input_->weight : 1.0;
+  const torch::Tensor weighted = joined ? zero_loss() : weight != 1 ? loss * weight : loss;
+  strategy_.before_backward(weighted, /*synchronize=*/true);
+  precision_.backward(weighted);
+}
+
+void TrainingEpochLoop::step(size_t index) {
+  VOLT_INTERNAL_ASSERT(progress_ != nullptr && index < optimization_.optimizers.size(), "manual step {} of {}", index,
+                       optimization_.optimizers.size());
+  const std::shared_ptr<torch::optim::Optimizer>& optimizer = optimization_.optimizers[index];
+  const auto apply_clip = [&] {
+    if (!clips_[index]) return;
+    clip(optimized_parameters(OptimizerConfig(optimizer)), clips_[index]->value, clips_[index]->algorithm);
+    clips_[index].reset();
+  };
+  precision_.optimizer_step({optimizer}, apply_clip,
+                            [&](size_t) { module_.on_before_optimizer_step(*optimizer, index); });
+  ++progress_->global_step;
+}
+
+void TrainingEpochLoop::clip_gradients(size_t index, double value, GradientClipAlgorithm algorithm) {
+  VOLT_INTERNAL_ASSERT(index < clips_.size(), "clip for optimizer {} of {}", index, clips_.size());
+  if (value > 0.0) clips_[index] = Clip{value, algorithm};
+}
+
 void TrainingEpochLoop::optimizer_step(FitProgress& progress) {
-  const auto clip = [this] {
-    if (!plan_.gradient_clip_val) return;
-    if (plan_.gradient_clip_algorithm == GradientClipAlgorithm::kNorm) {
-      torch::nn::utils::clip_grad_norm_(clipped_params_, *plan_.gradient_clip_val);
-    } else {
-      torch::nn::utils::clip_grad_value_(clipped_params_, *plan_.gradient_clip_val);
-    }
+  const auto apply_clip = [this] {
+    if (plan_.gradient_clip_val) clip(clipped_params_, *plan_.gradient_clip_val, plan_.gradient_clip_algorithm);
   };
   // The plugin unscales (16-mixed) before `clip` and may skip the step on inf/NaN gradients; the
   // step still counts, as in Lightning, so schedules and checkpoints do not drift.
-  precision_.optimizer_step(optimization_.optimizers, clip,
+  precision_.optimizer_step(optimization_.optimizers, apply_clip,
                             [this](size_t i) { module_.on_before_optimizer_step(*optimization_.optimizers[i], i); });
   for (const auto& optimizer : optimization_.optimizers) optimizer->zero_grad();
   ++progress.global_step;
@@ -201,7 +282,8 @@ void TrainingEpochLoop::finish_epoch(FitProgress& progress, EpochHooks& hooks, b
     bar_->finish(shown);
   }
   // An epoch cut short by max_steps or a stop is not complete: a resume continues inside it.
-  if (complete) step_schedulers(Interval::kEpoch, progress.epoch + 1);
+  // Under manual optimization the module steps its schedulers itself, as in Lightning.
+  if (complete && !manual_) step_schedulers(Interval::kEpoch, progress.epoch + 1);
   progress.epoch_done = complete;
   // Callbacks see (and checkpoints record) the epoch with all its end-of-epoch work done, so
   // a resume from one of these checkpoints starts cleanly at the next epoch.

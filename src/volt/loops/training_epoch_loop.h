@@ -13,6 +13,7 @@
 
 #include "volt/checkpoint/checkpoint_state.h"
 #include "volt/module/lightning_module.h"
+#include "volt/module/manual_optimization.h"
 #include "volt/module/result_collection.h"
 
 namespace volt {
@@ -27,6 +28,7 @@ class CallbackServices;
 struct CallbackContext;
 struct Decision;
 struct RunPlan;
+struct StepInput;
 
 /// What the epoch loop asks of the loop that runs it (the fit loop): callbacks, validation and
 /// the agreement on stopping live there, since they outlast one epoch.
@@ -53,7 +55,7 @@ class EpochHooks {
 /// (scaled by 1/accumulate_grad_batches), at the accumulation boundary the optimizer step
 /// (unscale, clip, on_before_optimizer_step, step or skip, zero_grad, step-interval
 /// schedulers), on_train_batch_end, step metrics, callbacks, stop checks, mid-epoch validation.
-class TrainingEpochLoop {
+class TrainingEpochLoop : private ManualOptimization {
  public:
   /// Borrows everything; `bar` may be nullptr (no progress shown).
   TrainingEpochLoop(const RunPlan& plan, Strategy& strategy, PrecisionPlugin& precision, MetricRouter& metrics,
@@ -70,6 +72,12 @@ class TrainingEpochLoop {
   ResultCollection& results() { return results_; }
 
  private:
+  // ManualOptimization: what a module with automatic_optimization() false calls.
+  const OptimizerConfig& optimization() const override { return optimization_; }
+  void backward(const torch::Tensor& loss) override;
+  void step(size_t index) override;
+  void clip_gradients(size_t index, double value, GradientClipAlgorithm algorithm) override;
+
   torch::Tensor training_step(const Batch& batch, int64_t index);
   torch::Tensor zero_loss() const;
   void optimizer_step(FitProgress& progress);
@@ -86,6 +94,14 @@ class TrainingEpochLoop {
   const OptimizerConfig& optimization_;
   ProgressBar* bar_;
   std::vector<torch::Tensor> clipped_params_;
+  bool manual_;                       // the module optimizes itself (automatic_optimization() false)
+  FitProgress* progress_ = nullptr;   // during run(): where manual steps count
+  const StepInput* input_ = nullptr;  // during a step: its weight, for manual_backward
+  struct Clip {
+    double value;
+    GradientClipAlgorithm algorithm;
+  };
+  std::vector<std::optional<Clip>> clips_;  // per optimizer: the clip its next manual step applies
   ResultCollection results_;
   std::map<std::string, double> bar_metrics_;  // epoch values kept on the bar
   std::chrono::steady_clock::time_point last_bar_update_{};

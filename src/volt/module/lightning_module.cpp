@@ -1,6 +1,7 @@
 #include "volt/module/lightning_module.h"
 
 #include <iostream>
+#include <set>
 
 #include "volt/base/collectives.h"
 #include "volt/core/error.h"
@@ -70,6 +71,73 @@ void LightningModule::print(const std::string& line) const {
   } else if (is_global_zero()) {
     run_view_->print(line);
   }
+}
+
+void LightningOptimizer::zero_grad() { optimizer().zero_grad(); }
+
+torch::optim::Optimizer& LightningOptimizer::optimizer() const { return *loop_->optimization().optimizers.at(index_); }
+
+namespace {
+
+ManualOptimization& manual_loop(ManualOptimization* loop, const LightningModule& module, const char* call) {
+  VOLT_CHECK(!module.automatic_optimization(),
+             "{}::{}() is for manual optimization, but automatic_optimization() is true: the Trainer backpropagates "
+             "and steps itself. HINT: call set_automatic_optimization(false) in the module's constructor.",
+             module.name(), call);
+  VOLT_CHECK(loop != nullptr,
+             "{}::{}() was called outside fit's training (no optimizers are set up there). HINT: call it from "
+             "training_step or the training hooks.",
+             module.name(), call);
+  return *loop;
+}
+
+}  // namespace
+
+void LightningModule::manual_backward(const torch::Tensor& loss) {
+  manual_loop(manual_, *this, "manual_backward").backward(loss);
+}
+
+std::vector<LightningOptimizer> LightningModule::optimizers() {
+  ManualOptimization& loop = manual_loop(manual_, *this, "optimizers");
+  std::vector<LightningOptimizer> out;
+  for (size_t i = 0; i < loop.optimization().optimizers.size(); ++i) out.emplace_back(loop, i);
+  return out;
+}
+
+std::vector<std::shared_ptr<LRScheduler>> LightningModule::lr_schedulers() {
+  std::vector<std::shared_ptr<LRScheduler>> out;
+  for (const SchedulerConfig& config : manual_loop(manual_, *this, "lr_schedulers").optimization().schedulers) {
+    out.push_back(config.scheduler);
+  }
+  return out;
+}
+
+void LightningModule::toggle_optimizer(const LightningOptimizer& optimizer) {
+  const OptimizerConfig& optimization = manual_loop(manual_, *this, "toggle_optimizer").optimization();
+  untoggle_optimizer(optimizer);
+  std::set<const void*> own;
+  for (const auto& group : optimizer.optimizer().param_groups())
+    for (const auto& p : group.params()) own.insert(p.unsafeGetTensorImpl());
+  for (const auto& other : optimization.optimizers) {
+    for (const auto& group : other->param_groups()) {
+      for (const auto& p : group.params()) {
+        if (own.count(p.unsafeGetTensorImpl()) != 0 || !p.requires_grad()) continue;
+        toggled_.push_back(p);
+        p.set_requires_grad(false);
+      }
+    }
+  }
+}
+
+void LightningModule::untoggle_optimizer(const LightningOptimizer& optimizer) {
+  for (torch::Tensor& p : toggled_) p.set_requires_grad(true);
+  toggled_.clear();
+}
+
+void LightningModule::clip_gradients(const LightningOptimizer& optimizer, double value,
+                                     GradientClipAlgorithm algorithm) {
+  VOLT_CHECK(value >= 0.0, "{}::clip_gradients got value={}; expected >= 0. HINT: 0 does not clip.", name(), value);
+  manual_loop(manual_, *this, "clip_gradients").clip_gradients(optimizer.index(), value, algorithm);
 }
 
 std::vector<DataLoader> LightningModule::val_dataloaders() { return as_loaders(val_dataloader()); }

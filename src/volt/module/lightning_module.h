@@ -14,6 +14,7 @@
 #include "volt/base/state_dict.h"
 #include "volt/data/data_loader.h"
 #include "volt/module/log_options.h"
+#include "volt/module/manual_optimization.h"
 
 namespace volt {
 
@@ -212,6 +213,34 @@ class LightningModule : public torch::nn::Module {
   /// console so it does not tear the progress bar; outside a stage, to standard output.
   void print(const std::string& line) const;
 
+  // ---- manual optimization (Lightning's automatic_optimization = False) -----------------------
+  /// Whether the Trainer backpropagates training_step's loss and steps every optimizer (true,
+  /// the default) or training_step does it itself with manual_backward and optimizers().
+  bool automatic_optimization() const { return automatic_optimization_; }
+  /// Switches manual optimization on (false) or off; call it in the constructor.
+  void set_automatic_optimization(bool automatic) { automatic_optimization_ = automatic; }
+  /// Backpropagates `loss` under manual optimization, through the precision plugin and ddp's
+  /// gradient synchronization (Lightning's manual_backward); never call loss.backward() there.
+  void manual_backward(const torch::Tensor& loss);
+  /// The optimizers configure_optimizers returned, in order, whose step() goes through the
+  /// Trainer. Only under manual optimization, during fit.
+  std::vector<LightningOptimizer> optimizers();
+  /// The schedulers configure_optimizers returned, in order; under manual optimization the
+  /// Trainer steps none of them: step them yourself (e.g. in on_train_epoch_end).
+  std::vector<std::shared_ptr<LRScheduler>> lr_schedulers();
+  /// Makes only `optimizer`'s parameters require gradients (the other optimizers' ones stop
+  /// requiring them) until untoggle_optimizer: a GAN's generator step leaves the
+  /// discriminator's gradients alone.
+  void toggle_optimizer(const LightningOptimizer& optimizer);
+  /// Restores what every parameter's requires_grad was before toggle_optimizer.
+  void untoggle_optimizer(const LightningOptimizer& optimizer);
+  /// Clips `optimizer`'s gradients to `value` (by total norm or per element) when it next
+  /// steps, after 16-mixed unscales them (Lightning's clip_gradients).
+  void clip_gradients(const LightningOptimizer& optimizer, double value,
+                      GradientClipAlgorithm algorithm = GradientClipAlgorithm::kNorm);
+  /// Installs (or clears with nullptr) the training loop's manual optimization; the Trainer's business.
+  void set_manual_optimization(ManualOptimization* loop) { manual_ = loop; }
+
   // ---- hyperparameters -------------------------------------------------------------------------
   /// Records the hyperparameters: written to hparams.yaml and the checkpoint.
   void save_hyperparameters(nlohmann::json hparams) { hparams_ = std::move(hparams); }
@@ -233,6 +262,10 @@ class LightningModule : public torch::nn::Module {
  private:
   MetricSink* sink_ = nullptr;
   RunView* run_view_ = nullptr;
+  ManualOptimization* manual_ = nullptr;
+  bool automatic_optimization_ = true;
+  // The parameters toggle_optimizer stopped requiring gradients (they all did before).
+  std::vector<torch::Tensor> toggled_;
   int64_t dataloader_idx_ = 0;
   nlohmann::json hparams_ = nlohmann::json::object();
 };

@@ -226,6 +226,17 @@ TEST_F(ResumeTest, WorkersChangeNothingAndResumeMidEpochBitIdentical) {
   expect_exact_resume(options, 1, {.max_steps = 3}, every_n_steps(3), "epoch=0-step=3.ckpt");
 }
 
+TEST_F(ResumeTest, ManualOptimizationEqualsAutomaticAndResumesMidEpochBitIdentical) {
+  const TinyOptions automatic{.dropout = 0.3, .optimizer = Optim::kAdam, .lr = 0.01, .scheduler = Interval::kStep};
+  TinyOptions manual = automatic;
+  manual.manual = true;
+  const Outcome a = fit(automatic, {.max_epochs = 2, .seed = 1});
+  const Outcome m = fit(manual, {.max_epochs = 2, .seed = 1});
+  EXPECT_EQ(m.global_step, a.global_step);
+  EXPECT_TRUE(bit_identical(m.parameters, a.parameters));
+  expect_exact_resume(manual, 1, {.max_steps = 3}, every_n_steps(3), "epoch=0-step=3.ckpt");
+}
+
 TEST_F(ResumeTest, ControlADifferentSeedGivesDifferentParameters) {
   const TinyOptions options{.dropout = 0.3};
   const Outcome a = fit(options, {.max_epochs = 2, .seed = 1});

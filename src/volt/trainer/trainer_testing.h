@@ -67,6 +67,9 @@ struct TinyOptions {
   /// The loaders' worker threads (DataLoaderOptions::num_workers) and whether they persist.
   int64_t num_workers = 0;
   bool persistent_workers = false;
+  /// Manual optimization: training_step backpropagates and steps the optimizer itself, as the
+  /// Trainer would (and steps a step-interval scheduler after it).
+  bool manual = false;
 
   // Faults, for the error and control tests.
   bool detached_loss = false;     ///< training_step returns a tensor without grad
@@ -86,6 +89,7 @@ class TinyModule : public LightningModule {
     if (options_.dropout > 0) dropout_ = register_module("dropout", torch::nn::Dropout(options_.dropout));
     train_data_ = make_dataset(options_.train_size, 1, options_.outputs);
     val_data_ = make_dataset(options_.val_size, 2, options_.outputs);
+    set_automatic_optimization(!options_.manual);
   }
 
   /// The prediction for inputs `x`.
@@ -102,6 +106,13 @@ class TinyModule : public LightningModule {
     if (batch_idx == options_.signal_at_batch) ::raise(options_.signal);
     torch::Tensor value = loss(batch);
     log("train/loss", value, {.prog_bar = true, .on_epoch = true});
+    if (options_.manual) {
+      LightningOptimizer optimizer = optimizers().at(0);
+      manual_backward(value);
+      optimizer.step();
+      optimizer.zero_grad();
+      if (options_.scheduler == Interval::kStep) lr_schedulers().at(0)->step();
+    }
     return options_.detached_loss ? value.detach() : value;
   }
   void validation_step(const Batch& batch, int64_t batch_idx) override {
@@ -158,7 +169,10 @@ class TinyModule : public LightningModule {
   void on_train_start() override { calls.push_back("on_train_start"); }
   void on_train_end() override { calls.push_back("on_train_end"); }
   void on_train_epoch_start() override { calls.push_back("on_train_epoch_start"); }
-  void on_train_epoch_end() override { calls.push_back("on_train_epoch_end"); }
+  void on_train_epoch_end() override {
+    calls.push_back("on_train_epoch_end");
+    if (options_.manual && options_.scheduler == Interval::kEpoch) lr_schedulers().at(0)->step();
+  }
   void on_train_batch_start(const Batch&, int64_t) override { calls.push_back("on_train_batch_start"); }
   void on_train_batch_end(const torch::Tensor&, const Batch&, int64_t) override {
     calls.push_back("on_train_batch_end");
