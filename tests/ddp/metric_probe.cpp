@@ -90,22 +90,22 @@ std::vector<Entry> make_metrics(int64_t classes) {
   for (const Average average : {Average::kMicro, Average::kMacro}) {
     const std::string suffix = std::string("_") + volt::to_string(average);
     const volt::ClassificationOptions top1{.num_classes = classes, .average = average};
-    add("accuracy" + suffix, std::make_unique<volt::Accuracy>(top1), classification);
+    add("accuracy" + suffix, std::make_unique<volt::MulticlassAccuracy>(top1), classification);
     add("accuracy_top2" + suffix,
-        std::make_unique<volt::Accuracy>(
+        std::make_unique<volt::MulticlassAccuracy>(
             volt::ClassificationOptions{.num_classes = classes, .top_k = 2, .average = average}),
         classification);
-    add("precision" + suffix, std::make_unique<volt::Precision>(top1), classification);
-    add("recall" + suffix, std::make_unique<volt::Recall>(top1), classification);
-    add("f1" + suffix, std::make_unique<volt::F1Score>(top1), classification);
+    add("precision" + suffix, std::make_unique<volt::MulticlassPrecision>(top1), classification);
+    add("recall" + suffix, std::make_unique<volt::MulticlassRecall>(top1), classification);
+    add("f1" + suffix, std::make_unique<volt::MulticlassF1Score>(top1), classification);
   }
-  add("auroc_binary", std::make_unique<volt::AUROC>(),
+  add("auroc_binary", std::make_unique<volt::BinaryAUROC>(),
       [](volt::Metric& m, const Data& d) { m.update(d.binary_scores, d.binary_target); });
-  add("auroc_multiclass", std::make_unique<volt::AUROC>(volt::AurocOptions{.num_classes = classes}),
+  add("auroc_multiclass", std::make_unique<volt::MulticlassAUROC>(classes),
       [](volt::Metric& m, const Data& d) { m.update(d.logits.softmax(1), d.target); });
   add("mse", std::make_unique<volt::MeanSquaredError>(),
       [](volt::Metric& m, const Data& d) { m.update(d.regression, d.regression_target); });
-  add("confusion_matrix", std::make_unique<volt::ConfusionMatrix>(classes), classification);
+  add("confusion_matrix", std::make_unique<volt::MulticlassConfusionMatrix>(classes), classification);
   return entries;
 }
 

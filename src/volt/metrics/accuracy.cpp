@@ -2,9 +2,10 @@
 
 namespace volt {
 
-Accuracy::Accuracy(const ClassificationOptions& options) : MulticlassStatScores("MulticlassAccuracy", options) {}
+MulticlassAccuracy::MulticlassAccuracy(const ClassificationOptions& options)
+    : MulticlassStatScores("MulticlassAccuracy", options) {}
 
-torch::Tensor Accuracy::compute_from(const States& states) const {
+torch::Tensor MulticlassAccuracy::compute_from(const States& states) const {
   // tp + fn of a class is the number of its examples.
   return reduce(states.at("tp"), states.at("tp") + states.at("fn"), states);
 }

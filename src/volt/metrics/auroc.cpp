@@ -31,54 +31,58 @@ double binary_auroc(const torch::Tensor& scores, const torch::Tensor& positive) 
 
 }  // namespace
 
-AUROC::AUROC(const AurocOptions& options)
-    : Metric(options.num_classes == 0 ? "BinaryAUROC" : "MulticlassAUROC"), options_(options) {
-  VOLT_CHECK(options_.num_classes == 0 || options_.num_classes >= 2,
-             "AUROC num_classes is {}; expected 0 (binary: one score per example) or at least 2 (multiclass "
-             "one-vs-rest). HINT: for two classes with one score each, leave num_classes at 0.",
-             options_.num_classes);
-  if (options_.num_classes == 0) {
-    add_state("preds", torch::empty({0}, torch::kFloat), StateReduce::kCat);
-  } else {
-    add_state("preds", torch::empty({0, options_.num_classes}, torch::kFloat), StateReduce::kCat);
-  }
+BinaryAUROC::BinaryAUROC() : Metric("BinaryAUROC") {
+  add_state("preds", torch::empty({0}, torch::kFloat), StateReduce::kCat);
   add_state("target", torch::empty({0}, torch::kLong), StateReduce::kCat);
 }
 
-void AUROC::update_state(const torch::Tensor& preds, const torch::Tensor& target) {
-  if (options_.num_classes > 0) {
-    internal::check_class_target(target, options_.num_classes, name());
-    VOLT_CHECK(preds.dim() == 2 && preds.is_floating_point() && preds.size(1) == options_.num_classes &&
-                   preds.size(0) == target.size(0),
-               "{}.update() was given preds {} for target {}; expected [N, {}] floating-point scores for the N "
-               "targets. HINT: pass every class's score (logits or probabilities), not the argmax.",
-               name(), internal::describe(preds), internal::describe(target), options_.num_classes);
-  } else {
-    const bool labels = target.dim() == 1 && !target.is_floating_point() && !target.is_complex();
-    VOLT_CHECK(labels && preds.dim() == 1 && preds.is_floating_point() && preds.size(0) == target.size(0),
-               "{}.update() was given preds {} and target {}; expected [N] floating-point scores of the positive "
-               "class and [N] 0/1 labels (integer or bool). HINT: for [N, C] scores set AurocOptions::num_classes.",
-               name(), internal::describe(preds), internal::describe(target));
-    if (target.numel() > 0) {
-      const int64_t low = target.min().item<int64_t>();
-      const int64_t high = target.max().item<int64_t>();
-      VOLT_CHECK(low >= 0 && high <= 1,
-                 "{}.update() was given target label {}; expected 0 or 1. HINT: for more classes set "
-                 "AurocOptions::num_classes.",
-                 name(), low < 0 ? low : high);
-    }
+void BinaryAUROC::update_state(const torch::Tensor& preds, const torch::Tensor& target) {
+  const bool labels = target.dim() == 1 && !target.is_floating_point() && !target.is_complex();
+  VOLT_CHECK(labels && preds.dim() == 1 && preds.is_floating_point() && preds.size(0) == target.size(0),
+             "{}.update() was given preds {} and target {}; expected [N] floating-point scores of the positive "
+             "class and [N] 0/1 labels (integer or bool). HINT: for [N, C] scores use MulticlassAUROC.",
+             name(), internal::describe(preds), internal::describe(target));
+  if (target.numel() > 0) {
+    const int64_t low = target.min().item<int64_t>();
+    const int64_t high = target.max().item<int64_t>();
+    VOLT_CHECK(low >= 0 && high <= 1,
+               "{}.update() was given target label {}; expected 0 or 1. HINT: for more classes use MulticlassAUROC.",
+               name(), low < 0 ? low : high);
   }
   append("preds", preds);
   append("target", target);
 }
 
-torch::Tensor AUROC::compute_from(const States& states) const {
+torch::Tensor BinaryAUROC::compute_from(const States& states) const {
+  return torch::tensor(binary_auroc(states.at("preds").to(torch::kDouble), states.at("target") == 1), torch::kDouble);
+}
+
+MulticlassAUROC::MulticlassAUROC(int64_t num_classes) : Metric("MulticlassAUROC"), num_classes_(num_classes) {
+  VOLT_CHECK(num_classes_ >= 2,
+             "MulticlassAUROC num_classes is {}; expected at least 2. HINT: for one score per example use "
+             "BinaryAUROC.",
+             num_classes_);
+  add_state("preds", torch::empty({0, num_classes_}, torch::kFloat), StateReduce::kCat);
+  add_state("target", torch::empty({0}, torch::kLong), StateReduce::kCat);
+}
+
+void MulticlassAUROC::update_state(const torch::Tensor& preds, const torch::Tensor& target) {
+  internal::check_class_target(target, num_classes_, name());
+  VOLT_CHECK(
+      preds.dim() == 2 && preds.is_floating_point() && preds.size(1) == num_classes_ && preds.size(0) == target.size(0),
+      "{}.update() was given preds {} for target {}; expected [N, {}] floating-point scores for the N "
+      "targets. HINT: pass every class's score (logits or probabilities), not the argmax.",
+      name(), internal::describe(preds), internal::describe(target), num_classes_);
+  append("preds", preds);
+  append("target", target);
+}
+
+torch::Tensor MulticlassAUROC::compute_from(const States& states) const {
   const torch::Tensor scores = states.at("preds").to(torch::kDouble);
   const torch::Tensor& target = states.at("target");
-  if (options_.num_classes == 0) return torch::tensor(binary_auroc(scores, target == 1), torch::kDouble);
   double sum = 0;
-  for (int64_t c = 0; c < options_.num_classes; ++c) sum += binary_auroc(scores.select(1, c), target == c);
-  return torch::tensor(sum / static_cast<double>(options_.num_classes), torch::kDouble);
+  for (int64_t c = 0; c < num_classes_; ++c) sum += binary_auroc(scores.select(1, c), target == c);
+  return torch::tensor(sum / static_cast<double>(num_classes_), torch::kDouble);
 }
 
 }  // namespace volt

@@ -1,5 +1,12 @@
 // The area under the ROC curve, binary and multiclass one-vs-rest (torchmetrics' BinaryAUROC and
 // MulticlassAUROC with average "macro"), computed exactly from every example's score.
+//
+// Both keep every score (as float32) and label in kCat states "preds" and "target",
+// concatenated across processes, and rank them at compute: with tied scores given the mean of
+// their ranks, AUROC = (sum of the positives' ranks - P (P + 1) / 2) / (P N), the Mann-Whitney
+// statistic, i.e. the probability that a random positive scores above a random negative, ties
+// counting one half. A class without positive or without negative examples scores 0, as in
+// torchmetrics. Compute returns a 0-dim double tensor.
 #pragma once
 
 #include <cstdint>
@@ -8,32 +15,33 @@
 
 namespace volt {
 
-/// Options of AUROC, e.g. `volt::AUROC auroc({.num_classes = 10})`.
-struct AurocOptions {
-  /// 0 (the default): binary, preds [N] scores of class 1 (probabilities or logits) and target
-  /// [N] 0/1 (integer or bool). 2 or more: multiclass, preds [N, C] scores and target [N] class
-  /// indices; the value is the mean of the C one-vs-rest AUROCs.
-  int64_t num_classes = 0;
+/// AUROC of one score per example: preds [N] scores of the positive class (probabilities or
+/// logits; only their order matters), target [N] 0/1 labels (integer or bool).
+class BinaryAUROC : public Metric {
+ public:
+  /// The metric, with nothing to configure.
+  BinaryAUROC();
+
+ protected:
+  void update_state(const torch::Tensor& preds, const torch::Tensor& target) override;
+  torch::Tensor compute_from(const States& states) const override;
 };
 
-/// The probability that a random positive example scores above a random negative one, ties
-/// counting one half (the Mann-Whitney U statistic over P x N pairs), exact: every score is kept
-/// (as float32, states "preds" and "target", concatenated across processes) and ranked at
-/// compute. A class without positive or without negative examples has AUROC 0, as in
-/// torchmetrics. Compute returns a 0-dim double tensor.
-class AUROC : public Metric {
+/// The mean of the one-vs-rest AUROCs of every class: preds [N, C] scores, target [N] class
+/// indices; class c's AUROC ranks column c with the examples of class c as the positives.
+class MulticlassAUROC : public Metric {
  public:
-  /// Binary by default; see AurocOptions.
-  explicit AUROC(const AurocOptions& options = {});
-  /// The options this metric was made with (validated).
-  const AurocOptions& options() const { return options_; }
+  /// Over `num_classes` (at least 2) classes, e.g. `volt::MulticlassAUROC auroc(10)`.
+  explicit MulticlassAUROC(int64_t num_classes);
+  /// The number of classes.
+  int64_t num_classes() const { return num_classes_; }
 
  protected:
   void update_state(const torch::Tensor& preds, const torch::Tensor& target) override;
   torch::Tensor compute_from(const States& states) const override;
 
  private:
-  AurocOptions options_;
+  int64_t num_classes_;
 };
 
 }  // namespace volt

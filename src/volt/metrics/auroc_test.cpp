@@ -53,7 +53,7 @@ std::string error_of(const std::function<void()>& call) {
 TEST(AUROC, BinaryCountsTiesAsOneHalf) {
   // Positives score 0.35, 0.8, 0.4; negatives 0.1, 0.4. Pairs won: 0.35 > 0.1; 0.8 > both;
   // 0.4 > 0.1 and ties 0.4: 1 + 2 + 1.5 = 4.5 of 6.
-  AUROC auroc;
+  BinaryAUROC auroc;
   auroc.update(torch::tensor({0.1F, 0.4F, 0.35F, 0.8F, 0.4F}), torch::tensor({0, 0, 1, 1, 1}, torch::kLong));
   EXPECT_DOUBLE_EQ(auroc.compute().item<double>(), 4.5 / 6);
   EXPECT_EQ(auroc.name(), "BinaryAUROC");
@@ -64,7 +64,7 @@ TEST(AUROC, BinaryEqualsThePairwiseDefinitionOnDataFullOfTies) {
   // Scores on a grid of 11 values: most of 300 examples tie with others.
   const torch::Tensor scores = torch::randint(0, 11, {300}).to(torch::kFloat) / 10;
   const torch::Tensor target = torch::randint(0, 2, {300}, torch::kLong);
-  AUROC auroc;
+  BinaryAUROC auroc;
   auroc.update(scores.narrow(0, 0, 100), target.narrow(0, 0, 100).to(torch::kBool));
   auroc.update(scores.narrow(0, 100, 200), target.narrow(0, 100, 200).to(torch::kBool));
   EXPECT_NEAR(auroc.compute().item<double>(), pairwise_auroc(floats(scores), is_class(target, 1)), 1e-12);
@@ -75,7 +75,7 @@ TEST(AUROC, MulticlassIsTheMeanOfTheOneVsRestAurocs) {
   const int64_t classes = 4;
   const torch::Tensor scores = torch::randint(0, 7, {120, classes}).to(torch::kFloat) / 6;
   const torch::Tensor target = torch::randint(0, classes, {120}, torch::kLong);
-  AUROC auroc({.num_classes = classes});
+  MulticlassAUROC auroc(classes);
   auroc.update(scores, target);
   double sum = 0;
   for (int64_t c = 0; c < classes; ++c) sum += pairwise_auroc(floats(scores.select(1, c)), is_class(target, c));
@@ -84,11 +84,11 @@ TEST(AUROC, MulticlassIsTheMeanOfTheOneVsRestAurocs) {
 }
 
 TEST(AUROC, AClassWithoutPositivesOrNegativesScoresZero) {
-  AUROC binary;
+  BinaryAUROC binary;
   binary.update(torch::tensor({0.2F, 0.9F}), torch::tensor({1, 1}, torch::kLong));
   EXPECT_EQ(binary.compute().item<double>(), 0.0);
   // Class 2 never occurs: (1 + 1 + 0) / 3 with classes 0 and 1 perfectly separated.
-  AUROC multiclass({.num_classes = 3});
+  MulticlassAUROC multiclass(3);
   multiclass.update(torch::tensor({0.9F, 0.1F, 0.0F, 0.1F, 0.9F, 0.0F}).view({2, 3}),
                     torch::tensor({0, 1}, torch::kLong));
   EXPECT_DOUBLE_EQ(multiclass.compute().item<double>(), 2.0 / 3);
@@ -98,12 +98,12 @@ TEST(AUROC, RanksWithUnevenAndEmptyShardsEqualOneProcess) {
   torch::manual_seed(7);
   const torch::Tensor scores = torch::randint(0, 5, {31, 3}).to(torch::kFloat) / 4;
   const torch::Tensor target = torch::randint(0, 3, {31}, torch::kLong);
-  AUROC single({.num_classes = 3});
+  MulticlassAUROC single(3);
   single.update(scores, target);
   const double expected = single.compute().item<double>();
   const int64_t bounds[] = {0, 0, 17, 31};  // rank 0 has no examples
   testing::run_ranks(3, [&](int64_t rank, Collectives& collectives) {
-    AUROC auroc({.num_classes = 3});
+    MulticlassAUROC auroc(3);
     const int64_t start = bounds[rank];
     const int64_t size = bounds[rank + 1] - start;
     auroc.update(scores.narrow(0, start, size), target.narrow(0, start, size));
@@ -113,7 +113,7 @@ TEST(AUROC, RanksWithUnevenAndEmptyShardsEqualOneProcess) {
 }
 
 TEST(AUROC, BadInputsSayWhatWasGivenAndWhatWasExpected) {
-  AUROC binary;
+  BinaryAUROC binary;
   std::string message = error_of([&] { binary.update(torch::rand({3}), torch::tensor({0, 2, 1}, torch::kLong)); });
   EXPECT_NE(message.find("BinaryAUROC.update() was given target label 2; expected 0 or 1. HINT:"), std::string::npos)
       << message;
@@ -121,12 +121,12 @@ TEST(AUROC, BadInputsSayWhatWasGivenAndWhatWasExpected) {
   EXPECT_NE(message.find("preds [3, 2] Float and target [3] Long; expected [N] floating-point scores"),
             std::string::npos)
       << message;
-  AUROC multiclass({.num_classes = 3});
+  MulticlassAUROC multiclass(3);
   message = error_of([&] { multiclass.update(torch::rand({2}), torch::tensor({0, 1}, torch::kLong)); });
   EXPECT_NE(message.find("preds [2] Float for target [2] Long; expected [N, 3] floating-point scores"),
             std::string::npos)
       << message;
-  EXPECT_NE(error_of([] { AUROC({.num_classes = 1}); }).find("expected 0 (binary"), std::string::npos);
+  EXPECT_NE(error_of([] { MulticlassAUROC(1); }).find("num_classes is 1; expected at least 2"), std::string::npos);
 }
 
 TEST(MeanSquaredError, IsTheMeanOverEveryElementOfEveryUpdate) {

@@ -56,31 +56,36 @@ TEST(ClassificationOptions, DefaultsAreTop1MicroAndBadOptionsAreNamed) {
   const ClassificationOptions defaults;
   EXPECT_EQ(defaults.top_k, 1);
   EXPECT_EQ(defaults.average, Average::kMicro);
-  EXPECT_NE(
-      error_of([] { Accuracy({.num_classes = 1}); }).find("num_classes is 1; a multiclass metric needs at least 2"),
-      std::string::npos);
-  EXPECT_NE(
-      error_of([] { Accuracy({.num_classes = 3, .top_k = 4}); }).find("top_k is 4; expected 1 to num_classes (3)"),
-      std::string::npos);
+  EXPECT_NE(error_of([] {
+              MulticlassAccuracy({.num_classes = 1});
+            }).find("num_classes is 1; a multiclass metric needs at least 2"),
+            std::string::npos);
+  EXPECT_NE(error_of([] {
+              MulticlassAccuracy({.num_classes = 3, .top_k = 4});
+            }).find("top_k is 4; expected 1 to num_classes (3)"),
+            std::string::npos);
 }
 
-TEST(Accuracy, MicroCountsExamplesAndMacroAveragesClasses) {
-  EXPECT_DOUBLE_EQ(on_batch7<Accuracy>({.num_classes = 3}), 5.0 / 7);
+TEST(MulticlassAccuracy, MicroCountsExamplesAndMacroAveragesClasses) {
+  EXPECT_DOUBLE_EQ(on_batch7<MulticlassAccuracy>({.num_classes = 3}), 5.0 / 7);
   // Per-class recall: 3/4, 1/2, 1/1.
-  EXPECT_DOUBLE_EQ(on_batch7<Accuracy>({.num_classes = 3, .average = Average::kMacro}), (0.75 + 0.5 + 1.0) / 3);
+  EXPECT_DOUBLE_EQ(on_batch7<MulticlassAccuracy>({.num_classes = 3, .average = Average::kMacro}),
+                   (0.75 + 0.5 + 1.0) / 3);
   // A class that occurs nowhere is left out of the macro mean (torchmetrics).
-  EXPECT_DOUBLE_EQ(on_batch7<Accuracy>({.num_classes = 4, .average = Average::kMacro}), (0.75 + 0.5 + 1.0) / 3);
+  EXPECT_DOUBLE_EQ(on_batch7<MulticlassAccuracy>({.num_classes = 4, .average = Average::kMacro}),
+                   (0.75 + 0.5 + 1.0) / 3);
 }
 
-TEST(Accuracy, ScoresCountByTheirArgmax) {
+TEST(MulticlassAccuracy, ScoresCountByTheirArgmax) {
   // Scores whose highest entry is preds7's class, the others random below it.
   torch::manual_seed(1);
   const torch::Tensor scores = torch::rand({7, 3}) + torch::one_hot(preds7(), 3).to(torch::kFloat) * 2;
-  EXPECT_DOUBLE_EQ(on_batch7<Accuracy>({.num_classes = 3}, scores), 5.0 / 7);
-  EXPECT_DOUBLE_EQ(on_batch7<Accuracy>({.num_classes = 3, .average = Average::kMacro}, scores), (0.75 + 0.5 + 1.0) / 3);
+  EXPECT_DOUBLE_EQ(on_batch7<MulticlassAccuracy>({.num_classes = 3}, scores), 5.0 / 7);
+  EXPECT_DOUBLE_EQ(on_batch7<MulticlassAccuracy>({.num_classes = 3, .average = Average::kMacro}, scores),
+                   (0.75 + 0.5 + 1.0) / 3);
 }
 
-TEST(Accuracy, TopKCountsATargetAmongTheKHighestScores) {
+TEST(MulticlassAccuracy, TopKCountsATargetAmongTheKHighestScores) {
   const torch::Tensor scores = torch::tensor({0.5F, 0.3F, 0.2F,   // target 1: top-2 {0, 1} hit, top-1 miss
                                               0.1F, 0.2F, 0.7F,   // target 0: top-2 {2, 1} miss
                                               0.3F, 0.6F, 0.1F,   // target 0: top-2 {1, 0} hit, top-1 miss
@@ -88,7 +93,7 @@ TEST(Accuracy, TopKCountsATargetAmongTheKHighestScores) {
                                    .view({4, 3});
   const torch::Tensor target = torch::tensor({1, 0, 0, 2}, torch::kLong);
   const auto run = [&](const ClassificationOptions& options) {
-    Accuracy accuracy(options);
+    MulticlassAccuracy accuracy(options);
     accuracy.update(scores, target);
     return value(accuracy);
   };
@@ -99,27 +104,30 @@ TEST(Accuracy, TopKCountsATargetAmongTheKHighestScores) {
 }
 
 TEST(PrecisionRecallF1, HandCheckedPerClassAndMicro) {
-  // Precision per class: 3/3, 1/2, 1/2. Recall: 3/4, 1/2, 1/1. F1 = 2tp / (2tp + fp + fn): 6/7, 2/4, 2/3.
-  EXPECT_DOUBLE_EQ(on_batch7<Precision>({.num_classes = 3, .average = Average::kMacro}), (1.0 + 0.5 + 0.5) / 3);
-  EXPECT_DOUBLE_EQ(on_batch7<Recall>({.num_classes = 3, .average = Average::kMacro}), (0.75 + 0.5 + 1.0) / 3);
-  EXPECT_DOUBLE_EQ(on_batch7<F1Score>({.num_classes = 3, .average = Average::kMacro}), (6.0 / 7 + 0.5 + 2.0 / 3) / 3);
+  // MulticlassPrecision per class: 3/3, 1/2, 1/2. MulticlassRecall: 3/4, 1/2, 1/1. F1 = 2tp / (2tp + fp + fn): 6/7,
+  // 2/4, 2/3.
+  EXPECT_DOUBLE_EQ(on_batch7<MulticlassPrecision>({.num_classes = 3, .average = Average::kMacro}),
+                   (1.0 + 0.5 + 0.5) / 3);
+  EXPECT_DOUBLE_EQ(on_batch7<MulticlassRecall>({.num_classes = 3, .average = Average::kMacro}), (0.75 + 0.5 + 1.0) / 3);
+  EXPECT_DOUBLE_EQ(on_batch7<MulticlassF1Score>({.num_classes = 3, .average = Average::kMacro}),
+                   (6.0 / 7 + 0.5 + 2.0 / 3) / 3);
   // Micro: summed counts tp 5, fp 2, fn 2.
-  EXPECT_DOUBLE_EQ(on_batch7<Precision>({.num_classes = 3}), 5.0 / 7);
-  EXPECT_DOUBLE_EQ(on_batch7<Recall>({.num_classes = 3}), 5.0 / 7);
-  EXPECT_DOUBLE_EQ(on_batch7<F1Score>({.num_classes = 3}), 10.0 / 14);
+  EXPECT_DOUBLE_EQ(on_batch7<MulticlassPrecision>({.num_classes = 3}), 5.0 / 7);
+  EXPECT_DOUBLE_EQ(on_batch7<MulticlassRecall>({.num_classes = 3}), 5.0 / 7);
+  EXPECT_DOUBLE_EQ(on_batch7<MulticlassF1Score>({.num_classes = 3}), 10.0 / 14);
 }
 
 TEST(PrecisionRecallF1, ADivisionByZeroCountsAsZero) {
   // Class 1 is expected but never predicted: its precision is 0 / 0, taken as 0.
-  Precision precision({.num_classes = 2, .average = Average::kMacro});
+  MulticlassPrecision precision({.num_classes = 2, .average = Average::kMacro});
   precision.update(torch::tensor({0, 0}, torch::kLong), torch::tensor({0, 1}, torch::kLong));
   EXPECT_DOUBLE_EQ(value(precision), (0.5 + 0.0) / 2);
   // Nothing at all yet: 0, not NaN.
-  EXPECT_DOUBLE_EQ(value(*std::make_unique<F1Score>(ClassificationOptions{.num_classes = 3})), 0.0);
+  EXPECT_DOUBLE_EQ(value(*std::make_unique<MulticlassF1Score>(ClassificationOptions{.num_classes = 3})), 0.0);
 }
 
-TEST(ConfusionMatrix, RowsAreTargetsAndColumnsPredictions) {
-  ConfusionMatrix matrix(3);
+TEST(MulticlassConfusionMatrix, RowsAreTargetsAndColumnsPredictions) {
+  MulticlassConfusionMatrix matrix(3);
   matrix.update(preds7(), target7());
   const torch::Tensor expected = torch::tensor({3, 1, 0,  //
                                                 0, 1, 1,  //
@@ -133,14 +141,18 @@ TEST(ConfusionMatrix, RowsAreTargetsAndColumnsPredictions) {
 std::vector<std::unique_ptr<Metric>> all_metrics(int64_t classes) {
   std::vector<std::unique_ptr<Metric>> out;
   for (const Average average : {Average::kMicro, Average::kMacro}) {
-    out.push_back(std::make_unique<Accuracy>(ClassificationOptions{.num_classes = classes, .average = average}));
     out.push_back(
-        std::make_unique<Accuracy>(ClassificationOptions{.num_classes = classes, .top_k = 2, .average = average}));
-    out.push_back(std::make_unique<Precision>(ClassificationOptions{.num_classes = classes, .average = average}));
-    out.push_back(std::make_unique<Recall>(ClassificationOptions{.num_classes = classes, .average = average}));
-    out.push_back(std::make_unique<F1Score>(ClassificationOptions{.num_classes = classes, .average = average}));
+        std::make_unique<MulticlassAccuracy>(ClassificationOptions{.num_classes = classes, .average = average}));
+    out.push_back(std::make_unique<MulticlassAccuracy>(
+        ClassificationOptions{.num_classes = classes, .top_k = 2, .average = average}));
+    out.push_back(
+        std::make_unique<MulticlassPrecision>(ClassificationOptions{.num_classes = classes, .average = average}));
+    out.push_back(
+        std::make_unique<MulticlassRecall>(ClassificationOptions{.num_classes = classes, .average = average}));
+    out.push_back(
+        std::make_unique<MulticlassF1Score>(ClassificationOptions{.num_classes = classes, .average = average}));
   }
-  out.push_back(std::make_unique<ConfusionMatrix>(classes));
+  out.push_back(std::make_unique<MulticlassConfusionMatrix>(classes));
   return out;
 }
 
@@ -188,7 +200,7 @@ TEST(ClassificationMetrics, ThreeRanksWithUnevenShardsEqualOneProcess) {
 }
 
 TEST(ClassificationMetrics, BadInputsSayWhatWasGivenAndWhatWasExpected) {
-  Accuracy accuracy({.num_classes = 3});
+  MulticlassAccuracy accuracy({.num_classes = 3});
   const torch::Tensor target = torch::tensor({0, 2}, torch::kLong);
   std::string message = error_of([&] { accuracy.update(torch::rand({2, 3}), torch::rand({2, 3})); });
   EXPECT_NE(message.find("MulticlassAccuracy.update() was given target [2, 3] Float; expected class indices of "
@@ -206,7 +218,7 @@ TEST(ClassificationMetrics, BadInputsSayWhatWasGivenAndWhatWasExpected) {
   message = error_of([&] { accuracy.update(torch::rand({2}), target); });
   EXPECT_NE(message.find("preds [2] Float; expected [N, 3] floating-point scores"), std::string::npos) << message;
   message = error_of([&] {
-    Accuracy top2({.num_classes = 3, .top_k = 2});
+    MulticlassAccuracy top2({.num_classes = 3, .top_k = 2});
     top2.update(torch::tensor({0, 1}, torch::kLong), target);
   });
   EXPECT_NE(message.find("top_k is 2; expected [N, 3] scores. HINT: top-k needs every class's score"),

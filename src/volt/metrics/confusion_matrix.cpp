@@ -7,14 +7,16 @@
 
 namespace volt {
 
-ConfusionMatrix::ConfusionMatrix(int64_t num_classes) : Metric("MulticlassConfusionMatrix"), num_classes_(num_classes) {
-  VOLT_CHECK(num_classes_ >= 2,
-             "ConfusionMatrix num_classes is {}; expected at least 2. HINT: pass the number of the model's outputs.",
-             num_classes_);
+MulticlassConfusionMatrix::MulticlassConfusionMatrix(int64_t num_classes)
+    : Metric("MulticlassConfusionMatrix"), num_classes_(num_classes) {
+  VOLT_CHECK(
+      num_classes_ >= 2,
+      "MulticlassConfusionMatrix num_classes is {}; expected at least 2. HINT: pass the number of the model's outputs.",
+      num_classes_);
   add_state("confmat", torch::zeros({num_classes_, num_classes_}, torch::kLong), StateReduce::kSum);
 }
 
-void ConfusionMatrix::update_state(const torch::Tensor& preds, const torch::Tensor& target) {
+void MulticlassConfusionMatrix::update_state(const torch::Tensor& preds, const torch::Tensor& target) {
   internal::check_class_target(target, num_classes_, name());
   const torch::Tensor predicted = internal::predicted_classes(preds, target, num_classes_, 1, name()).squeeze(1);
   // Cell (target, prediction) of the row-major matrix, counted in one pass.
@@ -23,6 +25,8 @@ void ConfusionMatrix::update_state(const torch::Tensor& preds, const torch::Tens
   confmat += cells.bincount({}, num_classes_ * num_classes_).view({num_classes_, num_classes_}).to(confmat.device());
 }
 
-torch::Tensor ConfusionMatrix::compute_from(const States& states) const { return states.at("confmat").clone(); }
+torch::Tensor MulticlassConfusionMatrix::compute_from(const States& states) const {
+  return states.at("confmat").clone();
+}
 
 }  // namespace volt

@@ -10,10 +10,10 @@ namespace volt {
 /// How many examples of each target class were predicted as each class: [C, C] int64, rows the
 /// target, columns the prediction (state "confmat", summed across processes). preds are
 /// [N, C] scores (their argmax counts) or [N] class indices; target [N] class indices.
-class ConfusionMatrix : public Metric {
+class MulticlassConfusionMatrix : public Metric {
  public:
   /// A matrix over `num_classes` (at least 2) classes.
-  explicit ConfusionMatrix(int64_t num_classes);
+  explicit MulticlassConfusionMatrix(int64_t num_classes);
   /// The number of classes.
   int64_t num_classes() const { return num_classes_; }
 

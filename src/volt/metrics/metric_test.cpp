@@ -156,12 +156,12 @@ TEST(Metric, StateDictRoundTripContinuesBitIdentically) {
 TEST(Metric, LoadingAnotherMetricsStatesIsRefusedNamingTheDifference) {
   Stats stats;
   StateDict other = Stats().state_dict();
-  other.insert_or_assign("metric", std::string("Accuracy"));
+  other.insert_or_assign("metric", std::string("MulticlassAccuracy"));
   try {
     stats.load_state_dict(other);
     ADD_FAILURE() << "expected a volt::CheckpointError";
   } catch (const CheckpointError& e) {
-    EXPECT_NE(std::string(e.what()).find("holds the states of a Accuracy, not of a Stats"), std::string::npos)
+    EXPECT_NE(std::string(e.what()).find("holds the states of a MulticlassAccuracy, not of a Stats"), std::string::npos)
         << e.what();
   }
   StateDict reshaped = Stats().state_dict();

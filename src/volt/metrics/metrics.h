@@ -2,6 +2,7 @@
 // core). See docs/metrics.md.
 #pragma once
 
+#include "volt/core/error.h"  // VOLT_CHECK, for the input checks of metrics written by users
 #include "volt/metrics/accuracy.h"
 #include "volt/metrics/auroc.h"
 #include "volt/metrics/confusion_matrix.h"

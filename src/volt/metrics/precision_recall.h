@@ -10,22 +10,22 @@ namespace volt {
 /// the classes' precisions, kMicro sums the counts first (for top_k 1 micro precision equals
 /// accuracy). A class with no predictions has precision 0, as in torchmetrics. Compute returns a
 /// 0-dim double tensor.
-class Precision : public MulticlassStatScores {
+class MulticlassPrecision : public MulticlassStatScores {
  public:
-  /// E.g. `volt::Precision precision({.num_classes = 10, .average = volt::Average::kMacro})`.
-  explicit Precision(const ClassificationOptions& options);
+  /// E.g. `volt::MulticlassPrecision precision({.num_classes = 10, .average = volt::Average::kMacro})`.
+  explicit MulticlassPrecision(const ClassificationOptions& options);
 
  protected:
   torch::Tensor compute_from(const States& states) const override;
 };
 
 /// tp / (tp + fn): of the examples of a class, the fraction predicted as it (the same value as
-/// Accuracy with the same options). A class with no examples has recall 0. Compute returns a
+/// MulticlassAccuracy with the same options). A class with no examples has recall 0. Compute returns a
 /// 0-dim double tensor.
-class Recall : public MulticlassStatScores {
+class MulticlassRecall : public MulticlassStatScores {
  public:
-  /// E.g. `volt::Recall recall({.num_classes = 10, .average = volt::Average::kMacro})`.
-  explicit Recall(const ClassificationOptions& options);
+  /// E.g. `volt::MulticlassRecall recall({.num_classes = 10, .average = volt::Average::kMacro})`.
+  explicit MulticlassRecall(const ClassificationOptions& options);
 
  protected:
   torch::Tensor compute_from(const States& states) const override;
@@ -34,10 +34,10 @@ class Recall : public MulticlassStatScores {
 /// 2 tp / (2 tp + fp + fn), the harmonic mean of precision and recall, per class for kMacro or
 /// over the summed counts for kMicro; 0 where nothing was predicted or expected. Compute
 /// returns a 0-dim double tensor.
-class F1Score : public MulticlassStatScores {
+class MulticlassF1Score : public MulticlassStatScores {
  public:
-  /// E.g. `volt::F1Score f1({.num_classes = 10, .average = volt::Average::kMacro})`.
-  explicit F1Score(const ClassificationOptions& options);
+  /// E.g. `volt::MulticlassF1Score f1({.num_classes = 10, .average = volt::Average::kMacro})`.
+  explicit MulticlassF1Score(const ClassificationOptions& options);
 
  protected:
   torch::Tensor compute_from(const States& states) const override;

@@ -1,5 +1,5 @@
-// The per-class counts (true positives, false positives, false negatives) that Accuracy,
-// Precision, Recall and F1Score are computed from, and the options they share.
+// The per-class counts (true positives, false positives, false negatives) that MulticlassAccuracy,
+// MulticlassPrecision, MulticlassRecall and MulticlassF1Score are computed from, and the options they share.
 #pragma once
 
 #include <torch/types.h>
@@ -23,15 +23,15 @@ const char* to_string(Average average);
 Average parse_average(std::string_view text);
 
 /// Options of the multiclass classification metrics, e.g.
-/// `volt::Accuracy accuracy({.num_classes = 10, .top_k = 5})`.
+/// `volt::MulticlassAccuracy accuracy({.num_classes = 10, .top_k = 5})`.
 struct ClassificationOptions {
   /// The number of classes C, at least 2. preds are [N, C] scores or [N] class indices; target
   /// is [N] class indices in [0, C).
   int64_t num_classes = 0;
   /// An example counts as predicted for the k classes with the highest scores (k > 1 needs
-  /// [N, C] scores). Accuracy with top_k 5 is "top-5 accuracy".
+  /// [N, C] scores). MulticlassAccuracy with top_k 5 is "top-5 accuracy".
   int64_t top_k = 1;
-  /// kMicro (the default, as torchmetrics' Accuracy(task="multiclass")) or kMacro. A class that
+  /// kMicro (the default, as torchmetrics' MulticlassAccuracy(task="multiclass")) or kMacro. A class that
   /// occurs in no target and no prediction (with top_k > 1: in no target) is left out of the
   /// macro mean, as in torchmetrics.
   Average average = Average::kMicro;
