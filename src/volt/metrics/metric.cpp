@@ -106,27 +106,23 @@ void Metric::add_state(const std::string& name, const torch::Tensor& default_val
   states_.push_back(std::move(s));
 }
 
-Metric::State& Metric::find(const std::string& name, const char* what) {
+Metric::State& Metric::find(const std::string& name) {
   for (State& s : states_) {
-    if (s.name != name) continue;
-    VOLT_INTERNAL_ASSERT((s.reduce == StateReduce::kCat) == (std::string_view(what) == "append"),
-                         "{} of {}'s state '{}', a {} state", what, name_, name, to_string(s.reduce));
-    return s;
-  }
-  VOLT_INTERNAL_ASSERT(false, "{} has no state '{}'", name_, name);
-}
-
-const Metric::State& Metric::find(const std::string& name) const {
-  for (const State& s : states_) {
     if (s.name == name) return s;
   }
   VOLT_INTERNAL_ASSERT(false, "{} has no state '{}'", name_, name);
 }
 
-torch::Tensor& Metric::state(const std::string& name) { return find(name, "state").value; }
+torch::Tensor& Metric::state(const std::string& name) {
+  State& s = find(name);
+  VOLT_INTERNAL_ASSERT(s.reduce != StateReduce::kCat, "{}'s state '{}' is a cat state: append() to it", name_, name);
+  return s.value;
+}
 
 void Metric::append(const std::string& name, const torch::Tensor& rows) {
-  State& s = find(name, "append");
+  State& s = find(name);
+  VOLT_INTERNAL_ASSERT(s.reduce == StateReduce::kCat, "{}'s state '{}' is a {} state: change it through state()", name_,
+                       name, to_string(s.reduce));
   const torch::Tensor converted = rows.detach().to(s.default_value.device(), s.default_value.scalar_type());
   VOLT_INTERNAL_ASSERT(fits(converted, s.default_value, StateReduce::kCat),
                        "{} appends rows {} to state '{}' declared as {}", name_, shape_of(rows), name,
@@ -236,7 +232,8 @@ void Metric::load_local(const StateDict& state, const std::string& where) {
   }
   if (!state.contains(kStatesKey)) throw missing(kStatesKey);
   if (!state.contains(kUpdateCountKey)) throw missing(kUpdateCountKey);
-  const auto saved = c10::impl::toTypedDict<std::string, c10::IValue>(state.at(kStatesKey).toGenericDict());
+  // A generic dict: one read back from a file has Any-typed keys.
+  const StateDict saved = state.at(kStatesKey).toGenericDict();
   std::vector<torch::Tensor> loaded;
   for (const State& s : states_) {
     if (!saved.contains(s.name)) {

@@ -107,8 +107,7 @@ class Metric {
     torch::Tensor value;              // kSum/kMean/kMax/kMin
     std::vector<torch::Tensor> rows;  // kCat: appended per update, concatenated when read
   };
-  State& find(const std::string& name, const char* what);
-  const State& find(const std::string& name) const;
+  State& find(const std::string& name);
   /// A kCat state's rows as one tensor (its empty default when there are none).
   static torch::Tensor concatenated(const State& state);
   /// The states synced through `collectives`, one collective per (reduction, dtype) group of
