@@ -3,6 +3,7 @@
 // built-in metric in uneven batches, computes them synced over a ProcessGroup, and writes the
 // values to <out>/rank<R>.json. RANK, WORLD_SIZE, MASTER_ADDR and MASTER_PORT place it (as
 // torchrun does); without them it runs alone. --fail-mode makes one rank leave before compute.
+// It also records how long the updates and each compute took (for measurements, not checked).
 #include <unistd.h>
 
 #include <CLI/CLI.hpp>
@@ -33,6 +34,7 @@ struct ProbeOptions {
   int64_t timeout_ms = 120000;     // the process group's collective timeout
   std::string fail_mode = "none";  // none | exit (leave before compute) | hang (never call compute)
   int64_t fail_rank = -1;
+  int64_t batch_scale = 1;  // batches of {7, 3, 12, 1, 5} times this many examples
 };
 
 int64_t env_int(const char* name, int64_t fallback) {
@@ -121,6 +123,10 @@ nlohmann::json to_json(const torch::Tensor& value) {
   return std::vector<int64_t>(flat.data_ptr<int64_t>(), flat.data_ptr<int64_t>() + flat.numel());
 }
 
+double seconds_since(std::chrono::steady_clock::time_point start) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+}
+
 int run(const ProbeOptions& o) {
   const volt::Topology topology = topology_from_env();
   const int64_t rank = topology.global_rank;
@@ -137,10 +143,11 @@ int run(const ProbeOptions& o) {
   const int64_t start = o.examples * rank / world;
   const int64_t end = o.examples * (rank + 1) / world;
   std::vector<Entry> metrics = make_metrics(o.classes);
+  const auto started = std::chrono::steady_clock::now();
   const int64_t sizes[] = {7, 3, 12, 1, 5};  // uneven batches; the last one of a shard is shorter
   int64_t batches = 0;
   for (int64_t at = start; at < end; ++batches) {
-    const int64_t size = std::min(sizes[batches % 5], end - at);
+    const int64_t size = std::min(sizes[batches % 5] * o.batch_scale, end - at);
     const Data batch = rows(data, at, size);
     for (Entry& e : metrics) e.update(*e.metric, batch);
     at += size;
@@ -156,10 +163,13 @@ int run(const ProbeOptions& o) {
   out["world_size"] = world;
   out["examples"] = end - start;
   out["batches"] = batches;
+  const auto updated = std::chrono::steady_clock::now();
   try {
     for (Entry& e : metrics) {
+      const auto before = std::chrono::steady_clock::now();
       out["values"][e.name] = to_json(e.metric->compute(collectives));
       out["update_counts"][e.name] = e.metric->update_count();
+      out["compute_seconds"][e.name] = seconds_since(before);
     }
   } catch (const volt::Error& e) {
     if (!group) throw;
@@ -175,6 +185,7 @@ int run(const ProbeOptions& o) {
     }
     throw volt::Error(fmt::format("rank {}: computing the metrics failed, {}: {}", rank, who, e.what()));
   }
+  out["update_seconds"] = std::chrono::duration<double>(updated - started).count();
   std::ofstream(o.out + "/rank" + std::to_string(rank) + ".json") << out.dump();
   return 0;
 }
@@ -191,6 +202,7 @@ int main(int argc, char** argv) {
   app.add_option("--timeout-ms", o.timeout_ms, "the process group's collective timeout");
   app.add_option("--fail-mode", o.fail_mode, "none, exit (leave before compute) or hang (never compute)");
   app.add_option("--fail-rank", o.fail_rank, "the rank that fails");
+  app.add_option("--batch-scale", o.batch_scale, "multiplies the batch sizes (7, 3, 12, 1, 5)");
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
