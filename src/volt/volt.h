@@ -16,6 +16,7 @@
 #include "volt/datasets/npy_shards.h"
 #include "volt/loggers/csv_logger.h"
 #include "volt/loggers/tensorboard_logger.h"
+#include "volt/metrics/metrics.h"
 #include "volt/module/lightning_module.h"
 #include "volt/optim/lr_scheduler.h"
 #include "volt/precision/precision_plugin.h"

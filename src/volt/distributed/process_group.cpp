@@ -294,4 +294,31 @@ std::optional<std::string> ProcessGroup::reported_failure() noexcept {
   }
 }
 
+std::optional<std::vector<int64_t>> ProcessGroup::absent_ranks(const std::string& tag,
+                                                               std::chrono::milliseconds wait) noexcept {
+  const std::string prefix = "volt/present/" + tag + "/";
+  try {
+    store_->set(prefix + std::to_string(topology_.global_rank), bytes_of("1"));
+  } catch (...) {
+    return std::nullopt;
+  }
+  const auto deadline = std::chrono::steady_clock::now() + wait;
+  std::vector<int64_t> absent;
+  for (int64_t r = 0; r < topology_.world_size; ++r) absent.push_back(r);
+  try {
+    while (!absent.empty()) {
+      std::vector<int64_t> still;
+      for (const int64_t r : absent) {
+        if (!store_->check({prefix + std::to_string(r)})) still.push_back(r);
+      }
+      absent = still;
+      if (absent.empty() || std::chrono::steady_clock::now() >= deadline) break;
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    }
+  } catch (...) {
+    // Rank 0 left after its own wait ended: what was seen until then is the answer.
+  }
+  return absent;
+}
+
 }  // namespace volt

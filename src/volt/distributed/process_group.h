@@ -78,6 +78,12 @@ class ProcessGroup : public Collectives {
   void report_failure(const std::string& message) noexcept;
   /// The first failure reported by any rank, if the store can still be reached.
   std::optional<std::string> reported_failure() noexcept;
+  /// After a collective failed: the ranks that do not also call this with the same `tag` within
+  /// `wait`. Each caller marks itself in the store and waits for the others, so when every rank
+  /// still running calls it, the ranks returned are those that exited or are stuck elsewhere
+  /// (for an error that names them). nullopt when the store, which rank 0 serves, cannot be
+  /// reached at all: rank 0 is gone.
+  std::optional<std::vector<int64_t>> absent_ranks(const std::string& tag, std::chrono::milliseconds wait) noexcept;
 
  private:
   Topology topology_;
