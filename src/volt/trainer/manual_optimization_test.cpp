@@ -86,8 +86,8 @@ TEST_F(TrainerTest, TwoOptimizersSteppedByHandInTheStepMatchAPlainLoopAndEachSte
   for (const bool clip : {false, true}) {
     TwoPlayers module(clip);
     TwoPlayers reference(clip);
-    const FitResult result = make_trainer({.max_epochs = 2, .num_sanity_val_steps = 0, .enable_checkpointing = false})
-                                 .fit(module);
+    const FitResult result =
+        make_trainer({.max_epochs = 2, .num_sanity_val_steps = 0, .enable_checkpointing = false}).fit(module);
     reference.train_by_hand(2);
     EXPECT_TRUE(bit_identical(trainer_testing::parameters_of(module), trainer_testing::parameters_of(reference)))
         << "clip " << clip;
