@@ -35,6 +35,16 @@ std::string peers(const Collectives& collectives) {
   return "ranks " + join(others, ", ");
 }
 
+// Throws the error of a failed collective: which one of the layer's, and whom this rank waited for.
+[[noreturn]] void fail_collective(const Collectives& collectives, const char* what, const std::string& cause) {
+  throw Error(fmt::format(
+      "rank {} of {}: SyncBatchNorm's all-reduce of {} failed while waiting for {}: {}. HINT: every rank must "
+      "run the forward and backward of every SyncBatchNorm layer in the same order; a rank that stopped, "
+      "crashed or skipped the layer fails the others here (look for its own error), and one slower than the "
+      "process group's timeout looks the same.",
+      collectives.rank(), collectives.world_size(), what, peers(collectives), cause));
+}
+
 // Sums `values` across ranks; a failure (a peer that died, hung or skipped the layer) becomes a
 // volt::Error that says which collective of the layer it was and whom this rank waited for.
 void sum_across_ranks(Collectives& collectives, torch::Tensor& values, const char* what) {
@@ -42,13 +52,11 @@ void sum_across_ranks(Collectives& collectives, torch::Tensor& values, const cha
     collectives.all_reduce(values, Reduce::kSum);
   } catch (const InternalError&) {
     throw;
+  } catch (const c10::Error& e) {
+    // c10's what() appends a C++ backtrace, which would bury the message.
+    fail_collective(collectives, what, e.what_without_backtrace());
   } catch (const std::exception& e) {
-    throw Error(fmt::format(
-        "rank {} of {}: SyncBatchNorm's all-reduce of {} failed while waiting for {}: {}. HINT: every rank must "
-        "run the forward and backward of every SyncBatchNorm layer in the same order; a rank that stopped, "
-        "crashed or skipped the layer fails the others here (look for its own error), and one slower than the "
-        "process group's timeout looks the same.",
-        collectives.rank(), collectives.world_size(), what, peers(collectives), e.what()));
+    fail_collective(collectives, what, e.what());
   }
 }
 
