@@ -13,10 +13,12 @@
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <thread>
+#include <torch/csrc/distributed/c10d/ProcessGroup.hpp>
 
 #include "volt/cli/run_main.h"
 #include "volt/core/env.h"
 #include "volt/core/error.h"
+#include "volt/distributed/gradient_synchronizer.h"
 #include "volt/distributed/process_group.h"
 #include "volt/volt.h"
 
@@ -33,6 +35,7 @@ struct ProbeOptions {
   std::string fail_mode = "none";  // none | kill | hang
   int64_t fail_rank = -1;
   bool detached = false;  // no enable_sync_batchnorm: each rank normalizes its own rows
+  bool reducer = false;   // gradients averaged by ddp's engine (c10d's Reducer) instead of all_reduce
 };
 
 /// This process's place, from torchrun's variables; one process when WORLD_SIZE is unset.
@@ -121,6 +124,19 @@ int run(const ProbeOptions& options) {
   // The group outlives every forward and backward below: it is destroyed after `net` is done.
   if (!options.detached) volt::enable_sync_batchnorm(*net, collectives);
   torch::optim::SGD optimizer(net->parameters(), torch::optim::SGDOptions(options.lr));
+  // ddp's way: autograd hooks all-reduce gradient buckets during backward, beside the layers'
+  // own backward collectives, and average them.
+  std::unique_ptr<volt::ReducerSynchronizer> reducer;
+  if (options.reducer && group) {
+    std::vector<torch::Tensor> parameters;
+    std::vector<std::string> names;
+    for (const auto& parameter : net->named_parameters()) {
+      parameters.push_back(parameter.value());
+      names.push_back(parameter.key());
+    }
+    reducer =
+        std::make_unique<volt::ReducerSynchronizer>(parameters, names, group->backend(), volt::GradientSyncOptions{});
+  }
 
   torch::manual_seed(1);
   const torch::Tensor x = torch::randn({options.batch, 3, 6, 6}) * 2 + 1;
@@ -142,13 +158,17 @@ int run(const ProbeOptions& options) {
     const torch::Tensor logits = net->forward(my_x);
     if (step == 0) out["first_output"] = values_of(logits);
     // This rank's share of the whole batch's mean loss: summed over ranks, the gradients are the
-    // whole batch's for any split (ddp's average of per-rank means is the same for equal shares).
+    // whole batch's for any split. The Reducer averages instead of summing: scale by the ranks.
+    const double scale = reducer ? static_cast<double>(topology.world_size) : 1.0;
     const torch::Tensor loss =
         torch::nn::functional::cross_entropy(logits, my_target,
-                                             torch::nn::functional::CrossEntropyFuncOptions().reduction(torch::kSum)) /
-        static_cast<double>(options.batch);
+                                             torch::nn::functional::CrossEntropyFuncOptions().reduction(torch::kSum)) *
+        (scale / static_cast<double>(options.batch));
+    if (reducer) reducer->prepare_for_backward(loss);
     loss.backward();
-    for (auto& parameter : net->parameters()) collectives.all_reduce(parameter.mutable_grad(), volt::Reduce::kSum);
+    if (!reducer) {
+      for (auto& parameter : net->parameters()) collectives.all_reduce(parameter.mutable_grad(), volt::Reduce::kSum);
+    }
     optimizer.step();
     out["running"].push_back(running_stats(*net));
   }
@@ -173,6 +193,7 @@ int main(int argc, char** argv) {
     app.add_option("--fail-mode", options.fail_mode, "none, kill or hang, just before the first forward");
     app.add_option("--fail-rank", options.fail_rank, "the rank that fails");
     app.add_flag("--detached", options.detached, "leave the layers unsynchronized (a control)");
+    app.add_flag("--reducer", options.reducer, "average gradients with c10d's Reducer, as ddp does");
     try {
       app.parse(argc, argv);
     } catch (const CLI::ParseError& e) {

@@ -99,6 +99,14 @@ def test_unattached_layers_on_half_batches_do_not_match_so_the_comparison_can_fa
         assert_matches_whole_batch(results, reference)
 
 
+def test_beside_ddps_gradient_reducer_two_processes_still_match_one_process(tmp_path):
+    # c10d's Reducer all-reduces gradient buckets from autograd hooks while the layers' backward
+    # collectives run in the same backward pass: both must keep one order on every rank.
+    reference = one_process(tmp_path, "plain")
+    results = launch(tmp_path, 2, ["--batch", str(BATCH), "--steps", str(STEPS), "--reducer"])
+    assert_matches_whole_batch(results, reference)
+
+
 def test_three_processes_with_uneven_shares_match_one_process(tmp_path):
     reference = one_process(tmp_path, "plain")
     results = launch(tmp_path, 3, ["--batch", str(BATCH), "--steps", str(STEPS), "--split", "7", "5", "4"])
