@@ -520,6 +520,12 @@ TEST(SyncBatchNorm, EnableAttachesEveryNestedLayerAndDisableDetachesThem) {
   disable_sync_batchnorm(net);
   EXPECT_EQ(net.head_norm->collectives(), nullptr);
   EXPECT_EQ(net.features[2]->as<SyncBatchNormImpl>()->collectives(), nullptr);
+  // dp's replicas are clones: they share the attachment (one process group for all of them).
+  net.head_norm->attach_collectives(collectives);
+  const auto copy = std::dynamic_pointer_cast<SyncBatchNormImpl>(net.head_norm->clone());
+  ASSERT_NE(copy, nullptr);
+  EXPECT_EQ(copy->collectives(), &collectives);
+  EXPECT_EQ(keys_of(*copy), keys_of(*net.head_norm));
   // A one-process world attached is not synchronized.
   net.head_norm->attach_collectives(local_collectives());
   EXPECT_FALSE(net.head_norm->synchronized());
