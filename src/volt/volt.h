@@ -18,6 +18,7 @@
 #include "volt/loggers/tensorboard_logger.h"
 #include "volt/metrics/metrics.h"
 #include "volt/module/lightning_module.h"
+#include "volt/nn/nn.h"
 #include "volt/optim/lr_scheduler.h"
 #include "volt/precision/precision_plugin.h"
 #include "volt/trainer/trainer.h"
