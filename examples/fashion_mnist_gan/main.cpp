@@ -32,12 +32,13 @@ class FashionGan : public volt::LightningModule {
  public:
   explicit FashionGan(GanOptions options) : volt::LightningModule("FashionGan"), options_(std::move(options)) {
     namespace nn = torch::nn;
-    generator_ = register_module(
-        "generator", nn::Sequential(nn::Linear(options_.latent, options_.hidden), nn::LeakyReLU(nn::LeakyReLUOptions().negative_slope(0.2)),
-                                    nn::Linear(options_.hidden, 784), nn::Tanh()));
-    discriminator_ = register_module(
-        "discriminator", nn::Sequential(nn::Linear(784, options_.hidden), nn::LeakyReLU(nn::LeakyReLUOptions().negative_slope(0.2)),
-                                        nn::Linear(options_.hidden, 1)));
+    generator_ = register_module("generator", nn::Sequential(nn::Linear(options_.latent, options_.hidden),
+                                                             nn::LeakyReLU(nn::LeakyReLUOptions().negative_slope(0.2)),
+                                                             nn::Linear(options_.hidden, 784), nn::Tanh()));
+    discriminator_ =
+        register_module("discriminator", nn::Sequential(nn::Linear(784, options_.hidden),
+                                                        nn::LeakyReLU(nn::LeakyReLUOptions().negative_slope(0.2)),
+                                                        nn::Linear(options_.hidden, 1)));
     set_automatic_optimization(false);
     save_hyperparameters({{"latent", options_.latent}, {"hidden", options_.hidden}, {"lr", options_.lr}});
   }
@@ -91,7 +92,8 @@ class FashionGan : public volt::LightningModule {
   }
 
   volt::DataLoader train_dataloader() override {
-    const volt::datasets::FashionMnist train = volt::datasets::load_fashion_mnist(options_.data_dir, volt::datasets::Split::kTrain);
+    const volt::datasets::FashionMnist train =
+        volt::datasets::load_fashion_mnist(options_.data_dir, volt::datasets::Split::kTrain);
     // Back from the classifier's normalisation to [-1, 1], the generator's tanh range.
     const torch::Tensor images =
         (train.images * volt::datasets::kFashionMnistStd + volt::datasets::kFashionMnistMean) * 2.0 - 1.0;
@@ -109,8 +111,7 @@ class FashionGan : public volt::LightningModule {
 
 int main(int argc, char** argv) {
   return volt::run_main([&] {
-    CLI::App app("Train a GAN on Fashion-MNIST with Volt (manual optimization, two optimizers).",
-                 "fashion_mnist_gan");
+    CLI::App app("Train a GAN on Fashion-MNIST with Volt (manual optimization, two optimizers).", "fashion_mnist_gan");
     GanOptions gan;
     volt::TrainerOptions trainer_options;
     trainer_options.max_epochs = 5;

@@ -47,6 +47,7 @@ struct ProbeOptions {
   int64_t shards = 5;         // ... this many, shard k holding about k + 1 parts of the data
   bool datamodule = false;    // fit through a DataModule whose prepare_data writes a marker file
   bool collectives = false;   // the module's all_gather/all_reduce and view of the run, to "view"
+  bool batchnorm = false;     // a volt::SyncBatchNorm after the hidden layer (--sync-batchnorm syncs it)
 };
 
 /// The probe's examples as a stream: `shards` consecutive shards of uneven sizes (shard k holds
@@ -161,6 +162,7 @@ class Probe : public volt::LightningModule {
     out_ = register_module("out", torch::nn::Linear(4, 1));
     // A layer that never takes part in the loss: ddp must be told (find_unused_parameters).
     if (options_.with_unused) unused_ = register_module("unused", torch::nn::Linear(4, 1));
+    if (options_.batchnorm) norm_ = register_module("norm", volt::SyncBatchNorm(torch::nn::BatchNormOptions(4)));
     const torch::Tensor x = torch::randn({options_.examples, 8});
     const torch::Tensor y = x.sum(1, true) * 0.5 + 0.1 * torch::randn({options_.examples, 1});
     // The second target column carries each example's index, so the test can check the shards.
@@ -171,6 +173,13 @@ class Probe : public volt::LightningModule {
     } else {
       data_ = std::make_shared<volt::TensorDataset>(x, torch::cat({y, index}, 1));
     }
+  }
+
+  /// The model's output for inputs `x`.
+  torch::Tensor forward(const torch::Tensor& x) {
+    torch::Tensor h = hidden_(x);
+    if (options_.batchnorm) h = norm_(h);
+    return out_(torch::relu(h));
   }
 
   /// Inputs, targets and example indices, from the plain or the named layout.
@@ -203,7 +212,7 @@ class Probe : public volt::LightningModule {
     }
     if (options_.step_sleep_ms > 0) std::this_thread::sleep_for(std::chrono::milliseconds(options_.step_sleep_ms));
     const Parts p = parts(batch);
-    const torch::Tensor prediction = out_(torch::relu(hidden_(p.x)));
+    const torch::Tensor prediction = forward(p.x);
     const torch::Tensor loss = torch::mse_loss(prediction, p.y);
     log("train/loss", loss, {.prog_bar = true});
     // A collective inside the step: a dry process must still take part in it.
@@ -247,7 +256,7 @@ class Probe : public volt::LightningModule {
 
   void validation_step(const volt::Batch& batch, int64_t) override {
     const Parts p = parts(batch);
-    log("val/loss", torch::mse_loss(out_(torch::relu(hidden_(p.x))), p.y), {.sync_dist = true});
+    log("val/loss", torch::mse_loss(forward(p.x), p.y), {.sync_dist = true});
   }
 
   // The seed documents' hooks: a process group made by the module, a synchronizer of its own.
@@ -280,7 +289,7 @@ class Probe : public volt::LightningModule {
   /// Each example's index (the second target column) beside the model's output.
   torch::Tensor predict_step(const volt::Batch& batch, int64_t) override {
     const Parts p = parts(batch);
-    return torch::cat({p.index.to(torch::kFloat).unsqueeze(1), out_(torch::relu(hidden_(p.x)))}, 1);
+    return torch::cat({p.index.to(torch::kFloat).unsqueeze(1), forward(p.x)}, 1);
   }
 
   volt::DataLoader loader(int64_t batch_size) const {
@@ -313,6 +322,7 @@ class Probe : public volt::LightningModule {
   torch::nn::Linear hidden_{nullptr};
   torch::nn::Linear out_{nullptr};
   torch::nn::Linear unused_{nullptr};
+  volt::SyncBatchNorm norm_{nullptr};
   std::shared_ptr<volt::Dataset> data_;
   std::shared_ptr<ProbeStream> stream_;
   std::atomic<int64_t> step_{0};
@@ -388,6 +398,7 @@ int main(int argc, char** argv) {
     app.add_option("--shards", probe.shards, "the stream's shard count");
     app.add_flag("--datamodule", probe.datamodule, "fit through a DataModule (prepare_data writes a marker)");
     app.add_flag("--collectives", probe.collectives, "record the module's view of the run and its collectives");
+    app.add_flag("--batchnorm", probe.batchnorm, "a SyncBatchNorm after the hidden layer");
     try {
       app.parse(argc, argv);
     } catch (const CLI::ParseError& e) {

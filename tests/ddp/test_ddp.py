@@ -595,3 +595,34 @@ def test_the_module_sees_its_rank_and_gathers_rows_that_differ_per_rank(tmp_path
         assert (view["sum"], view["max"]) == (6, 3)
         # 64 examples over 3 processes in batches of 8: 3 steps an epoch (22 examples, the last batch short).
         assert view["epochs_seen"] == [[0, 0], [1, 3]]
+
+
+def test_sync_batchnorm_makes_two_processes_with_half_batches_match_one_with_the_whole(tmp_path):
+    """The probe with a SyncBatchNorm layer: 2 processes of batch 8 under --sync-batchnorm train the
+    same parameters (and running statistics) as 1 process of batch 16; without it, each process
+    normalizes by its own half, and they do not."""
+    steps = 3
+    reference_dir = tmp_path / "single"
+    reference_dir.mkdir()
+    proc = run(["--batchnorm", "--batch-size", "16", "--max-steps", str(steps)], reference_dir)
+    assert proc.returncode == 0, proc.stderr
+    reference = ranks(reference_dir, 1)[0]
+    for sync in (True, False):
+        out = tmp_path / f"sync-{sync}"
+        out.mkdir()
+        args = ["--batchnorm", "--strategy", "ddp", "--devices", "2", "--batch-size", "8", "--max-steps", str(steps)]
+        proc = run(args + (["--sync-batchnorm"] if sync else []), out)
+        assert proc.returncode == 0, proc.stderr
+        r0, r1 = ranks(out, 2)
+        assert flat_params(r0) == flat_params(r1)
+        if sync:
+            assert_close(flat_params(r0), flat_params(reference), TOLERANCE)
+        else:
+            worst = max(abs(x - y) for x, y in zip(flat_params(r0), flat_params(reference)))
+            assert worst > 1e-4, "without sync_batchnorm the halves' statistics should differ from the whole batch's"
+
+
+def test_sync_batchnorm_under_dp_is_refused(tmp_path):
+    proc = run(["--strategy", "dp", "--devices", "2", "--batchnorm", "--sync-batchnorm", "--max-steps", "1"], tmp_path)
+    assert proc.returncode != 0
+    assert "sync_batchnorm=true with strategy='dp'" in proc.stderr and "HINT:" in proc.stderr, proc.stderr

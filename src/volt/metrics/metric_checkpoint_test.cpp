@@ -1,5 +1,6 @@
 // Metric states through a real checkpoint archive (torch.save's zip format, read back with
 // Volt's plain unpickler), as the Trainer would save them: rank 0 writes every rank's states.
+#include <ATen/CPUGeneratorImpl.h>
 #include <gtest/gtest.h>
 #include <torch/torch.h>
 
@@ -14,14 +15,15 @@ namespace volt {
 namespace {
 
 /// Rank r's shard of 29 examples over `world` ranks (contiguous, unpadded), split in two halves:
-/// `part` 0 before the checkpoint, 1 after.
+/// `part` 0 before the checkpoint, 1 after. The ranks are threads, so the data comes from a
+/// private generator: seeding the global one raced with the other ranks' draws.
 struct Shard {
   torch::Tensor scores, target;
 };
 Shard shard(int64_t world, int64_t rank, int64_t part) {
-  torch::manual_seed(9);
-  const torch::Tensor scores = torch::randint(0, 6, {29, 4}).to(torch::kFloat) / 5;
-  const torch::Tensor target = torch::randint(0, 4, {29}, torch::kLong);
+  auto generator = at::make_generator<at::CPUGeneratorImpl>(9);
+  const torch::Tensor scores = torch::randint(0, 6, {29, 4}, generator).to(torch::kFloat) / 5;
+  const torch::Tensor target = torch::randint(0, 4, {29}, generator, torch::kLong);
   const int64_t start = 29 * rank / world;
   const int64_t end = 29 * (rank + 1) / world;
   const int64_t middle = (start + end) / 2;

@@ -111,6 +111,26 @@ void enable_sync_batchnorm(torch::nn::Module& module, Collectives& collectives);
 /// Detaches the collectives of every SyncBatchNorm in `module`'s tree.
 void disable_sync_batchnorm(torch::nn::Module& module);
 
+/// Attaches `collectives` to every SyncBatchNorm in `module` for a scope and detaches them at
+/// its end, also when the scope ends in an exception (the Trainer's `sync_batchnorm` for a fit);
+/// nullptr attaches nothing.
+class SyncBatchNormScope {
+ public:
+  /// Attaches `collectives` (when not nullptr) until the scope ends.
+  SyncBatchNormScope(torch::nn::Module& module, Collectives* collectives)
+      : module_(collectives != nullptr ? &module : nullptr) {
+    if (module_ != nullptr) enable_sync_batchnorm(module, *collectives);
+  }
+  ~SyncBatchNormScope() {
+    if (module_ != nullptr) disable_sync_batchnorm(*module_);
+  }
+  SyncBatchNormScope(const SyncBatchNormScope&) = delete;
+  SyncBatchNormScope& operator=(const SyncBatchNormScope&) = delete;
+
+ private:
+  torch::nn::Module* module_;
+};
+
 /// The paths (as in named_modules: "features.1") of the torch::nn::BatchNorm1d/2d/3d layers in
 /// `module`'s tree, which a synchronized run would leave unsynchronized; "" is `module` itself.
 std::vector<std::string> plain_batchnorm_paths(const torch::nn::Module& module);

@@ -50,6 +50,7 @@ void describe_trainer_flags(CLI::App& app, const TrainerOptions& o) {
       {"--gradient-clip-algorithm", [&o] { return std::string(to_string(o.gradient_clip_algorithm)); }},
       {"--seed", [&o] { return o.seed ? std::to_string(*o.seed) : ""; }},
       {"--find-unused-parameters", [&o] { return bool_text(o.find_unused_parameters); }},
+      {"--sync-batchnorm", [&o] { return bool_text(o.sync_batchnorm); }},
       {"--use-distributed-sampler", [&o] { return bool_text(o.use_distributed_sampler); }},
       {"--tune-allocator", [&o] { return bool_text(o.tune_allocator); }},
       {"--deterministic", [&o] { return bool_text(o.deterministic); }},
@@ -120,6 +121,7 @@ void add_trainer_flags(CLI::App& app, TrainerOptions& o, TrainerFlagText& t) {
                  "auto, single_device, ddp, ddp_find_unused_parameters_true, dp or ddp2 (--distributed-backend: the "
                  "old name)");
   app.add_flag("--find-unused-parameters", o.find_unused_parameters, "ddp: allow parameters without gradients");
+  app.add_flag("--sync-batchnorm", o.sync_batchnorm, "ddp: BatchNorm statistics over the global batch (SyncBatchNorm)");
   app.add_option("--bucket-cap-mb", o.bucket_cap_mb, "ddp: gradient bucket size in MiB")->capture_default_str();
   app.add_option("--process-group-backend", t.process_group_backend,
                  "ddp: auto (nccl on GPUs, gloo on CPUs), gloo or nccl");

@@ -132,6 +132,10 @@ struct TrainerOptions {
   std::optional<int64_t> num_threads;
   /// ddp: allow parameters that get no gradient in some steps (costs a graph walk per step).
   bool find_unused_parameters = false;
+  /// ddp: synchronize the module's volt::SyncBatchNorm layers across processes (batch statistics
+  /// and their gradients over the global batch). A model with plain torch::nn::BatchNorm layers
+  /// is refused: LibTorch cannot swap a module's layers, so declare volt::SyncBatchNorm.
+  bool sync_batchnorm = false;
   /// ddp: gradient bucket size in MiB (PyTorch DDP's bucket_cap_mb).
   int64_t bucket_cap_mb = 25;
   /// ddp: kAuto (nccl on GPUs in CUDA builds, gloo on CPU), kGloo or kNccl (CUDA builds).

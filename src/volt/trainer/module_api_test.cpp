@@ -1,9 +1,11 @@
 // The module's side of Lightning's API: what a LightningModule sees of the run it is in
-// (current_epoch, global_step, ranks, device, collectives, print).
+// (current_epoch, global_step, ranks, device, collectives, print), and the layers the Trainer
+// synchronizes for it (sync_batchnorm).
 #include <fmt/format.h>
 #include <gtest/gtest.h>
 
 #include "volt/core/console.h"
+#include "volt/nn/sync_batch_norm.h"
 #include "volt/trainer/trainer_testing.h"
 
 namespace volt {
@@ -86,6 +88,49 @@ TEST(ModuleCollectives, OneProcessGathersItselfAndReducesToACopy) {
   EXPECT_TRUE(torch::equal(sum, t.detach()));
   sum.add_(1.0);
   EXPECT_EQ(t[0].item<double>(), 1.0) << "all_reduce returns a new tensor";
+}
+
+/// TinyModule with a normalization layer on its inputs: plain BatchNorm1d or volt::SyncBatchNorm.
+class NormalizedModule : public TinyModule {
+ public:
+  explicit NormalizedModule(bool plain) {
+    if (plain) {
+      plain_ = register_module("input_norm", torch::nn::BatchNorm1d(4));
+    } else {
+      synced_ = register_module("input_norm", SyncBatchNorm(torch::nn::BatchNormOptions(4)));
+    }
+  }
+  torch::Tensor training_step(const Batch& batch, int64_t batch_idx) override {
+    if (!synced_.is_empty()) attached.push_back(synced_->collectives() != nullptr);
+    const torch::Tensor x = plain_.is_empty() ? synced_(batch.data) : plain_(batch.data);
+    return torch::mse_loss(forward(x), batch.target);
+  }
+  /// Whether the SyncBatchNorm holds collectives now.
+  bool attached_now() const { return synced_->collectives() != nullptr; }
+  std::vector<bool> attached;
+
+ private:
+  torch::nn::BatchNorm1d plain_{nullptr};
+  SyncBatchNorm synced_{nullptr};
+};
+
+TEST_F(TrainerTest, SyncBatchnormRefusesPlainBatchNormLayersNamingThemAndAttachesSyncOnesForTheFit) {
+  NormalizedModule plain(/*plain=*/true);
+  try {
+    make_trainer({.sync_batchnorm = true, .max_epochs = 1}).fit(plain);
+    FAIL() << "a plain BatchNorm1d under sync_batchnorm was accepted";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("input_norm"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("HINT:"), std::string::npos) << e.what();
+  }
+  NormalizedModule synced(/*plain=*/false);
+  make_trainer({.sync_batchnorm = true, .max_epochs = 1, .num_sanity_val_steps = 0, .enable_checkpointing = false})
+      .fit(synced);
+  ASSERT_FALSE(synced.attached.empty());
+  for (const bool attached : synced.attached) EXPECT_TRUE(attached);
+  EXPECT_FALSE(synced.attached_now()) << "detached when fit ends";
+  std::vector<std::string> none;
+  EXPECT_EQ(plain_batchnorm_paths(synced), none);
 }
 
 }  // namespace

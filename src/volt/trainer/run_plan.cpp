@@ -299,6 +299,12 @@ RunPlan resolve_run_plan(const TrainerOptions& options, const Env& env, const Ma
   plan.process_group_timeout = std::chrono::milliseconds(static_cast<int64_t>(options.process_group_timeout * 1000));
   plan.join_timeout = std::chrono::milliseconds(static_cast<int64_t>(options.join_timeout * 1000));
   plan.find_unused_parameters = options.find_unused_parameters || layout.strategy_finds_unused_parameters;
+  VOLT_CHECK(!options.sync_batchnorm || (plan.strategy != StrategyKind::kDp && plan.strategy != StrategyKind::kDdp2),
+             "sync_batchnorm=true with strategy='{}': its replicas run on threads of one process, which "
+             "SyncBatchNorm's process-group collectives cannot span. HINT: use strategy='ddp' (one process per "
+             "device), or set sync_batchnorm=false.",
+             to_string(plan.strategy));
+  plan.sync_batchnorm = options.sync_batchnorm;
   VOLT_CHECK(options.bucket_cap_mb >= 1, "bucket_cap_mb={} must be >= 1.", options.bucket_cap_mb);
   plan.bucket_cap_mb = options.bucket_cap_mb;
   plan.use_distributed_sampler = options.use_distributed_sampler;

@@ -41,6 +41,7 @@ struct RunPlan {
   std::chrono::milliseconds process_group_timeout{120000};  ///< collective timeout (ddp)
   std::chrono::milliseconds join_timeout{60000};            ///< rendezvous deadline (ddp)
   bool find_unused_parameters = false;                      ///< ddp reducer option
+  bool sync_batchnorm = false;                              ///< SyncBatchNorm layers synchronize
   int64_t bucket_cap_mb = 25;                               ///< ddp reducer option
   bool use_distributed_sampler = true;                      ///< shard loaders across processes
   int64_t num_threads = 1;                                  ///< intra-op threads of this process

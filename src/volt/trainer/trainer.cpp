@@ -21,6 +21,7 @@
 #include "volt/loops/prediction_loop.h"
 #include "volt/module/result_collection.h"
 #include "volt/module/run_view.h"
+#include "volt/nn/sync_batch_norm.h"
 #include "volt/optim/lr_scheduler.h"
 #include "volt/precision/precision_plugin.h"
 #include "volt/progress/progress_bar.h"
@@ -356,8 +357,15 @@ FitResult Trainer::fit_stage(LightningModule& module, DataLoader train, std::vec
                              const std::string& ckpt_path, DataModule* data) {
   const internal::ProcessSettingsScope settings(plan_, /*seed=*/true);
   internal::StopSignalGuard signals;
+  // Before any process starts or joins: every rank refuses the same model the same way.
+  if (plan_.sync_batchnorm) {
+    const std::vector<std::string> plain = plain_batchnorm_paths(module);
+    if (!plain.empty()) throw Error(plain_batchnorm_message(plain));
+  }
   Strategy& strategy = this->strategy();
   strategy.setup_environment(module);
+  // The layers hold the process group's collectives for this fit only (also when it throws).
+  SyncBatchNormScope sync_batchnorm(module, plan_.sync_batchnorm ? &strategy.collectives() : nullptr);
   const std::shared_ptr<Console> console_ptr = rank_console();
   Console& console = *console_ptr;
   // A fresh fit starts at epoch 0; restore() moves the loop's progress to the checkpoint's.
