@@ -1,8 +1,6 @@
 #include <gtest/gtest.h>
 #include <torch/torch.h>
 
-#include <condition_variable>
-#include <mutex>
 #include <string>
 #include <thread>
 #include <variant>
@@ -12,6 +10,7 @@
 #include "volt/base/monitor_mode.h"
 #include "volt/base/reduce.h"
 #include "volt/base/state_dict.h"
+#include "volt/base/testing_collectives.h"
 #include "volt/core/error.h"
 
 namespace volt {
@@ -50,47 +49,17 @@ TEST(StateDict, StartsEmptyWithStringKeys) {
 
 namespace {
 
-// An in-process all-gather of equal shapes over `ranks` threads: each thread deposits its
-// tensor, waits for the others, and takes everyone's (what c10d's allgather does across processes).
-class ThreadGather {
- public:
-  explicit ThreadGather(int64_t ranks) : slots_(static_cast<size_t>(ranks)) {}
-
-  std::vector<torch::Tensor> gather(int64_t rank, const torch::Tensor& mine) {
-    std::unique_lock<std::mutex> lock(mutex_);
-    const int64_t round = round_;
-    slots_[static_cast<size_t>(rank)] = mine.clone();
-    if (++arrived_ == static_cast<int64_t>(slots_.size())) {
-      result_ = slots_;
-      arrived_ = 0;
-      ++round_;
-      changed_.notify_all();
-    } else {
-      changed_.wait(lock, [&] { return round_ != round; });
-    }
-    return result_;
-  }
-
- private:
-  std::mutex mutex_;
-  std::condition_variable changed_;
-  std::vector<torch::Tensor> slots_;
-  std::vector<torch::Tensor> result_;
-  int64_t arrived_ = 0;
-  int64_t round_ = 0;
-};
-
 // Runs all_gather_uneven on one thread per tensor; returns each rank's result or error message.
 std::vector<std::variant<std::vector<torch::Tensor>, std::string>> gather_on_threads(
     const std::vector<torch::Tensor>& tensors) {
-  ThreadGather fake(static_cast<int64_t>(tensors.size()));
+  volt::testing::ThreadGroup group(static_cast<int64_t>(tensors.size()));
   std::vector<std::variant<std::vector<torch::Tensor>, std::string>> results(tensors.size());
   std::vector<std::thread> threads;
   for (size_t r = 0; r < tensors.size(); ++r) {
     threads.emplace_back([&, r] {
       try {
         results[r] = volt::all_gather_uneven(
-            tensors[r], [&](const torch::Tensor& t) { return fake.gather(static_cast<int64_t>(r), t); });
+            tensors[r], [&](const torch::Tensor& t) { return group.exchange(static_cast<int64_t>(r), t); });
       } catch (const volt::Error& e) {
         results[r] = std::string(e.what());
       }

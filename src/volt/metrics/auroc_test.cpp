@@ -8,9 +8,9 @@
 #include <string>
 #include <vector>
 
+#include "volt/base/testing_collectives.h"
 #include "volt/core/error.h"
 #include "volt/metrics/mean_squared_error.h"
-#include "volt/metrics/testing_collectives.h"
 
 namespace volt {
 namespace {

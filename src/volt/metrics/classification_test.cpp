@@ -6,11 +6,11 @@
 #include <string>
 #include <vector>
 
+#include "volt/base/testing_collectives.h"
 #include "volt/core/error.h"
 #include "volt/metrics/accuracy.h"
 #include "volt/metrics/confusion_matrix.h"
 #include "volt/metrics/precision_recall.h"
-#include "volt/metrics/testing_collectives.h"
 
 namespace volt {
 namespace {

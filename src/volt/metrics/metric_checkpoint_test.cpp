@@ -6,10 +6,10 @@
 
 #include <vector>
 
+#include "volt/base/testing_collectives.h"
 #include "volt/checkpoint/checkpoint_io.h"
 #include "volt/metrics/accuracy.h"
 #include "volt/metrics/auroc.h"
-#include "volt/metrics/testing_collectives.h"
 
 namespace volt {
 namespace {

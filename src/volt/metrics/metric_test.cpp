@@ -7,8 +7,8 @@
 #include <string>
 #include <vector>
 
+#include "volt/base/testing_collectives.h"
 #include "volt/core/error.h"
-#include "volt/metrics/testing_collectives.h"
 
 namespace volt {
 namespace {

@@ -3,15 +3,14 @@
 #include <gtest/gtest.h>
 #include <torch/torch.h>
 
-#include <condition_variable>
 #include <functional>
-#include <mutex>
 #include <sstream>
 #include <stdexcept>
 #include <string>
 #include <thread>
 #include <vector>
 
+#include "volt/base/testing_collectives.h"
 #include "volt/core/error.h"
 
 namespace volt {
@@ -20,37 +19,8 @@ namespace {
 // ---------------------------------------------------------------------------------------------
 // A world of ranks on threads of one process: what c10d does across processes, in memory.
 
-// The meeting point of `ranks` threads: each deposits a tensor, waits for the others and takes
-// everyone's, indexed by rank (c10d's all-gather).
-class ThreadWorld {
- public:
-  explicit ThreadWorld(int64_t ranks) : slots_(static_cast<size_t>(ranks)) {}
-
-  int64_t size() const { return static_cast<int64_t>(slots_.size()); }
-
-  std::vector<torch::Tensor> exchange(int64_t rank, const torch::Tensor& mine) {
-    std::unique_lock<std::mutex> lock(mutex_);
-    const int64_t round = round_;
-    slots_[static_cast<size_t>(rank)] = mine.clone();
-    if (++arrived_ == size()) {
-      result_ = slots_;
-      arrived_ = 0;
-      ++round_;
-      changed_.notify_all();
-    } else {
-      changed_.wait(lock, [&] { return round_ != round; });
-    }
-    return result_;
-  }
-
- private:
-  std::mutex mutex_;
-  std::condition_variable changed_;
-  std::vector<torch::Tensor> slots_;
-  std::vector<torch::Tensor> result_;
-  int64_t arrived_ = 0;
-  int64_t round_ = 0;
-};
+// The meeting point of the ranks' threads (c10d's all-gather in memory).
+using ThreadWorld = testing::ThreadGroup;
 
 // One rank's Collectives over a ThreadWorld: all_reduce sums every rank's tensor in rank order,
 // as Gloo's all-reduce does, and counts the calls.

@@ -433,10 +433,10 @@ FitResult Trainer::fit_stage(LightningModule& module, DataLoader train, std::vec
             if (val_from_hook) val = val_source();
             return count_fit_batches(module, train, val);
           }});
+  view.watch(loop.progress());
   // Only now, with the checkpoint found, read and restored, does the run write into its log
   // folder: a run refused for its ckpt_path, or for a checkpoint that does not fit, leaves no
   // empty version_N behind.
-  view.watch(loop.progress());
   if (resume) loop.restore(*resume);
   for (const auto& logger : metrics.loggers()) logger->log_hyperparams(module.hparams());
   // LightningCLI's SaveConfigCallback: the resolved configuration beside the logs, so a run's

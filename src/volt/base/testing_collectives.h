@@ -1,5 +1,6 @@
-// In-process Collectives for the metrics' unit tests: one thread per simulated rank, exchanging
-// tensors through shared memory the way c10d's collectives exchange them between processes.
+// In-process Collectives for unit tests (base, metrics, nn): one thread per simulated rank,
+// exchanging tensors through shared memory the way c10d's collectives exchange them between
+// processes.
 #pragma once
 
 #include <torch/torch.h>
