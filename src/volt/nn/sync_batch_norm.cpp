@@ -1,6 +1,7 @@
 #include "volt/nn/sync_batch_norm.h"
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 #include <torch/autograd.h>
 #include <torch/nn/functional/batchnorm.h>
 #include <torch/nn/init.h>
