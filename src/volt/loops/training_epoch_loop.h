@@ -55,6 +55,9 @@ class EpochHooks {
 /// (scaled by 1/accumulate_grad_batches), at the accumulation boundary the optimizer step
 /// (unscale, clip, on_before_optimizer_step, step or skip, zero_grad, step-interval
 /// schedulers), on_train_batch_end, step metrics, callbacks, stop checks, mid-epoch validation.
+/// Under manual optimization (the module's automatic_optimization() false) training_step does
+/// the backward passes and steps itself, through this loop's ManualOptimization, and the loop
+/// steps no optimizer or scheduler.
 class TrainingEpochLoop : private ManualOptimization {
  public:
   /// Borrows everything; `bar` may be nullptr (no progress shown).
