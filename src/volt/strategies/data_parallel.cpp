@@ -212,15 +212,17 @@ std::vector<LightningModule*> DataParallel::refresh_replicas(LightningModule& mo
     }
     copy->train(module.is_training());
     refresh_copy(module, *copy);
+    // A copy's view wraps the module's; made again only when a new stage installed another one,
+    // not on every step.
     copy_views_.resize(copies_.size());
-    if (module.run_view() == nullptr) {
-      copy->set_run_view(nullptr);
-    } else {
-      copy_views_[r - 1] = std::make_shared<CopyView>(*module.run_view(), options_.devices[r]);
+    if (module.run_view() != viewed_ || !copy_views_[r - 1]) {
+      copy_views_[r - 1] =
+          module.run_view() == nullptr ? nullptr : std::make_shared<CopyView>(*module.run_view(), options_.devices[r]);
       copy->set_run_view(copy_views_[r - 1].get());
     }
     replicas[r] = copy.get();
   }
+  viewed_ = module.run_view();
   return replicas;
 }
 

@@ -81,6 +81,8 @@ class DataParallel {
   std::vector<std::shared_ptr<LightningModule>> copies_;
   /// What each copy sees of the run: the module's view with the copy's own device.
   std::vector<std::shared_ptr<RunView>> copy_views_;
+  /// The module's view the copies' views wrap.
+  const RunView* viewed_ = nullptr;
 };
 
 }  // namespace volt
