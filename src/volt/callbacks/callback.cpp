@@ -9,6 +9,17 @@ namespace volt {
 
 namespace internal {
 
+void notify_exception(const std::vector<std::shared_ptr<Callback>>& callbacks, const CallbackContext& context,
+                      const std::exception& error) {
+  for (const auto& callback : callbacks) {
+    try {
+      callback->on_exception(context, error);
+    } catch (...) {
+      // The run's own error is the one to report; a second one from a callback adds nothing.
+    }
+  }
+}
+
 double monitored_value(const std::map<std::string, double>* metrics, const std::string& monitor,
                        const std::string& who) {
   if (metrics != nullptr) {

@@ -5,7 +5,11 @@
 // Decision::stop.
 #pragma once
 
+#include <cstddef>
+#include <exception>
+#include <functional>
 #include <map>
+#include <memory>
 #include <optional>
 #include <string>
 #include <vector>
@@ -13,7 +17,17 @@
 #include "volt/base/monitor_mode.h"
 #include "volt/base/state_dict.h"
 
+namespace torch {
+class Tensor;
+namespace optim {
+class Optimizer;
+}  // namespace optim
+}  // namespace torch
+
 namespace volt {
+
+class LightningModule;
+struct Batch;
 
 /// What a callback wants the loop to do next.
 struct Decision {
@@ -60,6 +74,36 @@ struct CallbackContext {
   const std::map<std::string, double>* metrics = nullptr;
   /// The current learning rates with their monitor names.
   std::vector<NamedLearningRate> learning_rates;
+  /// The module the stage runs (Lightning's pl_module): read it, or change what a module's own
+  /// hook could change (freeze a layer, log), at any hook; nullptr only in a context a test built.
+  LightningModule* module = nullptr;
+  /// The module's optimizers, in configure_optimizers' order, during fit (e.g. to change a
+  /// learning rate); nullptr in validate, test and predict.
+  const std::vector<std::shared_ptr<torch::optim::Optimizer>>* optimizers = nullptr;
+  /// At a batch hook: the batch, as the transfer hooks left it on the device; nullptr elsewhere.
+  const Batch* batch = nullptr;
+  /// At a batch hook: the batch's index in its epoch or pass; -1 elsewhere.
+  int64_t batch_idx = -1;
+  /// At a validation or test batch hook: which of the stage's loaders the batch came from.
+  int64_t dataloader_idx = 0;
+  /// At on_train_batch_end: training_step's loss; at on_predict_batch_end: predict_step's
+  /// output; nullptr elsewhere.
+  const torch::Tensor* outputs = nullptr;
+};
+
+/// What a hook is about beyond the run's state; a loop passes it to CallbackDispatcher::dispatch,
+/// which copies it into the CallbackContext.
+struct HookPoint {
+  /// Whether the sanity check is running.
+  bool sanity_checking = false;
+  /// The batch of a batch hook (nullptr: not a batch hook).
+  const Batch* batch = nullptr;
+  /// The batch's index (-1: not a batch hook).
+  int64_t batch_idx = -1;
+  /// The batch's loader among the stage's loaders.
+  int64_t dataloader_idx = 0;
+  /// The step's output, at on_train_batch_end and on_predict_batch_end.
+  const torch::Tensor* outputs = nullptr;
 };
 
 /// What a callback may ask the trainer to do.
@@ -83,25 +127,95 @@ class Callback {
   /// The key an older Volt saved this callback's state under, read when state_key() is absent
   /// (Lightning's `_legacy_state_key`); "" when there is none.
   virtual std::string legacy_state_key() const { return ""; }
-  /// Once per fit, before training starts.
+  /// Once per fit, before training starts (after the module's setup, configure_model and
+  /// configure_optimizers: Volt's FitInfo needs the loaders and loggers).
   virtual void setup(const FitInfo& info) {}
-  /// At the start of each training epoch.
+  /// At the start of fit, before the module's on_fit_start and the sanity check.
+  virtual Decision on_fit_start(const CallbackContext& context, CallbackServices& services) { return {}; }
+  /// After the sanity check, before the first training epoch (before the module's on_train_start).
+  virtual Decision on_train_start(const CallbackContext& context, CallbackServices& services) { return {}; }
+  /// After the last training epoch, before the module's on_train_end.
+  virtual Decision on_train_end(const CallbackContext& context, CallbackServices& services) { return {}; }
+  /// At the start of each training epoch, before the module's on_train_epoch_start.
   virtual Decision on_train_epoch_start(const CallbackContext& context, CallbackServices& services) { return {}; }
-  /// After each training batch (after the optimizer step, if one happened).
+  /// Before each training batch's step, with the batch (before the module's
+  /// on_train_batch_start); not on a replayed batch of a process whose stream ran dry.
+  virtual Decision on_train_batch_start(const CallbackContext& context, CallbackServices& services) { return {}; }
+  /// After the gradients are unscaled and clipped, before `optimizer` (configure_optimizers'
+  /// number `index`) steps; before the module's on_before_optimizer_step.
+  virtual Decision on_before_optimizer_step(const CallbackContext& context, CallbackServices& services,
+                                            torch::optim::Optimizer& optimizer, size_t index) {
+    return {};
+  }
+  /// After each training batch (after the optimizer step, if one happened, the module's
+  /// on_train_batch_end and the step's metrics), with the batch and its loss.
   virtual Decision on_train_batch_end(const CallbackContext& context, CallbackServices& services) { return {}; }
   /// After each training epoch, with that epoch's aggregated metrics.
   virtual Decision on_train_epoch_end(const CallbackContext& context, CallbackServices& services) { return {}; }
-  /// After each validation run, with its metrics.
+  /// After each validation run of a fit (not the sanity check, not Trainer::validate), with
+  /// its metrics published: after the module's on_validation_end.
   virtual Decision on_validation_end(const CallbackContext& context, CallbackServices& services) { return {}; }
+  /// At the start of a validation pass (the sanity check's too), before the module's
+  /// on_validation_epoch_start.
+  virtual Decision on_validation_epoch_start(const CallbackContext& context, CallbackServices& services) { return {}; }
+  /// At the end of a validation pass, before the module's on_validation_epoch_end (its values
+  /// are not reduced yet).
+  virtual Decision on_validation_epoch_end(const CallbackContext& context, CallbackServices& services) { return {}; }
+  /// Before each validation batch's step, with the batch.
+  virtual Decision on_validation_batch_start(const CallbackContext& context, CallbackServices& services) { return {}; }
+  /// After each validation batch's step, with the batch.
+  virtual Decision on_validation_batch_end(const CallbackContext& context, CallbackServices& services) { return {}; }
+  /// At the start of a test pass, before the module's on_test_epoch_start.
+  virtual Decision on_test_epoch_start(const CallbackContext& context, CallbackServices& services) { return {}; }
+  /// At the end of a test pass, before the module's on_test_epoch_end.
+  virtual Decision on_test_epoch_end(const CallbackContext& context, CallbackServices& services) { return {}; }
+  /// Before each test batch's step, with the batch.
+  virtual Decision on_test_batch_start(const CallbackContext& context, CallbackServices& services) { return {}; }
+  /// After each test batch's step, with the batch.
+  virtual Decision on_test_batch_end(const CallbackContext& context, CallbackServices& services) { return {}; }
+  /// At the start of predict, before the module's on_predict_start.
+  virtual Decision on_predict_start(const CallbackContext& context, CallbackServices& services) { return {}; }
+  /// At the end of predict (before the outputs are gathered), before the module's on_predict_end.
+  virtual Decision on_predict_end(const CallbackContext& context, CallbackServices& services) { return {}; }
+  /// Before each prediction batch's step, with the batch.
+  virtual Decision on_predict_batch_start(const CallbackContext& context, CallbackServices& services) { return {}; }
+  /// After each prediction batch's step, with the batch and predict_step's output (e.g. to write
+  /// it out, as Lightning's BasePredictionWriter).
+  virtual Decision on_predict_batch_end(const CallbackContext& context, CallbackServices& services) { return {}; }
   /// After training stops.
   virtual void on_fit_end(const CallbackContext& context, CallbackServices& services) {}
+  /// When fit's loop or a validate, test or predict pass throws `error`, before it propagates
+  /// (e.g. to save what can be saved); the error propagates whatever this does.
+  virtual void on_exception(const CallbackContext& context, const std::exception& error) {}
+  /// Adds the callback's own entries to a checkpoint being built (plain values only), after
+  /// every callback's state_dict and before the module's on_save_checkpoint.
+  virtual void on_save_checkpoint(const CallbackContext& context, StateDict& checkpoint) {}
+  /// Reads the callback's own entries from a checkpoint being restored, after load_state_dict
+  /// and the module's on_load_checkpoint.
+  virtual void on_load_checkpoint(const CallbackContext& context, const StateDict& checkpoint) {}
   /// State to resume from (plain values only).
   virtual StateDict state_dict() const { return make_state_dict(); }
   /// Restores what state_dict returned.
   virtual void load_state_dict(const StateDict& state) {}
 };
 
+/// A callback hook as a loop calls it on each callback.
+using CallbackHook = std::function<Decision(Callback&, const CallbackContext&, CallbackServices&)>;
+
+/// Calls hooks on a stage's callbacks. The fit loop's turns a stop into a proposal that every
+/// process agrees on; validate, test and predict have nothing to stop and ignore it.
+class CallbackDispatcher {
+ public:
+  virtual ~CallbackDispatcher() = default;
+  /// Calls `hook` on every callback in order, with `point` in the context.
+  virtual void dispatch(const CallbackHook& hook, const HookPoint& point) = 0;
+};
+
 namespace internal {
+/// Calls on_exception(context, error) on every callback; a callback that throws in turn is
+/// skipped, so that `error` is the one that propagates.
+void notify_exception(const std::vector<std::shared_ptr<Callback>>& callbacks, const CallbackContext& context,
+                      const std::exception& error);
 /// Looks up `monitor` in `metrics`; throws volt::Error listing the available names with a HINT.
 double monitored_value(const std::map<std::string, double>* metrics, const std::string& monitor,
                        const std::string& who);

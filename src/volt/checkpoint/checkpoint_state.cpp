@@ -18,6 +18,16 @@ namespace volt {
 
 namespace {
 
+/// What the callbacks' checkpoint hooks see: the module, its optimizers and where the run stands.
+CallbackContext hook_context(const TrainingParts& parts, const FitProgress& progress) {
+  CallbackContext context;
+  context.epoch = progress.epoch;
+  context.global_step = progress.global_step;
+  context.module = parts.module;
+  if (parts.optimization != nullptr) context.optimizers = &parts.optimization->optimizers;
+  return context;
+}
+
 /// A key path as Python spells it, e.g. ["loops"]["fit_loop"]["epoch"].
 std::string key_path(const std::string& parent, const std::string& key) {
   return fmt::format("{}[\"{}\"]", parent, key);
@@ -229,6 +239,8 @@ StateDict make_checkpoint(const TrainingParts& parts, const FitProgress& progres
   checkpoint.insert("hyper_parameters", json_to_ivalue(hyper_parameters(parts)));
   // Lightning's load_from_checkpoint passes the hyperparameters as keyword arguments.
   checkpoint.insert("hparams_name", std::string("kwargs"));
+  const CallbackContext context = hook_context(parts, progress);
+  for (const auto& callback : *parts.callbacks) callback->on_save_checkpoint(context, checkpoint);
   parts.module->on_save_checkpoint(checkpoint);
   return checkpoint;
 }
@@ -403,6 +415,8 @@ FitProgress restore_checkpoint(const c10::IValue& checkpoint, const TrainingPart
     }
   }
   parts.module->on_load_checkpoint(top);
+  const CallbackContext context = hook_context(parts, progress);
+  for (const auto& callback : *parts.callbacks) callback->on_load_checkpoint(context, top);
   return progress;
 }
 

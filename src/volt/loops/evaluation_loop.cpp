@@ -2,6 +2,7 @@
 
 #include <torch/torch.h>
 
+#include "volt/callbacks/callback.h"
 #include "volt/core/error.h"
 #include "volt/data/data_loader.h"
 #include "volt/loops/step_feed.h"
@@ -25,10 +26,12 @@ const char* to_string(EvalStage stage) {
   return "?";
 }
 
-Batch prepare_batch(const Batch& batch, c10::Device device, const PrecisionPlugin& precision) {
-  // A batch the loader pinned is copied to the GPU without blocking the step's thread.
-  return batch.map(
-      [&](const torch::Tensor& t) { return precision.convert_input(t.to(device, /*non_blocking=*/t.is_pinned())); });
+Batch prepare_batch(LightningModule& module, const Batch& batch, c10::Device device, const PrecisionPlugin& precision,
+                    int64_t dataloader_idx) {
+  Batch moved = module.on_before_batch_transfer(batch, dataloader_idx);
+  moved = module.transfer_batch_to_device(std::move(moved), device, dataloader_idx);
+  moved = module.on_after_batch_transfer(std::move(moved), dataloader_idx);
+  return moved.map([&](const torch::Tensor& t) { return precision.convert_input(t); });
 }
 
 namespace {
@@ -57,12 +60,23 @@ EvalCounts EvaluationLoop::run(LightningModule& module, const std::vector<DataLo
                                ResultCollection& results) const {
   VOLT_INTERNAL_ASSERT(loaders.size() == batches.size(), "{} loaders, {} batch counts", loaders.size(), batches.size());
   const bool test = stage == EvalStage::kTest;
+  const bool sanity = stage == EvalStage::kSanityCheck;
+  const auto notify = [&](const CallbackHook& hook, const HookPoint& point) {
+    if (callbacks_ != nullptr) callbacks_->dispatch(hook, point);
+  };
+  const HookPoint pass_point{.sanity_checking = sanity};
   const TrainingModeScope eval_mode(module, /*training=*/false);
   const MetricSinkScope sink(module, &results);
   torch::NoGradGuard no_grad;
   if (test) {
+    module.on_test_start();
+    notify([](Callback& c, const CallbackContext& x, CallbackServices& s) { return c.on_test_epoch_start(x, s); },
+           pass_point);
     module.on_test_epoch_start();
   } else {
+    module.on_validation_start();
+    notify([](Callback& c, const CallbackContext& x, CallbackServices& s) { return c.on_validation_epoch_start(x, s); },
+           pass_point);
     module.on_validation_epoch_start();
   }
   EvalCounts counts;
@@ -78,13 +92,24 @@ EvalCounts EvaluationLoop::run(LightningModule& module, const std::vector<DataLo
     StepFeed feed(loader, 0, limit, strategy_.topology().world_size, count_across(strategy_));
     for (int64_t i = 0; feed.has_step(); ++i) {
       const StepInput input = feed.take();
-      const Batch batch = prepare_batch(input.batch, device_, precision_);
+      const Batch batch = prepare_batch(module, input.batch, device_, precision_, k);
+      const HookPoint point{.sanity_checking = sanity, .batch = &batch, .batch_idx = i, .dataloader_idx = k};
       // A dry process's replay keeps its collectives (sync_dist on_step logs) in line and logs nothing.
       std::optional<ResultCollection> kept;
       if (input.joined) {
         kept = results;
       } else {
         counts.examples += batch.size();
+        if (test) {
+          notify([](Callback& c, const CallbackContext& x, CallbackServices& s) { return c.on_test_batch_start(x, s); },
+                 point);
+          module.on_test_batch_start(batch, i, k);
+        } else {
+          notify([](Callback& c, const CallbackContext& x,
+                    CallbackServices& s) { return c.on_validation_batch_start(x, s); },
+                 point);
+          module.on_validation_batch_start(batch, i, k);
+        }
       }
       results.set_batch_size(batch.size());
       {
@@ -93,6 +118,18 @@ EvalCounts EvaluationLoop::run(LightningModule& module, const std::vector<DataLo
           module.test_step(batch, i);
         } else {
           module.validation_step(batch, i);
+        }
+      }
+      if (!input.joined) {
+        if (test) {
+          notify([](Callback& c, const CallbackContext& x, CallbackServices& s) { return c.on_test_batch_end(x, s); },
+                 point);
+          module.on_test_batch_end(batch, i, k);
+        } else {
+          notify([](Callback& c, const CallbackContext& x,
+                    CallbackServices& s) { return c.on_validation_batch_end(x, s); },
+                 point);
+          module.on_validation_batch_end(batch, i, k);
         }
       }
       if (kept) results = std::move(*kept);
@@ -105,12 +142,21 @@ EvalCounts EvaluationLoop::run(LightningModule& module, const std::vector<DataLo
   results.set_name_suffix("");
   module.set_dataloader_idx(0);
   if (test) {
+    notify([](Callback& c, const CallbackContext& x, CallbackServices& s) { return c.on_test_epoch_end(x, s); },
+           pass_point);
     module.on_test_epoch_end();
   } else {
+    notify([](Callback& c, const CallbackContext& x, CallbackServices& s) { return c.on_validation_epoch_end(x, s); },
+           pass_point);
     module.on_validation_epoch_end();
   }
   // One collective for all sync_dist values: exact means over every process's real examples.
   results.sync_epoch([this](torch::Tensor& t, Reduce op) { strategy_.reduce(t, op); });
+  if (test) {
+    module.on_test_end();
+  } else {
+    module.on_validation_end();
+  }
   if (bar_) bar_->finish(results.epoch_metrics(MetricTarget::kProgBar));
   return counts;
 }

@@ -12,6 +12,7 @@
 
 namespace volt {
 
+class CallbackDispatcher;
 class DataLoader;
 class LightningModule;
 class PrecisionPlugin;
@@ -24,9 +25,11 @@ enum class EvalStage { kSanityCheck, kValidation, kTest };
 /// "sanity_check", "validate" or "test".
 const char* to_string(EvalStage stage);
 
-/// Moves a batch to `device` (Lightning's batch_to_device) and casts floating inputs and targets
-/// to the module's dtype (the -true precisions; the others keep them).
-Batch prepare_batch(const Batch& batch, c10::Device device, const PrecisionPlugin& precision);
+/// Moves a batch to `device` through the module's transfer hooks (on_before_batch_transfer,
+/// transfer_batch_to_device, on_after_batch_transfer, with `dataloader_idx`), then casts floating
+/// inputs and targets to the module's dtype (the -true precisions; the others keep them).
+Batch prepare_batch(LightningModule& module, const Batch& batch, c10::Device device, const PrecisionPlugin& precision,
+                    int64_t dataloader_idx);
 
 /// What an evaluation pass went through on this process.
 struct EvalCounts {
@@ -39,13 +42,17 @@ struct EvalCounts {
 /// Runs validation_step or test_step over the first batches of a loader, without gradients and
 /// in eval mode, and reduces the logged values across processes once at the end.
 ///
-/// The module's training mode and metric sink are restored when the pass ends, also when a step
-/// throws.
+/// Hooks, module's after the callbacks': on_validation_start (on_test_start), the epoch start
+/// hooks, per batch the transfer hooks and the batch start hooks, the step, the batch end hooks;
+/// the epoch end hooks, the reduction, on_validation_end (on_test_end). The module's training
+/// mode and metric sink are restored when the pass ends, also when a step throws.
 class EvaluationLoop {
  public:
-  /// Steps run on `device` under `precision`'s autocast; `bar` may be nullptr (no progress).
-  EvaluationLoop(Strategy& strategy, const PrecisionPlugin& precision, c10::Device device, ProgressBar* bar)
-      : strategy_(strategy), precision_(precision), device_(device), bar_(bar) {}
+  /// Steps run on `device` under `precision`'s autocast; `bar` may be nullptr (no progress);
+  /// `callbacks` gets the callbacks' epoch and batch hooks (nullptr: no callbacks).
+  EvaluationLoop(Strategy& strategy, const PrecisionPlugin& precision, c10::Device device, ProgressBar* bar,
+                 CallbackDispatcher* callbacks = nullptr)
+      : strategy_(strategy), precision_(precision), device_(device), bar_(bar), callbacks_(callbacks) {}
 
   /// Evaluates `batches` batches of `loader` (set to its epoch already; unset: until every
   /// process's stream is dry) into `results` and returns how many batches and examples this
@@ -64,6 +71,7 @@ class EvaluationLoop {
   const PrecisionPlugin& precision_;
   c10::Device device_;
   ProgressBar* bar_;
+  CallbackDispatcher* callbacks_;
 };
 
 }  // namespace volt

@@ -73,11 +73,17 @@ void FitLoop::name_learning_rates() {
   }
 }
 
-CallbackContext FitLoop::context(bool sanity) const {
+CallbackContext FitLoop::context(const HookPoint& point) const {
   CallbackContext c;
   c.epoch = progress_.epoch;
   c.global_step = progress_.global_step;
-  c.sanity_checking = sanity;
+  c.sanity_checking = point.sanity_checking;
+  c.module = &data_.module;
+  c.optimizers = &data_.optimization.optimizers;
+  c.batch = point.batch;
+  c.batch_idx = point.batch_idx;
+  c.dataloader_idx = point.dataloader_idx;
+  c.outputs = point.outputs;
   c.metrics = &parts_.metrics.callback_metrics();
   c.learning_rates.reserve(lr_names_.size());
   for (const auto& lr : lr_names_) {
@@ -106,9 +112,9 @@ void FitLoop::log_metrics(const std::map<std::string, double>& metrics) {
   parts_.metrics.log(metrics, progress_.epoch, progress_.global_step);
 }
 
-void FitLoop::dispatch(const std::function<Decision(Callback&, const CallbackContext&, CallbackServices&)>& hook) {
+void FitLoop::dispatch(const CallbackHook& hook, const HookPoint& point) {
   if (parts_.callbacks.empty()) return;
-  const CallbackContext c = context(/*sanity=*/false);
+  const CallbackContext c = context(point);
   for (const auto& callback : parts_.callbacks) {
     const Decision decision = hook(*callback, c, *this);
     if (decision.stop) stop_.propose_callback_stop(progress_.epoch, decision.reason);
@@ -126,14 +132,15 @@ void FitLoop::run_validation() {
   progress_.validation_pending = false;
   val_results_.reset();
   for (DataLoader& loader : data_.val) loader.set_epoch(0);
-  EvaluationLoop(parts_.strategy, parts_.precision, parts_.plan.root_device(), eval_bar_.get())
+  EvaluationLoop(parts_.strategy, parts_.precision, parts_.plan.root_device(), eval_bar_.get(), this)
       .run(data_.module, data_.val, data_.counts.num_val_batches, EvalStage::kValidation, val_results_);
   parts_.metrics.publish_epoch(val_results_, progress_.epoch, progress_.global_step);
 }
 
 void FitLoop::validate_mid_epoch() {
   run_validation();
-  dispatch([](Callback& c, const CallbackContext& ctx, CallbackServices& s) { return c.on_validation_end(ctx, s); });
+  dispatch([](Callback& c, const CallbackContext& ctx, CallbackServices& s) { return c.on_validation_end(ctx, s); },
+           {});
   // Validation already waited for every process; agreeing here too costs one small collective
   // and makes a decision on validation metrics hold from the next batch on, on every process.
   at_epoch_end();
@@ -200,7 +207,7 @@ void FitLoop::sanity_check() {
   const torch::Tensor rng = generator.get_state();
   ResultCollection throwaway(/*training=*/false);
   for (DataLoader& loader : data_.val) loader.set_epoch(0);
-  EvaluationLoop(parts_.strategy, parts_.precision, plan.root_device(), eval_bar_.get())
+  EvaluationLoop(parts_.strategy, parts_.precision, plan.root_device(), eval_bar_.get(), this)
       .run(data_.module, data_.val, n, EvalStage::kSanityCheck, throwaway);
   generator.set_state(rng);
 }
@@ -260,8 +267,10 @@ FitResult FitLoop::run() {
   try {
     if (plan.enable_model_summary) parts_.console.info(summarize(module).to_string());
 
+    dispatch([](Callback& c, const CallbackContext& ctx, CallbackServices& s) { return c.on_fit_start(ctx, s); }, {});
     module.on_fit_start();
     sanity_check();
+    dispatch([](Callback& c, const CallbackContext& ctx, CallbackServices& s) { return c.on_train_start(ctx, s); }, {});
     module.on_train_start();
     while (!stop_.should_stop()) {
       if (plan.max_epochs >= 0 && progress_.epoch >= plan.max_epochs) {
@@ -302,18 +311,25 @@ FitResult FitLoop::run() {
       result.hpc_checkpoint_path = parts_.strategy.broadcast_string(path);
       parts_.console.info(fmt::format("Saved HPC checkpoint {} ({})", result.hpc_checkpoint_path, stop_.message()));
     }
+    dispatch([](Callback& c, const CallbackContext& ctx, CallbackServices& s) { return c.on_train_end(ctx, s); }, {});
     module.on_train_end();
-    dispatch([](Callback& c, const CallbackContext& ctx, CallbackServices& s) {
-      c.on_fit_end(ctx, s);
-      return Decision::proceed();
-    });
+    dispatch(
+        [](Callback& c, const CallbackContext& ctx, CallbackServices& s) {
+          c.on_fit_end(ctx, s);
+          return Decision::proceed();
+        },
+        {});
     module.on_fit_end();
     const std::string status = stop_.reason() == StopReason::kInterrupted ? "interrupted"
                                : stop_.reason() == StopReason::kRequeued  ? "requeued"
                                                                           : "success";
     parts_.metrics.finalize(status);
-  } catch (...) {
+  } catch (const std::exception& error) {
+    internal::notify_exception(parts_.callbacks, context({}), error);
     // Loggers learn how the run ended even when it throws.
+    parts_.metrics.finalize_failed();
+    throw;
+  } catch (...) {
     parts_.metrics.finalize_failed();
     throw;
   }

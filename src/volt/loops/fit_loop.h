@@ -105,7 +105,7 @@ class FitLoop : public CallbackServices, private EpochHooks {
 
  private:
   // EpochHooks
-  void dispatch(const std::function<Decision(Callback&, const CallbackContext&, CallbackServices&)>& hook) override;
+  void dispatch(const CallbackHook& hook, const HookPoint& point) override;
   void validate_mid_epoch() override;
   std::map<std::string, double> validate_end_of_epoch() override;
   void at_step_boundary() override;
@@ -113,7 +113,7 @@ class FitLoop : public CallbackServices, private EpochHooks {
   bool validates_in_epoch(int64_t epoch) const override;
 
   void name_learning_rates();
-  CallbackContext context(bool sanity) const;
+  CallbackContext context(const HookPoint& point) const;
   void sanity_check();
   void run_validation();
   void poll_signals();

@@ -3,6 +3,7 @@
 #include <torch/serialize.h>
 #include <torch/torch.h>
 
+#include "volt/callbacks/callback.h"
 #include "volt/data/data_loader.h"
 #include "volt/loops/evaluation_loop.h"
 #include "volt/module/lightning_module.h"
@@ -32,17 +33,38 @@ std::vector<torch::Tensor> deserialize(const std::string& bytes) {
 
 std::vector<torch::Tensor> PredictionLoop::run(LightningModule& module, const DataLoader& loader,
                                                std::optional<int64_t> batches, bool gather) const {
+  const auto notify = [&](const CallbackHook& hook, const HookPoint& point) {
+    if (callbacks_ != nullptr) callbacks_->dispatch(hook, point);
+  };
   std::vector<torch::Tensor> outputs;
   {
     const TrainingModeScope eval_mode(module, /*training=*/false);
     torch::NoGradGuard no_grad;
+    notify([](Callback& c, const CallbackContext& x, CallbackServices& s) { return c.on_predict_start(x, s); }, {});
+    module.on_predict_start();
+    module.on_predict_epoch_start();
     // No collective until the gather: a stream's processes may predict different counts.
     BatchStream stream = loader.stream(0, batches);
     for (int64_t i = 0; stream.has_next(); ++i) {
-      const Batch batch = prepare_batch(stream.next(), device_, precision_);
-      const AutocastGuard autocast = precision_.forward_context();
-      outputs.push_back(module.predict_step(batch, i));
+      const Batch batch = prepare_batch(module, stream.next(), device_, precision_, /*dataloader_idx=*/0);
+      HookPoint point{.batch = &batch, .batch_idx = i};
+      notify([](Callback& c, const CallbackContext& x, CallbackServices& s) { return c.on_predict_batch_start(x, s); },
+             point);
+      module.on_predict_batch_start(batch, i, 0);
+      torch::Tensor output;
+      {
+        const AutocastGuard autocast = precision_.forward_context();
+        output = module.predict_step(batch, i);
+      }
+      point.outputs = &output;
+      notify([](Callback& c, const CallbackContext& x, CallbackServices& s) { return c.on_predict_batch_end(x, s); },
+             point);
+      module.on_predict_batch_end(output, batch, i, 0);
+      outputs.push_back(std::move(output));
     }
+    module.on_predict_epoch_end();
+    notify([](Callback& c, const CallbackContext& x, CallbackServices& s) { return c.on_predict_end(x, s); }, {});
+    module.on_predict_end();
   }
   if (!gather) return outputs;
   // Every rank takes part (a collective); only rank 0 keeps the whole.

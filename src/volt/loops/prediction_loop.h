@@ -10,6 +10,7 @@
 
 namespace volt {
 
+class CallbackDispatcher;
 class DataLoader;
 class LightningModule;
 class PrecisionPlugin;
@@ -21,11 +22,16 @@ class Strategy;
 /// loader so); the blocks' outputs are then gathered on global rank 0, in rank order, so rank 0
 /// returns every prediction in the dataset's order, as one process would. Other ranks return
 /// their own block's outputs. A stream's predictions come in rank order of the processes' shares.
+/// Hooks, the callbacks' before the module's: on_predict_start, on_predict_epoch_start (module
+/// only), per batch the transfer hooks, on_predict_batch_start, predict_step,
+/// on_predict_batch_end; on_predict_epoch_end (module only), on_predict_end, then the gather.
 class PredictionLoop {
  public:
-  /// Steps run on `device` under `precision`'s autocast.
-  PredictionLoop(Strategy& strategy, const PrecisionPlugin& precision, c10::Device device)
-      : strategy_(strategy), precision_(precision), device_(device) {}
+  /// Steps run on `device` under `precision`'s autocast; `callbacks` gets the callbacks' hooks
+  /// (nullptr: no callbacks).
+  PredictionLoop(Strategy& strategy, const PrecisionPlugin& precision, c10::Device device,
+                 CallbackDispatcher* callbacks = nullptr)
+      : strategy_(strategy), precision_(precision), device_(device), callbacks_(callbacks) {}
 
   /// The outputs of `batches` batches of `loader` (set to its epoch already; unset: to its end), gathered on global
   /// rank 0 when `gather` (the loader holds this process's block of a sharded dataset).
@@ -36,6 +42,7 @@ class PredictionLoop {
   Strategy& strategy_;
   const PrecisionPlugin& precision_;
   c10::Device device_;
+  CallbackDispatcher* callbacks_;
 };
 
 }  // namespace volt

@@ -32,14 +32,6 @@ class ManualScope {
   LightningModule& module_;
 };
 
-void clip(const std::vector<torch::Tensor>& params, double value, GradientClipAlgorithm algorithm) {
-  if (algorithm == GradientClipAlgorithm::kNorm) {
-    torch::nn::utils::clip_grad_norm_(params, value);
-  } else {
-    torch::nn::utils::clip_grad_value_(params, value);
-  }
-}
-
 std::vector<torch::Tensor> optimized_parameters(const OptimizerConfig& optimization) {
   std::vector<torch::Tensor> params;
   for (const auto& optimizer : optimization.optimizers)
@@ -89,15 +81,17 @@ void TrainingEpochLoop::run(FitProgress& progress, StopController& stop, EpochHo
   bool validate_at_end = false;
   bool complete = false;
   progress_ = &progress;
+  hooks_ = &hooks;
   const ManualScope manual_scope(module_, manual_ ? this : nullptr);
   {
     // Reset and install the sink before the hook: Lightning lets on_train_epoch_start log.
     results_.reset();
     const MetricSinkScope sink(module_, &results_);
-    module_.on_train_epoch_start();
     train_.set_epoch(progress.epoch);
     hooks.dispatch(
-        [](Callback& c, const CallbackContext& ctx, CallbackServices& s) { return c.on_train_epoch_start(ctx, s); });
+        [](Callback& c, const CallbackContext& ctx, CallbackServices& s) { return c.on_train_epoch_start(ctx, s); },
+        {});
+    module_.on_train_epoch_start();
     if (bar_) {
       bar_->start(fmt::format("Epoch {}", progress.epoch), static_cast<int>(progress.epoch), num_batches.value_or(-1));
     }
@@ -120,8 +114,13 @@ void TrainingEpochLoop::run(FitProgress& progress, StopController& stop, EpochHo
     while (!stop.should_stop() && feed.has_step()) {
       const int64_t i = progress.batches_done;
       const StepInput input = feed.take();
-      const Batch batch = prepare_batch(input.batch, plan_.root_device(), precision_);
-      if (!input.joined) module_.on_train_batch_start(batch, i);
+      const Batch batch = prepare_batch(module_, input.batch, plan_.root_device(), precision_, /*dataloader_idx=*/0);
+      if (!input.joined) {
+        hooks.dispatch(
+            [](Callback& c, const CallbackContext& ctx, CallbackServices& s) { return c.on_train_batch_start(ctx, s); },
+            HookPoint{.batch = &batch, .batch_idx = i});
+        module_.on_train_batch_start(batch, i);
+      }
       // A process whose stream ran dry steps along on its replay batch: it logs nothing new.
       std::optional<ResultCollection> kept;
       if (input.joined) kept = results_;
@@ -139,8 +138,7 @@ void TrainingEpochLoop::run(FitProgress& progress, StopController& stop, EpochHo
                                        : input.weight != 1 ? loss * (input.weight / static_cast<double>(accumulate))
                                        : accumulate == 1   ? loss
                                                            : loss / static_cast<double>(accumulate);
-        strategy_.before_backward(weighted, steps);
-        precision_.backward(weighted);
+        backward_with_hooks(weighted, steps, /*hooks=*/!input.joined);
         if (steps) optimizer_step(progress);
       }
       if (!input.joined) module_.on_train_batch_end(loss, batch, i);
@@ -155,7 +153,8 @@ void TrainingEpochLoop::run(FitProgress& progress, StopController& stop, EpochHo
                             progress.total_batches % plan_.log_every_n_steps == 0);
       show_progress(progress.batches_done, /*force=*/false);
       hooks.dispatch(
-          [](Callback& c, const CallbackContext& ctx, CallbackServices& s) { return c.on_train_batch_end(ctx, s); });
+          [](Callback& c, const CallbackContext& ctx, CallbackServices& s) { return c.on_train_batch_end(ctx, s); },
+          HookPoint{.batch = &batch, .batch_idx = i, .outputs = &loss});
       if (plan_.max_steps >= 0 && progress.global_step >= plan_.max_steps) stop.stop_at_limit(StopReason::kMaxSteps);
       hooks.at_step_boundary();
       // Mid-epoch validation (val_check_interval < 1 epoch); the end-of-epoch one is below.
@@ -217,8 +216,26 @@ void TrainingEpochLoop::backward(const torch::Tensor& loss) {
   const bool joined = input_ != nullptr && input_->joined;
   const double weight = input_ != nullptr ? input_->weight : 1.0;
   const torch::Tensor weighted = joined ? zero_loss() : weight != 1 ? loss * weight : loss;
-  strategy_.before_backward(weighted, /*synchronize=*/true);
-  precision_.backward(weighted);
+  backward_with_hooks(weighted, /*synchronize=*/true, /*hooks=*/!joined);
+}
+
+void TrainingEpochLoop::backward_with_hooks(const torch::Tensor& loss, bool synchronize, bool hooks) {
+  if (hooks) module_.on_before_backward(loss);
+  strategy_.before_backward(loss, synchronize);
+  precision_.backward(loss);
+  if (hooks) module_.on_after_backward();
+}
+
+void TrainingEpochLoop::before_optimizer_step(size_t index) {
+  torch::optim::Optimizer& optimizer = *optimization_.optimizers[index];
+  if (hooks_ != nullptr) {
+    hooks_->dispatch(
+        [&optimizer, index](Callback& c, const CallbackContext& ctx, CallbackServices& s) {
+          return c.on_before_optimizer_step(ctx, s, optimizer, index);
+        },
+        {});
+  }
+  module_.on_before_optimizer_step(optimizer, index);
 }
 
 void TrainingEpochLoop::step(size_t index) {
@@ -227,11 +244,10 @@ void TrainingEpochLoop::step(size_t index) {
   const std::shared_ptr<torch::optim::Optimizer>& optimizer = optimization_.optimizers[index];
   const auto apply_clip = [&] {
     if (!clips_[index]) return;
-    clip(optimized_parameters(OptimizerConfig(optimizer)), clips_[index]->value, clips_[index]->algorithm);
+    module_.clip_gradients(*optimizer, clips_[index]->value, clips_[index]->algorithm);
     clips_[index].reset();
   };
-  precision_.optimizer_step({optimizer}, apply_clip,
-                            [&](size_t) { module_.on_before_optimizer_step(*optimizer, index); });
+  precision_.optimizer_step({optimizer}, apply_clip, [&](size_t) { before_optimizer_step(index); });
   ++progress_->global_step;
 }
 
@@ -241,14 +257,19 @@ void TrainingEpochLoop::clip_gradients(size_t index, double value, GradientClipA
 }
 
 void TrainingEpochLoop::optimizer_step(FitProgress& progress) {
+  // Lightning clips each optimizer's gradients apart (their norm is the optimizer's own), through
+  // the module's hook, which may clip differently.
   const auto apply_clip = [this] {
-    if (plan_.gradient_clip_val) clip(clipped_params_, *plan_.gradient_clip_val, plan_.gradient_clip_algorithm);
+    for (const auto& optimizer : optimization_.optimizers)
+      module_.configure_gradient_clipping(*optimizer, plan_.gradient_clip_val, plan_.gradient_clip_algorithm);
   };
   // The plugin unscales (16-mixed) before `clip` and may skip the step on inf/NaN gradients; the
   // step still counts, as in Lightning, so schedules and checkpoints do not drift.
-  precision_.optimizer_step(optimization_.optimizers, apply_clip,
-                            [this](size_t i) { module_.on_before_optimizer_step(*optimization_.optimizers[i], i); });
-  for (const auto& optimizer : optimization_.optimizers) optimizer->zero_grad();
+  precision_.optimizer_step(optimization_.optimizers, apply_clip, [this](size_t i) { before_optimizer_step(i); });
+  for (const auto& optimizer : optimization_.optimizers) {
+    module_.on_before_zero_grad(*optimizer);
+    optimizer->zero_grad();
+  }
   ++progress.global_step;
   step_schedulers(Interval::kStep, progress.global_step);
 }
@@ -260,7 +281,7 @@ void TrainingEpochLoop::step_schedulers(Interval interval, int64_t count) {
     if (config.scheduler->needs_metric()) {
       metric = internal::monitored_value(&metrics_.callback_metrics(), config.monitor, config.scheduler->name());
     }
-    config.scheduler->step(metric);
+    module_.lr_scheduler_step(*config.scheduler, metric);
   }
 }
 
@@ -289,10 +310,10 @@ void TrainingEpochLoop::finish_epoch(FitProgress& progress, EpochHooks& hooks, b
   // a resume from one of these checkpoints starts cleanly at the next epoch.
   if (validate_at_end) {
     hooks.dispatch(
-        [](Callback& c, const CallbackContext& ctx, CallbackServices& s) { return c.on_validation_end(ctx, s); });
+        [](Callback& c, const CallbackContext& ctx, CallbackServices& s) { return c.on_validation_end(ctx, s); }, {});
   }
   hooks.dispatch(
-      [](Callback& c, const CallbackContext& ctx, CallbackServices& s) { return c.on_train_epoch_end(ctx, s); });
+      [](Callback& c, const CallbackContext& ctx, CallbackServices& s) { return c.on_train_epoch_end(ctx, s); }, {});
   hooks.at_epoch_end();
   metrics_.save();
 }

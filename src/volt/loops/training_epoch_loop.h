@@ -11,6 +11,7 @@
 #include <string>
 #include <vector>
 
+#include "volt/callbacks/callback.h"
 #include "volt/checkpoint/checkpoint_state.h"
 #include "volt/module/lightning_module.h"
 #include "volt/module/manual_optimization.h"
@@ -18,25 +19,19 @@
 
 namespace volt {
 
-class Callback;
 class MetricRouter;
 class PrecisionPlugin;
 class ProgressBar;
 class StopController;
 class Strategy;
-class CallbackServices;
-struct CallbackContext;
-struct Decision;
 struct RunPlan;
 struct StepInput;
 
 /// What the epoch loop asks of the loop that runs it (the fit loop): callbacks, validation and
-/// the agreement on stopping live there, since they outlast one epoch.
-class EpochHooks {
+/// the agreement on stopping live there, since they outlast one epoch. Its dispatch calls a hook
+/// on every callback; a stop it returns becomes a proposal.
+class EpochHooks : public CallbackDispatcher {
  public:
-  virtual ~EpochHooks() = default;
-  /// Calls `hook` on every callback; a stop it returns becomes a proposal.
-  virtual void dispatch(const std::function<Decision(Callback&, const CallbackContext&, CallbackServices&)>& hook) = 0;
   /// Runs a validation between two batches of the epoch (val_check_interval).
   virtual void validate_mid_epoch() = 0;
   /// Runs the validation due at the end of the epoch; returns its progress-bar values.
@@ -51,10 +46,12 @@ class EpochHooks {
 
 /// Runs the training batches of one epoch from a FitProgress position.
 ///
-/// Lightning's order per batch: on_train_batch_start, training_step (under autocast), backward
-/// (scaled by 1/accumulate_grad_batches), at the accumulation boundary the optimizer step
-/// (unscale, clip, on_before_optimizer_step, step or skip, zero_grad, step-interval
-/// schedulers), on_train_batch_end, step metrics, callbacks, stop checks, mid-epoch validation.
+/// Lightning's order per batch (docs/hooks.md): the batch transfer hooks, on_train_batch_start
+/// (callbacks', then the module's), training_step (under autocast), on_before_backward, backward
+/// (scaled by 1/accumulate_grad_batches), on_after_backward, at the accumulation boundary the
+/// optimizer step (unscale, configure_gradient_clipping, on_before_optimizer_step, step or skip,
+/// on_before_zero_grad, zero_grad, step-interval schedulers through lr_scheduler_step),
+/// on_train_batch_end, step metrics, callbacks, stop checks, mid-epoch validation.
 /// Under manual optimization (the module's automatic_optimization() false) training_step does
 /// the backward passes and steps itself, through this loop's ManualOptimization, and the loop
 /// steps no optimizer or scheduler.
@@ -85,6 +82,11 @@ class TrainingEpochLoop : private ManualOptimization {
   torch::Tensor zero_loss() const;
   void optimizer_step(FitProgress& progress);
   void step_schedulers(Interval interval, int64_t count);
+  /// The backward pass of `loss` between on_before_backward and on_after_backward (`hooks`:
+  /// false on a replayed batch, whose loss is not the module's).
+  void backward_with_hooks(const torch::Tensor& loss, bool synchronize, bool hooks);
+  /// on_before_optimizer_step of the callbacks, then of the module.
+  void before_optimizer_step(size_t index);
   void finish_epoch(FitProgress& progress, EpochHooks& hooks, bool complete, bool validate_at_end);
   void show_progress(int64_t done, bool force);
 
@@ -99,6 +101,7 @@ class TrainingEpochLoop : private ManualOptimization {
   std::vector<torch::Tensor> clipped_params_;
   bool manual_;                       // the module optimizes itself (automatic_optimization() false)
   FitProgress* progress_ = nullptr;   // during run(): where manual steps count
+  EpochHooks* hooks_ = nullptr;       // during run(): the callbacks of optimizer steps
   const StepInput* input_ = nullptr;  // during a step: its weight, for manual_backward
   struct Clip {
     double value;

@@ -1,5 +1,7 @@
 #include "volt/module/lightning_module.h"
 
+#include <torch/nn/utils/clip_grad.h>
+
 #include <iostream>
 #include <set>
 
@@ -8,6 +10,7 @@
 #include "volt/core/strings.h"
 #include "volt/distributed/topology.h"
 #include "volt/module/run_view.h"
+#include "volt/optim/lr_scheduler.h"
 
 namespace volt {
 
@@ -164,6 +167,35 @@ torch::Tensor LightningModule::training_step_end(const std::vector<torch::Tensor
     sum = sum.defined() ? sum + weighted : weighted;
   }
   return sum;
+}
+
+Batch LightningModule::transfer_batch_to_device(Batch batch, torch::Device device, int64_t /*dataloader_idx*/) {
+  // A batch the loader pinned is copied to the GPU without blocking the step's thread.
+  return batch.map([&](const torch::Tensor& t) { return t.to(device, /*non_blocking=*/t.is_pinned()); });
+}
+
+void LightningModule::configure_gradient_clipping(torch::optim::Optimizer& optimizer,
+                                                  std::optional<double> gradient_clip_val,
+                                                  GradientClipAlgorithm gradient_clip_algorithm) {
+  if (gradient_clip_val) clip_gradients(optimizer, *gradient_clip_val, gradient_clip_algorithm);
+}
+
+void LightningModule::clip_gradients(torch::optim::Optimizer& optimizer, double value,
+                                     GradientClipAlgorithm algorithm) {
+  VOLT_CHECK(value >= 0.0, "{}::clip_gradients got value={}; expected >= 0. HINT: 0 does not clip.", name(), value);
+  if (value == 0.0) return;
+  std::vector<torch::Tensor> params;
+  for (const auto& group : optimizer.param_groups())
+    for (const auto& p : group.params()) params.push_back(p);
+  if (algorithm == GradientClipAlgorithm::kNorm) {
+    torch::nn::utils::clip_grad_norm_(params, value);
+  } else {
+    torch::nn::utils::clip_grad_value_(params, value);
+  }
+}
+
+void LightningModule::lr_scheduler_step(LRScheduler& scheduler, std::optional<double> metric) {
+  scheduler.step(metric);
 }
 
 torch::Tensor LightningModule::predict_step(const Batch& batch, int64_t batch_idx) {

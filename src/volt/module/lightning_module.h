@@ -7,17 +7,20 @@
 #include <functional>
 #include <memory>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include "volt/base/reduce.h"
 #include "volt/base/state_dict.h"
 #include "volt/data/data_loader.h"
+#include "volt/data/data_module.h"
 #include "volt/module/log_options.h"
 #include "volt/module/manual_optimization.h"
 
 namespace volt {
 
+class Callback;
 class LRScheduler;
 class MetricSink;
 class RunView;
@@ -124,6 +127,34 @@ class LightningModule : public torch::nn::Module {
   /// to the step as `dataloader_idx`); 0 with one loader and outside evaluation.
   int64_t dataloader_idx() const { return dataloader_idx_; }
 
+  // ---- set-up hooks (docs/hooks.md has the order of every hook) -----------------------------
+  /// Builds what `stage` needs on every process, once its processes have joined (so the rank is
+  /// known): at the start of each Trainer call, before the stage's loaders are asked for.
+  virtual void setup(Stage stage) {}
+  /// Releases what setup built, at the end of each Trainer call, also when the stage failed (an
+  /// error teardown throws then is dropped: the stage's is the one reported).
+  virtual void teardown(Stage stage) {}
+  /// Creates layers late (Lightning's configure_model): after setup, before the precision cast,
+  /// the move to the device and configure_optimizers, in every Trainer call and on each dp copy
+  /// from make_replica, so it must do nothing when the layers exist already.
+  virtual void configure_model() {}
+  /// Callbacks this module needs, added to the Trainer's for each Trainer call; one of the same
+  /// type as a Trainer callback replaces it, and ModelCheckpoints still run last (Lightning's
+  /// rules). Called once per Trainer call, first.
+  virtual std::vector<std::shared_ptr<Callback>> configure_callbacks() { return {}; }
+
+  // ---- batch transfer (every stage, every batch, on the process that reads it) ---------------
+  /// Changes a batch as the loader made it, before it moves to the device (e.g. CPU-side
+  /// augmentation); returns the batch to move. `dataloader_idx`: which of the stage's loaders.
+  virtual Batch on_before_batch_transfer(Batch batch, int64_t dataloader_idx) { return batch; }
+  /// Moves a batch to `device` (the run's root device) and returns it; the default moves every
+  /// tensor, without blocking when the loader pinned it. Override for batches whose extra
+  /// entries need more than .to(device).
+  virtual Batch transfer_batch_to_device(Batch batch, torch::Device device, int64_t dataloader_idx);
+  /// Changes a batch on the device (e.g. GPU augmentation) before the step sees it (and before
+  /// the -true precisions cast its floating tensors).
+  virtual Batch on_after_batch_transfer(Batch batch, int64_t dataloader_idx) { return batch; }
+
   // ---- hooks, called on every process in Lightning's order ----------------------------------
   /// Before anything else in fit().
   virtual void on_fit_start() {}
@@ -141,16 +172,68 @@ class LightningModule : public torch::nn::Module {
   virtual void on_train_batch_start(const Batch& batch, int64_t batch_idx) {}
   /// After each training batch with the loss it returned.
   virtual void on_train_batch_end(const torch::Tensor& loss, const Batch& batch, int64_t batch_idx) {}
+  /// Before a validation pass (the sanity check's, fit's and Trainer::validate's), before
+  /// on_validation_epoch_start; the module is in eval mode already.
+  virtual void on_validation_start() {}
+  /// After a validation pass, once its logged values are reduced across processes.
+  virtual void on_validation_end() {}
   /// At the start of a validation run.
   virtual void on_validation_epoch_start() {}
   /// At the end of a validation run.
   virtual void on_validation_epoch_end() {}
+  /// Before each validation batch's step (not on a replayed batch of a process whose stream ran
+  /// dry); `dataloader_idx`: which of the stage's loaders.
+  virtual void on_validation_batch_start(const Batch& batch, int64_t batch_idx, int64_t dataloader_idx) {}
+  /// After each validation batch's step.
+  virtual void on_validation_batch_end(const Batch& batch, int64_t batch_idx, int64_t dataloader_idx) {}
+  /// Before a test pass, before on_test_epoch_start.
+  virtual void on_test_start() {}
+  /// After a test pass, once its logged values are reduced across processes.
+  virtual void on_test_end() {}
   /// At the start of testing.
   virtual void on_test_epoch_start() {}
   /// At the end of testing.
   virtual void on_test_epoch_end() {}
+  /// Before each test batch's step (not on a replayed batch).
+  virtual void on_test_batch_start(const Batch& batch, int64_t batch_idx, int64_t dataloader_idx) {}
+  /// After each test batch's step.
+  virtual void on_test_batch_end(const Batch& batch, int64_t batch_idx, int64_t dataloader_idx) {}
+  /// Before predict's first batch, in eval mode.
+  virtual void on_predict_start() {}
+  /// After predict's last batch, before every process's outputs are gathered.
+  virtual void on_predict_end() {}
+  /// At the start of predict's pass over its loader, after on_predict_start.
+  virtual void on_predict_epoch_start() {}
+  /// At the end of predict's pass, before on_predict_end.
+  virtual void on_predict_epoch_end() {}
+  /// Before each prediction batch's step.
+  virtual void on_predict_batch_start(const Batch& batch, int64_t batch_idx, int64_t dataloader_idx) {}
+  /// After each prediction batch's step, with what predict_step returned.
+  virtual void on_predict_batch_end(const torch::Tensor& outputs, const Batch& batch, int64_t batch_idx,
+                                    int64_t dataloader_idx) {}
+
+  // ---- optimization hooks (fit only; under dp on this module, not on its copies) -------------
+  /// Before the backward pass of `loss` (training_step's, divided by accumulate_grad_batches;
+  /// under manual optimization manual_backward's), before 16-mixed scales it.
+  virtual void on_before_backward(const torch::Tensor& loss) {}
+  /// After the backward pass, before the gradients are unscaled or clipped (under ddp they are
+  /// averaged across processes already when this backward precedes an optimizer step).
+  virtual void on_after_backward() {}
+  /// Clips `optimizer`'s gradients at an optimizer step of automatic optimization (after
+  /// 16-mixed unscaled them), with the Trainer's gradient_clip_val (unset: no clipping) and
+  /// gradient_clip_algorithm; the default calls clip_gradients(optimizer, value, algorithm)
+  /// when a value is set. Override to clip differently (per layer, or by a schedule).
+  virtual void configure_gradient_clipping(torch::optim::Optimizer& optimizer, std::optional<double> gradient_clip_val,
+                                           GradientClipAlgorithm gradient_clip_algorithm);
   /// After the backward pass and gradient clipping, before the optimizer steps.
   virtual void on_before_optimizer_step(torch::optim::Optimizer& optimizer, size_t optimizer_idx) {}
+  /// After `optimizer` stepped, before its gradients are zeroed (automatic optimization only):
+  /// the weights are updated and the gradients still there.
+  virtual void on_before_zero_grad(torch::optim::Optimizer& optimizer) {}
+  /// Steps `scheduler` when its SchedulerConfig says (interval, frequency), with the monitored
+  /// metric for schedulers that need one; the default calls scheduler.step(metric). Override for
+  /// a scheduler that steps differently. Automatic optimization only.
+  virtual void lr_scheduler_step(LRScheduler& scheduler, std::optional<double> metric);
   /// Adds the module's own entries to a checkpoint before it is written (plain values only).
   virtual void on_save_checkpoint(StateDict& checkpoint) {}
   /// Reads the module's own entries back from a checkpoint being restored.
@@ -237,6 +320,10 @@ class LightningModule : public torch::nn::Module {
   /// Clips `optimizer`'s gradients to `value` (by total norm or per element) when it next
   /// steps, after 16-mixed unscales them (Lightning's clip_gradients).
   void clip_gradients(const LightningOptimizer& optimizer, double value,
+                      GradientClipAlgorithm algorithm = GradientClipAlgorithm::kNorm);
+  /// Clips `optimizer`'s gradients to `value` now, by their total norm or per element: what the
+  /// default configure_gradient_clipping calls, and what an override calls with its own values.
+  void clip_gradients(torch::optim::Optimizer& optimizer, double value,
                       GradientClipAlgorithm algorithm = GradientClipAlgorithm::kNorm);
   /// Installs (or clears with nullptr) the training loop's manual optimization; the Trainer's business.
   void set_manual_optimization(ManualOptimization* loop) { manual_ = loop; }

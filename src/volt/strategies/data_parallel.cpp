@@ -208,6 +208,8 @@ std::vector<LightningModule*> DataParallel::refresh_replicas(LightningModule& mo
                  "std::make_shared<MyModel>(options_);`, or use strategy='ddp' (one process per device), which needs "
                  "no copies.",
                  options_.devices.size(), module.name(), copy ? "the module itself" : "nullptr (the default)");
+      // A module that builds its layers late builds the copy's too (values are copied below).
+      copy->configure_model();
       place_copy(module, *copy, options_.devices[r]);
     }
     copy->train(module.is_training());

@@ -4,6 +4,7 @@
 #include <filesystem>
 #include <iostream>
 #include <nlohmann/json.hpp>
+#include <typeinfo>
 
 #include "volt/callbacks/callback.h"
 #include "volt/callbacks/model_checkpoint.h"
@@ -55,6 +56,97 @@ class StageView : public RunView {
   std::shared_ptr<Console> console_;
   const FitProgress* progress_;
 };
+
+// The callbacks of validate, test and predict: their epoch and batch hooks see the module and
+// where the last fit ended. Nothing is saved or logged outside fit, and a stop has nothing to
+// stop, so it is ignored.
+class StageCallbacks : public CallbackDispatcher, public CallbackServices {
+ public:
+  StageCallbacks(const std::vector<std::shared_ptr<Callback>>& callbacks, LightningModule& module,
+                 const FitProgress& progress, const std::map<std::string, double>& metrics)
+      : callbacks_(callbacks), module_(module), progress_(progress), metrics_(metrics) {}
+
+  void dispatch(const CallbackHook& hook, const HookPoint& point) override {
+    const CallbackContext c = context(point);
+    for (const auto& callback : callbacks_) hook(*callback, c, *this);
+  }
+  CallbackContext context(const HookPoint& point) const {
+    CallbackContext c;
+    c.epoch = progress_.epoch;
+    c.global_step = progress_.global_step;
+    c.metrics = &metrics_;
+    c.module = &module_;
+    c.batch = point.batch;
+    c.batch_idx = point.batch_idx;
+    c.dataloader_idx = point.dataloader_idx;
+    c.outputs = point.outputs;
+    return c;
+  }
+  void save_checkpoint(const std::string& path) override {
+    throw Error(fmt::format(
+        "a callback asked to save checkpoint '{}' during validate, test or predict, where there is no training "
+        "state to save. HINT: save checkpoints from the fit hooks (on_train_epoch_end, on_validation_end).",
+        path));
+  }
+  void remove_checkpoint(const std::string& path) override {
+    throw Error(
+        fmt::format("a callback asked to remove checkpoint '{}' during validate, test or predict; only fit manages "
+                    "checkpoints. HINT: remove checkpoints from the fit hooks.",
+                    path));
+  }
+  // validate, test and predict log to no logger (their values are the stage's result).
+  void log_metrics(const std::map<std::string, double>&) override {}
+
+  /// Runs `body`; when it throws, the callbacks' on_exception sees the error first.
+  template <typename Body>
+  auto run(Body&& body) {
+    try {
+      return body();
+    } catch (const std::exception& error) {
+      internal::notify_exception(callbacks_, context({}), error);
+      throw;
+    }
+  }
+
+ private:
+  const std::vector<std::shared_ptr<Callback>>& callbacks_;
+  LightningModule& module_;
+  const FitProgress& progress_;
+  const std::map<std::string, double>& metrics_;
+};
+
+/// The Trainer's callbacks with the module's configure_callbacks() added, by Lightning's rule: a
+/// module callback replaces the Trainer's callbacks of its exact type.
+std::vector<std::shared_ptr<Callback>> with_module_callbacks(std::vector<std::shared_ptr<Callback>> callbacks,
+                                                             LightningModule& module) {
+  for (std::shared_ptr<Callback>& added : module.configure_callbacks()) {
+    VOLT_CHECK(added != nullptr, "{}::configure_callbacks returned a null callback.", module.name());
+    const Callback& replacing = *added;
+    callbacks.erase(std::remove_if(callbacks.begin(), callbacks.end(),
+                                   [&](const std::shared_ptr<Callback>& c) { return typeid(*c) == typeid(replacing); }),
+                    callbacks.end());
+    callbacks.push_back(std::move(added));
+  }
+  return callbacks;
+}
+
+/// The module's setup(stage), then `run`, then its teardown(stage), also when `run` throws (then
+/// an error from teardown is dropped: the stage's is the one to report).
+template <typename Run>
+auto with_module_stage(LightningModule& module, Stage stage, Run&& run) {
+  module.setup(stage);
+  try {
+    auto result = run();
+    module.teardown(stage);
+    return result;
+  } catch (...) {
+    try {
+      module.teardown(stage);
+    } catch (...) {
+    }
+    throw;
+  }
+}
 
 namespace fs = std::filesystem;
 
@@ -364,91 +456,103 @@ FitResult Trainer::fit_stage(LightningModule& module, DataLoader train, std::vec
   }
   Strategy& strategy = this->strategy();
   strategy.setup_environment(module);
-  // The layers hold the process group's collectives for this fit only (also when it throws).
-  SyncBatchNormScope sync_batchnorm(module, plan_.sync_batchnorm ? &strategy.collectives() : nullptr);
   const std::shared_ptr<Console> console_ptr = rank_console();
   Console& console = *console_ptr;
   // A fresh fit starts at epoch 0; restore() moves the loop's progress to the checkpoint's.
   fitted_ = FitProgress{};
   StageView view(strategy, plan_.root_device(), console_ptr, fitted_);
   const RunViewScope viewing(module, &view);
+  const std::vector<std::shared_ptr<Callback>> stage_callbacks = with_module_callbacks(options_.callbacks, module);
+  FitResult result = with_module_stage(module, Stage::kFit, [&] {
+    module.configure_model();
+    // configure_model may have built BatchNorm layers (each rank the same ones).
+    if (plan_.sync_batchnorm) {
+      const std::vector<std::string> plain = plain_batchnorm_paths(module);
+      if (!plain.empty()) throw Error(plain_batchnorm_message(plain));
+    }
+    // The layers hold the process group's collectives for this fit only (also when it throws).
+    SyncBatchNormScope sync_batchnorm(module, plan_.sync_batchnorm ? &strategy.collectives() : nullptr);
 
-  // Loaders passed to fit() stay for the whole run; those from the DataModule or the module's
-  // hooks are asked for again when reload_dataloaders_every_n_epochs says so.
-  const bool train_from_hook = !train.defined();
-  const bool val_from_hook = val.empty();
-  auto train_source = [&] { return data ? data->train_dataloader() : module.train_dataloader(); };
-  auto val_source = [&] { return data ? data->val_dataloaders() : module.val_dataloaders(); };
-  if (train_from_hook) train = train_source();
-  if (val_from_hook) val = val_source();
-  const FitLoaderCounts counts = count_fit_batches(module, train, val);
+    // Loaders passed to fit() stay for the whole run; those from the DataModule or the module's
+    // hooks are asked for again when reload_dataloaders_every_n_epochs says so.
+    const bool train_from_hook = !train.defined();
+    const bool val_from_hook = val.empty();
+    auto train_source = [&] { return data ? data->train_dataloader() : module.train_dataloader(); };
+    auto val_source = [&] { return data ? data->val_dataloaders() : module.val_dataloaders(); };
+    if (train_from_hook) train = train_source();
+    if (val_from_hook) val = val_source();
+    const FitLoaderCounts counts = count_fit_batches(module, train, val);
 
-  precision_->convert_module(module);
-  // Before configure_optimizers, as in Lightning, so the optimizers hold the device's parameters.
-  place_module(module, plan_.root_device());
-  module.train();
-  const OptimizerConfig optimization = module.configure_optimizers();
-  validate_optimization(optimization, module);
-  for (const auto& optimizer : optimization.optimizers) optimizer->zero_grad();
-  strategy.setup_module(module);
+    precision_->convert_module(module);
+    // Before configure_optimizers, as in Lightning, so the optimizers hold the device's parameters.
+    place_module(module, plan_.root_device());
+    module.train();
+    const OptimizerConfig optimization = module.configure_optimizers();
+    validate_optimization(optimization, module);
+    for (const auto& optimizer : optimization.optimizers) optimizer->zero_grad();
+    strategy.setup_module(module);
 
-  MetricRouter metrics(callback_metrics_, fit_loggers(options_, plan_));
-  const std::vector<std::shared_ptr<Callback>> callbacks =
-      fit_callbacks(options_.callbacks, plan_.enable_checkpointing);
-  FitInfo info;
-  info.root_dir = plan_.root_dir;
-  info.log_dir = strategy.broadcast_string(metrics.log_dir());
-  info.has_validation = counts.has_validation;
-  info.is_global_zero = plan_.is_global_zero();
-  for (const auto& callback : callbacks) callback->setup(info);
-  // A job SLURM restarted resumes where it stopped: the newest HPC checkpoint wins over
-  // ckpt_path, which the job script passes again on every restart (Lightning's order).
-  std::optional<LoadedCheckpoint> resume;
-  if (!plan_.fast_dev_run) resume = checkpointer_->newest_hpc_checkpoint(plan_.hpc_checkpoint_dir, console);
-  // options.ckpt_path is fit's default only: validate/test/predict never pick it up implicitly.
-  const std::string requested = ckpt_path.empty() ? plan_.ckpt_path : ckpt_path;
-  if (resume && !requested.empty()) {
-    console.info(
-        fmt::format("Resuming from HPC checkpoint {} instead of ckpt_path='{}': the job was stopped by "
-                    "SLURM and restarted.",
-                    resume->path, requested));
-  }
-  if (!resume) {
-    const std::string path = checkpointer_->resolve(requested, last_search(info.log_dir), console);
-    if (!path.empty()) resume = LoadedCheckpoint{path, checkpointer_->load(path)};
-  }
+    MetricRouter metrics(callback_metrics_, fit_loggers(options_, plan_));
+    const std::vector<std::shared_ptr<Callback>> callbacks = fit_callbacks(stage_callbacks, plan_.enable_checkpointing);
+    FitInfo info;
+    info.root_dir = plan_.root_dir;
+    info.log_dir = strategy.broadcast_string(metrics.log_dir());
+    info.has_validation = counts.has_validation;
+    info.is_global_zero = plan_.is_global_zero();
+    for (const auto& callback : callbacks) callback->setup(info);
+    // A job SLURM restarted resumes where it stopped: the newest HPC checkpoint wins over
+    // ckpt_path, which the job script passes again on every restart (Lightning's order).
+    std::optional<LoadedCheckpoint> resume;
+    if (!plan_.fast_dev_run) resume = checkpointer_->newest_hpc_checkpoint(plan_.hpc_checkpoint_dir, console);
+    // options.ckpt_path is fit's default only: validate/test/predict never pick it up implicitly.
+    const std::string requested = ckpt_path.empty() ? plan_.ckpt_path : ckpt_path;
+    if (resume && !requested.empty()) {
+      console.info(
+          fmt::format("Resuming from HPC checkpoint {} instead of ckpt_path='{}': the job was stopped by "
+                      "SLURM and restarted.",
+                      resume->path, requested));
+    }
+    if (!resume) {
+      const std::string path = checkpointer_->resolve(requested, last_search(info.log_dir), console);
+      if (!path.empty()) resume = LoadedCheckpoint{path, checkpointer_->load(path)};
+    }
 
-  FitLoop loop(
-      FitLoopParts{.plan = plan_,
-                   .strategy = strategy,
-                   .precision = *precision_,
-                   .checkpointer = *checkpointer_,
-                   .metrics = metrics,
-                   .console = console,
-                   .callbacks = callbacks,
-                   .config = &options_.config},
-      FitData{
-          .module = module, .train = train, .val = val, .optimization = optimization, .counts = counts, .reload = [&] {
-            if (train_from_hook) train = train_source();
-            if (val_from_hook) val = val_source();
-            return count_fit_batches(module, train, val);
-          }});
-  view.watch(loop.progress());
-  // Only now, with the checkpoint found, read and restored, does the run write into its log
-  // folder: a run refused for its ckpt_path, or for a checkpoint that does not fit, leaves no
-  // empty version_N behind.
-  if (resume) loop.restore(*resume);
-  for (const auto& logger : metrics.loggers()) logger->log_hyperparams(module.hparams());
-  // LightningCLI's SaveConfigCallback: the resolved configuration beside the logs, so a run's
-  // folder records how it was started.
-  if (!options_.config.is_null() && info.is_global_zero && !info.log_dir.empty()) {
-    fs::create_directories(info.log_dir);
-    save_hparams_to_yaml((fs::path(info.log_dir) / kConfigFileName).string(), options_.config);
-  }
+    FitLoop loop(FitLoopParts{.plan = plan_,
+                              .strategy = strategy,
+                              .precision = *precision_,
+                              .checkpointer = *checkpointer_,
+                              .metrics = metrics,
+                              .console = console,
+                              .callbacks = callbacks,
+                              .config = &options_.config},
+                 FitData{.module = module,
+                         .train = train,
+                         .val = val,
+                         .optimization = optimization,
+                         .counts = counts,
+                         .reload = [&] {
+                           if (train_from_hook) train = train_source();
+                           if (val_from_hook) val = val_source();
+                           return count_fit_batches(module, train, val);
+                         }});
+    view.watch(loop.progress());
+    // Only now, with the checkpoint found, read and restored, does the run write into its log
+    // folder: a run refused for its ckpt_path, or for a checkpoint that does not fit, leaves no
+    // empty version_N behind.
+    if (resume) loop.restore(*resume);
+    for (const auto& logger : metrics.loggers()) logger->log_hyperparams(module.hparams());
+    // LightningCLI's SaveConfigCallback: the resolved configuration beside the logs, so a run's
+    // folder records how it was started.
+    if (!options_.config.is_null() && info.is_global_zero && !info.log_dir.empty()) {
+      fs::create_directories(info.log_dir);
+      save_hparams_to_yaml((fs::path(info.log_dir) / kConfigFileName).string(), options_.config);
+    }
 
-  FitResult result = loop.run();
-  fitted_ = loop.progress();
-  checkpointer_->remember(result.best_model_path, result.last_model_path);
+    FitResult fit_result = loop.run();
+    fitted_ = loop.progress();
+    checkpointer_->remember(fit_result.best_model_path, fit_result.last_model_path);
+    return fit_result;
+  });
   if (result.reason != StopReason::kRequeued) return result;
   // Every rank has returned from its last collective; the requeue ends this run at once
   // (SIGTERM now, SIGKILL after KillWait), so it is the very last thing rank 0 does. SIGTERM is
@@ -486,39 +590,46 @@ EvalResult Trainer::evaluate(LightningModule& module, std::vector<DataLoader> lo
     strategy().setup_environment(module);
     StageView view(strategy(), plan_.root_device(), rank_console(), fitted_);
     const RunViewScope viewing(module, &view);
-    const char* stage = test ? "test" : "validate";
-    if (loaders.empty()) loaders = test ? module.test_dataloaders() : module.val_dataloaders();
-    VOLT_CHECK(!loaders.empty(),
-               "{}() has no data: {}_dataloader() returned none and none was passed. HINT: override "
-               "{}_dataloader() or pass a volt::DataLoader.",
-               stage, test ? "test" : "val", test ? "test" : "val");
-    load_weights(module, ckpt_path);
-    precision_->convert_module(module);
-    place_module(module, plan_.root_device());
-    std::vector<std::optional<int64_t>> batches;
-    for (DataLoader& loader : loaders) {
-      VOLT_CHECK(loader.defined(), "{}() got an undefined loader among {}. HINT: pass only loaders that have data.",
-                 stage, loaders.size());
-      configure_loader(loader, /*evaluation=*/true);
-      loader.set_epoch(0);
-      batches.push_back(batches_to_run(loader, test ? plan_.limit_test_batches : plan_.limit_val_batches,
-                                       test ? "limit_test_batches" : "limit_val_batches"));
-    }
-    const std::shared_ptr<Console> console_ptr = rank_console();
-    Console& console = *console_ptr;
-    const std::unique_ptr<ProgressBar> bar = make_progress_bar(plan_.shows_progress(), console);
-    ResultCollection results(/*training=*/false);
-    EvalResult out;
-    out.stage = stage;
-    const EvalCounts counts =
-        EvaluationLoop(strategy(), *precision_, plan_.root_device(), bar.get())
-            .run(module, loaders, batches, test ? EvalStage::kTest : EvalStage::kValidation, results);
-    out.batches = counts.batches;
-    out.examples = counts.examples;
-    out.metrics = results.epoch_metrics(MetricTarget::kCallback);
-    // Kept for a later stage's callbacks, as fit's values are; evaluate() logs to no logger.
-    for (const auto& [name, value] : out.metrics) callback_metrics_[name] = value;
-    return out;
+    const std::vector<std::shared_ptr<Callback>> callbacks = with_module_callbacks(options_.callbacks, module);
+    StageCallbacks hooks(callbacks, module, fitted_, callback_metrics_);
+    return with_module_stage(module, test ? Stage::kTest : Stage::kValidate, [&] {
+      return hooks.run([&] {
+        module.configure_model();
+        const char* stage = test ? "test" : "validate";
+        if (loaders.empty()) loaders = test ? module.test_dataloaders() : module.val_dataloaders();
+        VOLT_CHECK(!loaders.empty(),
+                   "{}() has no data: {}_dataloader() returned none and none was passed. HINT: override "
+                   "{}_dataloader() or pass a volt::DataLoader.",
+                   stage, test ? "test" : "val", test ? "test" : "val");
+        load_weights(module, ckpt_path);
+        precision_->convert_module(module);
+        place_module(module, plan_.root_device());
+        std::vector<std::optional<int64_t>> batches;
+        for (DataLoader& loader : loaders) {
+          VOLT_CHECK(loader.defined(), "{}() got an undefined loader among {}. HINT: pass only loaders that have data.",
+                     stage, loaders.size());
+          configure_loader(loader, /*evaluation=*/true);
+          loader.set_epoch(0);
+          batches.push_back(batches_to_run(loader, test ? plan_.limit_test_batches : plan_.limit_val_batches,
+                                           test ? "limit_test_batches" : "limit_val_batches"));
+        }
+        const std::shared_ptr<Console> console_ptr = rank_console();
+        Console& console = *console_ptr;
+        const std::unique_ptr<ProgressBar> bar = make_progress_bar(plan_.shows_progress(), console);
+        ResultCollection results(/*training=*/false);
+        EvalResult out;
+        out.stage = stage;
+        const EvalCounts counts =
+            EvaluationLoop(strategy(), *precision_, plan_.root_device(), bar.get(), &hooks)
+                .run(module, loaders, batches, test ? EvalStage::kTest : EvalStage::kValidation, results);
+        out.batches = counts.batches;
+        out.examples = counts.examples;
+        out.metrics = results.epoch_metrics(MetricTarget::kCallback);
+        // Kept for a later stage's callbacks, as fit's values are; evaluate() logs to no logger.
+        for (const auto& [name, value] : out.metrics) callback_metrics_[name] = value;
+        return out;
+      });
+    });
   });
 }
 
@@ -541,19 +652,27 @@ std::vector<torch::Tensor> Trainer::predict(LightningModule& module, DataLoader 
     strategy().setup_environment(module);
     StageView view(strategy(), plan_.root_device(), rank_console(), fitted_);
     const RunViewScope viewing(module, &view);
-    if (!data.defined()) data = module.predict_dataloader();
-    VOLT_CHECK(data.defined(),
-               "predict() has no data: predict_dataloader() returned none and none was passed. HINT: override "
-               "predict_dataloader() or pass a volt::DataLoader.");
-    load_weights(module, ckpt_path);
-    precision_->convert_module(module);
-    place_module(module, plan_.root_device());
-    configure_loader(data, /*evaluation=*/true, /*contiguous=*/true);
-    data.set_epoch(0);
-    const std::optional<int64_t> batches = batches_to_run(data, plan_.limit_predict_batches, "limit_predict_batches");
-    // Unsharded loaders (use_distributed_sampler=false) give every rank everything already.
-    const bool gather = plan_.use_distributed_sampler && plan_.topology.world_size > 1;
-    return PredictionLoop(strategy(), *precision_, plan_.root_device()).run(module, data, batches, gather);
+    const std::vector<std::shared_ptr<Callback>> callbacks = with_module_callbacks(options_.callbacks, module);
+    StageCallbacks hooks(callbacks, module, fitted_, callback_metrics_);
+    return with_module_stage(module, Stage::kPredict, [&] {
+      return hooks.run([&] {
+        module.configure_model();
+        if (!data.defined()) data = module.predict_dataloader();
+        VOLT_CHECK(data.defined(),
+                   "predict() has no data: predict_dataloader() returned none and none was passed. HINT: override "
+                   "predict_dataloader() or pass a volt::DataLoader.");
+        load_weights(module, ckpt_path);
+        precision_->convert_module(module);
+        place_module(module, plan_.root_device());
+        configure_loader(data, /*evaluation=*/true, /*contiguous=*/true);
+        data.set_epoch(0);
+        const std::optional<int64_t> batches =
+            batches_to_run(data, plan_.limit_predict_batches, "limit_predict_batches");
+        // Unsharded loaders (use_distributed_sampler=false) give every rank everything already.
+        const bool gather = plan_.use_distributed_sampler && plan_.topology.world_size > 1;
+        return PredictionLoop(strategy(), *precision_, plan_.root_device(), &hooks).run(module, data, batches, gather);
+      });
+    });
   });
 }
 
