@@ -17,13 +17,8 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 torch_version=${VOLT_CUDA_TORCH_VERSION:-2.15.0}
-home=${VOLT_CUDA_TORCH_HOME:-/opt/volt/libtorch-$torch_version-cu13}
 cuda_root=${CUDAToolkit_ROOT:-/usr/local/cuda}
 build_dir=${VOLT_BUILD_DIR:-build-cuda}
-# Libraries libtorch_cuda.so and libtorch_nvshmem.so need that the CUDA toolkit lacks or has too old.
-link_only_wheels=(nvidia-cufile==1.17.1.22 nvidia-cusparselt-cu13==0.8.1 nvidia-nvshmem-cu13==3.7.2
-                  nvidia-nccl-cu13==2.30.7)
-stamp="pip-layout torch==$torch_version ${link_only_wheels[*]}"
 
 if [ ! -x "$cuda_root/bin/nvcc" ]; then
   echo "build-cuda: no CUDA toolkit at $cuda_root (expected $cuda_root/bin/nvcc). HINT: install the CUDA" \
@@ -33,37 +28,52 @@ fi
 
 scripts/setup.sh  # the CPU build's dependencies: the same Debian libraries (fmt, CLI11, protobuf, ...)
 
-if [ "$(cat "$home/.complete" 2>/dev/null)" != "$stamp" ]; then
-  echo "build-cuda: fetching torch==$torch_version (CUDA 13) into $home"
-  wheels=$(mktemp -d)
-  trap 'rm -rf "$wheels"' EXIT
-  platforms=(--platform manylinux_2_28_x86_64 --platform manylinux_2_27_x86_64 --platform manylinux_2_18_x86_64
-             --platform manylinux_2_17_x86_64 --platform manylinux2014_x86_64)
-  python3 -m pip download -q --disable-pip-version-check --no-deps --only-binary=:all: --python-version 3.11 \
-    --implementation cp "${platforms[@]}" -d "$wheels" "torch==$torch_version" "${link_only_wheels[@]}"
-  rm -rf "$home" && mkdir -p "$home/driver-stub"
-  # pip's layout, torch/ beside nvidia/<package>/lib: libtorch_cuda.so finds those libraries
-  # through its RPATH ($ORIGIN/../../nvidia/nccl/lib, ...), at link time and at run time.
-  unzip -q "$wheels"/torch-*.whl 'torch/include/*' 'torch/lib/*' 'torch/share/*' -d "$home"
-  for wheel in "$wheels"/nvidia_*.whl; do
-    unzip -q -o "$wheel" 'nvidia/*/lib/*' -d "$home"
-  done
-  # libcaffe2_nvrtc.so links the driver (libcuda.so.1), which a machine without a GPU lacks:
-  # the toolkit's stub stands in for it at link time only (never at run time, where it would
-  # hide a real driver).
-  ln -sf "$cuda_root/lib64/stubs/libcuda.so" "$home/driver-stub/libcuda.so.1"
-  echo "$stamp" >"$home/.complete"
+if [ -z "${VOLT_CUDA_TORCH_HOME:-}" ] && [ "$torch_version" = 2.15.0 ]; then
+  # setup.sh pip-installed this torch with these NVIDIA wheels for the torchrun test, in pip's
+  # layout: build against that copy rather than download the 1 GB wheel a second time (CI time).
+  home=${VOLT_TORCHRUN_PYTHONPATH:-/opt/volt/python-torchrun}
+else
+  home=${VOLT_CUDA_TORCH_HOME:-/opt/volt/libtorch-$torch_version-cu13}
+  # Libraries libtorch_cuda.so and libtorch_nvshmem.so need that the CUDA toolkit lacks or has too
+  # old; these versions are torch 2.15.0's, the versions another torch needs may differ.
+  link_only_wheels=(nvidia-cufile==1.17.1.22 nvidia-cusparselt-cu13==0.8.1 nvidia-nvshmem-cu13==3.7.2
+                    nvidia-nccl-cu13==2.30.7)
+  stamp="pip-layout torch==$torch_version ${link_only_wheels[*]}"
+  if [ "$(cat "$home/.complete" 2>/dev/null)" != "$stamp" ]; then
+    echo "build-cuda: fetching torch==$torch_version (CUDA 13) into $home"
+    wheels=$(mktemp -d)
+    trap 'rm -rf "$wheels"' EXIT
+    platforms=(--platform manylinux_2_28_x86_64 --platform manylinux_2_27_x86_64 --platform manylinux_2_18_x86_64
+               --platform manylinux_2_17_x86_64 --platform manylinux2014_x86_64)
+    python3 -m pip download -q --disable-pip-version-check --no-deps --only-binary=:all: --python-version 3.11 \
+      --implementation cp "${platforms[@]}" -d "$wheels" "torch==$torch_version" "${link_only_wheels[@]}"
+    rm -rf "$home" && mkdir -p "$home"
+    # pip's layout, torch/ beside nvidia/<package>/lib: libtorch_cuda.so finds those libraries
+    # through its RPATH ($ORIGIN/../../nvidia/nccl/lib, ...), at link time and at run time.
+    unzip -q "$wheels"/torch-*.whl 'torch/include/*' 'torch/lib/*' 'torch/share/*' -d "$home"
+    for wheel in "$wheels"/nvidia_*.whl; do
+      unzip -q -o "$wheel" 'nvidia/*/lib/*' -d "$home"
+    done
+    echo "$stamp" >"$home/.complete"
+  fi
 fi
+# libcaffe2_nvrtc.so links the driver (libcuda.so.1), which a machine without a GPU lacks: the
+# toolkit's stub stands in for it at link time only (never at run time, where it would hide a
+# real driver).
+mkdir -p "$build_dir/driver-stub"
+driver_stub=$(realpath "$build_dir/driver-stub")
+ln -sf "$cuda_root/lib64/stubs/libcuda.so" "$driver_stub/libcuda.so.1"
 
 start=$(date +%s)
 # TorchConfig.cmake looks for c10 with find_library, which prefers the system folders: with
 # Debian's libtorch-dev installed it would link Debian's libc10.so. Name the wheel's.
 cmake -S . -B "$build_dir" -G Ninja \
   -DCMAKE_PREFIX_PATH="$home/torch/share/cmake" \
+  -DTorch_DIR="$home/torch/share/cmake/Torch" \
   -Dc10_LIBRARY="$home/torch/lib/libc10.so" \
   -DCUDAToolkit_ROOT="$cuda_root" \
   -DCMAKE_CUDA_COMPILER="$cuda_root/bin/nvcc" \
-  -DVOLT_LINK_ONLY_LIBRARY_DIRS="$(ls -d "$home"/nvidia/*/lib | tr '\n' ';')$home/driver-stub" \
+  -DVOLT_LINK_ONLY_LIBRARY_DIRS="$(ls -d "$home"/nvidia/*/lib | tr '\n' ';')$driver_stub" \
   "$@" >/dev/null
 cmake --build "$build_dir" -j "${VOLT_JOBS:-$(nproc)}" ${VOLT_BUILD_TARGET:+--target "$VOLT_BUILD_TARGET"}
 echo "build-cuda: done in $(( $(date +%s) - start )) s ($build_dir, torch $torch_version, CUDA at $cuda_root)"
