@@ -49,7 +49,7 @@ FitLoop::FitLoop(FitLoopParts parts, FitData data)
       epoch_loop_(parts.plan, parts.strategy, parts.precision, parts.metrics, data.module, data.train,
                   data.optimization, bar_.get()),
       val_results_(/*training=*/false),
-      stop_(parts.plan.min_epochs) {
+      stop_(parts.plan.min_epochs, parts.plan.min_steps) {
   progress_.train_stream_layout = data.train.stream_layout();
   name_learning_rates();
 }
@@ -111,7 +111,7 @@ void FitLoop::dispatch(const std::function<Decision(Callback&, const CallbackCon
   const CallbackContext c = context(/*sanity=*/false);
   for (const auto& callback : parts_.callbacks) {
     const Decision decision = hook(*callback, c, *this);
-    if (decision.stop) stop_.propose_callback_stop(progress_.epoch, decision.reason);
+    if (decision.stop) stop_.propose_callback_stop(progress_.epoch, progress_.global_step, decision.reason);
   }
   // One process needs no agreement: a callback's stop holds from the next check on, as it
   // always did. Several processes agree at the next step boundary or epoch end.
@@ -258,7 +258,9 @@ FitResult FitLoop::run() {
   FitResult result;
   result.resumed_from = resumed_from_;
   try {
-    if (plan.enable_model_summary) parts_.console.info(summarize(module).to_string());
+    if (plan.enable_model_summary) {
+      parts_.console.info(summarize(module, static_cast<int>(plan.model_summary_max_depth)).to_string());
+    }
 
     module.on_fit_start();
     sanity_check();

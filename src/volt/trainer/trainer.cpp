@@ -190,7 +190,8 @@ Strategy& Trainer::strategy() {
     strategy_ = std::make_unique<SingleDeviceStrategy>(plan_.topology);
     return *strategy_;
   }
-  DataParallelOptions dp{.replicas = plan_.replicas_per_process, .deterministic = plan_.deterministic};
+  DataParallelOptions dp{.replicas = plan_.replicas_per_process,
+                         .deterministic = plan_.deterministic != DeterministicMode::kOff};
   // On GPUs each replica has its device (copies of the module); on the CPU they are threads.
   for (int64_t device : plan_.cuda_devices)
     dp.devices.emplace_back(c10::DeviceType::CUDA, static_cast<c10::DeviceIndex>(device));
@@ -324,6 +325,19 @@ FitLoaderCounts Trainer::count_fit_batches(LightningModule& module, DataLoader& 
              "train_dataloader() or pass a volt::DataLoader to fit().",
              module.name());
   FitLoaderCounts counts;
+  if (plan_.overfit_batches) {
+    // Lightning's overfit_batches: the same batches every epoch, in both loops.
+    const auto unshuffle = [this](DataLoader& loader, const char* stage) {
+      if (!loader.defined() || !loader.options().shuffle) return;
+      rank_console()->warn(fmt::format(
+          "You requested to overfit but enabled {0} dataloader shuffling. We are turning off the {0} dataloader "
+          "shuffling for you.",
+          stage));
+      loader.set_shuffle(false);
+    };
+    unshuffle(train, "train");
+    for (DataLoader& loader : val) unshuffle(loader, "val");
+  }
   configure_loader(train, /*evaluation=*/false);
   counts.num_train_batches = batches_to_run(train, plan_.limit_train_batches, "limit_train_batches");
   for (DataLoader& loader : val) {
@@ -446,7 +460,11 @@ FitResult Trainer::fit_stage(LightningModule& module, DataLoader train, std::vec
     save_hparams_to_yaml((fs::path(info.log_dir) / kConfigFileName).string(), options_.config);
   }
 
-  FitResult result = loop.run();
+  FitResult result = [&] {
+    // Anomaly mode is the process's: on for this fit only (Lightning wraps its fit loop alike).
+    const internal::AnomalyModeScope anomaly(plan_.detect_anomaly);
+    return loop.run();
+  }();
   fitted_ = loop.progress();
   checkpointer_->remember(result.best_model_path, result.last_model_path);
   if (result.reason != StopReason::kRequeued) return result;
