@@ -98,6 +98,20 @@ void FitLoop::save_checkpoint(const std::string& path) {
   last_saved_ = path;
 }
 
+void FitLoop::save_weights_checkpoint(const std::string& path) {
+  if (parts_.strategy.is_global_zero()) {
+    parts_.checkpointer.save(training_parts(), progress_, path, CheckpointContents::kWeightsOnly);
+  }
+  last_saved_ = path;
+}
+
+bool FitLoop::broadcast_decision(bool decision) {
+  if (parts_.plan.topology.world_size == 1) return decision;
+  // The maximum of rank 0's vote and everyone else's 0 is rank 0's decision.
+  const double vote = parts_.strategy.is_global_zero() && decision ? 1.0 : 0.0;
+  return parts_.strategy.reduce(vote, Reduce::kMax) > 0.5;
+}
+
 void FitLoop::remove_checkpoint(const std::string& path) {
   if (parts_.strategy.is_global_zero()) parts_.checkpointer.remove(path);
 }

@@ -1,5 +1,6 @@
-// Behaviour tests of the Trainer's debugging options against Lightning's semantics: min_steps,
-// overfit_batches, detect_anomaly, deterministic="warn" and the model summary's depth.
+// Behaviour tests of the Trainer's debugging and checkpointing options against Lightning's
+// semantics: min_steps, overfit_batches, detect_anomaly, deterministic="warn", the model summary's
+// depth, and ModelCheckpoint's save_weights_only and train_time_interval.
 #include <gtest/gtest.h>
 #include <torch/csrc/autograd/anomaly_mode.h>
 
@@ -195,6 +196,55 @@ TEST_F(TrainerTest, ModelSummaryMaxDepthChoosesTheLevelsListed) {
   const std::string deep = summary_with({.max_epochs = 1, .model_summary_max_depth = 2});
   EXPECT_NE(deep.find("head.0"), std::string::npos) << deep;
   EXPECT_EQ(summary_with({.max_epochs = 1, .model_summary_max_depth = 0}), "") << "depth 0: no summary";
+}
+
+TEST_F(TrainerTest, SaveWeightsOnlyCheckpointsHoldWeightsAndRefuseToResume) {
+  auto module = make_module();
+  auto io = std::make_shared<RecordingCheckpointIO>();
+  auto checkpoint =
+      std::make_shared<ModelCheckpoint>(ModelCheckpointOptions{.dirpath = "/ck", .save_weights_only = true});
+  Trainer trainer = make_trainer({.max_epochs = 2, .callbacks = {checkpoint}});
+  trainer.set_checkpoint_io(io);
+  trainer.fit(*module);
+  const std::string path = "/ck/epoch=1-step=8.ckpt";
+  ASSERT_EQ(io->paths(), (std::vector<std::string>{path}));
+  const StateDict saved = load_dict(*io, path);
+  for (const char* key : {"epoch", "global_step", "state_dict", "loops", "hyper_parameters", "volt_checkpoint_version",
+                          "pytorch-lightning_version"}) {
+    EXPECT_TRUE(saved.contains(key)) << key;
+  }
+  for (const char* key : {"optimizer_states", "lr_schedulers", "callbacks", "rng_states"}) {
+    EXPECT_FALSE(saved.contains(key)) << key << " is not part of Lightning's weights-only layout";
+  }
+  EXPECT_TRUE(bit_identical(weights_in(*io, path), parameters_of(*module)));
+
+  // The weights load; a resume is refused before the module is touched.
+  auto fresh = make_module({}, /*init_seed=*/99);
+  const auto before = parameters_of(*fresh);
+  Trainer resume = make_trainer({.max_epochs = 3});
+  resume.set_checkpoint_io(io);
+  const std::string message = volt::testing::error_message([&] { resume.fit(*fresh, {}, {}, path); });
+  EXPECT_NE(message.find("checkpoint '" + path + "' holds only the module's weights"), std::string::npos) << message;
+  EXPECT_NE(message.find("HINT: to train on from these weights, call volt::load_weights"), std::string::npos)
+      << message;
+  EXPECT_TRUE(bit_identical(parameters_of(*fresh), before));
+  load_module_weights(io->load(path), *fresh, path);
+  EXPECT_TRUE(bit_identical(parameters_of(*fresh), parameters_of(*module)));
+}
+
+TEST_F(TrainerTest, TrainTimeIntervalSavesOnTheClockOfTheRun) {
+  // A clock that advances one minute per reading: a reading per training batch.
+  auto now = std::make_shared<std::chrono::steady_clock::time_point>();
+  auto checkpoint = std::make_shared<ModelCheckpoint>(
+      ModelCheckpointOptions{.dirpath = "/ck", .save_top_k = -1, .train_time_interval = std::chrono::minutes(3)},
+      [now] { return *now += std::chrono::minutes(1); });
+  auto module = make_module();
+  auto io = std::make_shared<RecordingCheckpointIO>();
+  Trainer trainer = make_trainer({.max_epochs = 2, .callbacks = {checkpoint}});
+  trainer.set_checkpoint_io(io);
+  trainer.fit(*module);
+  EXPECT_EQ(io->saves, (std::vector<std::string>{"/ck/epoch=0-step=4.ckpt", "/ck/epoch=1-step=7.ckpt"}))
+      << "the clock starts at batch 1; 3 minutes later is batch 4, then batch 7; no epoch saves";
 }
 
 }  // namespace
