@@ -53,6 +53,9 @@ int main(int argc, char** argv) {
         ->group("Data");
     int64_t save_top_k = 1;
     app.add_option("--save-top-k", save_top_k, "best checkpoints to keep by val/acc")->capture_default_str();
+    bool save_weights_only = false;
+    app.add_flag("--save-weights-only", save_weights_only,
+                 "checkpoints hold only the weights (smaller; --weights loads them, --ckpt-path cannot resume)");
     int64_t patience = 0;
     app.add_option("--early-stopping-patience", patience, "stop when val/loss stalls this many epochs (0: off)");
     bool skip_test = false;
@@ -81,14 +84,16 @@ int main(int argc, char** argv) {
                            (val_limit.is_fraction() ? val_limit.fraction() > 0 : val_limit.count() > 0);
     if (trainer_options.enable_checkpointing) {
       trainer_options.callbacks.push_back(std::make_shared<volt::ModelCheckpoint>(
-          validates
-              ? volt::ModelCheckpointOptions{.filename = "{epoch}-{step}-{val/acc:.4f}",
-                                             .monitor = "val/acc",
-                                             .mode = volt::Mode::kMax,
-                                             .save_top_k = save_top_k,
-                                             .save_last = true}
-              : volt::ModelCheckpointOptions{
-                    .filename = "{epoch}-{step}", .save_top_k = std::min<int64_t>(save_top_k, 1), .save_last = true}));
+          validates ? volt::ModelCheckpointOptions{.filename = "{epoch}-{step}-{val/acc:.4f}",
+                                                   .monitor = "val/acc",
+                                                   .mode = volt::Mode::kMax,
+                                                   .save_top_k = save_top_k,
+                                                   .save_last = true,
+                                                   .save_weights_only = save_weights_only}
+                    : volt::ModelCheckpointOptions{.filename = "{epoch}-{step}",
+                                                   .save_top_k = std::min<int64_t>(save_top_k, 1),
+                                                   .save_last = true,
+                                                   .save_weights_only = save_weights_only}));
     }
     VOLT_CHECK(patience >= 0, "--early-stopping-patience={} must be >= 0 (0: off).", patience);
     if (patience > 0 && !validates) {

@@ -37,17 +37,18 @@ struct ProbeOptions {
   double lr = 0.1;
   bool with_unused = false;
   bool custom_hooks = false;
-  int64_t stop_rank = -1;     // a callback on this rank alone asks to stop ...
-  int64_t stop_step = 0;      // ... after this many optimizer steps
-  int64_t step_sleep_ms = 0;  // sleep in every training step (a long job that costs no CPU)
-  bool predict_only = false;  // no fit: predict() over the data, rank <N>'s outputs to predict<N>.json
-  bool named = false;         // examples one at a time with named tensors and a list (Dataset::get)
-  int64_t num_workers = 0;    // the loaders' worker threads
-  bool streaming = false;     // the data as a stream of uneven shards (IterableDataset)
-  int64_t shards = 5;         // ... this many, shard k holding about k + 1 parts of the data
-  bool datamodule = false;    // fit through a DataModule whose prepare_data writes a marker file
-  bool collectives = false;   // the module's all_gather/all_reduce and view of the run, to "view"
-  bool batchnorm = false;     // a volt::SyncBatchNorm after the hidden layer (--sync-batchnorm syncs it)
+  int64_t stop_rank = -1;           // a callback on this rank alone asks to stop ...
+  int64_t stop_step = 0;            // ... after this many optimizer steps
+  int64_t step_sleep_ms = 0;        // sleep in every training step (a long job that costs no CPU)
+  bool predict_only = false;        // no fit: predict() over the data, rank <N>'s outputs to predict<N>.json
+  bool named = false;               // examples one at a time with named tensors and a list (Dataset::get)
+  int64_t num_workers = 0;          // the loaders' worker threads
+  bool streaming = false;           // the data as a stream of uneven shards (IterableDataset)
+  int64_t shards = 5;               // ... this many, shard k holding about k + 1 parts of the data
+  bool datamodule = false;          // fit through a DataModule whose prepare_data writes a marker file
+  bool collectives = false;         // the module's all_gather/all_reduce and view of the run, to "view"
+  bool batchnorm = false;           // a volt::SyncBatchNorm after the hidden layer (--sync-batchnorm syncs it)
+  int64_t checkpoint_every_ms = 0;  // a ModelCheckpoint(train_time_interval) whose clock runs 1 + rank times as fast
 };
 
 /// The probe's examples as a stream: `shards` consecutive shards of uneven sizes (shard k holds
@@ -138,6 +139,33 @@ class StopOnOneRank : public volt::Callback {
  private:
   int64_t rank_;
   int64_t step_;
+};
+
+/// Records at which steps the ModelCheckpoint before it in the run saved (its last_model_path
+/// changes; checkpoint callbacks run last, so a save shows at the next hook), and writes them to
+/// time_ckpt<rank>.json when fit ends.
+class SaveRecorder : public volt::Callback {
+ public:
+  SaveRecorder(std::shared_ptr<const volt::ModelCheckpoint> checkpoint, std::string path)
+      : checkpoint_(std::move(checkpoint)), path_(std::move(path)) {}
+  std::string state_key() const override { return "SaveRecorder"; }
+  volt::Decision on_train_batch_end(const volt::CallbackContext&, volt::CallbackServices&) override {
+    note();
+    return {};
+  }
+  void on_fit_end(const volt::CallbackContext&, volt::CallbackServices&) override {
+    note();
+    std::ofstream(path_) << nlohmann::json(saves_).dump();
+  }
+
+ private:
+  void note() {
+    const std::string& last = checkpoint_->last_model_path();
+    if (!last.empty() && (saves_.empty() || saves_.back() != last)) saves_.push_back(last);
+  }
+  std::shared_ptr<const volt::ModelCheckpoint> checkpoint_;
+  std::string path_;
+  std::vector<std::string> saves_;
 };
 
 /// A synchronizer that delegates to c10d's Reducer and counts the backward passes it armed.
@@ -399,6 +427,9 @@ int main(int argc, char** argv) {
     app.add_flag("--datamodule", probe.datamodule, "fit through a DataModule (prepare_data writes a marker)");
     app.add_flag("--collectives", probe.collectives, "record the module's view of the run and its collectives");
     app.add_flag("--batchnorm", probe.batchnorm, "a SyncBatchNorm after the hidden layer");
+    app.add_option(
+        "--checkpoint-every-ms", probe.checkpoint_every_ms,
+        "ModelCheckpoint(train_time_interval) with a clock 1 + rank times as fast; saves to time_ckpt<rank>");
     try {
       app.parse(argc, argv);
     } catch (const CLI::ParseError& e) {
@@ -409,6 +440,21 @@ int main(int argc, char** argv) {
     if (probe.out.empty()) throw volt::Error("ddp_probe needs --out or --default-root-dir. HINT: pass --out DIR.");
     if (probe.stop_rank >= 0)
       options.callbacks.push_back(std::make_shared<StopOnOneRank>(probe.stop_rank, probe.stop_step));
+    if (probe.checkpoint_every_ms > 0) {
+      // Each rank's clock runs at its own speed: only rank 0's may decide, or the ranks would
+      // save at different steps.
+      const auto start = std::chrono::steady_clock::now();
+      const int64_t speed = 1 + rank_from_env();
+      auto checkpoint = std::make_shared<volt::ModelCheckpoint>(
+          volt::ModelCheckpointOptions{.dirpath = probe.out + "/time_ckpt",
+                                       .save_top_k = -1,
+                                       .train_time_interval = std::chrono::milliseconds(probe.checkpoint_every_ms)},
+          [start, speed] { return start + (std::chrono::steady_clock::now() - start) * speed; });
+      options.enable_checkpointing = true;  // the probe turns it off by default
+      options.callbacks.push_back(checkpoint);
+      options.callbacks.push_back(std::make_shared<SaveRecorder>(
+          checkpoint, probe.out + "/time_ckpt" + std::to_string(rank_from_env()) + ".json"));
+    }
     if (probe.fail_mode == "nojoin" && rank_from_env() == probe.fail_rank) {
       // Never reaches the rendezvous: sleeps past every join timeout, then leaves quietly.
       std::this_thread::sleep_for(std::chrono::seconds(120));

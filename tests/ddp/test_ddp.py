@@ -370,6 +370,19 @@ def test_a_callback_that_stops_on_one_rank_stops_every_rank_at_the_same_step(tmp
     assert flat_params(r0) == flat_params(r1)
 
 
+def test_train_time_interval_saves_at_the_same_steps_on_every_rank_by_rank_zeros_clock(tmp_path):
+    # Rank 1's clock runs twice as fast as rank 0's: deciding alone, it would save twice as often
+    # as rank 0 (and, under ddp, would disagree about what the run saved). Rank 0 decides.
+    proc = run(["--devices", "2", "--max-epochs", "6", "--step-sleep-ms", "25", "--checkpoint-every-ms", "120"],
+               tmp_path, timeout=60)
+    assert proc.returncode == 0, proc.stderr
+    saves = [json.loads((tmp_path / f"time_ckpt{r}.json").read_text()) for r in range(2)]
+    assert saves[0] == saves[1]
+    assert len(saves[0]) >= 2, saves[0]
+    written = sorted(p.name for p in (tmp_path / "time_ckpt").iterdir())
+    assert written == sorted(os.path.basename(p) for p in saves[0]), written
+
+
 # ---- dp and ddp2 -----------------------------------------------------------------------------
 # dp splits each batch across replica threads over one set of parameters and weights the
 # replicas' losses by their size, so it computes the whole batch's gradient summed in another

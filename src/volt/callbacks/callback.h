@@ -112,6 +112,13 @@ class CallbackServices {
   virtual ~CallbackServices() = default;
   /// Saves a full checkpoint of the run now to `path` (atomically; every rank must call it).
   virtual void save_checkpoint(const std::string& path) = 0;
+  /// Saves only the module's weights (with epoch, step, loops and hyperparameters) to `path`:
+  /// Lightning's save_weights_only file, which loads weights but cannot resume a fit.
+  virtual void save_weights_checkpoint(const std::string& path) = 0;
+  /// Global rank 0's `decision`, returned on every process, so that a choice made on something
+  /// that differs between processes (a clock) is the same everywhere. A collective: every
+  /// process must call it at the same hook. One process: `decision` itself.
+  virtual bool broadcast_decision(bool decision) = 0;
   /// Deletes a checkpoint this run wrote (rank 0 does the deleting).
   virtual void remove_checkpoint(const std::string& path) = 0;
   /// Sends metrics to the loggers at the current global step.

@@ -6,10 +6,12 @@
 #include <regex>
 
 #include "volt/core/error.h"
+#include "volt/core/strings.h"
 
 namespace volt {
 
-ModelCheckpoint::ModelCheckpoint(ModelCheckpointOptions options) : options_(std::move(options)) {
+ModelCheckpoint::ModelCheckpoint(ModelCheckpointOptions options, Clock clock)
+    : options_(std::move(options)), clock_(clock ? std::move(clock) : Clock(&std::chrono::steady_clock::now)) {
   VOLT_CHECK(options_.save_top_k >= -1,
              "ModelCheckpoint save_top_k={} is invalid; expected -1 (keep all), 0 (none) or a positive "
              "count.",
@@ -22,17 +24,46 @@ ModelCheckpoint::ModelCheckpoint(ModelCheckpointOptions options) : options_(std:
              "ModelCheckpoint(save_top_k={}, monitor='') cannot rank checkpoints without a metric. HINT: "
              "set monitor, or use save_top_k=-1 to keep every checkpoint.",
              options_.save_top_k);
-  every_n_epochs_ = options_.every_n_epochs.value_or(options_.every_n_train_steps > 0 ? 0 : 1);
+  if (const auto& interval = options_.train_time_interval) {
+    VOLT_CHECK(interval->count() > 0,
+               "ModelCheckpoint train_time_interval={} must be positive. HINT: leave it unset to save by epochs or "
+               "steps only.",
+               timedelta_repr(*interval));
+    VOLT_CHECK(options_.every_n_train_steps == 0 && options_.every_n_epochs.value_or(0) == 0,
+               "ModelCheckpoint(every_n_train_steps={}, every_n_epochs={}, train_time_interval={}): these triggers "
+               "are mutually exclusive, as in Lightning. HINT: keep train_time_interval and drop the others, or use "
+               "two ModelCheckpoint callbacks with different dirpath or filename.",
+               options_.every_n_train_steps,
+               options_.every_n_epochs ? std::to_string(*options_.every_n_epochs) : "None", timedelta_repr(*interval));
+  }
+  // Lightning: once epoch and step triggers are off, every epoch (unless time triggers instead).
+  const bool other_trigger = options_.every_n_train_steps > 0 || options_.train_time_interval.has_value();
+  every_n_epochs_ = options_.every_n_epochs.value_or(other_trigger ? 0 : 1);
+}
+
+std::string ModelCheckpoint::timedelta_repr(std::chrono::microseconds interval) {
+  // timedelta normalizes to days, 0 <= seconds < 86400 and 0 <= microseconds < 10^6.
+  constexpr int64_t kMicros = 1000000;
+  constexpr int64_t kDay = 86400 * kMicros;
+  const int64_t total = interval.count();
+  const int64_t days = total >= 0 ? total / kDay : -((-total + kDay - 1) / kDay);
+  const int64_t rest = total - days * kDay;
+  std::vector<std::string> fields;
+  if (days != 0) fields.push_back(fmt::format("days={}", days));
+  if (rest / kMicros != 0) fields.push_back(fmt::format("seconds={}", rest / kMicros));
+  if (rest % kMicros != 0) fields.push_back(fmt::format("microseconds={}", rest % kMicros));
+  if (fields.empty()) return "datetime.timedelta(0)";
+  return "datetime.timedelta(" + join(fields, ", ") + ")";
 }
 
 std::string ModelCheckpoint::state_key() const {
-  // Lightning's key (repr of its trigger settings; Volt has no train_time_interval), so that
-  // either Trainer finds the other's state.
+  // Lightning's key (repr of its trigger settings), so that either Trainer finds the other's state.
   return fmt::format(
       "ModelCheckpoint{{'monitor': {}, 'mode': '{}', 'every_n_train_steps': {}, 'every_n_epochs': {}, "
-      "'train_time_interval': None}}",
+      "'train_time_interval': {}}}",
       options_.monitor.empty() ? std::string("None") : "'" + options_.monitor + "'", to_string(options_.mode),
-      options_.every_n_train_steps, every_n_epochs_);
+      options_.every_n_train_steps, every_n_epochs_,
+      options_.train_time_interval ? timedelta_repr(*options_.train_time_interval) : std::string("None"));
 }
 
 std::string ModelCheckpoint::legacy_state_key() const {
@@ -43,6 +74,9 @@ std::string ModelCheckpoint::legacy_state_key() const {
 }
 
 void ModelCheckpoint::setup(const FitInfo& info) {
+  // Each fit (a resumed one too) counts time from its own first batch, as Lightning does from
+  // its train start: the clock of an earlier process means nothing here.
+  last_time_checked_.reset();
   save_on_train_epoch_end_ = options_.save_on_train_epoch_end.value_or(!info.has_validation);
   if (!options_.dirpath.empty()) {
     dirpath_ = options_.dirpath;
@@ -52,11 +86,22 @@ void ModelCheckpoint::setup(const FitInfo& info) {
 }
 
 Decision ModelCheckpoint::on_train_batch_end(const CallbackContext& context, CallbackServices& services) {
-  if (options_.every_n_train_steps > 0 && context.global_step > 0 &&
-      context.global_step % options_.every_n_train_steps == 0) {
-    save(context, services);
-  }
+  const bool step_due = options_.every_n_train_steps > 0 && context.global_step > 0 &&
+                        context.global_step % options_.every_n_train_steps == 0;
+  // Asked at every batch (a collective under ddp), even when the step alone decides.
+  const bool time_due = this->time_due(services);
+  if (step_due || time_due) save(context, services);
   return {};
+}
+
+bool ModelCheckpoint::time_due(CallbackServices& services) {
+  if (!options_.train_time_interval) return false;
+  const auto now = clock_();
+  if (!last_time_checked_) last_time_checked_ = now;
+  // Clocks differ between processes: rank 0's decides, as in Lightning (which broadcasts it).
+  const bool due = services.broadcast_decision(now - *last_time_checked_ >= *options_.train_time_interval);
+  if (due) last_time_checked_ = now;
+  return due;
 }
 
 Decision ModelCheckpoint::on_train_epoch_end(const CallbackContext& context, CallbackServices& services) {
@@ -130,7 +175,7 @@ void ModelCheckpoint::save(const CallbackContext& context, CallbackServices& ser
         if (recent_.front() != path) stale.push_back(recent_.front());
         recent_.erase(recent_.begin());
       }
-      services.save_checkpoint(path);
+      write(path, services);
       for (const std::string& old : stale) services.remove_checkpoint(old);
     } else {
       const double score = internal::monitored_value(context.metrics, options_.monitor, "ModelCheckpoint");
@@ -152,14 +197,22 @@ void ModelCheckpoint::save(const CallbackContext& context, CallbackServices& ser
                                            [&](const auto& a, const auto& b) { return better(a.second, b.second); });
         best_model_path_ = best->first;
         best_model_score_ = best->second;
-        services.save_checkpoint(path);
+        write(path, services);
         for (const std::string& old : stale) services.remove_checkpoint(old);
       }
     }
   }
   if (options_.save_last) {
     last_model_path_ = (std::filesystem::path(dirpath_) / "last.ckpt").string();
-    services.save_checkpoint(last_model_path_);
+    write(last_model_path_, services);
+  }
+}
+
+void ModelCheckpoint::write(const std::string& path, CallbackServices& services) const {
+  if (options_.save_weights_only) {
+    services.save_weights_checkpoint(path);
+  } else {
+    services.save_checkpoint(path);
   }
 }
 

@@ -1,6 +1,8 @@
 // Saves checkpoints periodically and keeps the best ones.
 #pragma once
 
+#include <chrono>
+#include <functional>
 #include <map>
 #include <optional>
 
@@ -35,13 +37,27 @@ struct ModelCheckpointOptions {
   std::optional<bool> save_on_train_epoch_end;
   /// Write `name=value` in file names (false: only the value).
   bool auto_insert_metric_name = true;
+  /// Write only the module's weights (Lightning's layout: epoch, step, state_dict, loops,
+  /// hyperparameters; no optimizer states, schedulers or callbacks). Such files are smaller and
+  /// load with load_weights or as validate/test ckpt_path, but fit refuses to resume from them.
+  bool save_weights_only = false;
+  /// Also save whenever this much wall-clock time has passed since the last time-triggered save
+  /// (or since the fit's first training batch), checked after each training batch, e.g.
+  /// `std::chrono::minutes(30)`. Global rank 0's clock decides, for every process. Excludes
+  /// every_n_train_steps and every_n_epochs, as in Lightning. A resumed fit starts counting anew.
+  std::optional<std::chrono::microseconds> train_time_interval;
 };
 
 /// Lightning's ModelCheckpoint. Its best and last paths serve ckpt_path="best"/"last".
 class ModelCheckpoint : public Callback {
  public:
-  /// Throws volt::Error on invalid options (save_top_k < -1, negative intervals).
-  explicit ModelCheckpoint(ModelCheckpointOptions options = {});
+  /// What train_time_interval measures with: a monotonic clock's now().
+  using Clock = std::function<std::chrono::steady_clock::time_point()>;
+
+  /// Throws volt::Error on invalid options (save_top_k < -1, negative intervals, a non-positive
+  /// train_time_interval or one combined with another trigger). `clock` (tests) replaces
+  /// std::chrono::steady_clock::now.
+  explicit ModelCheckpoint(ModelCheckpointOptions options = {}, Clock clock = nullptr);
 
   std::string state_key() const override;
   /// The key Volt used before it matched Lightning's (no train_time_interval, monitor quoted).
@@ -70,12 +86,22 @@ class ModelCheckpoint : public Callback {
   /// epoch 3 and val/loss 0.1234 gives "epoch=3-val_loss=0.12" ("/" becomes "_").
   static std::string format_filename(const std::string& pattern, int64_t epoch, int64_t step,
                                      const std::map<std::string, double>& metrics, bool insert_names);
+  /// Python's repr of a datetime.timedelta of `interval`, as Lightning's state key writes it:
+  /// "datetime.timedelta(seconds=1800)", "datetime.timedelta(days=1, microseconds=5)".
+  static std::string timedelta_repr(std::chrono::microseconds interval);
 
  private:
   void save(const CallbackContext& context, CallbackServices& services);
   std::string path_for(const CallbackContext& context) const;
 
+  /// Saves `path` whole or weights-only, as save_weights_only says.
+  void write(const std::string& path, CallbackServices& services) const;
+  /// Whether train_time_interval has passed (rank 0's clock; a collective when it is set).
+  bool time_due(CallbackServices& services);
+
   ModelCheckpointOptions options_;
+  Clock clock_;
+  std::optional<std::chrono::steady_clock::time_point> last_time_checked_;  // unset until the first batch
   int64_t every_n_epochs_ = 1;
   bool save_on_train_epoch_end_ = false;
   std::string dirpath_;

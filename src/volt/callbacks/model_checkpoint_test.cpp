@@ -4,6 +4,7 @@
 
 #include "volt/callbacks/testing_services.h"
 #include "volt/core/error.h"
+#include "volt/core/testing.h"
 
 namespace volt {
 namespace {
@@ -148,6 +149,101 @@ TEST(ModelCheckpoint, ReadsNumbersAndTensorsAsScores) {
 TEST(ModelCheckpoint, InvalidOptionsAreClearErrors) {
   EXPECT_THROW(ModelCheckpoint({.save_top_k = -2}), Error);
   EXPECT_THROW(ModelCheckpoint({.save_top_k = 3}), Error);  // no monitor to rank by
+  std::string message = volt::testing::error_message(
+      [] { ModelCheckpoint({.every_n_train_steps = 10, .train_time_interval = std::chrono::minutes(5)}); });
+  EXPECT_NE(message.find("every_n_train_steps=10, every_n_epochs=None, "
+                         "train_time_interval=datetime.timedelta(seconds=300)): these triggers are mutually exclusive"),
+            std::string::npos)
+      << message;
+  EXPECT_NE(message.find("HINT:"), std::string::npos) << message;
+  message = volt::testing::error_message([] { ModelCheckpoint({.train_time_interval = std::chrono::seconds(0)}); });
+  EXPECT_NE(message.find("train_time_interval=datetime.timedelta(0) must be positive"), std::string::npos) << message;
+}
+
+TEST(ModelCheckpoint, SaveWeightsOnlyWritesEveryFileWeightsOnly) {
+  CheckpointRun run{ModelCheckpoint({.dirpath = "/ck", .save_last = true, .save_weights_only = true})};
+  run.checkpoint.setup({.has_validation = true});
+  run.validate(0, 10);
+  EXPECT_EQ(run.services.saved, (std::vector<std::string>{"/ck/epoch=0-step=10.ckpt", "/ck/last.ckpt"}));
+  EXPECT_EQ(run.services.weights_only, (std::set<std::string>{"/ck/epoch=0-step=10.ckpt", "/ck/last.ckpt"}));
+
+  CheckpointRun full{ModelCheckpoint({.dirpath = "/ck"})};
+  full.checkpoint.setup({.has_validation = true});
+  full.validate(0, 10);
+  EXPECT_EQ(full.services.saved.size(), 1u);
+  EXPECT_TRUE(full.services.weights_only.empty()) << "full checkpoints by default";
+}
+
+/// A clock the test moves by hand.
+struct FakeClock {
+  std::chrono::steady_clock::time_point now{};
+  ModelCheckpoint::Clock clock() {
+    return [this] { return now; };
+  }
+};
+
+TEST(ModelCheckpoint, TrainTimeIntervalSavesWhenThatMuchTimeHasPassed) {
+  FakeClock time;
+  ModelCheckpoint checkpoint({.dirpath = "/ck", .save_top_k = -1, .train_time_interval = std::chrono::minutes(10)},
+                             time.clock());
+  checkpoint.setup({.has_validation = false});
+  testing::RecordingServices services;
+  const auto batch = [&](int64_t step, std::chrono::seconds at) {
+    time.now = std::chrono::steady_clock::time_point{} + at;
+    CallbackContext context;
+    context.global_step = step;
+    checkpoint.on_train_batch_end(context, services);
+    checkpoint.on_train_epoch_end(context, services);  // no epoch trigger: time replaces it
+  };
+  batch(1, std::chrono::seconds(5));    // the clock starts at the first batch
+  batch(2, std::chrono::seconds(300));  // 4:55 since
+  batch(3, std::chrono::seconds(604));  // 9:59
+  EXPECT_TRUE(services.saved.empty());
+  batch(4, std::chrono::seconds(605));  // 10:00: due
+  batch(5, std::chrono::seconds(900));  // 4:55 since that save
+  batch(6, std::chrono::seconds(1300));
+  EXPECT_EQ(services.saved, (std::vector<std::string>{"/ck/epoch=0-step=4.ckpt", "/ck/epoch=0-step=6.ckpt"}));
+  EXPECT_EQ(services.broadcasts, 6) << "asked at every batch, so every process calls the collective alike";
+
+  // A new fit (a resume) counts from its own first batch.
+  checkpoint.setup({.has_validation = false});
+  services.saved.clear();
+  batch(7, std::chrono::seconds(5000));
+  batch(8, std::chrono::seconds(5100));
+  EXPECT_TRUE(services.saved.empty());
+}
+
+TEST(ModelCheckpoint, TrainTimeIntervalFollowsRankZerosClock) {
+  FakeClock time;
+  ModelCheckpoint checkpoint({.dirpath = "/ck", .train_time_interval = std::chrono::seconds(60)}, time.clock());
+  checkpoint.setup({.has_validation = false});
+  testing::RecordingServices services;
+  CallbackContext context;
+  context.global_step = 1;
+  checkpoint.on_train_batch_end(context, services);
+  // This process's clock says the interval has passed, rank 0's does not: no save here either.
+  services.rank0_decision = false;
+  time.now += std::chrono::seconds(61);
+  context.global_step = 2;
+  checkpoint.on_train_batch_end(context, services);
+  EXPECT_TRUE(services.saved.empty());
+  // Rank 0's says it has, this one's does not: it saves with rank 0.
+  services.rank0_decision = true;
+  time.now += std::chrono::seconds(1);
+  context.global_step = 3;
+  checkpoint.on_train_batch_end(context, services);
+  EXPECT_EQ(services.saved, (std::vector<std::string>{"/ck/epoch=0-step=3.ckpt"}));
+}
+
+TEST(ModelCheckpoint, TrainTimeIntervalIsInTheStateKeyAsLightningWritesIt) {
+  EXPECT_EQ(ModelCheckpoint({.train_time_interval = std::chrono::minutes(30)}).state_key(),
+            "ModelCheckpoint{'monitor': None, 'mode': 'min', 'every_n_train_steps': 0, 'every_n_epochs': 0, "
+            "'train_time_interval': datetime.timedelta(seconds=1800)}");
+  EXPECT_EQ(ModelCheckpoint::timedelta_repr(std::chrono::hours(25) + std::chrono::microseconds(7)),
+            "datetime.timedelta(days=1, seconds=3600, microseconds=7)");
+  EXPECT_EQ(ModelCheckpoint::timedelta_repr(std::chrono::hours(48)), "datetime.timedelta(days=2)");
+  EXPECT_EQ(ModelCheckpoint::timedelta_repr(std::chrono::milliseconds(1500)),
+            "datetime.timedelta(seconds=1, microseconds=500000)");
 }
 
 }  // namespace

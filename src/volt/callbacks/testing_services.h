@@ -1,6 +1,7 @@
 // A recording fake of CallbackServices for callback tests.
 #pragma once
 
+#include <optional>
 #include <set>
 
 #include "volt/callbacks/callback.h"
@@ -14,6 +15,14 @@ class RecordingServices : public CallbackServices {
     saved.push_back(path);
     present.insert(path);
   }
+  void save_weights_checkpoint(const std::string& path) override {
+    weights_only.insert(path);
+    save_checkpoint(path);
+  }
+  bool broadcast_decision(bool decision) override {
+    ++broadcasts;
+    return rank0_decision ? *rank0_decision : decision;
+  }
   void remove_checkpoint(const std::string& path) override {
     removed.push_back(path);
     present.erase(path);
@@ -26,6 +35,12 @@ class RecordingServices : public CallbackServices {
   std::vector<std::string> removed;
   /// The files that would exist now.
   std::set<std::string> present;
+  /// The saves that were weights-only (also listed in `saved`).
+  std::set<std::string> weights_only;
+  /// How many times broadcast_decision was called (every process must call it alike).
+  int broadcasts = 0;
+  /// What global rank 0 decided, as another rank would receive it; unset: this is rank 0.
+  std::optional<bool> rank0_decision;
   /// Every log_metrics call.
   std::vector<std::map<std::string, double>> logged;
 };

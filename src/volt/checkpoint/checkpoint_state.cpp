@@ -164,52 +164,8 @@ at::Generator cuda_generator(int64_t index) {
   return at::globalContext().defaultGenerator(c10::Device(c10::DeviceType::CUDA, static_cast<c10::DeviceIndex>(index)));
 }
 
-}  // namespace
-
-StateDict module_state_dict(const torch::nn::Module& module) {
-  StateDict out = make_state_dict();
-  for (const auto& item : module.named_parameters(/*recurse=*/true)) out.insert(item.key(), item.value().detach());
-  for (const auto& item : module.named_buffers(/*recurse=*/true)) out.insert(item.key(), item.value().detach());
-  return out;
-}
-
-StateDict make_checkpoint(const TrainingParts& parts, const FitProgress& progress) {
-  VOLT_INTERNAL_ASSERT(parts.module != nullptr && parts.optimization != nullptr && parts.callbacks != nullptr);
-  StateDict checkpoint = make_state_dict();
-  checkpoint.insert("epoch", progress.epoch);
-  checkpoint.insert("global_step", progress.global_step);
-  checkpoint.insert("volt_version", std::string(kVoltVersion));
-  checkpoint.insert("volt_checkpoint_version", kCheckpointVersion);
-  checkpoint.insert("pytorch-lightning_version", std::string(kLightningLayoutVersion));
-  checkpoint.insert("state_dict", module_state_dict(*parts.module));
-
-  c10::impl::GenericList optimizers(c10::AnyType::get());
-  for (const auto& optimizer : parts.optimization->optimizers) optimizers.push_back(optimizer_state_dict(*optimizer));
-  checkpoint.insert("optimizer_states", optimizers);
-  c10::impl::GenericList schedulers(c10::AnyType::get());
-  for (const auto& config : parts.optimization->schedulers) {
-    StateDict state = c10::impl::toGenericDict(config.scheduler->state_dict());
-    state.insert("volt_interval", std::string(to_string(config.interval)));
-    state.insert("volt_frequency", config.frequency);
-    schedulers.push_back(state);
-  }
-  checkpoint.insert("lr_schedulers", schedulers);
-
-  StateDict fit_loop = make_state_dict();
-  fit_loop.insert("epoch", progress.epoch);
-  fit_loop.insert("batches_done", progress.batches_done);
-  fit_loop.insert("epoch_done", progress.epoch_done);
-  fit_loop.insert("global_step", progress.global_step);
-  fit_loop.insert("total_batches", progress.total_batches);
-  fit_loop.insert("validation_pending", progress.validation_pending);
-  if (!progress.train_stream_layout.empty()) fit_loop.insert("train_stream_layout", progress.train_stream_layout);
-  add_lightning_fit_progress(fit_loop, progress);
-  StateDict loops = make_state_dict();
-  loops.insert("fit_loop", fit_loop);
-  // Lightning's validate/test/predict(ckpt_path=...) read their loop's entry; theirs start fresh.
-  for (const char* loop : {"validate_loop", "test_loop", "predict_loop"}) loops.insert(loop, make_state_dict());
-  checkpoint.insert("loops", loops);
-
+/// What only a resume needs besides the optimizers: callbacks, the loss scaler, the RNG states.
+void insert_resume_state(StateDict& checkpoint, const TrainingParts& parts) {
   StateDict callbacks = make_state_dict();
   for (const auto& callback : *parts.callbacks) callbacks.insert(callback->state_key(), callback->state_dict());
   checkpoint.insert("callbacks", callbacks);
@@ -236,6 +192,57 @@ StateDict make_checkpoint(const TrainingParts& parts, const FitProgress& progres
     rng.insert("torch.cuda", states);
   }
   checkpoint.insert("rng_states", rng);
+}
+
+}  // namespace
+
+StateDict module_state_dict(const torch::nn::Module& module) {
+  StateDict out = make_state_dict();
+  for (const auto& item : module.named_parameters(/*recurse=*/true)) out.insert(item.key(), item.value().detach());
+  for (const auto& item : module.named_buffers(/*recurse=*/true)) out.insert(item.key(), item.value().detach());
+  return out;
+}
+
+StateDict make_checkpoint(const TrainingParts& parts, const FitProgress& progress, CheckpointContents contents) {
+  VOLT_INTERNAL_ASSERT(parts.module != nullptr && parts.optimization != nullptr && parts.callbacks != nullptr);
+  StateDict checkpoint = make_state_dict();
+  checkpoint.insert("epoch", progress.epoch);
+  checkpoint.insert("global_step", progress.global_step);
+  checkpoint.insert("volt_version", std::string(kVoltVersion));
+  checkpoint.insert("volt_checkpoint_version", kCheckpointVersion);
+  checkpoint.insert("pytorch-lightning_version", std::string(kLightningLayoutVersion));
+  checkpoint.insert("state_dict", module_state_dict(*parts.module));
+  // Lightning's save_weights_only leaves out what only a resume needs.
+  const bool full = contents == CheckpointContents::kFull;
+  if (full) {
+    c10::impl::GenericList optimizers(c10::AnyType::get());
+    for (const auto& optimizer : parts.optimization->optimizers) optimizers.push_back(optimizer_state_dict(*optimizer));
+    checkpoint.insert("optimizer_states", optimizers);
+    c10::impl::GenericList schedulers(c10::AnyType::get());
+    for (const auto& config : parts.optimization->schedulers) {
+      StateDict state = c10::impl::toGenericDict(config.scheduler->state_dict());
+      state.insert("volt_interval", std::string(to_string(config.interval)));
+      state.insert("volt_frequency", config.frequency);
+      schedulers.push_back(state);
+    }
+    checkpoint.insert("lr_schedulers", schedulers);
+  }
+
+  StateDict fit_loop = make_state_dict();
+  fit_loop.insert("epoch", progress.epoch);
+  fit_loop.insert("batches_done", progress.batches_done);
+  fit_loop.insert("epoch_done", progress.epoch_done);
+  fit_loop.insert("global_step", progress.global_step);
+  fit_loop.insert("total_batches", progress.total_batches);
+  fit_loop.insert("validation_pending", progress.validation_pending);
+  if (!progress.train_stream_layout.empty()) fit_loop.insert("train_stream_layout", progress.train_stream_layout);
+  add_lightning_fit_progress(fit_loop, progress);
+  StateDict loops = make_state_dict();
+  loops.insert("fit_loop", fit_loop);
+  // Lightning's validate/test/predict(ckpt_path=...) read their loop's entry; theirs start fresh.
+  for (const char* loop : {"validate_loop", "test_loop", "predict_loop"}) loops.insert(loop, make_state_dict());
+  checkpoint.insert("loops", loops);
+  if (full) insert_resume_state(checkpoint, parts);
   checkpoint.insert("hyper_parameters", json_to_ivalue(hyper_parameters(parts)));
   // Lightning's load_from_checkpoint passes the hyperparameters as keyword arguments.
   checkpoint.insert("hparams_name", std::string("kwargs"));
@@ -311,6 +318,17 @@ FitProgress restore_checkpoint(const c10::IValue& checkpoint, const TrainingPart
                       "HINT: resume with the Volt that wrote it, or upgrade Volt.",
                       path, version.isInt() ? std::to_string(version.toInt()) : "?", kCheckpointVersion));
     }
+  }
+  // Lightning's save_weights_only layout: weights and loop progress, nothing a resume needs.
+  if (top.contains("state_dict") && !top.contains("optimizer_states")) {
+    throw CheckpointError(
+        fmt::format("checkpoint '{}' holds only the module's weights (ModelCheckpoint(save_weights_only=true) "
+                    "writes such files): no optimizer states, learning-rate schedulers, callbacks or RNG state "
+                    "to resume training from. HINT: to train on from these weights, call "
+                    "volt::load_weights(module, \"{}\") before fit() and leave ckpt_path empty (a new run from "
+                    "epoch 0); validate/test/predict accept it as ckpt_path; to resume exactly, use a checkpoint "
+                    "written with save_weights_only=false.",
+                    path, path));
   }
   load_module_weights(checkpoint, *parts.module, path);
 

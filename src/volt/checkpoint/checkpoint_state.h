@@ -75,12 +75,25 @@ struct TrainingParts {
   const nlohmann::json* config = nullptr;
 };
 
-/// Builds the checkpoint dictionary of a run at `progress` (includes the RNG state).
-StateDict make_checkpoint(const TrainingParts& parts, const FitProgress& progress);
+/// What a checkpoint holds.
+enum class CheckpointContents {
+  /// Everything above: a fit resumes from it exactly.
+  kFull,
+  /// Lightning's save_weights_only layout: epoch, global_step, the versions, state_dict, loops
+  /// and hyper_parameters, and what the module's on_save_checkpoint adds; no optimizer_states,
+  /// lr_schedulers, callbacks, rng_states or loss scaler. It loads weights (load_weights,
+  /// validate/test/predict with ckpt_path) but cannot resume a fit.
+  kWeightsOnly,
+};
+
+/// Builds the checkpoint dictionary of a run at `progress` (the full one includes the RNG state).
+StateDict make_checkpoint(const TrainingParts& parts, const FitProgress& progress,
+                          CheckpointContents contents = CheckpointContents::kFull);
 
 /// Restores module, optimizers, schedulers, callbacks and the RNG from `checkpoint` (Volt's or
 /// PyTorch Lightning's) and returns where to continue. Throws volt::CheckpointError naming `path`
-/// and the missing or mismatched entry when anything does not fit.
+/// and the missing or mismatched entry when anything does not fit, and before touching the
+/// module when the checkpoint holds only weights (CheckpointContents::kWeightsOnly).
 FitProgress restore_checkpoint(const c10::IValue& checkpoint, const TrainingParts& parts, const std::string& path);
 
 /// Loads only the module's weights (validate/test/predict from a checkpoint, fine-tuning) from a

@@ -80,8 +80,9 @@ void Checkpointer::set_io(std::shared_ptr<CheckpointIO> io) {
   io_ = std::move(io);
 }
 
-void Checkpointer::save(const TrainingParts& parts, const FitProgress& progress, const std::string& path) {
-  io_->save(make_checkpoint(parts, progress), path);
+void Checkpointer::save(const TrainingParts& parts, const FitProgress& progress, const std::string& path,
+                        CheckpointContents contents) {
+  io_->save(make_checkpoint(parts, progress, contents), path);
 }
 
 void Checkpointer::remove(const std::string& path) {

@@ -58,8 +58,10 @@ class Checkpointer {
   /// How files are written and read.
   CheckpointIO& io() { return *io_; }
 
-  /// Writes the checkpoint of `parts` at `progress` to `path`.
-  void save(const TrainingParts& parts, const FitProgress& progress, const std::string& path);
+  /// Writes the checkpoint of `parts` at `progress` to `path`: all of it, or only the weights
+  /// (ModelCheckpoint's save_weights_only).
+  void save(const TrainingParts& parts, const FitProgress& progress, const std::string& path,
+            CheckpointContents contents = CheckpointContents::kFull);
   /// Reads `path`; throws volt::CheckpointError when it is unreadable.
   c10::IValue load(const std::string& path) { return io_->load(path); }
   /// Deletes `path` when it exists.

@@ -121,6 +121,9 @@ class DataLoader {
   /// counted twice. `contiguous` (with pad false) gives each process one block of the data in
   /// rank order (prediction). A stream deals its shards to the processes whatever `pad` says.
   void configure(int64_t num_replicas, int64_t rank, uint64_t default_seed, bool pad = true, bool contiguous = false);
+  /// Turns the per-epoch reshuffling (DataLoaderOptions::shuffle) on or off; it takes effect at
+  /// the next configure(). The Trainer's overfit_batches turns it off.
+  void set_shuffle(bool shuffle) { options_.shuffle = shuffle; }
   /// Fixes the order of `epoch` (like `sampler.set_epoch`); must precede batch().
   void set_epoch(int64_t epoch);
   /// The epoch set_epoch fixed last (-1 before the first).

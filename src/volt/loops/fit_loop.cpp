@@ -49,7 +49,7 @@ FitLoop::FitLoop(FitLoopParts parts, FitData data)
       epoch_loop_(parts.plan, parts.strategy, parts.precision, parts.metrics, data.module, data.train,
                   data.optimization, bar_.get()),
       val_results_(/*training=*/false),
-      stop_(parts.plan.min_epochs) {
+      stop_(parts.plan.min_epochs, parts.plan.min_steps) {
   progress_.train_stream_layout = data.train.stream_layout();
   name_learning_rates();
 }
@@ -104,6 +104,20 @@ void FitLoop::save_checkpoint(const std::string& path) {
   last_saved_ = path;
 }
 
+void FitLoop::save_weights_checkpoint(const std::string& path) {
+  if (parts_.strategy.is_global_zero()) {
+    parts_.checkpointer.save(training_parts(), progress_, path, CheckpointContents::kWeightsOnly);
+  }
+  last_saved_ = path;
+}
+
+bool FitLoop::broadcast_decision(bool decision) {
+  if (parts_.plan.topology.world_size == 1) return decision;
+  // The maximum of rank 0's vote and everyone else's 0 is rank 0's decision.
+  const double vote = parts_.strategy.is_global_zero() && decision ? 1.0 : 0.0;
+  return parts_.strategy.reduce(vote, Reduce::kMax) > 0.5;
+}
+
 void FitLoop::remove_checkpoint(const std::string& path) {
   if (parts_.strategy.is_global_zero()) parts_.checkpointer.remove(path);
 }
@@ -117,7 +131,7 @@ void FitLoop::dispatch(const CallbackHook& hook, const HookPoint& point) {
   const CallbackContext c = context(point);
   for (const auto& callback : parts_.callbacks) {
     const Decision decision = hook(*callback, c, *this);
-    if (decision.stop) stop_.propose_callback_stop(progress_.epoch, decision.reason);
+    if (decision.stop) stop_.propose_callback_stop(progress_.epoch, progress_.global_step, decision.reason);
   }
   // One process needs no agreement: a callback's stop holds from the next check on, as it
   // always did. Several processes agree at the next step boundary or epoch end.
@@ -265,7 +279,9 @@ FitResult FitLoop::run() {
   FitResult result;
   result.resumed_from = resumed_from_;
   try {
-    if (plan.enable_model_summary) parts_.console.info(summarize(module).to_string());
+    if (plan.enable_model_summary) {
+      parts_.console.info(summarize(module, static_cast<int>(plan.model_summary_max_depth)).to_string());
+    }
 
     dispatch([](Callback& c, const CallbackContext& ctx, CallbackServices& s) { return c.on_fit_start(ctx, s); }, {});
     module.on_fit_start();

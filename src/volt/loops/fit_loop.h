@@ -100,6 +100,8 @@ class FitLoop : public CallbackServices, private EpochHooks {
   const FitProgress& progress() const { return progress_; }
 
   void save_checkpoint(const std::string& path) override;
+  void save_weights_checkpoint(const std::string& path) override;
+  bool broadcast_decision(bool decision) override;
   void remove_checkpoint(const std::string& path) override;
   void log_metrics(const std::map<std::string, double>& metrics) override;
 

@@ -20,9 +20,9 @@ const char* to_string(StopCode code) {
   return "?";
 }
 
-void StopController::propose_callback_stop(int64_t epoch, std::string why) {
-  // min_epochs wins over callbacks, as in Lightning; limits and signals always stop.
-  if (epoch + 1 < min_epochs_) return;
+void StopController::propose_callback_stop(int64_t epoch, int64_t global_step, std::string why) {
+  // min_epochs and min_steps win over callbacks, as in Lightning; limits and signals always stop.
+  if (epoch + 1 < min_epochs_ || global_step < min_steps_) return;
   if (proposed_ != StopCode::kNone) return;
   proposed_ = StopCode::kCallback;
   proposed_why_ = std::move(why);

@@ -32,11 +32,16 @@ class StopController {
   /// the maximum over all processes.
   using StartReduceMax = std::function<std::function<int()>(int)>;
 
-  /// Callback stops are ignored until `min_epochs` epochs are complete (Lightning's rule).
-  explicit StopController(int64_t min_epochs = 0) : min_epochs_(min_epochs) {}
+  /// Callback stops are ignored until `min_epochs` epochs are complete and `min_steps` optimizer
+  /// steps are taken (Lightning's rule).
+  explicit StopController(int64_t min_epochs = 0, int64_t min_steps = 0)
+      : min_epochs_(min_epochs), min_steps_(min_steps) {}
 
-  /// A callback (or the module) asks to stop during `epoch` (0-based) for `why`.
-  void propose_callback_stop(int64_t epoch, std::string why);
+  /// A callback (or the module) asks to stop during `epoch` (0-based), after `global_step`
+  /// optimizer steps, for `why`. Before min_epochs and min_steps are reached it is dropped, not
+  /// kept for later: a callback that still wants to stop asks again at its next check (as
+  /// EarlyStopping does while its patience stays exhausted), and a resumed run decides the same.
+  void propose_callback_stop(int64_t epoch, int64_t global_step, std::string why);
   /// A signal asks to stop; replaces a weaker proposal (`code` is kInterrupt or stronger).
   void propose_interrupt(StopCode code, std::string why);
   /// A limit every process reaches at the same step: decided at once, no agreement needed.
@@ -68,6 +73,7 @@ class StopController {
   void decide(StopCode agreed);
 
   int64_t min_epochs_;
+  int64_t min_steps_;
   StopCode proposed_ = StopCode::kNone;
   std::string proposed_why_;
   StopCode decided_ = StopCode::kNone;

@@ -11,7 +11,7 @@ namespace {
 
 TEST(StopController, ACallbackStopIsDecidedAtOnceOnOneProcess) {
   StopController stop;
-  stop.propose_callback_stop(/*epoch=*/0, "val/loss stopped improving");
+  stop.propose_callback_stop(/*epoch=*/0, /*global_step=*/10, "val/loss stopped improving");
   EXPECT_FALSE(stop.should_stop()) << "a proposal is not a decision";
   stop.agree([](int code) { return code; });
   EXPECT_TRUE(stop.should_stop());
@@ -22,7 +22,7 @@ TEST(StopController, ACallbackStopIsDecidedAtOnceOnOneProcess) {
 
 TEST(StopController, MinEpochsHoldsOffCallbacksButNotSignals) {
   StopController stop(/*min_epochs=*/3);
-  stop.propose_callback_stop(/*epoch=*/1, "early");
+  stop.propose_callback_stop(/*epoch=*/1, /*global_step=*/20, "early");
   stop.agree([](int code) { return code; });
   EXPECT_FALSE(stop.should_stop());
   stop.propose_interrupt(StopCode::kInterrupt, "received signal 2");
@@ -31,9 +31,35 @@ TEST(StopController, MinEpochsHoldsOffCallbacksButNotSignals) {
   EXPECT_EQ(stop.reason(), StopReason::kInterrupted);
 }
 
+TEST(StopController, MinStepsHoldsOffCallbacksUntilThatManyStepsAreTaken) {
+  StopController stop(/*min_epochs=*/0, /*min_steps=*/100);
+  stop.propose_callback_stop(/*epoch=*/3, /*global_step=*/99, "patience exhausted");
+  stop.agree([](int code) { return code; });
+  EXPECT_FALSE(stop.should_stop()) << "one step short of min_steps";
+  stop.propose_callback_stop(/*epoch=*/3, /*global_step=*/100, "patience exhausted");
+  stop.agree([](int code) { return code; });
+  EXPECT_TRUE(stop.should_stop());
+  EXPECT_EQ(stop.reason(), StopReason::kCallback);
+  EXPECT_EQ(stop.message(), "patience exhausted");
+}
+
+TEST(StopController, MinEpochsAndMinStepsMustBothBeReached) {
+  StopController steps_short(/*min_epochs=*/2, /*min_steps=*/50);
+  steps_short.propose_callback_stop(/*epoch=*/4, /*global_step=*/49, "stop");
+  steps_short.agree([](int code) { return code; });
+  EXPECT_FALSE(steps_short.should_stop()) << "epochs reached, steps not";
+  StopController epochs_short(/*min_epochs=*/2, /*min_steps=*/50);
+  epochs_short.propose_callback_stop(/*epoch=*/0, /*global_step=*/500, "stop");
+  epochs_short.agree([](int code) { return code; });
+  EXPECT_FALSE(epochs_short.should_stop()) << "steps reached, epochs not";
+  epochs_short.propose_interrupt(StopCode::kTerminate, "received signal 15");
+  epochs_short.agree([](int code) { return code; });
+  EXPECT_TRUE(epochs_short.should_stop()) << "signals are not held off";
+}
+
 TEST(StopController, TheStrongestProposalAcrossProcessesWinsWithItsOwnWords) {
   StopController rank0, rank1;
-  rank0.propose_callback_stop(0, "patience exhausted");
+  rank0.propose_callback_stop(0, 5, "patience exhausted");
   rank1.propose_interrupt(StopCode::kRequeue, "received SIGUSR1, SLURM's requeue signal");
   const int max = std::max(static_cast<int>(StopCode::kCallback), static_cast<int>(StopCode::kRequeue));
   rank0.agree([max](int) { return max; });
@@ -93,7 +119,7 @@ TEST(StopController, ALimitStopsAtOnceAndACallbackCannotRenameIt) {
   StopController stop;
   stop.stop_at_limit(StopReason::kMaxSteps);
   EXPECT_TRUE(stop.should_stop());
-  stop.propose_callback_stop(0, "late");
+  stop.propose_callback_stop(0, 5, "late");
   stop.agree([](int code) { return code; });
   EXPECT_EQ(stop.reason(), StopReason::kMaxSteps);
   EXPECT_EQ(stop.code(), StopCode::kNone);

@@ -29,6 +29,20 @@ std::string replace_all(std::string text, char from, char to) {
 
 bool is_flag(const CLI::Option& option) { return option.get_expected_min() == 0; }
 
+/// The words a flag takes besides being given bare (`--deterministic=warn`): those its type name
+/// lists, separated by '|'; empty for a plain true/false flag (whose type name is empty).
+std::vector<std::string> flag_words(const CLI::Option& option) {
+  if (!is_flag(option) || option.get_type_name().empty()) return {};
+  return split(option.get_type_name(), '|');
+}
+
+/// A word flag's value as YAML writes it: true and false as booleans, other words as text.
+json word_value(const std::string& text) {
+  bool value = false;
+  if (CLI::detail::lexical_cast(text, value)) return value;
+  return text;
+}
+
 /// CLI11's type name without the validators' descriptions ("INT:{1,2}" -> "INT").
 std::string base_type(const CLI::Option& option) {
   const std::string type = option.get_type_name();
@@ -81,6 +95,7 @@ json typed_value(const CLI::Option& option, const std::string& text) {
 json resolved_value(CLI::Option& option) {
   if (option.count() == 0) option.capture_default_str();
   const std::string fallback = option.get_default_str();
+  if (!flag_words(option).empty()) return word_value(option.count() > 0 ? option.as<std::string>() : fallback);
   if (is_flag(option)) {
     if (option.count() > 0) return option.as<bool>();
     bool value = false;
@@ -263,7 +278,8 @@ class ConfigReader {
     if (is_flag(*entry->option)) {
       VOLT_CHECK(inputs.size() == 1, "config file '{}': {} is a list; expected true or false. {}", file_, where,
                  hint());
-      inputs = {flag_text(where, inputs.front(), negated)};
+      inputs = {flag_words(*entry->option).empty() ? flag_text(where, inputs.front(), negated)
+                                                   : word_text(*entry->option, where, inputs.front())};
     } else {
       for (std::string& input : inputs) check_value(*entry->option, where, input);
     }
@@ -291,6 +307,7 @@ class ConfigReader {
   }
 
   static std::string expected(const CLI::Option& option) {
+    if (const std::vector<std::string> words = flag_words(option); !words.empty()) return "one of " + join(words, ", ");
     if (is_flag(option)) return "true or false";
     const std::string type = base_type(option);
     if (type == "INT") return "an integer";
@@ -308,6 +325,19 @@ class ConfigReader {
                "config file '{}': {}='{}' is not a boolean; expected true or false. HINT: write `{}: true`.", file_,
                where, text, where.substr(where.rfind('.') + 1));
     return (true_words.count(word) == 1) != negated ? "true" : "false";
+  }
+
+  /// `text` as one of the words the word flag `option` takes (true and false also in the
+  /// spellings flag_text accepts); anything else is an error naming the file, key and words.
+  std::string word_text(const CLI::Option& option, const std::string& where, const std::string& text) const {
+    const std::vector<std::string> words = flag_words(option);
+    const std::string word = to_lower(trim(text));
+    if (std::find(words.begin(), words.end(), word) != words.end()) return word;
+    const bool has_booleans = std::find(words.begin(), words.end(), "true") != words.end();
+    if (has_booleans && (word == "yes" || word == "on" || word == "1")) return "true";
+    if (has_booleans && (word == "no" || word == "off" || word == "0")) return "false";
+    throw Error(fmt::format("config file '{}': {}='{}' is not supported; expected one of {}. HINT: write `{}: {}`.",
+                            file_, where, text, join(words, ", "), where.substr(where.rfind('.') + 1), words.front()));
   }
 
   /// Converts and validates `input` as the option will, so a bad value names the file and key.

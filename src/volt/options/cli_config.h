@@ -11,7 +11,9 @@
 // (or an empty value) keeps the default. Unknown keys, keys in the wrong section and values of
 // the wrong type are volt::Errors naming the file, the key and what is accepted; an app set to
 // `allow_config_extras(CLI::config_extras_mode::ignore_all)` skips unknown sections and keys (the
-// `volt` tool reads only a program's Trainer options). No LibTorch.
+// `volt` tool reads only a program's Trainer options). A flag takes true or false; a flag whose
+// CLI11 type name lists words (`->type_name("true|false|warn")`, as `--deterministic` does)
+// takes exactly those. No LibTorch.
 #pragma once
 
 #include <CLI/CLI.hpp>

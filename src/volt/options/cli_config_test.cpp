@@ -83,7 +83,7 @@ no_test: yes
   EXPECT_TRUE(p.trainer.limit_train_batches.is_fraction());
   EXPECT_DOUBLE_EQ(p.trainer.limit_train_batches.fraction(), 0.25);
   EXPECT_EQ(p.trainer.devices.indices(), (std::vector<int>{0, 1}));
-  EXPECT_TRUE(p.trainer.deterministic);
+  EXPECT_EQ(p.trainer.deterministic.mode(), DeterministicMode::kOn);
   EXPECT_FALSE(p.trainer.logger);
   EXPECT_EQ(p.trainer.gradient_clip_val, 0.5);
   EXPECT_EQ(p.model, "cnn");
@@ -204,8 +204,15 @@ TEST(CliConfig, WrongTypesNameTheKeyAndWhatIsAccepted) {
   message = config_error("model:\n  lr: fast\n");
   EXPECT_NE(message.find("model.lr='fast' is not a number"), std::string::npos) << message;
   message = config_error("trainer:\n  deterministic: maybe\n");
-  EXPECT_NE(message.find("trainer.deterministic='maybe' is not a boolean; expected true or false"), std::string::npos)
+  EXPECT_NE(message.find("trainer.deterministic='maybe' is not supported; expected one of true, false, warn"),
+            std::string::npos)
       << message;
+  message = config_error("trainer:\n  detect_anomaly: maybe\n");
+  EXPECT_NE(message.find("trainer.detect_anomaly='maybe' is not a boolean; expected true or false"), std::string::npos)
+      << message;
+  message = config_error("trainer:\n  overfit_batches: 1.5\n");
+  EXPECT_NE(message.find("overfit_batches"), std::string::npos) << message;
+  EXPECT_NE(message.find("a batch count"), std::string::npos) << message;
   message = config_error("trainer:\n  limit_train_batches: abc\n");
   EXPECT_NE(message.find("trainer.limit_train_batches='abc' is not accepted"), std::string::npos) << message;
   EXPECT_NE(message.find("a batch count"), std::string::npos) << message;
@@ -213,6 +220,56 @@ TEST(CliConfig, WrongTypesNameTheKeyAndWhatIsAccepted) {
   EXPECT_NE(message.find("trainer.max_epochs is a mapping; expected an integer"), std::string::npos) << message;
   message = config_error("trainer:\n  max_epochs: 3\n  max-epochs: 4\n");
   EXPECT_NE(message.find("sets trainer.max_epochs twice"), std::string::npos) << message;
+}
+
+TEST(CliConfig, DeterministicTakesTrueFalseOrWarnFromFlagsAndFiles) {
+  const auto mode_of = [](const std::vector<std::string>& args) {
+    Program p;
+    p.parse(args);
+    return p.trainer.deterministic.mode();
+  };
+  EXPECT_EQ(mode_of({}), DeterministicMode::kOff);
+  EXPECT_EQ(mode_of({"--deterministic"}), DeterministicMode::kOn);
+  EXPECT_EQ(mode_of({"--deterministic=warn"}), DeterministicMode::kWarn);
+  EXPECT_EQ(mode_of({"--deterministic=false"}), DeterministicMode::kOff);
+  EXPECT_EQ(mode_of({"--config", write_file("warn.yaml", "trainer:\n  deterministic: warn\n")}),
+            DeterministicMode::kWarn);
+  EXPECT_EQ(mode_of({"--config", write_file("yes.yaml", "trainer:\n  deterministic: yes\n")}), DeterministicMode::kOn);
+  EXPECT_EQ(mode_of({"--config", write_file("warn.yaml", "trainer:\n  deterministic: warn\n"), "--deterministic"}),
+            DeterministicMode::kOn)
+      << "the flag overrides the file";
+
+  Program warn;
+  warn.parse({"--deterministic=warn"});
+  EXPECT_EQ(resolved_config(warn.app)["trainer"]["deterministic"], "warn");
+  Program on;
+  on.parse({"--deterministic"});
+  EXPECT_EQ(resolved_config(on.app)["trainer"]["deterministic"], true);
+}
+
+TEST(CliConfig, TheDebuggingAndSummaryOptionsAreConfigKeys) {
+  Program p;
+  p.parse({"--config", write_file("debug.yaml",
+                                  "trainer:\n  min_steps: 30\n  overfit_batches: 0.25\n  detect_anomaly: true\n"
+                                  "  model_summary_max_depth: -1\n")});
+  EXPECT_EQ(p.trainer.min_steps, 30);
+  ASSERT_TRUE(p.trainer.overfit_batches.has_value());
+  EXPECT_TRUE(p.trainer.overfit_batches->is_fraction());
+  EXPECT_EQ(p.trainer.overfit_batches->fraction(), 0.25);
+  EXPECT_TRUE(p.trainer.detect_anomaly);
+  EXPECT_EQ(p.trainer.model_summary_max_depth, -1);
+  const nlohmann::json config = resolved_config(p.app);
+  EXPECT_EQ(config["trainer"]["min_steps"], 30);
+  EXPECT_EQ(config["trainer"]["overfit_batches"], 0.25);
+  EXPECT_EQ(config["trainer"]["detect_anomaly"], true);
+  EXPECT_EQ(config["trainer"]["model_summary_max_depth"], -1);
+
+  Program defaults;
+  defaults.parse({});
+  const nlohmann::json unset = resolved_config(defaults.app);
+  EXPECT_EQ(unset["trainer"]["overfit_batches"], "") << "unset: off, written as the other unset text options are";
+  EXPECT_EQ(unset["trainer"]["min_steps"], 0);
+  EXPECT_EQ(unset["trainer"]["model_summary_max_depth"], 1);
 }
 
 TEST(CliConfig, InvalidYamlNamesTheFileAndLine) {

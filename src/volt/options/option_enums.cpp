@@ -23,6 +23,8 @@ constexpr AmpLevel kAmpLevels[] = {AmpLevel::kO0, AmpLevel::kO1, AmpLevel::kO2, 
 constexpr ProcessGroupBackend kBackends[] = {ProcessGroupBackend::kAuto, ProcessGroupBackend::kGloo,
                                              ProcessGroupBackend::kNccl};
 constexpr GradientClipAlgorithm kClipAlgorithms[] = {GradientClipAlgorithm::kNorm, GradientClipAlgorithm::kValue};
+constexpr DeterministicMode kDeterministicModes[] = {DeterministicMode::kOff, DeterministicMode::kOn,
+                                                     DeterministicMode::kWarn};
 constexpr RequeueSignal kRequeueSignals[] = {RequeueSignal::kSigUsr1, RequeueSignal::kSigUsr2, RequeueSignal::kSigHup,
                                              RequeueSignal::kSigAlrm, RequeueSignal::kSigQuit, RequeueSignal::kSigCont};
 
@@ -208,6 +210,26 @@ const char* to_string(GradientClipAlgorithm algorithm) {
 GradientClipAlgorithm parse_gradient_clip_algorithm(const std::string& text) {
   return parse_named(text, kClipAlgorithms, "gradient_clip_algorithm", quoted_names(kClipAlgorithms),
                      "'norm' (the default) scales gradients to a total norm; 'value' clamps each element.");
+}
+
+const char* to_string(DeterministicMode mode) {
+  switch (mode) {
+    case DeterministicMode::kOff:
+      return "false";
+    case DeterministicMode::kOn:
+      return "true";
+    case DeterministicMode::kWarn:
+      return "warn";
+  }
+  return "?";
+}
+
+DeterministicMode parse_deterministic_mode(const std::string& text) {
+  const std::string word = to_lower(trim(text));
+  if (word == "yes" || word == "on" || word == "1") return DeterministicMode::kOn;
+  if (word == "no" || word == "off" || word == "0") return DeterministicMode::kOff;
+  return parse_named(text, kDeterministicModes, "deterministic", quoted_names(kDeterministicModes),
+                     "true refuses operations without a deterministic algorithm; 'warn' only warns about them.");
 }
 
 const char* to_string(RequeueSignal signal) {

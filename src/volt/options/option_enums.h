@@ -89,6 +89,19 @@ const char* to_string(GradientClipAlgorithm algorithm);
 /// Parses "norm" or "value".
 GradientClipAlgorithm parse_gradient_clip_algorithm(const std::string& text);
 
+/// Whether LibTorch may only use deterministic algorithms during a stage (Lightning's
+/// `deterministic=`: false, true or "warn").
+enum class DeterministicMode {
+  kOff,   ///< "false": LibTorch picks the fastest kernels, deterministic or not (the default)
+  kOn,    ///< "true": deterministic algorithms only; an operation that has none throws
+  kWarn,  ///< "warn": deterministic algorithms where they exist; an operation without one warns
+};
+/// "false", "true" or "warn".
+const char* to_string(DeterministicMode mode);
+/// Parses "false", "true" or "warn", and the boolean words configs use ("yes"/"no", "on"/"off",
+/// "1"/"0").
+DeterministicMode parse_deterministic_mode(const std::string& text);
+
 /// The signal SLURM sends before the time limit that makes the Trainer save and requeue its job
 /// (`#SBATCH --signal=USR1@90`). SIGTERM and SIGINT are not among them: they already stop the run.
 enum class RequeueSignal {

@@ -34,6 +34,8 @@ TEST(OptionEnums, EveryNameRoundTrips) {
   expect_round_trip({ProcessGroupBackend::kAuto, ProcessGroupBackend::kGloo, ProcessGroupBackend::kNccl},
                     parse_process_group_backend);
   expect_round_trip({GradientClipAlgorithm::kNorm, GradientClipAlgorithm::kValue}, parse_gradient_clip_algorithm);
+  expect_round_trip({DeterministicMode::kOff, DeterministicMode::kOn, DeterministicMode::kWarn},
+                    parse_deterministic_mode);
   expect_round_trip({RequeueSignal::kSigUsr1, RequeueSignal::kSigUsr2, RequeueSignal::kSigHup, RequeueSignal::kSigAlrm,
                      RequeueSignal::kSigQuit, RequeueSignal::kSigCont},
                     parse_requeue_signal);

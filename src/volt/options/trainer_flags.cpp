@@ -53,7 +53,9 @@ void describe_trainer_flags(CLI::App& app, const TrainerOptions& o) {
       {"--sync-batchnorm", [&o] { return bool_text(o.sync_batchnorm); }},
       {"--use-distributed-sampler", [&o] { return bool_text(o.use_distributed_sampler); }},
       {"--tune-allocator", [&o] { return bool_text(o.tune_allocator); }},
-      {"--deterministic", [&o] { return bool_text(o.deterministic); }},
+      {"--deterministic", [&o] { return std::string(o.deterministic.to_string()); }},
+      {"--overfit-batches", [&o] { return o.overfit_batches ? o.overfit_batches->to_string() : ""; }},
+      {"--detect-anomaly", [&o] { return bool_text(o.detect_anomaly); }},
       {"--logger", [&o] { return bool_text(o.logger); }},
       {"--enable-progress-bar", [&o] { return bool_text(o.enable_progress_bar); }},
       {"--enable-checkpointing", [&o] { return bool_text(o.enable_checkpointing); }},
@@ -68,7 +70,7 @@ void describe_trainer_flags(CLI::App& app, const TrainerOptions& o) {
     option->default_function(value)->capture_default_str();
   }
   for (const char* name : {"--limit-train-batches", "--limit-val-batches", "--limit-test-batches",
-                           "--limit-predict-batches", "--val-check-interval"}) {
+                           "--limit-predict-batches", "--val-check-interval", "--overfit-batches"}) {
     app.get_option(name)->check(
         parsed_by([name = std::string(name)](const std::string& text) { BatchLimit::parse(text, name); }));
   }
@@ -82,6 +84,7 @@ void describe_trainer_flags(CLI::App& app, const TrainerOptions& o) {
     parse_process_group_backend(text);
   }));
   app.get_option("--requeue-signal")->check(parsed_by([](const std::string& text) { parse_requeue_signal(text); }));
+  app.get_option("--deterministic")->check(parsed_by([](const std::string& text) { parse_deterministic_mode(text); }));
   app.get_option("--gradient-clip-algorithm")->check(parsed_by([](const std::string& text) {
     parse_gradient_clip_algorithm(text);
   }));
@@ -142,6 +145,7 @@ void add_trainer_flags(CLI::App& app, TrainerOptions& o, TrainerFlagText& t) {
   app.add_option("--max-epochs", t.max_epochs, "stop after this many epochs (-1: no limit)");
   app.add_option("--min-epochs", o.min_epochs, "train at least this many epochs")->capture_default_str();
   app.add_option("--max-steps", t.max_steps, "stop after this many optimizer steps (-1 or unset: no limit)");
+  app.add_option("--min-steps", o.min_steps, "train at least this many optimizer steps")->capture_default_str();
   app.add_option("--limit-train-batches", t.limit_train_batches,
                  "batches per epoch: a count (10) or a fraction (0.25)");
   app.add_option("--limit-val-batches", t.limit_val_batches, "validation batches: a count or a fraction");
@@ -149,6 +153,8 @@ void add_trainer_flags(CLI::App& app, TrainerOptions& o, TrainerFlagText& t) {
   app.add_option("--limit-predict-batches", t.limit_predict_batches, "predict batches: a count or a fraction");
   app.add_option("--fast-dev-run", o.fast_dev_run, "run N batches of each stage once, writing nothing")
       ->capture_default_str();
+  app.add_option("--overfit-batches", t.overfit_batches,
+                 "train and validate on these batches only, unshuffled: a count (10) or a fraction (0.01); 0: off");
   app.add_option("--val-check-interval", t.val_check_interval, "validate every fraction of an epoch or N batches");
   app.add_option("--check-val-every-n-epoch", o.check_val_every_n_epoch, "validate every N epochs")
       ->capture_default_str();
@@ -162,7 +168,12 @@ void add_trainer_flags(CLI::App& app, TrainerOptions& o, TrainerFlagText& t) {
   app.add_option("--gradient-clip-val", t.gradient_clip_val, "clip gradients to this value");
   app.add_option("--gradient-clip-algorithm", t.gradient_clip_algorithm, "norm or value");
   app.add_option("--seed", t.seed, "seed LibTorch and the loaders");
-  app.add_flag("--deterministic", o.deterministic, "use deterministic algorithms only");
+  // A flag that also takes a word: --deterministic, --deterministic=false, --deterministic=warn. Its
+  // type name lists the words, which config files (cli_config) accept for it.
+  app.add_flag("--deterministic", t.deterministic,
+               "use deterministic algorithms only (=warn: where they exist, warning about the rest)")
+      ->type_name("true|false|warn");
+  app.add_flag("--detect-anomaly", o.detect_anomaly, "run fit in autograd's anomaly mode (slow; finds NaN sources)");
   app.add_option("--default-root-dir", o.default_root_dir, "where logs and checkpoints go (default: .)");
   app.add_option("--log-every-n-steps", o.log_every_n_steps, "log step metrics every N steps")->capture_default_str();
   app.add_flag("--logger,!--no-logger", o.logger,
@@ -171,6 +182,9 @@ void add_trainer_flags(CLI::App& app, TrainerOptions& o, TrainerFlagText& t) {
   app.add_flag("--enable-checkpointing,!--no-checkpointing", o.enable_checkpointing, "save checkpoints (default on)");
   app.add_flag("--enable-model-summary,!--no-model-summary", o.enable_model_summary,
                "print the model summary (default on)");
+  app.add_option("--model-summary-max-depth", o.model_summary_max_depth,
+                 "submodule levels the summary lists (-1: all, 0: no summary)")
+      ->capture_default_str();
   app.add_option("--ckpt-path", o.ckpt_path, "resume from last, best or a checkpoint file");
   app.add_flag("--auto-requeue,!--no-auto-requeue", o.auto_requeue,
                "SLURM: on the requeue signal save an HPC checkpoint and requeue the job (default on)");
@@ -193,6 +207,8 @@ void apply_trainer_flags(const TrainerFlagText& t, TrainerOptions& o) {
     o.limit_predict_batches = BatchLimit::parse(t.limit_predict_batches, "--limit-predict-batches");
   if (!t.val_check_interval.empty())
     o.val_check_interval = BatchLimit::parse(t.val_check_interval, "--val-check-interval");
+  if (!t.overfit_batches.empty()) o.overfit_batches = BatchLimit::parse(t.overfit_batches, "--overfit-batches");
+  if (!t.deterministic.empty()) o.deterministic = Deterministic(t.deterministic);
   if (!t.accelerator.empty()) o.accelerator = parse_accelerator_request(t.accelerator);
   if (!t.strategy.empty()) o.strategy = parse_strategy_request(t.strategy);
   if (!t.precision.empty()) o.precision = parse_precision(t.precision);

@@ -54,6 +54,36 @@ TEST(TrainerFlags, EnumFlagsParseIntoTheOptionEnums) {
   EXPECT_EQ(Flags().parse({"--distributed-backend", "dp"}).strategy, StrategyRequest::kDp);
 }
 
+TEST(TrainerFlags, DebuggingFlagsFillTheirOptions) {
+  Flags flags;
+  const TrainerOptions& o = flags.parse({"--min-steps", "40", "--overfit-batches", "8", "--detect-anomaly",
+                                         "--deterministic=warn", "--model-summary-max-depth", "2"});
+  EXPECT_EQ(o.min_steps, 40);
+  ASSERT_TRUE(o.overfit_batches.has_value());
+  EXPECT_FALSE(o.overfit_batches->is_fraction());
+  EXPECT_EQ(o.overfit_batches->count(), 8);
+  EXPECT_TRUE(o.detect_anomaly);
+  EXPECT_EQ(o.deterministic.mode(), DeterministicMode::kWarn);
+  EXPECT_EQ(o.model_summary_max_depth, 2);
+
+  const TrainerOptions defaults = Flags().parse({});
+  EXPECT_EQ(defaults.min_steps, 0);
+  EXPECT_FALSE(defaults.overfit_batches.has_value());
+  EXPECT_FALSE(defaults.detect_anomaly);
+  EXPECT_EQ(defaults.deterministic.mode(), DeterministicMode::kOff);
+  EXPECT_EQ(defaults.model_summary_max_depth, 1);
+}
+
+TEST(TrainerFlags, BadDebuggingValuesNameTheFlag) {
+  std::string message = flag_error({"--deterministic=sometimes"});
+  EXPECT_NE(message.find("deterministic='sometimes' is not supported; supported: 'false', 'true', 'warn'"),
+            std::string::npos)
+      << message;
+  EXPECT_NE(message.find("HINT"), std::string::npos) << message;
+  message = flag_error({"--overfit-batches", "-2"});
+  EXPECT_NE(message.find("--overfit-batches='-2' is out of range"), std::string::npos) << message;
+}
+
 TEST(TrainerFlags, DevicesAndGpusAreDeviceRequests) {
   Flags flags;
   const TrainerOptions& o = flags.parse({"--devices", "0,1", "--gpus", "-1"});

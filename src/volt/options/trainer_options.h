@@ -91,6 +91,32 @@ class DeviceRequest {
   std::vector<int> indices_;
 };
 
+/// Lightning's `deterministic=`: true, false or "warn"; see DeterministicMode.
+///
+/// Example: `{.deterministic = true}`, `{.deterministic = "warn"}`.
+class Deterministic {
+ public:
+  /// true: kOn; false: kOff (the default).
+  Deterministic(bool on = false) : mode_(on ? DeterministicMode::kOn : DeterministicMode::kOff) {}  // NOLINT
+  /// The mode itself.
+  Deterministic(DeterministicMode mode) : mode_(mode) {}  // NOLINT
+  /// "true", "false" or "warn" (parse_deterministic_mode); throws volt::Error on anything else.
+  /// Without it a string literal would silently convert to `true` through the pointer.
+  Deterministic(const char* text) : mode_(parse_deterministic_mode(text)) {}  // NOLINT
+  /// "true", "false" or "warn"; throws volt::Error on anything else.
+  Deterministic(const std::string& text) : mode_(parse_deterministic_mode(text)) {}  // NOLINT
+
+  /// What was asked for.
+  DeterministicMode mode() const { return mode_; }
+  /// "false", "true" or "warn".
+  const char* to_string() const { return volt::to_string(mode_); }
+  /// Equal when the modes are.
+  bool operator==(const Deterministic& other) const { return mode_ == other.mode_; }
+
+ private:
+  DeterministicMode mode_;
+};
+
 /// The name of the file TrainerOptions::config is saved to in the log directory (LightningCLI's).
 inline constexpr const char* kConfigFileName = "config.yaml";
 
@@ -158,6 +184,9 @@ struct TrainerOptions {
   int64_t min_epochs = 0;
   /// Stop after this many optimizer steps; unset or -1: no limit.
   std::optional<int64_t> max_steps;
+  /// Keep training at least this many optimizer steps even if a callback asks to stop (with
+  /// min_epochs, both must be reached); 0: no minimum. Limits and signals still stop.
+  int64_t min_steps = 0;
   /// Batches per training epoch (a count or a fraction).
   BatchLimit limit_train_batches = 1.0;
   /// Batches per validation run.
@@ -168,6 +197,11 @@ struct TrainerOptions {
   BatchLimit limit_predict_batches = 1.0;
   /// Run 1 batch of every stage (n > 0: n batches) once, with no logging or checkpoints, to find bugs.
   int64_t fast_dev_run = 0;
+  /// Train and validate on the same few batches every epoch, to check that the model can overfit
+  /// them: a count (10) or a fraction (0.01) that replaces limit_train_batches and
+  /// limit_val_batches, with the training and validation loaders' shuffling turned off (a
+  /// warning says so). Unset or 0: off (Lightning's 0.0).
+  std::optional<BatchLimit> overfit_batches;
 
   // ---- validation ----------------------------------------------------------------------------
   /// Validate every this fraction of a training epoch, or every this many training batches.
@@ -187,12 +221,17 @@ struct TrainerOptions {
   std::optional<double> gradient_clip_val;
   /// Clip by total norm or by value.
   GradientClipAlgorithm gradient_clip_algorithm = GradientClipAlgorithm::kNorm;
+  /// Run fit under autograd's anomaly mode (torch::autograd::DetectAnomalyGuard): a backward
+  /// that produces NaN throws, naming the forward operation that caused it. Slow; for
+  /// debugging. Switched off again when fit returns.
+  bool detect_anomaly = false;
 
   // ---- reproducibility -----------------------------------------------------------------------
   /// Seeds LibTorch's global generator and the loaders' shuffles (Lightning's seed_everything).
   std::optional<uint64_t> seed;
-  /// Use deterministic algorithms only.
-  bool deterministic = false;
+  /// Use deterministic algorithms only (true), where they exist with a warning for the rest
+  /// ("warn"), or whatever is fastest (false). Applies while a stage runs; restored after.
+  Deterministic deterministic;
 
   // ---- output --------------------------------------------------------------------------------
   /// Where logs and checkpoints go; empty: the current directory.
@@ -211,6 +250,9 @@ struct TrainerOptions {
   bool enable_checkpointing = true;
   /// Print the model summary when fit starts.
   bool enable_model_summary = true;
+  /// Levels of submodules the summary lists (Lightning's ModelSummary(max_depth)): 1 the direct
+  /// submodules, 2 also theirs, -1 all, 0 no summary.
+  int64_t model_summary_max_depth = 1;
   /// The program's resolved configuration, e.g. `volt::resolved_config(app)` (what
   /// `--print-config` prints); null: none. fit() writes it to `<log_dir>/config.yaml` (global
   /// rank 0, when there is a logger), and every checkpoint carries it as

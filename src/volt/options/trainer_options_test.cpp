@@ -27,6 +27,24 @@ TEST(TrainerOptions, DefaultsAreLightningsAndUnsetValuesAreUnset) {
   EXPECT_FALSE(o.seed.has_value());
   EXPECT_EQ(o.requeue_signal, RequeueSignal::kSigUsr1);
   EXPECT_TRUE(o.auto_requeue);
+  EXPECT_EQ(o.min_steps, 0);
+  EXPECT_FALSE(o.overfit_batches.has_value());
+  EXPECT_FALSE(o.detect_anomaly);
+  EXPECT_EQ(o.deterministic.mode(), DeterministicMode::kOff);
+  EXPECT_EQ(o.model_summary_max_depth, 1);
+}
+
+TEST(Deterministic, TakesLightningsTrueFalseOrWarn) {
+  TrainerOptions o{.deterministic = true};
+  EXPECT_EQ(o.deterministic.mode(), DeterministicMode::kOn);
+  o = {.deterministic = "warn"};
+  EXPECT_EQ(o.deterministic.mode(), DeterministicMode::kWarn) << "a string literal must not become `true`";
+  o = {.deterministic = false};
+  EXPECT_EQ(o.deterministic.mode(), DeterministicMode::kOff);
+  EXPECT_EQ(Deterministic(DeterministicMode::kWarn).to_string(), std::string("warn"));
+  const std::string message = error_message([] { Deterministic("always"); });
+  EXPECT_NE(message.find("deterministic='always' is not supported"), std::string::npos) << message;
+  EXPECT_NE(message.find("HINT:"), std::string::npos) << message;
 }
 
 TEST(BatchLimit, CountsAndFractionsResolveLikeLightning) {

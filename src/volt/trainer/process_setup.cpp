@@ -3,6 +3,7 @@
 #include <c10/core/impl/DeviceGuardImplInterface.h>
 #include <malloc.h>
 #include <signal.h>
+#include <torch/csrc/autograd/anomaly_mode.h>
 #include <torch/torch.h>
 
 namespace volt::internal {
@@ -38,7 +39,8 @@ ProcessSettingsScope::ProcessSettingsScope(const RunPlan& plan, bool seed)
   if (plan.tune_allocator) tune_allocator();
   torch::set_num_threads(static_cast<int>(plan.num_threads));
   if (seed && plan.seed) torch::manual_seed(*plan.seed);
-  at::globalContext().setDeterministicAlgorithms(plan.deterministic, /*warn_only=*/false);
+  at::globalContext().setDeterministicAlgorithms(plan.deterministic != DeterministicMode::kOff,
+                                                 /*warn_only=*/plan.deterministic == DeterministicMode::kWarn);
   // NCCL, the caching allocator and new CUDA tensors use the current device: make it this
   // process's root device. Through the device-generic guard API, so CPU builds compile it too.
   const c10::Device root = plan.root_device();
@@ -49,6 +51,16 @@ ProcessSettingsScope::~ProcessSettingsScope() {
   torch::set_num_threads(threads_);
   at::globalContext().setDeterministicAlgorithms(deterministic_, deterministic_warn_only_);
 }
+
+AnomalyModeScope::AnomalyModeScope(bool enable)
+    : enabled_(torch::autograd::AnomalyMode::is_enabled()),
+      check_nan_(torch::autograd::AnomalyMode::should_check_nan()) {
+  // AnomalyMode itself rather than DetectAnomalyGuard: the guard turns the mode off when the last
+  // guard ends, also for a program that had switched it on itself.
+  if (enable) torch::autograd::AnomalyMode::set_enabled(true, /*check_nan=*/true);
+}
+
+AnomalyModeScope::~AnomalyModeScope() { torch::autograd::AnomalyMode::set_enabled(enabled_, check_nan_); }
 
 StopSignalGuard::StopSignalGuard() {
   g_stop_signal.store(0);

@@ -28,6 +28,23 @@ class ProcessSettingsScope {
   bool deterministic_warn_only_;
 };
 
+/// Runs autograd in anomaly mode while alive when `enable` (TrainerOptions::detect_anomaly): a
+/// backward that produces NaN throws and names the forward operation behind it. The mode is
+/// global to the process, so the previous setting (on or off, with its NaN check) comes back on
+/// destruction, also on exceptions.
+class AnomalyModeScope {
+ public:
+  /// Switches anomaly mode on when `enable`; otherwise leaves it as it is.
+  explicit AnomalyModeScope(bool enable);
+  ~AnomalyModeScope();
+  AnomalyModeScope(const AnomalyModeScope&) = delete;
+  AnomalyModeScope& operator=(const AnomalyModeScope&) = delete;
+
+ private:
+  bool enabled_;
+  bool check_nan_;
+};
+
 /// Pins glibc malloc's mmap and trim thresholds so LibTorch's per-step buffers are reused
 /// instead of being returned to the OS and faulted back in every step. Idempotent.
 void tune_allocator();

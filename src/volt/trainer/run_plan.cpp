@@ -241,6 +241,13 @@ std::string absolute_dir(const std::string& dir, const MachineInfo& machine) {
   return out;
 }
 
+/// Whether overfit_batches is on: set and not 0 (Lightning's 0.0 means off).
+bool overfits(const TrainerOptions& options) {
+  if (!options.overfit_batches) return false;
+  const BatchLimit& n = *options.overfit_batches;
+  return n.is_fraction() ? n.fraction() > 0.0 : n.count() > 0;
+}
+
 void check_non_negative(int64_t value, const char* name) { VOLT_CHECK(value >= 0, "{}={} must be >= 0.", name, value); }
 
 void check_limit(const BatchLimit& limit, const char* name) {
@@ -318,6 +325,17 @@ RunPlan resolve_run_plan(const TrainerOptions& options, const Env& env, const Ma
              "limit.",
              options.max_steps.value_or(-1));
   check_non_negative(options.min_epochs, "min_epochs");
+  VOLT_CHECK(options.min_steps >= 0, "min_steps={} must be >= 0. HINT: 0 (the default) sets no minimum.",
+             options.min_steps);
+  VOLT_CHECK(options.max_steps.value_or(-1) == -1 || options.min_steps <= *options.max_steps,
+             "min_steps={} is more than max_steps={}; training stops at max_steps. HINT: lower min_steps, or raise "
+             "max_steps (-1: no limit).",
+             options.min_steps, options.max_steps.value_or(-1));
+  VOLT_CHECK(options.model_summary_max_depth >= -1,
+             "model_summary_max_depth={} is invalid; expected -1 (every level), 0 (no summary) or a depth >= 1. "
+             "HINT: 1 lists the direct submodules.",
+             options.model_summary_max_depth);
+  if (options.overfit_batches) check_limit(*options.overfit_batches, "overfit_batches");
   check_non_negative(options.fast_dev_run, "fast_dev_run");
   check_limit(options.limit_train_batches, "limit_train_batches");
   check_limit(options.limit_val_batches, "limit_val_batches");
@@ -345,6 +363,7 @@ RunPlan resolve_run_plan(const TrainerOptions& options, const Env& env, const Ma
   plan.max_steps = options.max_steps.value_or(-1);
   plan.max_epochs = options.max_epochs.value_or(plan.max_steps == -1 ? 1000 : -1);
   plan.min_epochs = options.min_epochs;
+  plan.min_steps = options.min_steps;
   plan.limit_train_batches = options.limit_train_batches;
   plan.limit_val_batches = options.limit_val_batches;
   plan.limit_test_batches = options.limit_test_batches;
@@ -359,12 +378,15 @@ RunPlan resolve_run_plan(const TrainerOptions& options, const Env& env, const Ma
   plan.gradient_clip_algorithm = options.gradient_clip_algorithm;
   plan.seed = options.seed;
   plan.loader_seed = options.seed.value_or(0);
-  plan.deterministic = options.deterministic;
+  plan.detect_anomaly = options.detect_anomaly;
+  plan.deterministic = options.deterministic.mode();
   plan.log_every_n_steps = options.log_every_n_steps;
   plan.use_default_logger = options.logger;
   plan.enable_progress_bar = options.enable_progress_bar;
   plan.enable_checkpointing = options.enable_checkpointing;
-  plan.enable_model_summary = options.enable_model_summary;
+  // Lightning's ModelSummary(max_depth=0) prints nothing.
+  plan.enable_model_summary = options.enable_model_summary && options.model_summary_max_depth != 0;
+  plan.model_summary_max_depth = options.model_summary_max_depth;
   plan.ckpt_path = options.ckpt_path;
 
   plan.root_dir = absolute_dir(options.default_root_dir.empty() ? machine.cwd : options.default_root_dir, machine);
@@ -394,6 +416,25 @@ RunPlan resolve_run_plan(const TrainerOptions& options, const Env& env, const Ma
     plan.requeue.enabled = false;
     plan.requeue.checkpoint_on_sigterm = false;
     plan.requeue.disabled_reason = "fast_dev_run";
+  }
+  if (overfits(options)) {
+    // Lightning's overfit_batches: the same batches of the training and validation loaders every
+    // epoch (their shuffling is turned off when the loaders are set up). Test and predict keep
+    // their limits; as in Lightning, it also wins over fast_dev_run's limits.
+    const BatchLimit& n = *options.overfit_batches;
+    // A limit the user set is replaced, as in Lightning; say so rather than drop it silently.
+    std::vector<std::string> replaced;
+    for (const auto& [limit, name] : {std::pair{&options.limit_train_batches, "limit_train_batches"},
+                                      std::pair{&options.limit_val_batches, "limit_val_batches"}}) {
+      const bool is_default = limit->is_fraction() && limit->fraction() == 1.0;
+      if (!is_default) replaced.push_back(fmt::format("{}={}", name, limit->to_string()));
+    }
+    if (!replaced.empty()) {
+      plan.notes.push_back(
+          fmt::format("overfit_batches={} replaced {}, as in Lightning", n.to_string(), join(replaced, " and ")));
+    }
+    plan.overfit_batches = true;
+    plan.limit_train_batches = plan.limit_val_batches = n;
   }
   return plan;
 }
@@ -442,6 +483,9 @@ std::string RunPlan::describe() const {
   line("threads per process", std::to_string(num_threads));
   line("max_epochs", max_epochs == -1 ? "unlimited" : std::to_string(max_epochs));
   line("max_steps", max_steps == -1 ? "unlimited" : std::to_string(max_steps));
+  if (min_epochs > 0) line("min_epochs", std::to_string(min_epochs));
+  if (min_steps > 0) line("min_steps", std::to_string(min_steps));
+  if (overfit_batches) line("overfit_batches", limit_train_batches.to_string() + " (no shuffling)");
   line("limit_train_batches", limit_train_batches.to_string());
   line("limit_val_batches", limit_val_batches.to_string());
   line("limit_test_batches", limit_test_batches.to_string());
@@ -451,7 +495,9 @@ std::string RunPlan::describe() const {
   line("gradient clipping",
        gradient_clip_val ? fmt::format("{} by {}", *gradient_clip_val, to_string(gradient_clip_algorithm)) : "off");
   line("seed", seed ? std::to_string(*seed) : "unset");
-  line("deterministic", deterministic ? "true" : "false");
+  line("deterministic", to_string(deterministic));
+  if (detect_anomaly) line("detect_anomaly", "true");
+  line("model summary", enable_model_summary ? fmt::format("max depth {}", model_summary_max_depth) : "off");
   line("root dir", root_dir);
   line("auto-requeue", requeue.enabled
                            ? fmt::format("on {} (scontrol requeue {})", signal_name(requeue.signal), requeue.job_id)

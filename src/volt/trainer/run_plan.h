@@ -47,14 +47,18 @@ struct RunPlan {
   int64_t num_threads = 1;                                  ///< intra-op threads of this process
   bool tune_allocator = true;                               ///< pin glibc malloc thresholds
 
-  int64_t max_epochs = 1000;                      ///< -1: unlimited
-  int64_t min_epochs = 0;                         ///< epochs before a callback may stop training
-  int64_t max_steps = -1;                         ///< -1: unlimited
-  BatchLimit limit_train_batches = 1.0;           ///< per training epoch
-  BatchLimit limit_val_batches = 1.0;             ///< per validation run
-  BatchLimit limit_test_batches = 1.0;            ///< when testing
-  BatchLimit limit_predict_batches = 1.0;         ///< when predicting
-  bool fast_dev_run = false;                      ///< a smoke run: no logs, no checkpoints
+  int64_t max_epochs = 1000;               ///< -1: unlimited
+  int64_t min_epochs = 0;                  ///< epochs before a callback may stop training
+  int64_t max_steps = -1;                  ///< -1: unlimited
+  int64_t min_steps = 0;                   ///< optimizer steps before a callback may stop training
+  BatchLimit limit_train_batches = 1.0;    ///< per training epoch
+  BatchLimit limit_val_batches = 1.0;      ///< per validation run
+  BatchLimit limit_test_batches = 1.0;     ///< when testing
+  BatchLimit limit_predict_batches = 1.0;  ///< when predicting
+  bool fast_dev_run = false;               ///< a smoke run: no logs, no checkpoints
+  /// overfit_batches: the limits above hold its value, and the training and validation loaders
+  /// do not shuffle.
+  bool overfit_batches = false;
   BatchLimit val_check_interval = 1.0;            ///< fraction of an epoch or a batch count
   int64_t check_val_every_n_epoch = 1;            ///< validate every this many epochs
   int64_t num_sanity_val_steps = 2;               ///< -1: the whole validation set
@@ -63,17 +67,19 @@ struct RunPlan {
   int64_t accumulate_grad_batches = 1;                                           ///< batches per optimizer step
   std::optional<double> gradient_clip_val;                                       ///< unset: no clipping
   GradientClipAlgorithm gradient_clip_algorithm = GradientClipAlgorithm::kNorm;  ///< norm or value
+  bool detect_anomaly = false;  ///< fit runs under autograd's anomaly mode
 
-  std::optional<uint64_t> seed;  ///< unset: LibTorch's RNG is left alone
-  uint64_t loader_seed = 0;      ///< the shuffle seed of loaders that set none
-  bool deterministic = false;    ///< deterministic algorithms only
+  std::optional<uint64_t> seed;                               ///< unset: LibTorch's RNG is left alone
+  uint64_t loader_seed = 0;                                   ///< the shuffle seed of loaders that set none
+  DeterministicMode deterministic = DeterministicMode::kOff;  ///< deterministic algorithms: off, only, or warn
 
   std::string root_dir;                 ///< absolute default_root_dir
   int64_t log_every_n_steps = 50;       ///< logger cadence
   bool use_default_logger = true;       ///< add TensorBoard and CSV loggers when none was given
   bool enable_progress_bar = true;      ///< show progress
   bool enable_checkpointing = true;     ///< add a default ModelCheckpoint
-  bool enable_model_summary = true;     ///< print the summary table
+  bool enable_model_summary = true;     ///< print the summary table (false also for max depth 0)
+  int64_t model_summary_max_depth = 1;  ///< submodule levels the summary lists; -1: all
   std::string ckpt_path;                ///< "", "last", "best" or a path
   RequeuePolicy requeue;                ///< SLURM auto-requeue and the SIGTERM checkpoint
   std::string hpc_checkpoint_dir;       ///< absolute directory of hpc_ckpt_<N>.ckpt files

@@ -286,7 +286,76 @@ TEST(RunPlanCuda, SixteenBitMixedRunsOnGpus) {
   ASSERT_EQ(amp.notes.size(), 1u);
 }
 
+TEST(RunPlan, OverfitBatchesReplacesTheTrainAndValLimitsOnly) {
+  const RunPlan p = plan({.limit_test_batches = 5, .overfit_batches = 3});
+  EXPECT_TRUE(p.overfit_batches);
+  EXPECT_EQ(p.limit_train_batches.to_string(), "3");
+  EXPECT_EQ(p.limit_val_batches.to_string(), "3");
+  EXPECT_EQ(p.limit_test_batches.to_string(), "5") << "test and predict keep theirs, as in Lightning";
+  EXPECT_EQ(p.limit_predict_batches.to_string(), "1.0");
+  EXPECT_TRUE(p.notes.empty()) << "no limit of the user's was replaced";
+  EXPECT_NE(p.describe().find("overfit_batches         3 (no shuffling)"), std::string::npos) << p.describe();
+
+  const RunPlan fraction = plan({.overfit_batches = 0.01});
+  EXPECT_TRUE(fraction.limit_train_batches.is_fraction());
+  EXPECT_EQ(fraction.limit_val_batches.fraction(), 0.01);
+}
+
+TEST(RunPlan, OverfitBatchesSaysWhichLimitsItReplaced) {
+  const RunPlan p = plan({.limit_train_batches = 0.5, .overfit_batches = 4});
+  ASSERT_EQ(p.notes.size(), 1u);
+  EXPECT_EQ(p.notes[0], "overfit_batches=4 replaced limit_train_batches=0.5, as in Lightning");
+}
+
+TEST(RunPlan, OverfitBatchesZeroIsOffAsInLightning) {
+  for (const BatchLimit& off : {BatchLimit(0), BatchLimit(0.0)}) {
+    const RunPlan p = plan({.limit_train_batches = 7, .overfit_batches = off});
+    EXPECT_FALSE(p.overfit_batches);
+    EXPECT_EQ(p.limit_train_batches.to_string(), "7");
+  }
+  EXPECT_FALSE(plan({}).overfit_batches);
+}
+
+TEST(RunPlan, OverfitBatchesWinsOverFastDevRunsLimits) {
+  const RunPlan p = plan({.fast_dev_run = 1, .overfit_batches = 6});
+  EXPECT_EQ(p.limit_train_batches.to_string(), "6");
+  EXPECT_EQ(p.max_steps, 1) << "fast_dev_run still stops after its steps";
+}
+
+TEST(RunPlan, MinStepsIsKeptAndCheckedAgainstMaxSteps) {
+  EXPECT_EQ(plan({}).min_steps, 0);
+  EXPECT_EQ(plan({.min_steps = 50}).min_steps, 50);
+  EXPECT_EQ(plan({.max_steps = 50, .min_steps = 50}).min_steps, 50);
+  std::string message = error_of({.max_steps = 10, .min_steps = 20});
+  EXPECT_NE(message.find("min_steps=20 is more than max_steps=10"), std::string::npos) << message;
+  EXPECT_NE(message.find("HINT:"), std::string::npos) << message;
+  message = error_of({.min_steps = -1});
+  EXPECT_NE(message.find("min_steps=-1 must be >= 0"), std::string::npos) << message;
+}
+
+TEST(RunPlan, DeterministicModesAndAnomalyDetectionAreKept) {
+  EXPECT_EQ(plan({}).deterministic, DeterministicMode::kOff);
+  EXPECT_EQ(plan({.deterministic = true}).deterministic, DeterministicMode::kOn);
+  const RunPlan warn = plan({.detect_anomaly = true, .deterministic = "warn"});
+  EXPECT_EQ(warn.deterministic, DeterministicMode::kWarn);
+  EXPECT_TRUE(warn.detect_anomaly);
+  EXPECT_NE(warn.describe().find("deterministic           warn"), std::string::npos) << warn.describe();
+  EXPECT_FALSE(plan({}).detect_anomaly);
+}
+
+TEST(RunPlan, ModelSummaryDepthZeroTurnsTheSummaryOff) {
+  EXPECT_TRUE(plan({}).enable_model_summary);
+  EXPECT_EQ(plan({}).model_summary_max_depth, 1);
+  EXPECT_EQ(plan({.model_summary_max_depth = -1}).model_summary_max_depth, -1);
+  EXPECT_FALSE(plan({.model_summary_max_depth = 0}).enable_model_summary);
+  EXPECT_FALSE(plan({.enable_model_summary = false, .model_summary_max_depth = 3}).enable_model_summary);
+  const std::string message = error_of({.model_summary_max_depth = -2});
+  EXPECT_NE(message.find("model_summary_max_depth=-2 is invalid"), std::string::npos) << message;
+  EXPECT_NE(message.find("HINT:"), std::string::npos) << message;
+}
+
 TEST(RunPlan, OutOfRangeValuesAreErrors) {
+  EXPECT_NE(error_of({.overfit_batches = 1.5}).find("overfit_batches=1.5 is out of range"), std::string::npos);
   EXPECT_NE(error_of({.limit_train_batches = 1.5}).find("limit_train_batches=1.5"), std::string::npos);
   EXPECT_NE(error_of({.accumulate_grad_batches = 0}).find("accumulate_grad_batches=0"), std::string::npos);
   EXPECT_NE(error_of({.val_check_interval = 0}).find("HINT"), std::string::npos);

@@ -63,8 +63,8 @@ class StageView : public RunView {
 class StageCallbacks : public CallbackDispatcher, public CallbackServices {
  public:
   StageCallbacks(const std::vector<std::shared_ptr<Callback>>& callbacks, LightningModule& module,
-                 const FitProgress& progress, const std::map<std::string, double>& metrics)
-      : callbacks_(callbacks), module_(module), progress_(progress), metrics_(metrics) {}
+                 const FitProgress& progress, const std::map<std::string, double>& metrics, Strategy& strategy)
+      : callbacks_(callbacks), module_(module), progress_(progress), metrics_(metrics), strategy_(strategy) {}
 
   void dispatch(const CallbackHook& hook, const HookPoint& point) override {
     const CallbackContext c = context(point);
@@ -87,6 +87,18 @@ class StageCallbacks : public CallbackDispatcher, public CallbackServices {
         "a callback asked to save checkpoint '{}' during validate, test or predict, where there is no training "
         "state to save. HINT: save checkpoints from the fit hooks (on_train_epoch_end, on_validation_end).",
         path));
+  }
+  void save_weights_checkpoint(const std::string& path) override {
+    throw Error(fmt::format(
+        "a callback asked to save weights checkpoint '{}' during validate, test or predict; only fit saves "
+        "checkpoints. HINT: save checkpoints from the fit hooks (on_train_epoch_end, on_validation_end).",
+        path));
+  }
+  bool broadcast_decision(bool decision) override {
+    // The maximum of rank 0's vote and everyone else's 0 is rank 0's decision (as in fit; one
+    // process: the strategy's reduce returns the vote, which is `decision`).
+    const double vote = strategy_.is_global_zero() && decision ? 1.0 : 0.0;
+    return strategy_.reduce(vote, Reduce::kMax) > 0.5;
   }
   void remove_checkpoint(const std::string& path) override {
     throw Error(
@@ -113,6 +125,7 @@ class StageCallbacks : public CallbackDispatcher, public CallbackServices {
   LightningModule& module_;
   const FitProgress& progress_;
   const std::map<std::string, double>& metrics_;
+  Strategy& strategy_;
 };
 
 /// The Trainer's callbacks with the module's configure_callbacks() added, by Lightning's rule: a
@@ -282,7 +295,8 @@ Strategy& Trainer::strategy() {
     strategy_ = std::make_unique<SingleDeviceStrategy>(plan_.topology);
     return *strategy_;
   }
-  DataParallelOptions dp{.replicas = plan_.replicas_per_process, .deterministic = plan_.deterministic};
+  DataParallelOptions dp{.replicas = plan_.replicas_per_process,
+                         .deterministic = plan_.deterministic != DeterministicMode::kOff};
   // On GPUs each replica has its device (copies of the module); on the CPU they are threads.
   for (int64_t device : plan_.cuda_devices)
     dp.devices.emplace_back(c10::DeviceType::CUDA, static_cast<c10::DeviceIndex>(device));
@@ -416,6 +430,19 @@ FitLoaderCounts Trainer::count_fit_batches(LightningModule& module, DataLoader& 
              "train_dataloader() or pass a volt::DataLoader to fit().",
              module.name());
   FitLoaderCounts counts;
+  if (plan_.overfit_batches) {
+    // Lightning's overfit_batches: the same batches every epoch, in both loops.
+    const auto unshuffle = [this](DataLoader& loader, const char* stage) {
+      if (!loader.defined() || !loader.options().shuffle) return;
+      rank_console()->warn(fmt::format(
+          "You requested to overfit but enabled {0} dataloader shuffling. We are turning off the {0} dataloader "
+          "shuffling for you.",
+          stage));
+      loader.set_shuffle(false);
+    };
+    unshuffle(train, "train");
+    for (DataLoader& loader : val) unshuffle(loader, "val");
+  }
   configure_loader(train, /*evaluation=*/false);
   counts.num_train_batches = batches_to_run(train, plan_.limit_train_batches, "limit_train_batches");
   for (DataLoader& loader : val) {
@@ -548,7 +575,11 @@ FitResult Trainer::fit_stage(LightningModule& module, DataLoader train, std::vec
       save_hparams_to_yaml((fs::path(info.log_dir) / kConfigFileName).string(), options_.config);
     }
 
-    FitResult fit_result = loop.run();
+    FitResult fit_result = [&] {
+      // Anomaly mode is the process's: on for this fit only (Lightning wraps its fit loop alike).
+      const internal::AnomalyModeScope anomaly(plan_.detect_anomaly);
+      return loop.run();
+    }();
     fitted_ = loop.progress();
     checkpointer_->remember(fit_result.best_model_path, fit_result.last_model_path);
     return fit_result;
@@ -591,7 +622,7 @@ EvalResult Trainer::evaluate(LightningModule& module, std::vector<DataLoader> lo
     StageView view(strategy(), plan_.root_device(), rank_console(), fitted_);
     const RunViewScope viewing(module, &view);
     const std::vector<std::shared_ptr<Callback>> callbacks = with_module_callbacks(options_.callbacks, module);
-    StageCallbacks hooks(callbacks, module, fitted_, callback_metrics_);
+    StageCallbacks hooks(callbacks, module, fitted_, callback_metrics_, strategy());
     return with_module_stage(module, test ? Stage::kTest : Stage::kValidate, [&] {
       return hooks.run([&] {
         module.configure_model();
@@ -653,7 +684,7 @@ std::vector<torch::Tensor> Trainer::predict(LightningModule& module, DataLoader 
     StageView view(strategy(), plan_.root_device(), rank_console(), fitted_);
     const RunViewScope viewing(module, &view);
     const std::vector<std::shared_ptr<Callback>> callbacks = with_module_callbacks(options_.callbacks, module);
-    StageCallbacks hooks(callbacks, module, fitted_, callback_metrics_);
+    StageCallbacks hooks(callbacks, module, fitted_, callback_metrics_, strategy());
     return with_module_stage(module, Stage::kPredict, [&] {
       return hooks.run([&] {
         module.configure_model();
