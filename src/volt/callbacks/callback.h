@@ -200,6 +200,12 @@ class Callback {
   /// Reads the callback's own entries from a checkpoint being restored, after load_state_dict
   /// and the module's on_load_checkpoint.
   virtual void on_load_checkpoint(const CallbackContext& context, const StateDict& checkpoint) {}
+  /// Whether on_train_batch_end may save a full checkpoint at this step (ModelCheckpoint:
+  /// every_n_train_steps' steps; every step with train_time_interval). Under ddp the loop gathers the registered metrics' states from every
+  /// process only before such steps (a collective per step would cost too much), so the answer
+  /// must be the same on every process; a callback that saves at a step it said false to saves
+  /// no metric states (with a warning).
+  virtual bool saves_checkpoint_at_train_batch_end(const CallbackContext& context) const { return false; }
   /// State to resume from (plain values only).
   virtual StateDict state_dict() const { return make_state_dict(); }
   /// Restores what state_dict returned.

@@ -85,12 +85,22 @@ void ModelCheckpoint::setup(const FitInfo& info) {
   }
 }
 
+bool ModelCheckpoint::saves_checkpoint_at_train_batch_end(const CallbackContext& context) const {
+  // A time interval is decided inside on_train_batch_end (rank 0's clock), so any step may save.
+  // Weights-only files hold no metric states.
+  if (options_.save_weights_only) return false;
+  return options_.train_time_interval.has_value() || step_due(context);
+}
+
+bool ModelCheckpoint::step_due(const CallbackContext& context) const {
+  return options_.every_n_train_steps > 0 && context.global_step > 0 &&
+         context.global_step % options_.every_n_train_steps == 0;
+}
+
 Decision ModelCheckpoint::on_train_batch_end(const CallbackContext& context, CallbackServices& services) {
-  const bool step_due = options_.every_n_train_steps > 0 && context.global_step > 0 &&
-                        context.global_step % options_.every_n_train_steps == 0;
   // Asked at every batch (a collective under ddp), even when the step alone decides.
   const bool time_due = this->time_due(services);
-  if (step_due || time_due) save(context, services);
+  if (step_due(context) || time_due) save(context, services);
   return {};
 }
 

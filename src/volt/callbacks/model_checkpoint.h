@@ -63,6 +63,7 @@ class ModelCheckpoint : public Callback {
   /// The key Volt used before it matched Lightning's (no train_time_interval, monitor quoted).
   std::string legacy_state_key() const override;
   void setup(const FitInfo& info) override;
+  bool saves_checkpoint_at_train_batch_end(const CallbackContext& context) const override;
   Decision on_train_batch_end(const CallbackContext& context, CallbackServices& services) override;
   Decision on_train_epoch_end(const CallbackContext& context, CallbackServices& services) override;
   Decision on_validation_end(const CallbackContext& context, CallbackServices& services) override;
@@ -98,6 +99,8 @@ class ModelCheckpoint : public Callback {
   void write(const std::string& path, CallbackServices& services) const;
   /// Whether train_time_interval has passed (rank 0's clock; a collective when it is set).
   bool time_due(CallbackServices& services);
+  /// Whether every_n_train_steps says this step saves.
+  bool step_due(const CallbackContext& context) const;
 
   ModelCheckpointOptions options_;
   Clock clock_;

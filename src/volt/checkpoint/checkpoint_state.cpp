@@ -170,6 +170,8 @@ void insert_resume_state(StateDict& checkpoint, const TrainingParts& parts) {
   for (const auto& callback : *parts.callbacks) callbacks.insert(callback->state_key(), callback->state_dict());
   checkpoint.insert("callbacks", callbacks);
 
+  if (parts.metric_states != nullptr) checkpoint.insert(kMetricsCheckpointKey, *parts.metric_states);
+
   if (parts.precision != nullptr) {
     const StateDict precision = parts.precision->state_dict();
     if (!precision.empty()) checkpoint.insert(kScalerCheckpointKey, precision);

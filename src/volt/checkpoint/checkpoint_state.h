@@ -16,6 +16,8 @@
 //   hyper_parameters    the module's save_hyperparameters() value, plus "config": the
 //                       program's resolved configuration when TrainerOptions::config is set
 //   native_amp_scaling_state  the loss scaler's state (16-mixed only; optional on restore)
+//   volt_metrics        {registered name: Metric::gathered_state_dict()} for the module's
+//                       register_metric()s (only when it has some; optional on restore)
 //
 // restore_checkpoint also resumes a checkpoint PyTorch Lightning wrote (no volt_checkpoint_version):
 // its loop progress gives the epoch and batch, and a missing rng_states leaves the generator alone.
@@ -36,6 +38,8 @@ class PrecisionPlugin;
 
 /// The version of the layout above; a reader refuses newer files.
 inline constexpr int64_t kCheckpointVersion = 1;
+/// The checkpoint key of the module's registered metrics' states.
+inline constexpr const char* kMetricsCheckpointKey = "volt_metrics";
 /// Volt's version, written into checkpoints.
 inline constexpr const char* kVoltVersion = "0.1.0";
 /// The PyTorch Lightning version whose layout Volt writes (its `pytorch-lightning_version`).
@@ -73,6 +77,9 @@ struct TrainingParts {
   PrecisionPlugin* precision = nullptr;
   /// The program's resolved configuration, saved in hyper_parameters["config"]; null or nullptr: none.
   const nlohmann::json* config = nullptr;
+  /// The registered metrics' gathered states, saved under kMetricsCheckpointKey; nullptr: none.
+  /// Gathering them is a collective, so the fit loop does it where every process is, not here.
+  const StateDict* metric_states = nullptr;
 };
 
 /// What a checkpoint holds.

@@ -6,6 +6,7 @@
 #include "volt/core/error.h"
 #include "volt/data/data_loader.h"
 #include "volt/loops/step_feed.h"
+#include "volt/metrics/metric.h"
 #include "volt/module/lightning_module.h"
 #include "volt/module/result_collection.h"
 #include "volt/precision/precision_plugin.h"
@@ -114,6 +115,9 @@ EvalCounts EvaluationLoop::run(LightningModule& module, const std::vector<DataLo
       results.set_batch_size(batch.size());
       {
         const AutocastGuard autocast = precision_.forward_context();
+        // A replayed batch's examples were counted where they belong: its metric updates are not.
+        std::optional<internal::DiscardMetricUpdates> discard;
+        if (kept) discard.emplace();
         if (test) {
           module.test_step(batch, i);
         } else {
@@ -132,7 +136,10 @@ EvalCounts EvaluationLoop::run(LightningModule& module, const std::vector<DataLo
           module.on_validation_batch_end(batch, i, k);
         }
       }
-      if (kept) results = std::move(*kept);
+      if (kept) {
+        kept->keep_metrics_from(results);
+        results = std::move(*kept);
+      }
       if (bar_) bar_->update(i + 1, {});
       ++counts.batches;
       feed.last();
@@ -151,7 +158,7 @@ EvalCounts EvaluationLoop::run(LightningModule& module, const std::vector<DataLo
     module.on_validation_epoch_end();
   }
   // One collective for all sync_dist values: exact means over every process's real examples.
-  results.sync_epoch([this](torch::Tensor& t, Reduce op) { strategy_.reduce(t, op); });
+  results.sync_epoch([this](torch::Tensor& t, Reduce op) { strategy_.reduce(t, op); }, &strategy_.collectives());
   if (test) {
     module.on_test_end();
   } else {

@@ -4,6 +4,7 @@
 #include <signal.h>
 #include <torch/torch.h>
 
+#include <algorithm>
 #include <chrono>
 
 #include "volt/callbacks/model_checkpoint.h"
@@ -11,6 +12,7 @@
 #include "volt/core/error.h"
 #include "volt/loops/evaluation_loop.h"
 #include "volt/loops/metric_router.h"
+#include "volt/metrics/metric.h"
 #include "volt/optim/optimizer_state.h"
 #include "volt/precision/precision_plugin.h"
 #include "volt/progress/model_summary.h"
@@ -100,7 +102,12 @@ TrainingParts FitLoop::training_parts() const {
 void FitLoop::save_checkpoint(const std::string& path) {
   // Rank 0 writes; the others do not wait here (their callbacks need not agree on every save),
   // so readers synchronize instead: fit ends with a barrier before any rank reads a file.
-  if (parts_.strategy.is_global_zero()) parts_.checkpointer.save(training_parts(), progress_, path);
+  if (parts_.strategy.is_global_zero()) {
+    std::optional<StateDict> local;
+    TrainingParts parts = training_parts();
+    parts.metric_states = metric_states_for_save(local);
+    parts_.checkpointer.save(parts, progress_, path);
+  }
   last_saved_ = path;
 }
 
@@ -118,6 +125,68 @@ bool FitLoop::broadcast_decision(bool decision) {
   return parts_.strategy.reduce(vote, Reduce::kMax) > 0.5;
 }
 
+void FitLoop::prepare_metric_states(bool train_batch_end) {
+  const auto& metrics = data_.module.registered_metrics();
+  Collectives& collectives = parts_.strategy.collectives();
+  // One process reads its own states when it saves; nothing to gather ahead of time.
+  if (metrics.empty() || collectives.world_size() == 1 || parts_.callbacks.empty()) return;
+  if (train_batch_end) {
+    // Every process asks the same callbacks about the same step, so all of them agree.
+    const CallbackContext c = context(HookPoint{});
+    const bool may_save = std::any_of(parts_.callbacks.begin(), parts_.callbacks.end(), [&c](const auto& callback) {
+      return callback->saves_checkpoint_at_train_batch_end(c);
+    });
+    if (!may_save) return;
+  }
+  StateDict states = make_state_dict();
+  for (const auto& [name, metric] : metrics) states.insert(name, metric->gathered_state_dict(collectives));
+  metric_states_ = std::move(states);
+}
+
+const StateDict* FitLoop::metric_states_for_save(std::optional<StateDict>& local) {
+  const auto& metrics = data_.module.registered_metrics();
+  if (metrics.empty()) return nullptr;
+  if (parts_.strategy.collectives().world_size() == 1) {
+    local = make_state_dict();
+    for (const auto& [name, metric] : metrics) local->insert(name, metric->gathered_state_dict(local_collectives()));
+    return &*local;
+  }
+  if (metric_states_) return &*metric_states_;
+  if (!warned_metric_states_) {
+    warned_metric_states_ = true;
+    parts_.console.warn(fmt::format(
+        "A checkpoint saved at step {} holds no states of the registered metrics: under ddp they are gathered "
+        "from every process only before on_validation_end, on_train_epoch_end, an HPC save, and an "
+        "on_train_batch_end at which a callback's saves_checkpoint_at_train_batch_end() is true; a resume from "
+        "it starts the metrics over. HINT: have the callback that saved it override "
+        "saves_checkpoint_at_train_batch_end, or save at those hooks.",
+        progress_.global_step));
+  }
+  return nullptr;
+}
+
+void FitLoop::restore_metric_states(const c10::IValue& checkpoint, const std::string& path) {
+  const auto& metrics = data_.module.registered_metrics();
+  if (metrics.empty() || !checkpoint.isGenericDict()) return;
+  const StateDict top = checkpoint.toGenericDict();
+  if (!top.contains(kMetricsCheckpointKey)) {
+    if (progress_.batches_done > 0 && !progress_.epoch_done) {
+      parts_.console.warn(fmt::format("{} holds no metric states ('{}'), so the registered metrics start this epoch "
+                                      "over from the resumed batch.",
+                                      path, kMetricsCheckpointKey));
+    }
+    return;
+  }
+  const StateDict saved = top.at(kMetricsCheckpointKey).toGenericDict();
+  for (const auto& [name, metric] : metrics) {
+    if (!saved.contains(name)) {
+      parts_.console.warn(fmt::format("{} holds no state of the metric '{}', which starts over.", path, name));
+      continue;
+    }
+    metric->load_gathered_state_dict(saved.at(name).toGenericDict(), parts_.strategy.collectives());
+  }
+}
+
 void FitLoop::remove_checkpoint(const std::string& path) {
   if (parts_.strategy.is_global_zero()) parts_.checkpointer.remove(path);
 }
@@ -133,6 +202,7 @@ void FitLoop::dispatch(const CallbackHook& hook, const HookPoint& point) {
     const Decision decision = hook(*callback, c, *this);
     if (decision.stop) stop_.propose_callback_stop(progress_.epoch, progress_.global_step, decision.reason);
   }
+  metric_states_.reset();  // gathered for this dispatch only: the next step changes them
   // One process needs no agreement: a callback's stop holds from the next check on, as it
   // always did. Several processes agree at the next step boundary or epoch end.
   if (parts_.plan.topology.world_size == 1) stop_.agree(identity);
@@ -153,6 +223,7 @@ void FitLoop::run_validation() {
 
 void FitLoop::validate_mid_epoch() {
   run_validation();
+  prepare_metric_states(/*train_batch_end=*/false);
   dispatch([](Callback& c, const CallbackContext& ctx, CallbackServices& s) { return c.on_validation_end(ctx, s); },
            {});
   // Validation already waited for every process; agreeing here too costs one small collective
@@ -262,6 +333,7 @@ void FitLoop::reload_dataloaders_if_due() {
 
 void FitLoop::restore(const LoadedCheckpoint& checkpoint) {
   progress_ = restore_checkpoint(checkpoint.value, training_parts(), checkpoint.path);
+  restore_metric_states(checkpoint.value, checkpoint.path);
   check_stream_layout(checkpoint.path);
   if (progress_.epoch_done) {
     ++progress_.epoch;
@@ -318,11 +390,16 @@ FitResult FitLoop::run() {
     const bool save_hpc = stop_.code() == StopCode::kRequeue ||
                           (stop_.code() == StopCode::kTerminate && plan.requeue.checkpoint_on_sigterm);
     if (save_hpc) {
+      prepare_metric_states(/*train_batch_end=*/false);  // every process stopped at the same step
       std::string path;
       if (parts_.strategy.is_global_zero()) {
-        path = parts_.checkpointer.save_hpc_checkpoint(training_parts(), progress_, plan.hpc_checkpoint_dir,
+        std::optional<StateDict> local;
+        TrainingParts parts = training_parts();
+        parts.metric_states = metric_states_for_save(local);
+        path = parts_.checkpointer.save_hpc_checkpoint(parts, progress_, plan.hpc_checkpoint_dir,
                                                        plan.hpc_checkpoints_to_keep);
       }
+      metric_states_.reset();
       // Also a barrier: no rank goes on (and exits) before the file is complete.
       result.hpc_checkpoint_path = parts_.strategy.broadcast_string(path);
       parts_.console.info(fmt::format("Saved HPC checkpoint {} ({})", result.hpc_checkpoint_path, stop_.message()));

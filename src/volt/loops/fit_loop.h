@@ -113,6 +113,7 @@ class FitLoop : public CallbackServices, private EpochHooks {
   void at_step_boundary() override;
   void at_epoch_end() override;
   bool validates_in_epoch(int64_t epoch) const override;
+  void prepare_metric_states(bool train_batch_end) override;
 
   void name_learning_rates();
   CallbackContext context(const HookPoint& point) const;
@@ -120,6 +121,11 @@ class FitLoop : public CallbackServices, private EpochHooks {
   void run_validation();
   void poll_signals();
   TrainingParts training_parts() const;
+  /// The registered metrics' states for a checkpoint saved now, in `local` or metric_states_;
+  /// nullptr when the module registered none, or (with a warning) when they were not gathered.
+  const StateDict* metric_states_for_save(std::optional<StateDict>& local);
+  /// Loads the registered metrics' states from `checkpoint` (see restore()).
+  void restore_metric_states(const c10::IValue& checkpoint, const std::string& path);
   /// Refuses to go on inside an epoch under another stream layout than the one it began with
   /// (`source` names where that position came from); records the current layout.
   void check_stream_layout(const std::string& source);
@@ -138,6 +144,9 @@ class FitLoop : public CallbackServices, private EpochHooks {
   bool past_first_epoch_ = false;  // whether this run's first epoch has started
   StopController stop_;
   std::string last_saved_;
+  // Every process's metric states, gathered by prepare_metric_states for the dispatch that follows.
+  std::optional<StateDict> metric_states_;
+  bool warned_metric_states_ = false;
   struct LearningRateName {
     std::string name;
     size_t optimizer;

@@ -8,6 +8,7 @@
 #include "volt/loops/metric_router.h"
 #include "volt/loops/step_feed.h"
 #include "volt/loops/stop_controller.h"
+#include "volt/metrics/metric.h"
 #include "volt/optim/lr_scheduler.h"
 #include "volt/precision/precision_plugin.h"
 #include "volt/progress/progress_bar.h"
@@ -126,7 +127,13 @@ void TrainingEpochLoop::run(FitProgress& progress, StopController& stop, EpochHo
       if (input.joined) kept = results_;
       results_.set_batch_size(batch.size());
       input_ = &input;
-      const torch::Tensor loss = training_step(batch, i);
+      torch::Tensor loss;
+      {
+        // Its metric updates would count the replayed examples twice.
+        std::optional<internal::DiscardMetricUpdates> discard;
+        if (input.joined) discard.emplace();
+        loss = training_step(batch, i);
+      }
       input_ = nullptr;
       const bool last = feed.last();
       const bool steps = (i + 1) % accumulate == 0 || last;
@@ -142,7 +149,10 @@ void TrainingEpochLoop::run(FitProgress& progress, StopController& stop, EpochHo
         if (steps) optimizer_step(progress);
       }
       if (!input.joined) module_.on_train_batch_end(loss, batch, i);
-      if (kept) results_ = std::move(*kept);
+      if (kept) {
+        kept->keep_metrics_from(results_);
+        results_ = std::move(*kept);
+      }
       ++progress.batches_done;
       ++progress.total_batches;
       // Checkpoints taken by the callbacks below precede this batch's validation, if one is due.
@@ -152,6 +162,7 @@ void TrainingEpochLoop::run(FitProgress& progress, StopController& stop, EpochHo
       metrics_.publish_step(results_, progress.epoch, progress.global_step,
                             progress.total_batches % plan_.log_every_n_steps == 0);
       show_progress(progress.batches_done, /*force=*/false);
+      hooks.prepare_metric_states(/*train_batch_end=*/true);
       hooks.dispatch(
           [](Callback& c, const CallbackContext& ctx, CallbackServices& s) { return c.on_train_batch_end(ctx, s); },
           HookPoint{.batch = &batch, .batch_idx = i, .outputs = &loss});
@@ -292,7 +303,7 @@ void TrainingEpochLoop::finish_epoch(FitProgress& progress, EpochHooks& hooks, b
     const MetricSinkScope sink(module_, &results_);
     module_.on_train_epoch_end();
   }
-  results_.sync_epoch([this](torch::Tensor& t, Reduce op) { strategy_.reduce(t, op); });
+  results_.sync_epoch([this](torch::Tensor& t, Reduce op) { strategy_.reduce(t, op); }, &strategy_.collectives());
   metrics_.publish_epoch(results_, progress.epoch, progress.global_step);
   bar_metrics_ = results_.epoch_metrics(MetricTarget::kProgBar);
   bar_metrics_.insert(val_bar.begin(), val_bar.end());
@@ -309,9 +320,11 @@ void TrainingEpochLoop::finish_epoch(FitProgress& progress, EpochHooks& hooks, b
   // Callbacks see (and checkpoints record) the epoch with all its end-of-epoch work done, so
   // a resume from one of these checkpoints starts cleanly at the next epoch.
   if (validate_at_end) {
+    hooks.prepare_metric_states(/*train_batch_end=*/false);
     hooks.dispatch(
         [](Callback& c, const CallbackContext& ctx, CallbackServices& s) { return c.on_validation_end(ctx, s); }, {});
   }
+  hooks.prepare_metric_states(/*train_batch_end=*/false);
   hooks.dispatch(
       [](Callback& c, const CallbackContext& ctx, CallbackServices& s) { return c.on_train_epoch_end(ctx, s); }, {});
   hooks.at_epoch_end();

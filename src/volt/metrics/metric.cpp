@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 #include <torch/torch.h>
 
+#include <atomic>
 #include <exception>
 #include <utility>
 
@@ -74,9 +75,21 @@ StateReduce parse_state_reduce(std::string_view text) {
 
 Metric::Metric(std::string name) : name_(std::move(name)) {}
 
+namespace {
+// How many DiscardMetricUpdates scopes live (see metric.h).
+std::atomic<int> g_discarding{0};
+}  // namespace
+
+namespace internal {
+DiscardMetricUpdates::DiscardMetricUpdates() { g_discarding.fetch_add(1); }
+DiscardMetricUpdates::~DiscardMetricUpdates() { g_discarding.fetch_sub(1); }
+}  // namespace internal
+
 void Metric::update(const torch::Tensor& preds, const torch::Tensor& target) {
+  if (g_discarding.load() > 0) return;
   // No autograd history in the states: they outlive the step whose graph made the inputs.
   torch::NoGradGuard no_grad;
+  const std::lock_guard<std::mutex> lock(update_mutex_);
   update_state(preds.detach(), target.detach());
   ++update_count_;
 }

@@ -12,6 +12,7 @@
 
 #include <cstdint>
 #include <map>
+#include <mutex>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -50,7 +51,10 @@ class Metric {
   Metric(const Metric&) = delete;
   Metric& operator=(const Metric&) = delete;
 
-  /// Adds one batch: checks the inputs and changes the local states (no communication).
+  /// Adds one batch: checks the inputs and changes the local states (no communication). Safe to
+  /// call from several threads at once (dp's replicas on the CPU share one module). Does nothing
+  /// while a DiscardMetricUpdates scope lives: a process that ran out of data repeats a step only
+  /// to keep its collectives in line, and that step's examples must not count twice.
   void update(const torch::Tensor& preds, const torch::Tensor& target);
   /// The metric over every update on every process since the last reset(): syncs a copy of the
   /// states through `collectives` and computes from it. The local states are left as they were,
@@ -118,6 +122,22 @@ class Metric {
   std::string name_;
   std::vector<State> states_;  // declaration order, which is every process's collective order
   int64_t update_count_ = 0;
+  std::mutex update_mutex_;  // update() from dp's replica threads
 };
+
+namespace internal {
+/// While one lives, Metric::update() changes nothing in any metric of this process: the loops
+/// hold one around a step a process repeats only to stay in step with the others (its real data
+/// ran out), so each example is counted once. Process-wide, not per thread: dp runs that step's
+/// pieces on threads of its own.
+class DiscardMetricUpdates {
+ public:
+  /// Starts discarding (scopes nest).
+  DiscardMetricUpdates();
+  ~DiscardMetricUpdates();
+  DiscardMetricUpdates(const DiscardMetricUpdates&) = delete;
+  DiscardMetricUpdates& operator=(const DiscardMetricUpdates&) = delete;
+};
+}  // namespace internal
 
 }  // namespace volt

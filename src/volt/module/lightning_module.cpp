@@ -222,4 +222,34 @@ void LightningModule::log_dict(const std::map<std::string, torch::Tensor>& value
   for (const auto& [name, value] : values) log(name, value, options);
 }
 
+void LightningModule::log(const std::string& name, Metric& metric, const LogOptions& options) {
+  MetricSink* sink = t_thread_sink != nullptr ? t_thread_sink : sink_;
+  VOLT_CHECK(sink != nullptr,
+             "log('{}', metric) was called outside a Trainer stage. HINT: call log() only from the steps and "
+             "hooks the Trainer runs, or call metric.compute() yourself.",
+             name);
+  sink->log_metric(name, metric, options);
+}
+
+void MetricSink::log_metric(const std::string& name, Metric& metric, const LogOptions& options) {
+  throw Error(fmt::format("log('{}', metric): this stage's log takes values only. HINT: log the value of "
+                          "metric.compute() instead.",
+                          name));
+}
+
+void LightningModule::register_metric(const std::string& name, Metric& metric) {
+  for (const auto& [known, registered] : metrics_) {
+    VOLT_CHECK(known != name, "register_metric('{}'): a metric is registered under that name already. HINT: give "
+               "each metric its own name.", name);
+    VOLT_CHECK(registered != &metric, "register_metric('{}'): this metric is registered already as '{}'. HINT: "
+               "register each metric once.", name, known);
+  }
+  VOLT_CHECK(!name.empty(), "register_metric: the name is empty. HINT: name the metric, e.g. \"train_acc\".");
+  metrics_.emplace_back(name, &metric);
+}
+
+Collectives& LightningModule::collectives() const {
+  return run_view_ ? run_view_->collectives() : local_collectives();
+}
+
 }  // namespace volt

@@ -21,7 +21,9 @@
 namespace volt {
 
 class Callback;
+class Collectives;
 class LRScheduler;
+class Metric;
 class MetricSink;
 class RunView;
 class ProcessGroup;
@@ -76,6 +78,9 @@ class MetricSink {
   virtual ~MetricSink() = default;
   /// Records `value` under `name` (see LightningModule::log).
   virtual void log(const std::string& name, const torch::Tensor& value, const LogOptions& options) = 0;
+  /// Records that `name` is `metric`'s value at the end of the epoch (see LightningModule::log);
+  /// the default refuses, for sinks that only take values.
+  virtual void log_metric(const std::string& name, Metric& metric, const LogOptions& options);
 };
 
 /// A model with its training logic, like Lightning's LightningModule.
@@ -265,6 +270,20 @@ class LightningModule : public torch::nn::Module {
   void log(const std::string& name, double value, const LogOptions& options = {});
   /// Logs several values with the same options.
   void log_dict(const std::map<std::string, torch::Tensor>& values, const LogOptions& options = {});
+  /// Logs `metric`'s value over the epoch under `name` (Lightning's `self.log(name, metric)`):
+  /// the loop calls metric.compute() once at the end of the epoch (of training, or of a
+  /// validation or test run), synced over every process, logs that value, and resets the metric.
+  /// Call it in the step that updates the metric. The value must be a single number, and
+  /// `options.on_step` cannot be true (the metric has no per-batch value: log that as a tensor).
+  void log(const std::string& name, Metric& metric, const LogOptions& options = {});
+
+  // ---- metrics that a checkpoint carries ---------------------------------------------------------
+  /// Registers `metric` (a member of this module, which it must outlive) under `name`, so that
+  /// checkpoints save its states and a resume inside an epoch continues it (like register_module
+  /// for submodules). Each name and each metric once; throws volt::Error otherwise.
+  void register_metric(const std::string& name, Metric& metric);
+  /// The metrics register_metric registered, in registration order.
+  const std::vector<std::pair<std::string, Metric*>>& registered_metrics() const { return metrics_; }
 
   // ---- the run, as the module sees it (outside a stage: epoch 0, step 0, rank 0 of 1) --------
   /// The epoch being trained (0-based); after fit, the epoch fit reached (Lightning's
@@ -292,6 +311,9 @@ class LightningModule : public torch::nn::Module {
   /// `tensor` reduced element-wise across processes (a new tensor; `tensor` is unchanged). A
   /// collective, like all_gather.
   torch::Tensor all_reduce(const torch::Tensor& tensor, Reduce op = Reduce::kSum);
+  /// The run's collectives, for syncing state by hand (e.g. `metric.compute(collectives())` in a
+  /// hook); outside a stage, one process's.
+  Collectives& collectives() const;
   /// Writes `line` on the global-zero process only (Lightning's self.print), through the run's
   /// console so it does not tear the progress bar; outside a stage, to standard output.
   void print(const std::string& line) const;
@@ -351,6 +373,7 @@ class LightningModule : public torch::nn::Module {
   RunView* run_view_ = nullptr;
   ManualOptimization* manual_ = nullptr;
   bool automatic_optimization_ = true;
+  std::vector<std::pair<std::string, Metric*>> metrics_;
   // The parameters toggle_optimizer stopped requiring gradients (they all did before).
   std::vector<torch::Tensor> toggled_;
   int64_t dataloader_idx_ = 0;

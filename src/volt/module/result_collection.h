@@ -34,6 +34,12 @@ class ResultCollection : public MetricSink {
   /// loader runs; empty: none).
   void set_name_suffix(std::string suffix) { suffix_ = std::move(suffix); }
   void log(const std::string& name, const torch::Tensor& value, const LogOptions& options) override;
+  /// Records `metric` under `name`; sync_epoch computes it (see LightningModule::log).
+  void log_metric(const std::string& name, Metric& metric, const LogOptions& options) override;
+  /// Takes over the metrics logged into `other` that this collection lacks: a step repeated only
+  /// to keep a process's collectives in line restores the values from before it, but the metrics
+  /// it logged must still be computed with everyone else's at the end of the epoch.
+  void keep_metrics_from(const ResultCollection& other);
 
   /// Values logged with on_step since the last step_metrics call for `target`.
   std::map<std::string, double> step_metrics(MetricTarget target) const;
@@ -41,10 +47,13 @@ class ResultCollection : public MetricSink {
   std::map<std::string, double> epoch_metrics(MetricTarget target) const;
   /// Reduces the epoch aggregates of sync_dist values across processes: weighted means become
   /// means over every process's examples (so padding-free validation accuracy is the same for
-  /// 1, 2 or 3 processes), sums add up, max/min take the extreme. `reduce_sum`, `reduce_max` and
-  /// `reduce_min` all-reduce a tensor in place; every process must call this at the same point
-  /// and must have logged the same sync_dist names.
-  void sync_epoch(const std::function<void(torch::Tensor&, Reduce)>& reduce);
+  /// 1, 2 or 3 processes), sums add up, max/min take the extreme. `reduce` all-reduces a tensor
+  /// in place; every process must call this at the same point and must have logged the same
+  /// sync_dist names. Then each logged Metric is computed through `collectives` (nullptr: this
+  /// process alone) and reset; with several processes, one small collective first checks that
+  /// every process logged the same metrics (each throws volt::Error if not, rather than wait for
+  /// a collective the others never start).
+  void sync_epoch(const std::function<void(torch::Tensor&, Reduce)>& reduce, Collectives* collectives = nullptr);
   /// Forgets everything logged in the epoch (call at each epoch start).
   void reset();
   /// True when nothing was logged since the last reset.
@@ -57,7 +66,9 @@ class ResultCollection : public MetricSink {
     double aggregate = 0.0;
     double weight = 0.0;
     int64_t count = 0;
+    Metric* metric = nullptr;  // log(name, metric): computed into `aggregate` by sync_epoch
   };
+  void compute_metrics(Collectives* collectives);
   static bool wanted(const Entry& entry, MetricTarget target);
 
   bool training_;

@@ -9,6 +9,7 @@
 #include <exception>
 #include <map>
 #include <optional>
+#include <set>
 #include <string>
 #include <thread>
 
@@ -29,10 +30,31 @@ class ReplicaLog : public MetricSink {
     torch::Tensor value;
     LogOptions options;
   };
+  /// `copies`: the replicas are copies of the module (dp over CUDA devices), not the module itself.
+  explicit ReplicaLog(bool copies = false) : copies_(copies) {}
   void log(const std::string& name, const torch::Tensor& value, const LogOptions& options) override {
     entries.push_back({name, value.detach(), options});
   }
+  void log_metric(const std::string& name, Metric& metric, const LogOptions& options) override {
+    // A copy's metric is a copy too: what the other devices add to theirs would never be counted.
+    VOLT_CHECK(!copies_,
+               "log('{}', metric) under dp over several CUDA devices: each device's copy of the module updates "
+               "its own copy of the metric, so most examples would be missed. HINT: use strategy ddp (one "
+               "process per device, metrics synced at compute()), or log values instead.",
+               name);
+    metrics.push_back({name, &metric, options});
+  }
   std::vector<Entry> entries;
+  /// log(name, metric) calls: the replicas share the module and so the metric; logged once.
+  struct MetricEntry {
+    std::string name;
+    Metric* metric;
+    LogOptions options;
+  };
+  std::vector<MetricEntry> metrics;
+
+ private:
+  bool copies_;
 };
 
 /// Logs, on the calling thread, one value per name for all replicas (see DataParallel).
@@ -76,6 +98,12 @@ void log_combined(LightningModule& module, const std::vector<ReplicaLog>& logs, 
     // A weight the module gave counts the pieces' examples; otherwise the Trainer's (the whole batch).
     if (merged.batch_size) merged.batch_size = weight;
     module.log(name, value, merged);
+  }
+  std::set<std::string> logged;
+  for (const ReplicaLog& log : logs) {
+    for (const auto& entry : log.metrics) {
+      if (logged.insert(entry.name).second) module.log(entry.name, *entry.metric, entry.options);
+    }
   }
 }
 
@@ -243,7 +271,7 @@ torch::Tensor DataParallel::training_step(LightningModule& module, const Batch& 
   std::vector<int64_t> sizes(n);
   for (size_t r = 0; r < n; ++r) sizes[r] = pieces[r].size();
   std::vector<torch::Tensor> losses(n);
-  std::vector<ReplicaLog> logs(n);
+  std::vector<ReplicaLog> logs(n, ReplicaLog(copies));
   std::vector<std::exception_ptr> errors(n);
   // Grad mode, autocast (how a 16-bit precision plugin runs the forward pass) and dispatch keys
   // are thread-local: the replicas run under the caller's.
