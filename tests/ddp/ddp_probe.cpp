@@ -48,6 +48,7 @@ struct ProbeOptions {
   bool datamodule = false;          // fit through a DataModule whose prepare_data writes a marker file
   bool collectives = false;         // the module's all_gather/all_reduce and view of the run, to "view"
   bool batchnorm = false;           // a volt::SyncBatchNorm after the hidden layer (--sync-batchnorm syncs it)
+  bool metric = false;              // log MeanSquaredError metrics (train/mse, val/mse) and hand-made sums
   int64_t checkpoint_every_ms = 0;  // a ModelCheckpoint(train_time_interval) whose clock runs 1 + rank times as fast
 };
 
@@ -243,6 +244,7 @@ class Probe : public volt::LightningModule {
     const torch::Tensor prediction = forward(p.x);
     const torch::Tensor loss = torch::mse_loss(prediction, p.y);
     log("train/loss", loss, {.prog_bar = true});
+    if (options_.metric) log_mse("train", train_mse_, prediction, p.y);
     // A collective inside the step: a dry process must still take part in it.
     if (options_.streaming) log("train/loss_all", loss, {.on_step = true, .sync_dist = true});
     return loss;
@@ -284,7 +286,20 @@ class Probe : public volt::LightningModule {
 
   void validation_step(const volt::Batch& batch, int64_t) override {
     const Parts p = parts(batch);
-    log("val/loss", torch::mse_loss(forward(p.x), p.y), {.sync_dist = true});
+    const torch::Tensor prediction = forward(p.x);
+    log("val/loss", torch::mse_loss(prediction, p.y), {.sync_dist = true});
+    if (options_.metric) log_mse("val", val_mse_, prediction, p.y);
+  }
+
+  /// Logs `metric` as <stage>/mse, and beside it the squared errors and their count as synced
+  /// sums, which the loops also keep free of replayed batches: mse must be sq_sum / count.
+  void log_mse(const std::string& stage, volt::MeanSquaredError& metric, const torch::Tensor& prediction,
+               const torch::Tensor& target) {
+    metric.update(prediction, target);
+    log(stage + "/mse", metric);
+    const volt::LogOptions sum{.on_step = false, .on_epoch = true, .reduce_fx = volt::Reduce::kSum, .sync_dist = true};
+    log(stage + "/sq_sum", (prediction.detach() - target).to(torch::kDouble).pow(2).sum(), sum);
+    log(stage + "/count", static_cast<double>(target.numel()), sum);
   }
 
   // The seed documents' hooks: a process group made by the module, a synchronizer of its own.
@@ -351,6 +366,8 @@ class Probe : public volt::LightningModule {
   torch::nn::Linear out_{nullptr};
   torch::nn::Linear unused_{nullptr};
   volt::SyncBatchNorm norm_{nullptr};
+  volt::MeanSquaredError train_mse_;
+  volt::MeanSquaredError val_mse_;
   std::shared_ptr<volt::Dataset> data_;
   std::shared_ptr<ProbeStream> stream_;
   std::atomic<int64_t> step_{0};
@@ -427,6 +444,7 @@ int main(int argc, char** argv) {
     app.add_flag("--datamodule", probe.datamodule, "fit through a DataModule (prepare_data writes a marker)");
     app.add_flag("--collectives", probe.collectives, "record the module's view of the run and its collectives");
     app.add_flag("--batchnorm", probe.batchnorm, "a SyncBatchNorm after the hidden layer");
+    app.add_flag("--metric", probe.metric, "log Metrics train/mse and val/mse beside hand-made sums");
     app.add_option(
         "--checkpoint-every-ms", probe.checkpoint_every_ms,
         "ModelCheckpoint(train_time_interval) with a clock 1 + rank times as fast; saves to time_ckpt<rank>");

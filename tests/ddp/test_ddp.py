@@ -514,6 +514,36 @@ def test_validation_over_uneven_streams_counts_every_example_once(tmp_path):
     assert abs(three - one) <= 1e-6 * abs(one)
 
 
+@pytest.mark.parametrize("stream", [False, True])
+def test_a_logged_metric_counts_every_example_once_on_1_2_and_3_processes(tmp_path, stream):
+    """log(name, Metric) under ddp: padded validation shards (64 examples in batches of 5) or
+    uneven streams, whose dry processes replay batches, give the one-process value."""
+    def run_with(processes):
+        out = tmp_path / f"{stream}{processes}"
+        out.mkdir()
+        args = (STREAM + ["--num-workers", "2"]) if stream else ["--batch-size", "8"]
+        proc = run(args + ["--metric", "--strategy", "ddp", "--devices", str(processes), "--max-epochs", "1",
+                           "--limit-val-batches", "1.0"], out)
+        assert proc.returncode == 0, proc.stderr
+        return ranks(out, processes), json.loads((out / "validate0.json").read_text())
+
+    for processes in (1, 2, 3):
+        results, validate = run_with(processes)
+        for r in results:
+            metrics = r["metrics"]
+            # The Metric and the hand-made synced sums agree: no replayed example counted twice.
+            # Validation counts each example once; training on a padded shard (not a stream)
+            # trains on the sampler's duplicates, as Lightning's DistributedSampler does.
+            assert metrics["val/count"] == 64
+            assert metrics["train/count"] == 64 if stream else metrics["train/count"] >= 64
+            for stage in ("train", "val"):
+                expected = metrics[f"{stage}/sq_sum"] / metrics[f"{stage}/count"]
+                assert metrics[f"{stage}/mse"] == pytest.approx(expected, rel=1e-5), stage
+            synced = [f"{stage}/{key}" for stage in ("train", "val") for key in ("mse", "sq_sum", "count")]
+            assert [metrics[k] for k in synced] == [results[0]["metrics"][k] for k in synced]  # on every rank
+        assert validate["val/mse"] == pytest.approx(validate["val/loss"], rel=1e-5)
+
+
 @pytest.mark.parametrize("stop_at", [2, 5])
 def test_a_stream_resumed_mid_epoch_ends_bit_identical(tmp_path, stop_at):
     """Stopped after `stop_at` steps of epoch 0 (at 5 a process's stream is dry already) and

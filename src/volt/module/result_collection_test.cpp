@@ -2,7 +2,10 @@
 
 #include <gtest/gtest.h>
 
+#include "volt/base/testing_collectives.h"
 #include "volt/core/error.h"
+#include "volt/metrics/confusion_matrix.h"
+#include "volt/metrics/mean_squared_error.h"
 
 namespace volt {
 namespace {
@@ -86,6 +89,97 @@ TEST(ResultCollection, SyncEpochAddsWeightedAggregatesAcrossProcesses) {
   const auto epoch = results.epoch_metrics(MetricTarget::kCallback);
   EXPECT_DOUBLE_EQ(epoch.at("acc"), 0.75);
   EXPECT_DOUBLE_EQ(epoch.at("local"), 1.0);
+}
+
+// sync_epoch's reduce for one process: nothing to add.
+void no_reduce(torch::Tensor&, Reduce) {}
+
+TEST(ResultCollection, LoggedMetricIsComputedOnceAtEpochEndAndReset) {
+  ResultCollection results(/*training=*/true);
+  MeanSquaredError logged;
+  MeanSquaredError direct;
+  for (int step = 0; step < 3; ++step) {
+    const torch::Tensor preds = torch::rand({4});
+    const torch::Tensor target = torch::rand({4});
+    logged.update(preds, target);
+    direct.update(preds, target);
+    results.log_metric("mse", logged, {});  // once per step, as a training_step would
+  }
+  EXPECT_TRUE(results.step_metrics(MetricTarget::kLogger).empty());  // no per-step value
+  results.sync_epoch(no_reduce);
+  const double expected = direct.compute().item<double>();
+  EXPECT_DOUBLE_EQ(results.epoch_metrics(MetricTarget::kCallback).at("mse"), expected);
+  EXPECT_DOUBLE_EQ(results.epoch_metrics(MetricTarget::kLogger).at("mse"), expected);
+  EXPECT_EQ(logged.update_count(), 0);  // reset for the next epoch
+}
+
+TEST(ResultCollection, LoggedMetricRefusesStepValuesMixingAndVectors) {
+  MeanSquaredError mse;
+  MeanSquaredError other;
+  ResultCollection results(/*training=*/true);
+  LogOptions on_step;
+  on_step.on_step = true;
+  EXPECT_THROW(results.log_metric("mse", mse, on_step), Error);
+  results.log_metric("mse", mse, {});
+  EXPECT_THROW(results.log("mse", torch::tensor(1.0), {}), Error);  // a value under a Metric's name
+  EXPECT_THROW(results.log_metric("mse", other, {}), Error);        // another Metric under the name
+  results.log("loss", torch::tensor(1.0), {});
+  EXPECT_THROW(results.log_metric("loss", mse, {}), Error);  // a Metric under a value's name
+
+  ResultCollection vector(/*training=*/false);
+  MulticlassConfusionMatrix matrix(2);
+  matrix.update(torch::tensor({0, 1}), torch::tensor({0, 0}));
+  vector.log_metric("cm", matrix, {});
+  try {
+    vector.sync_epoch(no_reduce);
+    FAIL() << "a matrix-valued metric was logged";
+  } catch (const Error& error) {
+    EXPECT_NE(std::string(error.what()).find("single value"), std::string::npos) << error.what();
+  }
+}
+
+TEST(ResultCollection, KeptCollectionTakesOverTheMetricsOfAReplayedStep) {
+  MeanSquaredError mse;
+  ResultCollection kept(/*training=*/true);
+  ResultCollection replayed = kept;
+  replayed.log_metric("mse", mse, {});
+  replayed.log("loss", torch::tensor(5.0), {});
+  kept.keep_metrics_from(replayed);
+  mse.update(torch::tensor({1.0}), torch::tensor({0.0}));
+  kept.sync_epoch(no_reduce);
+  const auto epoch = kept.epoch_metrics(MetricTarget::kCallback);
+  EXPECT_DOUBLE_EQ(epoch.at("mse"), 1.0);
+  EXPECT_EQ(epoch.count("loss"), 0u);  // the replayed step's values stay discarded
+}
+
+TEST(ResultCollection, LoggedMetricIsSyncedOverEveryProcess) {
+  // Rank r saw errors of r+1 on r+1 examples: the mean over all of them, on every rank.
+  std::vector<double> values(3);
+  testing::run_ranks(3, [&](int64_t rank, Collectives& collectives) {
+    MeanSquaredError mse;
+    mse.update(torch::full({rank + 1}, static_cast<float>(rank + 1)), torch::zeros({rank + 1}));
+    ResultCollection results(/*training=*/false);
+    results.log_metric("mse", mse, {});
+    results.sync_epoch(no_reduce, &collectives);
+    values[static_cast<size_t>(rank)] = results.epoch_metrics(MetricTarget::kCallback).at("mse");
+  });
+  const double expected = (1.0 * 1 + 4.0 * 2 + 9.0 * 3) / 6.0;
+  for (const double value : values) EXPECT_NEAR(value, expected, 1e-6);
+}
+
+TEST(ResultCollection, ProcessesThatLoggedOtherMetricsFailInsteadOfWaiting) {
+  std::vector<std::string> errors(2);
+  testing::run_ranks(2, [&](int64_t rank, Collectives& collectives) {
+    MeanSquaredError mse;
+    ResultCollection results(/*training=*/false);
+    results.log_metric(rank == 0 ? "mse" : "val_mse", mse, {});
+    try {
+      results.sync_epoch(no_reduce, &collectives);
+    } catch (const Error& error) {
+      errors[static_cast<size_t>(rank)] = error.what();
+    }
+  });
+  for (const std::string& error : errors) EXPECT_NE(error.find("logged different Metrics"), std::string::npos) << error;
 }
 
 TEST(ResultCollection, NonScalarIsAClearError) {

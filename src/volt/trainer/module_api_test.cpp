@@ -133,5 +133,73 @@ TEST_F(TrainerTest, SyncBatchnormRefusesPlainBatchNormLayersNamingThemAndAttache
   EXPECT_EQ(plain_batchnorm_paths(synced), none);
 }
 
+// ---- log(name, Metric) ------------------------------------------------------------------------------
+
+/// The logged Metric's value, against the module's hand-summed squared errors.
+void expect_logged_mse(const Trainer& trainer, const TinyModule::Sum& sum, const std::string& name) {
+  ASSERT_GT(sum.count, 0) << name;
+  ASSERT_EQ(trainer.callback_metrics().count(name), 1u) << name << " was not logged";
+  EXPECT_NEAR(trainer.callback_metrics().at(name), sum.squares / static_cast<double>(sum.count), 1e-6) << name;
+}
+
+TEST_F(TrainerTest, ALoggedMetricIsComputedOverTheWholeEpochOfTrainingAndOfValidation) {
+  // 3 batches of 4 and one of 2: a mean of per-batch values would differ from the metric's.
+  auto module = make_module({.train_size = 14, .val_size = 10, .metric = true});
+  Trainer trainer = make_trainer({.max_epochs = 2});
+  trainer.fit(*module);
+  expect_logged_mse(trainer, module->sums.train, "train/mse");
+  expect_logged_mse(trainer, module->sums.val, "val/mse");
+
+  const EvalResult tested = trainer.validate(*module);
+  expect_logged_mse(trainer, module->sums.val, "val/mse");
+  EXPECT_EQ(tested.metrics.count("val/mse"), 1u);
+}
+
+TEST_F(TrainerTest, ALoggedMetricUnderDpCountsEveryReplicasExamplesOnce) {
+  auto module = make_module({.train_size = 14, .val_size = 10, .metric = true});
+  Trainer trainer = make_trainer({.accelerator = AcceleratorRequest::kCpu,
+                                  .devices = 2,
+                                  .strategy = StrategyRequest::kDp,
+                                  .max_epochs = 1});
+  trainer.fit(*module);
+  expect_logged_mse(trainer, module->sums.train, "train/mse");
+  expect_logged_mse(trainer, module->sums.val, "val/mse");
+}
+
+TEST_F(TrainerTest, LoggingAMetricOnStepIsAClearError) {
+  class OnStep : public TinyModule {
+   public:
+    using TinyModule::TinyModule;
+    torch::Tensor training_step(const Batch& batch, int64_t batch_idx) override {
+      mse_.update(forward(batch.data), batch.target);
+      log("mse", mse_, {.on_step = true});
+      return loss(batch);
+    }
+    MeanSquaredError mse_;
+  };
+  torch::manual_seed(7);
+  OnStep module;
+  Trainer trainer = make_trainer({.max_epochs = 1});
+  try {
+    trainer.fit(module);
+    FAIL() << "fit accepted a Metric logged on_step";
+  } catch (const Error& error) {
+    EXPECT_NE(std::string(error.what()).find("on_step=true"), std::string::npos) << error.what();
+    EXPECT_NE(std::string(error.what()).find("HINT:"), std::string::npos) << error.what();
+  }
+}
+
+TEST(RegisterMetric, RefusesADuplicateNameOrMetric) {
+  TinyModule module;
+  MeanSquaredError a;
+  MeanSquaredError b;
+  module.register_metric("a", a);
+  EXPECT_THROW(module.register_metric("a", b), Error);
+  EXPECT_THROW(module.register_metric("b", a), Error);
+  EXPECT_THROW(module.register_metric("", b), Error);
+  module.register_metric("b", b);
+  EXPECT_EQ(module.registered_metrics().size(), 2u);
+}
+
 }  // namespace
 }  // namespace volt

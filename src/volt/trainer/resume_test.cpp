@@ -1,5 +1,6 @@
 // Exact resume: a run interrupted at a checkpoint and resumed ends bit-identical to one that
 // never stopped, across schedulers, accumulation, dropout and bf16-mixed.
+#include <gtest/gtest-spi.h>
 #include <gtest/gtest.h>
 
 #include "volt/trainer/trainer_testing.h"
@@ -14,6 +15,7 @@ struct Outcome {
   std::map<std::string, torch::Tensor> parameters;
   int64_t global_step = 0;
   FitResult result;
+  std::map<std::string, double> metrics;  // the Trainer's callback_metrics after the fit
 };
 
 class ResumeTest : public TrainerTest {
@@ -28,6 +30,7 @@ class ResumeTest : public TrainerTest {
     out.result = trainer.fit(*module, {}, {}, ckpt_path);
     out.parameters = parameters_of(*module);
     out.global_step = out.result.global_step;
+    out.metrics = trainer.callback_metrics();
     return out;
   }
 
@@ -51,12 +54,20 @@ class ResumeTest : public TrainerTest {
     fit(module_options, stop);
     const std::string path = path_ending_with(io_->paths(), suffix);
     if (lightning_layout_) strip_to_lightning_layout(path);
+    if (checkpoint_edit_) checkpoint_edit_(path);
 
     const Outcome resumed = fit(module_options, {.max_epochs = 2, .accumulate_grad_batches = accumulate, .seed = 1},
                                 path, /*init_seed=*/99);
     EXPECT_EQ(resumed.result.resumed_from, path);
     EXPECT_EQ(resumed.global_step, straight.global_step);
     EXPECT_TRUE(bit_identical(resumed.parameters, straight.parameters));
+    if (module_options.metric) {
+      // Exactly equal: the resumed metric states add the same updates in the same order.
+      for (const char* name : {"train/mse", "val/mse"}) {
+        ASSERT_EQ(resumed.metrics.count(name), 1u) << name;
+        EXPECT_EQ(resumed.metrics.at(name), straight.metrics.at(name)) << name;
+      }
+    }
   }
 
   /// Leaves only what PyTorch Lightning writes (and the generator state, which its fault-tolerant
@@ -76,6 +87,7 @@ class ResumeTest : public TrainerTest {
   std::shared_ptr<InMemoryCheckpointIO> io_ = std::make_shared<InMemoryCheckpointIO>();
   Precision precision_ = Precision::k32True;  // every fit's precision
   bool lightning_layout_ = false;             // resume from Lightning's keys alone
+  std::function<void(const std::string&)> checkpoint_edit_;  // changes the checkpoint before the resume
 };
 
 TEST_F(ResumeTest, FromAnEpochEndCheckpointIsBitIdentical) {
@@ -98,6 +110,22 @@ TEST_F(ResumeTest, FromAnEpochEndCheckpointIsBitIdentical) {
 
 TEST_F(ResumeTest, FromAMidEpochCheckpointIsBitIdentical) {
   expect_exact_resume({}, 1, {.max_steps = 3}, every_n_steps(3), "epoch=0-step=3.ckpt");
+}
+
+TEST_F(ResumeTest, InsideTheLastEpochTheLoggedMetricsContinueBitIdentical) {
+  // 4 batches an epoch: step 6 is inside epoch 1, whose train/mse the resumed run reports.
+  expect_exact_resume({.metric = true}, 1, {.max_steps = 6}, every_n_steps(6), "epoch=1-step=6.ckpt");
+}
+
+TEST_F(ResumeTest, ControlACheckpointWithoutMetricStatesChangesTheLoggedMetric) {
+  checkpoint_edit_ = [this](const std::string& path) {
+    StateDict checkpoint = load_dict(*io_, path);
+    ASSERT_TRUE(checkpoint.erase(kMetricsCheckpointKey)) << "the checkpoint holds no metric states";
+    io_->save(checkpoint, path);
+  };
+  EXPECT_NONFATAL_FAILURE(
+      expect_exact_resume({.metric = true}, 1, {.max_steps = 6}, every_n_steps(6), "epoch=1-step=6.ckpt"),
+      "train/mse");
 }
 
 TEST_F(ResumeTest, WithDropoutAdamAndAnEpochSchedulerIsBitIdentical) {

@@ -30,6 +30,7 @@
 #include "volt/checkpoint/hpc_checkpoints.h"
 #include "volt/core/error.h"
 #include "volt/loggers/logger.h"
+#include "volt/metrics/mean_squared_error.h"
 #include "volt/optim/lr_scheduler.h"
 #include "volt/precision/precision_plugin.h"
 #include "volt/trainer/trainer.h"
@@ -70,6 +71,9 @@ struct TinyOptions {
   /// Manual optimization: training_step backpropagates and steps the optimizer itself, as the
   /// Trainer would (and steps a step-interval scheduler after it).
   bool manual = false;
+  /// Also log Metrics: "train/mse" and "val/mse" (MeanSquaredError, registered so checkpoints
+  /// carry them), with the same squared errors summed by hand in `sums` for comparison.
+  bool metric = false;
 
   // Faults, for the error and control tests.
   bool detached_loss = false;     ///< training_step returns a tensor without grad
@@ -90,6 +94,10 @@ class TinyModule : public LightningModule {
     train_data_ = make_dataset(options_.train_size, 1, options_.outputs);
     val_data_ = make_dataset(options_.val_size, 2, options_.outputs);
     set_automatic_optimization(!options_.manual);
+    if (options_.metric) {
+      register_metric("train_mse", train_mse_);
+      register_metric("val_mse", val_mse_);
+    }
   }
 
   /// The prediction for inputs `x`.
@@ -106,6 +114,7 @@ class TinyModule : public LightningModule {
     if (batch_idx == options_.signal_at_batch) ::raise(options_.signal);
     torch::Tensor value = loss(batch);
     log("train/loss", value, {.prog_bar = true, .on_epoch = true});
+    if (options_.metric) log_mse("train/mse", train_mse_, batch, sums.train);
     if (options_.manual) {
       LightningOptimizer optimizer = optimizers().at(0);
       manual_backward(value);
@@ -124,6 +133,7 @@ class TinyModule : public LightningModule {
       log("val/loss", options_.scripted_val_loss[run]);
     }
     log("val/examples", static_cast<double>(batch.data.size(0)), {.reduce_fx = Reduce::kSum});
+    if (options_.metric) log_mse("val/mse", val_mse_, batch, sums.val);
   }
   void test_step(const Batch& batch, int64_t batch_idx) override {
     calls.push_back("test_step");
@@ -168,7 +178,10 @@ class TinyModule : public LightningModule {
   void on_fit_end() override { calls.push_back("on_fit_end"); }
   void on_train_start() override { calls.push_back("on_train_start"); }
   void on_train_end() override { calls.push_back("on_train_end"); }
-  void on_train_epoch_start() override { calls.push_back("on_train_epoch_start"); }
+  void on_train_epoch_start() override {
+    calls.push_back("on_train_epoch_start");
+    sums.train = {};
+  }
   void on_train_epoch_end() override {
     calls.push_back("on_train_epoch_end");
     if (options_.manual && options_.scheduler == Interval::kEpoch) lr_schedulers().at(0)->step();
@@ -179,6 +192,7 @@ class TinyModule : public LightningModule {
   }
   void on_validation_epoch_start() override {
     ++validation_runs_;
+    sums.val = {};
     calls.push_back("on_validation_epoch_start");
   }
   void on_validation_epoch_end() override { calls.push_back("on_validation_epoch_end"); }
@@ -198,6 +212,16 @@ class TinyModule : public LightningModule {
 
   /// Every hook and step, in call order.
   std::vector<std::string> calls;
+  /// Squared errors and their count, summed by hand in float64 (TinyOptions::metric).
+  struct Sum {
+    double squares = 0;
+    int64_t count = 0;
+  };
+  /// The current (or last) training epoch's and validation pass's sums.
+  struct {
+    Sum train;
+    Sum val;
+  } sums;
 
  private:
   TinyOptions options_;
@@ -206,6 +230,16 @@ class TinyModule : public LightningModule {
   std::shared_ptr<TensorDataset> train_data_;
   std::shared_ptr<TensorDataset> val_data_;
   int64_t validation_runs_ = 0;
+  MeanSquaredError train_mse_;
+  MeanSquaredError val_mse_;
+
+  void log_mse(const std::string& name, MeanSquaredError& metric, const Batch& batch, Sum& sum) {
+    const torch::Tensor pred = forward(batch.data).detach();
+    metric.update(pred, batch.target);
+    sum.squares += (pred - batch.target).to(torch::kDouble).pow(2).sum().item<double>();
+    sum.count += batch.target.numel();
+    log(name, metric);
+  }
 };
 
 /// A module built from a fixed seed, so two calls with the same seed have the same weights.
