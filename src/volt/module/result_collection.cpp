@@ -213,7 +213,9 @@ void ResultCollection::compute_metrics(Collectives* collectives) {
                "HINT: log a single-valued metric (e.g. average='macro'), or compute() this one yourself in an "
                "epoch-end hook and log its elements.",
                name, entry.metric->name(), c10::str(value.sizes()));
+    // One value of weight 1, so that epoch_metrics' weighted mean (the default reduce_fx) is it.
     entry.aggregate = value.to(torch::kCPU).item<double>();
+    entry.weight = 1.0;
     entry.count = 1;
     entry.metric->reset();
   }
