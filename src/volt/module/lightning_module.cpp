@@ -232,24 +232,27 @@ void LightningModule::log(const std::string& name, Metric& metric, const LogOpti
 }
 
 void MetricSink::log_metric(const std::string& name, Metric& metric, const LogOptions& options) {
-  throw Error(fmt::format("log('{}', metric): this stage's log takes values only. HINT: log the value of "
-                          "metric.compute() instead.",
-                          name));
+  throw Error(
+      fmt::format("log('{}', metric): this stage's log takes values only. HINT: log the value of "
+                  "metric.compute() instead.",
+                  name));
 }
 
 void LightningModule::register_metric(const std::string& name, Metric& metric) {
   for (const auto& [known, registered] : metrics_) {
-    VOLT_CHECK(known != name, "register_metric('{}'): a metric is registered under that name already. HINT: give "
-               "each metric its own name.", name);
-    VOLT_CHECK(registered != &metric, "register_metric('{}'): this metric is registered already as '{}'. HINT: "
-               "register each metric once.", name, known);
+    VOLT_CHECK(known != name,
+               "register_metric('{}'): a metric is registered under that name already. HINT: give "
+               "each metric its own name.",
+               name);
+    VOLT_CHECK(registered != &metric,
+               "register_metric('{}'): this metric is registered already as '{}'. HINT: "
+               "register each metric once.",
+               name, known);
   }
   VOLT_CHECK(!name.empty(), "register_metric: the name is empty. HINT: name the metric, e.g. \"train_acc\".");
   metrics_.emplace_back(name, &metric);
 }
 
-Collectives& LightningModule::collectives() const {
-  return run_view_ ? run_view_->collectives() : local_collectives();
-}
+Collectives& LightningModule::collectives() const { return run_view_ ? run_view_->collectives() : local_collectives(); }
 
 }  // namespace volt

@@ -129,8 +129,7 @@ std::map<std::string, double> ResultCollection::epoch_metrics(MetricTarget targe
   return out;
 }
 
-void ResultCollection::sync_epoch(const std::function<void(torch::Tensor&, Reduce)>& reduce,
-                                  Collectives* collectives) {
+void ResultCollection::sync_epoch(const std::function<void(torch::Tensor&, Reduce)>& reduce, Collectives* collectives) {
   compute_metrics(collectives);
   std::vector<Entry*> sums;  // means and sums: aggregate and weight add up across processes
   std::vector<Entry*> maxima;

@@ -157,10 +157,8 @@ TEST_F(TrainerTest, ALoggedMetricIsComputedOverTheWholeEpochOfTrainingAndOfValid
 
 TEST_F(TrainerTest, ALoggedMetricUnderDpCountsEveryReplicasExamplesOnce) {
   auto module = make_module({.train_size = 14, .val_size = 10, .metric = true});
-  Trainer trainer = make_trainer({.accelerator = AcceleratorRequest::kCpu,
-                                  .devices = 2,
-                                  .strategy = StrategyRequest::kDp,
-                                  .max_epochs = 1});
+  Trainer trainer = make_trainer(
+      {.accelerator = AcceleratorRequest::kCpu, .devices = 2, .strategy = StrategyRequest::kDp, .max_epochs = 1});
   trainer.fit(*module);
   expect_logged_mse(trainer, module->sums.train, "train/mse");
   expect_logged_mse(trainer, module->sums.val, "val/mse");

@@ -85,8 +85,8 @@ class ResumeTest : public TrainerTest {
 
  protected:
   std::shared_ptr<InMemoryCheckpointIO> io_ = std::make_shared<InMemoryCheckpointIO>();
-  Precision precision_ = Precision::k32True;  // every fit's precision
-  bool lightning_layout_ = false;             // resume from Lightning's keys alone
+  Precision precision_ = Precision::k32True;                 // every fit's precision
+  bool lightning_layout_ = false;                            // resume from Lightning's keys alone
   std::function<void(const std::string&)> checkpoint_edit_;  // changes the checkpoint before the resume
 };
 
@@ -124,8 +124,7 @@ TEST_F(ResumeTest, ControlACheckpointWithoutMetricStatesChangesTheLoggedMetric) 
     io_->save(checkpoint, path);
   };
   EXPECT_NONFATAL_FAILURE(
-      expect_exact_resume({.metric = true}, 1, {.max_steps = 6}, every_n_steps(6), "epoch=1-step=6.ckpt"),
-      "train/mse");
+      expect_exact_resume({.metric = true}, 1, {.max_steps = 6}, every_n_steps(6), "epoch=1-step=6.ckpt"), "train/mse");
 }
 
 TEST_F(ResumeTest, WithDropoutAdamAndAnEpochSchedulerIsBitIdentical) {
