@@ -6,8 +6,11 @@
 #include <torch/torch.h>
 
 #include "volt/callbacks/early_stopping.h"
+#include "volt/callbacks/gradient_accumulation_scheduler.h"
 #include "volt/callbacks/lr_monitor.h"
 #include "volt/callbacks/model_checkpoint.h"
+#include "volt/callbacks/on_exception_checkpoint.h"
+#include "volt/callbacks/timer.h"
 #include "volt/checkpoint/checkpoint_io.h"
 #include "volt/checkpoint/checkpoint_state.h"
 #include "volt/data/data_loader.h"

@@ -10,10 +10,10 @@ namespace volt {
 namespace internal {
 
 void notify_exception(const std::vector<std::shared_ptr<Callback>>& callbacks, const CallbackContext& context,
-                      const std::exception& error) {
+                      const std::exception& error, CallbackServices& services) {
   for (const auto& callback : callbacks) {
     try {
-      callback->on_exception(context, error);
+      callback->on_exception(context, error, services);
     } catch (...) {
       // The run's own error is the one to report; a second one from a callback adds nothing.
     }

@@ -192,8 +192,9 @@ class Callback {
   /// After training stops.
   virtual void on_fit_end(const CallbackContext& context, CallbackServices& services) {}
   /// When fit's loop or a validate, test or predict pass throws `error`, before it propagates
-  /// (e.g. to save what can be saved); the error propagates whatever this does.
-  virtual void on_exception(const CallbackContext& context, const std::exception& error) {}
+  /// (e.g. to save what can be saved through `services`, as OnExceptionCheckpoint does); the
+  /// error propagates whatever this does.
+  virtual void on_exception(const CallbackContext& context, const std::exception& error, CallbackServices& services) {}
   /// Adds the callback's own entries to a checkpoint being built (plain values only), after
   /// every callback's state_dict and before the module's on_save_checkpoint.
   virtual void on_save_checkpoint(const CallbackContext& context, StateDict& checkpoint) {}
@@ -201,11 +202,15 @@ class Callback {
   /// and the module's on_load_checkpoint.
   virtual void on_load_checkpoint(const CallbackContext& context, const StateDict& checkpoint) {}
   /// Whether on_train_batch_end may save a full checkpoint at this step (ModelCheckpoint:
-  /// every_n_train_steps' steps; every step with train_time_interval). Under ddp the loop gathers the registered metrics' states from every
-  /// process only before such steps (a collective per step would cost too much), so the answer
-  /// must be the same on every process; a callback that saves at a step it said false to saves
-  /// no metric states (with a warning).
+  /// every_n_train_steps' steps; every step with train_time_interval). Under ddp the loop gathers the registered
+  /// metrics' states from every process only before such steps (a collective per step would cost too much), so the
+  /// answer must be the same on every process; a callback that saves at a step it said false to saves no metric states
+  /// (with a warning).
   virtual bool saves_checkpoint_at_train_batch_end(const CallbackContext& context) const { return false; }
+  /// The number of batches to accumulate in `epoch` that this callback asks for
+  /// (GradientAccumulationScheduler); unset: no opinion. Asked at every training epoch's start; it
+  /// must depend on the epoch alone, so that a resumed run accumulates as an uninterrupted one.
+  virtual std::optional<int64_t> accumulate_grad_batches(int64_t epoch) const { return std::nullopt; }
   /// State to resume from (plain values only).
   virtual StateDict state_dict() const { return make_state_dict(); }
   /// Restores what state_dict returned.
@@ -225,10 +230,10 @@ class CallbackDispatcher {
 };
 
 namespace internal {
-/// Calls on_exception(context, error) on every callback; a callback that throws in turn is
-/// skipped, so that `error` is the one that propagates.
+/// Calls on_exception(context, error, services) on every callback; a callback that throws in
+/// turn is skipped, so that `error` is the one that propagates.
 void notify_exception(const std::vector<std::shared_ptr<Callback>>& callbacks, const CallbackContext& context,
-                      const std::exception& error);
+                      const std::exception& error, CallbackServices& services);
 /// Looks up `monitor` in `metrics`; throws volt::Error listing the available names with a HINT.
 double monitored_value(const std::map<std::string, double>* metrics, const std::string& monitor,
                        const std::string& who);

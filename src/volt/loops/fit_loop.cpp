@@ -171,9 +171,10 @@ void FitLoop::restore_metric_states(const c10::IValue& checkpoint, const std::st
   const StateDict top = checkpoint.toGenericDict();
   if (!top.contains(kMetricsCheckpointKey)) {
     if (progress_.batches_done > 0 && !progress_.epoch_done) {
-      parts_.console.warn(fmt::format("{} holds no metric states ('{}'), so the registered metrics start this epoch "
-                                      "over from the resumed batch.",
-                                      path, kMetricsCheckpointKey));
+      parts_.console.warn(
+          fmt::format("{} holds no metric states ('{}'), so the registered metrics start this epoch "
+                      "over from the resumed batch.",
+                      path, kMetricsCheckpointKey));
     }
     return;
   }
@@ -206,6 +207,19 @@ void FitLoop::dispatch(const CallbackHook& hook, const HookPoint& point) {
   // One process needs no agreement: a callback's stop holds from the next check on, as it
   // always did. Several processes agree at the next step boundary or epoch end.
   if (parts_.plan.topology.world_size == 1) stop_.agree(identity);
+}
+
+int64_t FitLoop::accumulate_grad_batches(int64_t epoch) const {
+  for (const auto& callback : parts_.callbacks) {
+    const std::optional<int64_t> scheduled = callback->accumulate_grad_batches(epoch);
+    if (!scheduled) continue;
+    VOLT_CHECK(parts_.plan.accumulate_grad_batches == 1,
+               "accumulate_grad_batches={} is set, and a {} schedules the accumulation too. HINT: leave "
+               "accumulate_grad_batches at 1 and put every factor in the schedule.",
+               parts_.plan.accumulate_grad_batches, callback->state_key());
+    return *scheduled;
+  }
+  return parts_.plan.accumulate_grad_batches;
 }
 
 bool FitLoop::validates_in_epoch(int64_t epoch) const {
@@ -404,6 +418,7 @@ FitResult FitLoop::run() {
       result.hpc_checkpoint_path = parts_.strategy.broadcast_string(path);
       parts_.console.info(fmt::format("Saved HPC checkpoint {} ({})", result.hpc_checkpoint_path, stop_.message()));
     }
+    prepare_metric_states(/*train_batch_end=*/false);  // a Timer saves its checkpoint here
     dispatch([](Callback& c, const CallbackContext& ctx, CallbackServices& s) { return c.on_train_end(ctx, s); }, {});
     module.on_train_end();
     dispatch(
@@ -418,7 +433,7 @@ FitResult FitLoop::run() {
                                                                           : "success";
     parts_.metrics.finalize(status);
   } catch (const std::exception& error) {
-    internal::notify_exception(parts_.callbacks, context({}), error);
+    internal::notify_exception(parts_.callbacks, context({}), error, *this);
     // Loggers learn how the run ended even when it throws.
     parts_.metrics.finalize_failed();
     throw;

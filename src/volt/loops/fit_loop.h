@@ -113,6 +113,7 @@ class FitLoop : public CallbackServices, private EpochHooks {
   void at_step_boundary() override;
   void at_epoch_end() override;
   bool validates_in_epoch(int64_t epoch) const override;
+  int64_t accumulate_grad_batches(int64_t epoch) const override;
   void prepare_metric_states(bool train_batch_end) override;
 
   void name_learning_rates();

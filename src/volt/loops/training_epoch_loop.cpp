@@ -97,7 +97,12 @@ void TrainingEpochLoop::run(FitProgress& progress, StopController& stop, EpochHo
       bar_->start(fmt::format("Epoch {}", progress.epoch), static_cast<int>(progress.epoch), num_batches.value_or(-1));
     }
 
-    const int64_t accumulate = plan_.accumulate_grad_batches;
+    const int64_t accumulate = hooks.accumulate_grad_batches(progress.epoch);
+    VOLT_CHECK(!manual_ || accumulate == 1,
+               "{} optimizes manually (automatic_optimization() is false), but a callback schedules "
+               "accumulate_grad_batches={} for epoch {}. HINT: accumulate in training_step and remove the "
+               "GradientAccumulationScheduler.",
+               module_.name(), accumulate, progress.epoch);
     const bool validates = hooks.validates_in_epoch(progress.epoch);
     // The loader's workers make the rest of the epoch's batches ahead of the steps; a stop
     // before the end drops what they made.

@@ -42,6 +42,9 @@ class EpochHooks : public CallbackDispatcher {
   virtual void at_epoch_end() = 0;
   /// Whether validation runs during epoch `epoch` at all (check_val_every_n_epoch, val data).
   virtual bool validates_in_epoch(int64_t epoch) const = 0;
+  /// How many batches epoch `epoch` accumulates before each optimizer step: a callback's schedule
+  /// (GradientAccumulationScheduler), else the plan's accumulate_grad_batches.
+  virtual int64_t accumulate_grad_batches(int64_t epoch) const = 0;
   /// Called by every process right before a dispatch at which a callback may save a checkpoint:
   /// gathers the module's registered metrics' states from every process (a collective, so it
   /// cannot wait for a save that only some processes make). `train_batch_end`: before

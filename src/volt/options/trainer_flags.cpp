@@ -41,6 +41,7 @@ void describe_trainer_flags(CLI::App& app, const TrainerOptions& o) {
       {"--num-threads", [&o] { return o.num_threads ? std::to_string(*o.num_threads) : ""; }},
       {"--max-epochs", [&o] { return o.max_epochs ? std::to_string(*o.max_epochs) : ""; }},
       {"--max-steps", [&o] { return o.max_steps ? std::to_string(*o.max_steps) : ""; }},
+      {"--max-time", [&o] { return o.max_time ? format_duration(*o.max_time) : ""; }},
       {"--limit-train-batches", [&o] { return o.limit_train_batches.to_string(); }},
       {"--limit-val-batches", [&o] { return o.limit_val_batches.to_string(); }},
       {"--limit-test-batches", [&o] { return o.limit_test_batches.to_string(); }},
@@ -74,6 +75,7 @@ void describe_trainer_flags(CLI::App& app, const TrainerOptions& o) {
     app.get_option(name)->check(
         parsed_by([name = std::string(name)](const std::string& text) { BatchLimit::parse(text, name); }));
   }
+  app.get_option("--max-time")->check(parsed_by([](const std::string& text) { parse_duration(text, "--max-time"); }));
   app.get_option("--devices")->check(parsed_by([](const std::string& text) { (void)DeviceRequest(text); }));
   app.get_option("--gpus")->check(parsed_by([](const std::string& text) { (void)DeviceRequest(text); }));
   app.get_option("--accelerator")->check(parsed_by([](const std::string& text) { parse_accelerator_request(text); }));
@@ -146,6 +148,7 @@ void add_trainer_flags(CLI::App& app, TrainerOptions& o, TrainerFlagText& t) {
   app.add_option("--min-epochs", o.min_epochs, "train at least this many epochs")->capture_default_str();
   app.add_option("--max-steps", t.max_steps, "stop after this many optimizer steps (-1 or unset: no limit)");
   app.add_option("--min-steps", o.min_steps, "train at least this many optimizer steps")->capture_default_str();
+  app.add_option("--max-time", t.max_time, "stop training after this long, saving last.ckpt: DD:HH:MM:SS or seconds");
   app.add_option("--limit-train-batches", t.limit_train_batches,
                  "batches per epoch: a count (10) or a fraction (0.25)");
   app.add_option("--limit-val-batches", t.limit_val_batches, "validation batches: a count or a fraction");
@@ -221,6 +224,7 @@ void apply_trainer_flags(const TrainerFlagText& t, TrainerOptions& o) {
     o.gradient_clip_algorithm = parse_gradient_clip_algorithm(t.gradient_clip_algorithm);
   if (t.max_epochs) o.max_epochs = *t.max_epochs;
   if (t.max_steps) o.max_steps = *t.max_steps;
+  if (!t.max_time.empty()) o.max_time = parse_duration(t.max_time, "--max-time");
   if (t.num_threads) {
     VOLT_CHECK(*t.num_threads >= 0,
                "--num-threads={} must be >= 1, or 0 for automatic. HINT: leave --num-threads out to use "

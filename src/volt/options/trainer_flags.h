@@ -30,6 +30,7 @@ struct TrainerFlagText {
   std::string gradient_clip_algorithm;      ///< --gradient-clip-algorithm
   std::string overfit_batches;              ///< --overfit-batches
   std::string deterministic;                ///< --deterministic (bare: "true"), --deterministic=warn
+  std::string max_time;                     ///< --max-time
   std::optional<int64_t> max_epochs;        ///< --max-epochs (unset: not given)
   std::optional<int64_t> max_steps;         ///< --max-steps (unset: not given)
   std::optional<int64_t> num_threads;       ///< --num-threads (unset: not given; 0: automatic)

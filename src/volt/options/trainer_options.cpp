@@ -21,6 +21,38 @@ BatchLimit BatchLimit::parse(const std::string& text, const std::string& what) {
                   what, text));
 }
 
+std::chrono::duration<double> parse_duration(const std::string& text, const std::string& what) {
+  const std::string t = trim(text);
+  const std::vector<std::string> parts = split(t, ':');
+  std::optional<double> seconds;
+  if (parts.size() == 1) {
+    seconds = parse_double(t);
+  } else if (parts.size() == 4) {
+    double total = 0;
+    bool whole = true;
+    const double unit[] = {86400.0, 3600.0, 60.0, 1.0};
+    for (size_t i = 0; i < 4 && whole; ++i) {
+      const auto value = parse_int(trim(parts[i]));
+      whole = value && *value >= 0;
+      if (whole) total += static_cast<double>(*value) * unit[i];
+    }
+    if (whole) seconds = total;
+  }
+  if (seconds && std::isfinite(*seconds) && *seconds > 0) return std::chrono::duration<double>(*seconds);
+  throw Error(
+      fmt::format("{}='{}' is not a duration; expected \"DD:HH:MM:SS\" (days, hours, minutes and seconds, "
+                  "e.g. \"00:12:00:00\" for 12 hours) or a positive number of seconds (e.g. 3600). HINT: "
+                  "leave it unset for no time limit.",
+                  what, text));
+}
+
+std::string format_duration(std::chrono::duration<double> duration) {
+  const double seconds = duration.count();
+  if (seconds != std::floor(seconds) || seconds < 0) return fmt::format("{}", seconds);
+  const auto s = static_cast<int64_t>(seconds);
+  return fmt::format("{:02}:{:02}:{:02}:{:02}", s / 86400, s / 3600 % 24, s / 60 % 60, s % 60);
+}
+
 int64_t BatchLimit::resolve(int64_t available) const {
   if (!is_fraction_) return std::min(count_, available);
   const auto n = static_cast<int64_t>(std::floor(static_cast<double>(available) * fraction_));

@@ -8,6 +8,7 @@
 // function resolve_run_plan uses (volt/options/run_layout.h).
 #pragma once
 
+#include <chrono>
 #include <cstdint>
 #include <initializer_list>
 #include <memory>
@@ -117,6 +118,12 @@ class Deterministic {
   DeterministicMode mode_;
 };
 
+/// Parses a duration as Lightning's max_time takes it: "DD:HH:MM:SS" (e.g. "00:12:00:00") or a
+/// number of seconds ("3600", "90.5"); throws volt::Error naming `what` (e.g. "--max-time").
+std::chrono::duration<double> parse_duration(const std::string& text, const std::string& what);
+/// "DD:HH:MM:SS" for whole seconds (what parse_duration reads back), else the seconds ("90.5").
+std::string format_duration(std::chrono::duration<double> duration);
+
 /// The name of the file TrainerOptions::config is saved to in the log directory (LightningCLI's).
 inline constexpr const char* kConfigFileName = "config.yaml";
 
@@ -187,6 +194,10 @@ struct TrainerOptions {
   /// Keep training at least this many optimizer steps even if a callback asks to stop (with
   /// min_epochs, both must be reached); 0: no minimum. Limits and signals still stop.
   int64_t min_steps = 0;
+  /// Stop training after this much time (Lightning's max_time: a Timer callback checks after
+  /// every step, and saves `last.ckpt` to resume from); unset: no limit. A Timer among the
+  /// callbacks wins over it. Flag and config: "DD:HH:MM:SS" or seconds.
+  std::optional<std::chrono::duration<double>> max_time;
   /// Batches per training epoch (a count or a fraction).
   BatchLimit limit_train_batches = 1.0;
   /// Batches per validation run.

@@ -149,7 +149,7 @@ class HookedCallback : public Callback {
     if (c.module == nullptr) calls_.push_back("on_save_checkpoint without the module");
     calls_.push_back("Callback.on_save_checkpoint");
   }
-  void on_exception(const CallbackContext&, const std::exception& error) override {
+  void on_exception(const CallbackContext&, const std::exception& error, CallbackServices&) override {
     calls_.push_back(std::string("Callback.on_exception: ") + error.what());
   }
 

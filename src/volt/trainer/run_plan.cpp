@@ -364,6 +364,12 @@ RunPlan resolve_run_plan(const TrainerOptions& options, const Env& env, const Ma
   plan.max_epochs = options.max_epochs.value_or(plan.max_steps == -1 ? 1000 : -1);
   plan.min_epochs = options.min_epochs;
   plan.min_steps = options.min_steps;
+  if (options.max_time) {
+    VOLT_CHECK(std::isfinite(options.max_time->count()) && options.max_time->count() > 0,
+               "max_time={} s must be a positive duration. HINT: leave max_time unset for no time limit.",
+               options.max_time->count());
+    plan.max_time = options.max_time->count();
+  }
   plan.limit_train_batches = options.limit_train_batches;
   plan.limit_val_batches = options.limit_val_batches;
   plan.limit_test_batches = options.limit_test_batches;
@@ -485,6 +491,8 @@ std::string RunPlan::describe() const {
   line("max_steps", max_steps == -1 ? "unlimited" : std::to_string(max_steps));
   if (min_epochs > 0) line("min_epochs", std::to_string(min_epochs));
   if (min_steps > 0) line("min_steps", std::to_string(min_steps));
+  if (max_time)
+    line("max_time", format_duration(std::chrono::duration<double>(*max_time)) + " (a Timer stops training)");
   if (overfit_batches) line("overfit_batches", limit_train_batches.to_string() + " (no shuffling)");
   line("limit_train_batches", limit_train_batches.to_string());
   line("limit_val_batches", limit_val_batches.to_string());

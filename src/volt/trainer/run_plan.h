@@ -51,6 +51,7 @@ struct RunPlan {
   int64_t min_epochs = 0;                  ///< epochs before a callback may stop training
   int64_t max_steps = -1;                  ///< -1: unlimited
   int64_t min_steps = 0;                   ///< optimizer steps before a callback may stop training
+  std::optional<double> max_time;          ///< seconds of training before a Timer stops it
   BatchLimit limit_train_batches = 1.0;    ///< per training epoch
   BatchLimit limit_val_batches = 1.0;      ///< per validation run
   BatchLimit limit_test_batches = 1.0;     ///< when testing

@@ -8,6 +8,7 @@
 
 #include "volt/callbacks/callback.h"
 #include "volt/callbacks/model_checkpoint.h"
+#include "volt/callbacks/timer.h"
 #include "volt/checkpoint/checkpointer.h"
 #include "volt/core/console.h"
 #include "volt/core/error.h"
@@ -89,10 +90,10 @@ class StageCallbacks : public CallbackDispatcher, public CallbackServices {
         path));
   }
   void save_weights_checkpoint(const std::string& path) override {
-    throw Error(fmt::format(
-        "a callback asked to save weights checkpoint '{}' during validate, test or predict; only fit saves "
-        "checkpoints. HINT: save checkpoints from the fit hooks (on_train_epoch_end, on_validation_end).",
-        path));
+    throw Error(
+        fmt::format("a callback asked to save weights checkpoint '{}' during validate, test or predict; only fit saves "
+                    "checkpoints. HINT: save checkpoints from the fit hooks (on_train_epoch_end, on_validation_end).",
+                    path));
   }
   bool broadcast_decision(bool decision) override {
     // The maximum of rank 0's vote and everyone else's 0 is rank 0's decision (as in fit; one
@@ -115,7 +116,7 @@ class StageCallbacks : public CallbackDispatcher, public CallbackServices {
     try {
       return body();
     } catch (const std::exception& error) {
-      internal::notify_exception(callbacks_, context({}), error);
+      internal::notify_exception(callbacks_, context({}), error, *this);
       throw;
     }
   }
@@ -201,7 +202,19 @@ ModelCheckpoint* first_model_checkpoint(const std::vector<std::shared_ptr<Callba
 /// The user's callbacks plus the default ModelCheckpoint (or without any, when checkpointing is
 /// off), in Lightning's order: checkpointing callbacks last, after e.g. EarlyStopping decided.
 std::vector<std::shared_ptr<Callback>> fit_callbacks(std::vector<std::shared_ptr<Callback>> callbacks,
-                                                     bool enable_checkpointing) {
+                                                     bool enable_checkpointing, const RunPlan& plan, Console& console) {
+  if (plan.max_time) {
+    // Lightning's rule: a Timer the user configured wins over max_time.
+    const bool has_timer = std::any_of(callbacks.begin(), callbacks.end(),
+                                       [](const auto& c) { return dynamic_cast<const Timer*>(c.get()) != nullptr; });
+    if (has_timer) {
+      console.warn("Ignoring max_time in favour of the Timer callback among the callbacks.");
+    } else {
+      callbacks.push_back(
+          std::make_shared<Timer>(TimerOptions{.duration = std::chrono::duration<double>(*plan.max_time),
+                                               .save_checkpoint = plan.enable_checkpointing && !plan.fast_dev_run}));
+    }
+  }
   if (enable_checkpointing && first_model_checkpoint(callbacks) == nullptr) {
     callbacks.push_back(std::make_shared<ModelCheckpoint>());
   }
@@ -520,7 +533,8 @@ FitResult Trainer::fit_stage(LightningModule& module, DataLoader train, std::vec
     strategy.setup_module(module);
 
     MetricRouter metrics(callback_metrics_, fit_loggers(options_, plan_));
-    const std::vector<std::shared_ptr<Callback>> callbacks = fit_callbacks(stage_callbacks, plan_.enable_checkpointing);
+    const std::vector<std::shared_ptr<Callback>> callbacks =
+        fit_callbacks(stage_callbacks, plan_.enable_checkpointing, plan_, console);
     FitInfo info;
     info.root_dir = plan_.root_dir;
     info.log_dir = strategy.broadcast_string(metrics.log_dir());
