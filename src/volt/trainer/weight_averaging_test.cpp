@@ -155,6 +155,17 @@ TEST_F(WeightAveragingTest, SwaResumedInsideAnAveragedEpochIsBitIdentical) {
   expect_exact_resume(swa, 3, 4, "epoch=0-step=4.ckpt");
 }
 
+TEST_F(WeightAveragingTest, SwaResumedBetweenAnnealingStepsContinuesTheLearningRates) {
+  // Resumed inside epoch 2 with SWALR one real step in and two to go: the learning rates after the
+  // resume depend on the saved step count, not only on the optimizer's current learning rate. (5
+  // epochs: the weights the last epoch trains are not in the average, so its rate would not show.)
+  const CallbackFactory swa = [] {
+    return std::vector<std::shared_ptr<Callback>>{std::make_shared<StochasticWeightAveraging>(
+        StochasticWeightAveragingOptions{.swa_lrs = {0.02}, .swa_epoch_start = 2, .annealing_epochs = 3})};
+  };
+  expect_exact_resume(swa, 5, 9, "epoch=2-step=9.ckpt");
+}
+
 TEST_F(WeightAveragingTest, ControlSwaResumedWithoutItsStateIsNotIdentical) {
   const CallbackFactory swa = [] {
     return std::vector<std::shared_ptr<Callback>>{std::make_shared<StochasticWeightAveraging>(swa_options())};
