@@ -347,12 +347,58 @@ void EMAWeightAveraging::on_exception(const CallbackContext& context, const std:
   if (swapped_ && context.module != nullptr) swap(*context.module);
 }
 
+void EMAWeightAveraging::on_save_checkpoint(const CallbackContext&, StateDict& checkpoint) {
+  // Outside fit there is no average: the module's weights stay the checkpoint's (Lightning too).
+  if (average_.empty() || !checkpoint.contains("state_dict") || !checkpoint.at("state_dict").isGenericDict()) return;
+  const StateDict current = checkpoint.at("state_dict").toGenericDict();
+  StateDict averaged = make_state_dict();
+  for (const auto& e : current) {
+    const auto it = average_.find(e.key().toStringRef());
+    // Copies: a checkpoint kept in memory must not follow the average as it moves on.
+    averaged.insert(e.key(), it == average_.end() ? e.value() : c10::IValue(it->second.detach().clone()));
+  }
+  checkpoint.insert_or_assign("current_model_state", current);
+  checkpoint.insert_or_assign("state_dict", averaged);
+  StateDict averaging = make_state_dict();
+  averaging.insert("n_averaged", torch::tensor(n_averaged_, torch::kLong));
+  checkpoint.insert_or_assign("averaging_state", averaging);
+}
+
+void EMAWeightAveraging::on_load_checkpoint(const CallbackContext& context, const StateDict& checkpoint) {
+  // The Trainer loaded "state_dict" (the average) into the module; put the trained weights back.
+  if (context.module == nullptr || !checkpoint.contains("current_model_state")) return;
+  VOLT_CHECK(
+      checkpoint.at("current_model_state").isGenericDict() && checkpoint.contains("state_dict") &&
+          checkpoint.at("state_dict").isGenericDict(),
+      "EMAWeightAveraging: the checkpoint's \"current_model_state\" or \"state_dict\" is not a dict of "
+      "tensors. HINT: resume from a checkpoint a fit with EMAWeightAveraging wrote, or start without ckpt_path.");
+  const StateDict averaged = checkpoint.at("state_dict").toGenericDict();
+  const StateDict current = checkpoint.at("current_model_state").toGenericDict();
+  torch::NoGradGuard no_grad;
+  average_.clear();
+  for (const auto& [name, tensor] : weights_of(*context.module, options_.use_buffers)) {
+    VOLT_CHECK(averaged.contains(name) && current.contains(name),
+               "EMAWeightAveraging: the checkpoint holds no average or trained weights for '{}'. HINT: resume "
+               "with the module the checkpoint was written for, or start without ckpt_path.",
+               name);
+    average_[name] = averaged.at(name).toTensor().detach().to(tensor.device()).clone();
+  }
+  for (const auto& [name, tensor] : weights_of(*context.module, /*buffers=*/true)) {
+    if (current.contains(name)) tensor.copy_(current.at(name).toTensor());
+  }
+  if (checkpoint.contains("averaging_state") && checkpoint.at("averaging_state").isGenericDict()) {
+    const StateDict averaging = checkpoint.at("averaging_state").toGenericDict();
+    if (averaging.contains("n_averaged") && averaging.at("n_averaged").isTensor())
+      n_averaged_ = averaging.at("n_averaged").toTensor().item<int64_t>();
+  }
+}
+
 StateDict EMAWeightAveraging::state_dict() const {
+  // The average itself is the checkpoint's "state_dict" (on_save_checkpoint).
   StateDict state = make_state_dict();
   state.insert("latest_update_step", latest_update_step_);
   state.insert("latest_update_epoch", latest_update_epoch_);
   state.insert("n_averaged", n_averaged_);
-  state.insert("average_model_state", average_.empty() ? c10::IValue() : c10::IValue(tensors_to_state(average_)));
   return state;
 }
 
@@ -360,8 +406,6 @@ void EMAWeightAveraging::load_state_dict(const StateDict& state) {
   latest_update_step_ = int_or(state, "latest_update_step", 0);
   latest_update_epoch_ = int_or(state, "latest_update_epoch", -1);
   n_averaged_ = int_or(state, "n_averaged", 0);
-  average_ = state_to_tensors(state.contains("average_model_state") ? state.at("average_model_state") : c10::IValue(),
-                              "EMAWeightAveraging");
 }
 
 }  // namespace volt

@@ -119,7 +119,8 @@ struct EMAWeightAveragingOptions {
 
 /// Lightning's EMAWeightAveraging (a WeightAveraging over an exponential moving average): after
 /// each optimizer step that should_update picks, the average moves toward the current weights;
-/// validation runs on the average; the module gets the average when training ends.
+/// validation runs on the average; checkpoints hold it as their weights; the module gets the
+/// average when training ends.
 class EMAWeightAveraging : public Callback {
  public:
   /// Throws volt::Error when the options are invalid.
@@ -135,6 +136,13 @@ class EMAWeightAveraging : public Callback {
   Decision on_validation_epoch_end(const CallbackContext& context, CallbackServices& services) override;
   /// Swaps the trained weights back when a validation pass threw while the average was in.
   void on_exception(const CallbackContext& context, const std::exception& error) override;
+  /// Lightning's layout: the average becomes the checkpoint's "state_dict" (what validate, test,
+  /// predict and load_weights read: the weights that were validated), the trained weights move
+  /// to "current_model_state", and "averaging_state" holds n_averaged.
+  void on_save_checkpoint(const CallbackContext& context, StateDict& checkpoint) override;
+  /// Reads that layout back: the average from "state_dict", the module's trained weights from
+  /// "current_model_state" (a checkpoint without it leaves both as "state_dict", as Lightning).
+  void on_load_checkpoint(const CallbackContext& context, const StateDict& checkpoint) override;
   StateDict state_dict() const override;
   void load_state_dict(const StateDict& state) override;
 

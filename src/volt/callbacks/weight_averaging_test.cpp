@@ -232,7 +232,7 @@ TEST(EMAWeightAveraging, MovesTowardTheWeightsOncePerStepAndSwapsForValidation) 
   EXPECT_DOUBLE_EQ(weight_of(rig.module), expected);
 }
 
-TEST(EMAWeightAveraging, StateRoundTripContinuesTheAverage) {
+TEST(EMAWeightAveraging, CheckpointsHoldTheAverageAsWeightsAndResumeIt) {
   Rig rig;
   EMAWeightAveraging ema({.decay = 0.9});
   ema.setup({});
@@ -240,15 +240,39 @@ TEST(EMAWeightAveraging, StateRoundTripContinuesTheAverage) {
   rig.module.fill(1.0);
   rig.context.global_step = 1;
   ema.on_train_batch_end(rig.context, rig.services);
+  rig.module.fill(3.0);  // trained on, not averaged yet
+
+  // Lightning's layout: the average is the checkpoint's weights, the trained ones beside them.
+  StateDict checkpoint = make_state_dict();
+  StateDict weights = make_state_dict();
+  for (const auto& item : rig.module.named_parameters()) weights.insert(item.key(), item.value().detach().clone());
+  checkpoint.insert("state_dict", weights);
+  ema.on_save_checkpoint(rig.context, checkpoint);
+  const auto tensor_at = [&checkpoint](const char* key) {
+    return checkpoint.at(key).toGenericDict().at("linear.weight").toTensor()[0][0].item<double>();
+  };
+  EXPECT_DOUBLE_EQ(tensor_at("state_dict"), 1.0);
+  EXPECT_DOUBLE_EQ(tensor_at("current_model_state"), 3.0);
+
+  // A resume: the Trainer loads "state_dict" into the module, then the callback's state and hook.
+  Rig other;
+  {
+    torch::NoGradGuard no_grad;
+    for (auto& item : other.module.named_parameters())
+      item.value().copy_(checkpoint.at("state_dict").toGenericDict().at(item.key()).toTensor());
+  }
   EMAWeightAveraging resumed({.decay = 0.9});
   resumed.setup({});
   resumed.load_state_dict(ema.state_dict());
-  rig.module.fill(7.0);
-  resumed.on_fit_start(rig.context, rig.services);        // keeps the loaded average
-  resumed.on_train_batch_end(rig.context, rig.services);  // step 1 was averaged already
+  resumed.on_load_checkpoint(other.context, checkpoint);
+  EXPECT_DOUBLE_EQ(weight_of(other.module), 3.0);
+  resumed.on_fit_start(other.context, other.services);  // keeps the loaded average
+  other.context.global_step = 1;
+  resumed.on_train_batch_end(other.context, other.services);  // step 1 was averaged already
   EXPECT_EQ(resumed.n_averaged(), 1);
-  rig.context.global_step = 2;
-  resumed.on_train_batch_end(rig.context, rig.services);
+  other.module.fill(7.0);
+  other.context.global_step = 2;
+  resumed.on_train_batch_end(other.context, other.services);
   EXPECT_NEAR(resumed.average().at("linear.weight")[0][0].item<double>(), 0.9 * 1.0 + 0.1 * 7.0, 1e-6);
 }
 

@@ -67,7 +67,7 @@ class WeightAveragingTest : public TrainerTest {
   /// Trains `max_epochs` straight, and again stopped at `stop_step` (with a checkpoint there)
   /// and resumed from that checkpoint in a module with other initial weights; expects the same
   /// final weights bit for bit, or (`drop_state`, the control) different ones when the
-  /// checkpoint loses the callback's state under `state_key`.
+  /// checkpoint loses the callback state (or the top-level entry) named `drop_state`.
   void expect_exact_resume(const CallbackFactory& callbacks, int64_t max_epochs, int64_t stop_step,
                            const std::string& suffix, const std::string& drop_state = "") {
     io_ = std::make_shared<InMemoryCheckpointIO>();
@@ -80,7 +80,10 @@ class WeightAveragingTest : public TrainerTest {
     if (!drop_state.empty()) {
       StateDict checkpoint = load_dict(*io_, path);
       StateDict states = checkpoint.at("callbacks").toGenericDict();
-      ASSERT_TRUE(states.erase(drop_state)) << drop_state;
+      // A callback's state, or else a key of the checkpoint itself.
+      if (!states.erase(drop_state)) {
+        ASSERT_TRUE(checkpoint.erase(drop_state)) << drop_state;
+      }
       io_->save(checkpoint, path);
     }
     const Weights resumed = fit({.max_epochs = max_epochs}, callbacks(), path, /*init_seed=*/99);
@@ -207,6 +210,19 @@ TEST_F(WeightAveragingTest, EmaEndsWithTheMovingAverageOfEveryStepAndValidatesWi
   EXPECT_TRUE(bit_identical(plain, steps.back()));
 }
 
+TEST_F(WeightAveragingTest, EmaCheckpointsHoldTheAverageAsTheirWeights) {
+  auto recorder = std::make_shared<Recorder>();
+  fit({.max_epochs = 1}, {recorder, std::make_shared<EMAWeightAveraging>(EMAWeightAveragingOptions{.decay = 0.5})});
+  const std::string path = path_ending_with(io_->paths(), "epoch=0-step=4.ckpt");
+  Weights current;
+  for (const auto& e : load_dict(*io_, path).at("current_model_state").toGenericDict())
+    current[e.key().toStringRef()] = e.value().toTensor();
+  // Lightning's layout: what was validated (and what load_weights or test(ckpt_path) read) is the average.
+  EXPECT_TRUE(bit_identical(weights_in(*io_, path), recorder->validated_with.back()));
+  EXPECT_TRUE(bit_identical(current, recorder->after_step.back()));
+  EXPECT_FALSE(bit_identical(current, recorder->validated_with.back())) << "control: the two differ";
+}
+
 TEST_F(WeightAveragingTest, EmaWithoutValidationSwapValidatesTheTrainedWeights) {
   auto recorder = std::make_shared<Recorder>();
   fit({.max_epochs = 1}, {recorder, std::make_shared<EMAWeightAveraging>(
@@ -234,7 +250,8 @@ TEST_F(WeightAveragingTest, ControlEmaResumedWithoutItsStateIsNotIdentical) {
     return std::vector<std::shared_ptr<Callback>>{
         std::make_shared<EMAWeightAveraging>(EMAWeightAveragingOptions{.decay = 0.9})};
   };
-  expect_exact_resume(ema, 2, 6, "epoch=1-step=6.ckpt", "EMAWeightAveraging");
+  // The trained weights: the resumed run would train on from the average.
+  expect_exact_resume(ema, 2, 6, "epoch=1-step=6.ckpt", "current_model_state");
 }
 
 }  // namespace
