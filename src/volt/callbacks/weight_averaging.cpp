@@ -350,15 +350,16 @@ void EMAWeightAveraging::on_exception(const CallbackContext& context, const std:
 void EMAWeightAveraging::on_save_checkpoint(const CallbackContext&, StateDict& checkpoint) {
   // Outside fit there is no average: the module's weights stay the checkpoint's (Lightning too).
   if (average_.empty() || !checkpoint.contains("state_dict") || !checkpoint.at("state_dict").isGenericDict()) return;
-  const StateDict current = checkpoint.at("state_dict").toGenericDict();
-  StateDict averaged = make_state_dict();
-  for (const auto& e : current) {
+  const StateDict module_weights = checkpoint.at("state_dict").toGenericDict();
+  StateDict held = make_state_dict();
+  for (const auto& e : module_weights) {
     const auto it = average_.find(e.key().toStringRef());
     // Copies: a checkpoint kept in memory must not follow the average as it moves on.
-    averaged.insert(e.key(), it == average_.end() ? e.value() : c10::IValue(it->second.detach().clone()));
+    held.insert(e.key(), it == average_.end() ? e.value() : c10::IValue(it->second.detach().clone()));
   }
-  checkpoint.insert_or_assign("current_model_state", current);
-  checkpoint.insert_or_assign("state_dict", averaged);
+  // During a validation pass the module holds the average and the callback the trained weights.
+  checkpoint.insert_or_assign("current_model_state", swapped_ ? held : module_weights);
+  checkpoint.insert_or_assign("state_dict", swapped_ ? module_weights : held);
   StateDict averaging = make_state_dict();
   averaging.insert("n_averaged", torch::tensor(n_averaged_, torch::kLong));
   checkpoint.insert_or_assign("averaging_state", averaging);
