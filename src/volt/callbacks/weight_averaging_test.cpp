@@ -254,6 +254,20 @@ TEST(EMAWeightAveraging, CheckpointsHoldTheAverageAsWeightsAndResumeIt) {
   EXPECT_DOUBLE_EQ(tensor_at("state_dict"), 1.0);
   EXPECT_DOUBLE_EQ(tensor_at("current_model_state"), 3.0);
 
+  // Saved during a validation pass, with the average swapped into the module: the same layout.
+  ema.on_validation_epoch_start(rig.context, rig.services);
+  StateDict during = make_state_dict();
+  StateDict swapped_weights = make_state_dict();
+  for (const auto& item : rig.module.named_parameters())
+    swapped_weights.insert(item.key(), item.value().detach().clone());
+  during.insert("state_dict", swapped_weights);
+  ema.on_save_checkpoint(rig.context, during);
+  ema.on_validation_epoch_end(rig.context, rig.services);
+  EXPECT_DOUBLE_EQ(during.at("state_dict").toGenericDict().at("linear.weight").toTensor()[0][0].item<double>(), 1.0);
+  EXPECT_DOUBLE_EQ(during.at("current_model_state").toGenericDict().at("linear.weight").toTensor()[0][0].item<double>(),
+                   3.0);
+  EXPECT_DOUBLE_EQ(weight_of(rig.module), 3.0);
+
   // A resume: the Trainer loads "state_dict" into the module, then the callback's state and hook.
   Rig other;
   {
