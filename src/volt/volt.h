@@ -11,6 +11,7 @@
 #include "volt/callbacks/model_checkpoint.h"
 #include "volt/callbacks/on_exception_checkpoint.h"
 #include "volt/callbacks/timer.h"
+#include "volt/callbacks/weight_averaging.h"
 #include "volt/checkpoint/checkpoint_io.h"
 #include "volt/checkpoint/checkpoint_state.h"
 #include "volt/data/data_loader.h"

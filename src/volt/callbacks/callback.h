@@ -60,6 +60,10 @@ struct FitInfo {
   bool has_validation = false;
   /// Whether this process writes files (global rank 0).
   bool is_global_zero = true;
+  /// TrainerOptions::max_epochs; unset when unlimited.
+  std::optional<int64_t> max_epochs;
+  /// How many learning-rate schedulers configure_optimizers returned.
+  size_t num_lr_schedulers = 0;
 };
 
 /// What a callback can read at a hook.

@@ -540,6 +540,8 @@ FitResult Trainer::fit_stage(LightningModule& module, DataLoader train, std::vec
     info.log_dir = strategy.broadcast_string(metrics.log_dir());
     info.has_validation = counts.has_validation;
     info.is_global_zero = plan_.is_global_zero();
+    if (plan_.max_epochs >= 0) info.max_epochs = plan_.max_epochs;
+    info.num_lr_schedulers = optimization.schedulers.size();
     for (const auto& callback : callbacks) callback->setup(info);
     // A job SLURM restarted resumes where it stopped: the newest HPC checkpoint wins over
     // ckpt_path, which the job script passes again on every restart (Lightning's order).
