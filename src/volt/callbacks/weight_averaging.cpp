@@ -343,7 +343,7 @@ Decision EMAWeightAveraging::on_validation_epoch_end(const CallbackContext& cont
   return {};
 }
 
-void EMAWeightAveraging::on_exception(const CallbackContext& context, const std::exception&) {
+void EMAWeightAveraging::on_exception(const CallbackContext& context, const std::exception&, CallbackServices&) {
   if (swapped_ && context.module != nullptr) swap(*context.module);
 }
 

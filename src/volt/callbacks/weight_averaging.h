@@ -135,7 +135,7 @@ class EMAWeightAveraging : public Callback {
   Decision on_validation_epoch_start(const CallbackContext& context, CallbackServices& services) override;
   Decision on_validation_epoch_end(const CallbackContext& context, CallbackServices& services) override;
   /// Swaps the trained weights back when a validation pass threw while the average was in.
-  void on_exception(const CallbackContext& context, const std::exception& error) override;
+  void on_exception(const CallbackContext& context, const std::exception& error, CallbackServices& services) override;
   /// Lightning's layout: the average becomes the checkpoint's "state_dict" (what validate, test,
   /// predict and load_weights read: the weights that were validated), the trained weights move
   /// to "current_model_state", and "averaging_state" holds n_averaged.

@@ -52,7 +52,9 @@ TEST_F(EarlyEndTest, ATimerStopsAtTheFirstStepPastItsDurationAndTheRunResumesFro
   ASSERT_TRUE(io_->exists(last));
   EXPECT_EQ(load_dict(*io_, last).at("global_step").toInt(), 6);
 
-  const FitResult resumed = fit({.max_epochs = 2, .enable_checkpointing = false}, "last", /*init_seed=*/99);
+  // The file is last.ckpt, which ckpt_path="last" takes first on disk (the in-memory IO here has no
+  // folder to search), so the test resumes from its path.
+  const FitResult resumed = fit({.max_epochs = 2, .enable_checkpointing = false}, last, /*init_seed=*/99);
   EXPECT_EQ(resumed.resumed_from, last);
   EXPECT_EQ(resumed.global_step, 8);
   EXPECT_TRUE(bit_identical(parameters_, straight));
