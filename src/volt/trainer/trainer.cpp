@@ -200,7 +200,8 @@ ModelCheckpoint* first_model_checkpoint(const std::vector<std::shared_ptr<Callba
 }
 
 /// The user's callbacks plus the default ModelCheckpoint (or without any, when checkpointing is
-/// off), in Lightning's order: checkpointing callbacks last, after e.g. EarlyStopping decided.
+/// off) and max_time's Timer, in Lightning's order: checkpointing callbacks last, after e.g.
+/// EarlyStopping decided.
 std::vector<std::shared_ptr<Callback>> fit_callbacks(std::vector<std::shared_ptr<Callback>> callbacks,
                                                      bool enable_checkpointing, const RunPlan& plan, Console& console) {
   if (plan.max_time) {
