@@ -118,12 +118,13 @@ void FitLoop::save_weights_checkpoint(const std::string& path) {
   last_saved_ = path;
 }
 
-bool FitLoop::broadcast_decision(bool decision) {
-  if (parts_.plan.topology.world_size == 1) return decision;
-  // The maximum of rank 0's vote and everyone else's 0 is rank 0's decision.
-  const double vote = parts_.strategy.is_global_zero() && decision ? 1.0 : 0.0;
-  return parts_.strategy.reduce(vote, Reduce::kMax) > 0.5;
+bool rank_zero_decision(Strategy& strategy, bool decision) {
+  if (strategy.topology().world_size == 1) return decision;
+  const double vote = strategy.is_global_zero() && decision ? 1.0 : 0.0;
+  return strategy.reduce(vote, Reduce::kMax) > 0.5;
 }
+
+bool FitLoop::broadcast_decision(bool decision) { return rank_zero_decision(parts_.strategy, decision); }
 
 void FitLoop::prepare_metric_states(bool train_batch_end) {
   const auto& metrics = data_.module.registered_metrics();

@@ -77,6 +77,11 @@ struct FitData {
   std::function<FitLoaderCounts()> reload;
 };
 
+/// Global rank 0's `decision` on every process (CallbackServices::broadcast_decision for fit and
+/// for validate, test and predict): the maximum of rank 0's vote and everyone else's 0. One
+/// process: `decision`, with no collective.
+bool rank_zero_decision(Strategy& strategy, bool decision);
+
 /// Runs a fit as Lightning's fit loop does, and implements the services callbacks use.
 ///
 /// Every process runs the same loop; they leave it at the same step because stopping is agreed

@@ -95,12 +95,7 @@ class StageCallbacks : public CallbackDispatcher, public CallbackServices {
                     "checkpoints. HINT: save checkpoints from the fit hooks (on_train_epoch_end, on_validation_end).",
                     path));
   }
-  bool broadcast_decision(bool decision) override {
-    // The maximum of rank 0's vote and everyone else's 0 is rank 0's decision (as in fit; one
-    // process: the strategy's reduce returns the vote, which is `decision`).
-    const double vote = strategy_.is_global_zero() && decision ? 1.0 : 0.0;
-    return strategy_.reduce(vote, Reduce::kMax) > 0.5;
-  }
+  bool broadcast_decision(bool decision) override { return rank_zero_decision(strategy_, decision); }
   void remove_checkpoint(const std::string& path) override {
     throw Error(
         fmt::format("a callback asked to remove checkpoint '{}' during validate, test or predict; only fit manages "
