@@ -6,6 +6,7 @@
 #include <torch/torch.h>
 
 #include "volt/callbacks/early_stopping.h"
+#include "volt/callbacks/finetuning.h"
 #include "volt/callbacks/gradient_accumulation_scheduler.h"
 #include "volt/callbacks/lr_monitor.h"
 #include "volt/callbacks/model_checkpoint.h"

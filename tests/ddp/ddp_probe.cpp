@@ -50,6 +50,8 @@ struct ProbeOptions {
   bool batchnorm = false;           // a volt::SyncBatchNorm after the hidden layer (--sync-batchnorm syncs it)
   bool metric = false;              // log MeanSquaredError metrics (train/mse, val/mse) and hand-made sums
   int64_t checkpoint_every_ms = 0;  // a ModelCheckpoint(train_time_interval) whose clock runs 1 + rank times as fast
+  int64_t unfreeze_hidden_at = -1;  // BackboneFinetuning of the hidden layer, unfrozen at this epoch
+  int64_t unfreeze_rank = -1;       // ... on this rank alone (the others train it throughout)
 };
 
 /// The probe's examples as a stream: `shards` consecutive shards of uneven sizes (shard k holds
@@ -324,7 +326,13 @@ class Probe : public volt::LightningModule {
   }
 
   volt::OptimizerConfig configure_optimizers() override {
-    return std::make_shared<torch::optim::SGD>(parameters(), torch::optim::SGDOptions(options_.lr));
+    // A fine-tune's optimizer starts with the trainable parameters only; BackboneFinetuning adds
+    // the frozen ones as a group of their own at the unfreeze.
+    std::vector<torch::Tensor> trainable;
+    for (const auto& p : parameters()) {
+      if (p.requires_grad()) trainable.push_back(p);
+    }
+    return std::make_shared<torch::optim::SGD>(trainable, torch::optim::SGDOptions(options_.lr));
   }
   volt::DataLoader train_dataloader() override { return loader(options_.batch_size); }
   volt::DataLoader val_dataloader() override { return loader(5); }
@@ -445,6 +453,9 @@ int main(int argc, char** argv) {
     app.add_flag("--collectives", probe.collectives, "record the module's view of the run and its collectives");
     app.add_flag("--batchnorm", probe.batchnorm, "a SyncBatchNorm after the hidden layer");
     app.add_flag("--metric", probe.metric, "log Metrics train/mse and val/mse beside hand-made sums");
+    app.add_option("--unfreeze-hidden-at", probe.unfreeze_hidden_at,
+                   "BackboneFinetuning of the hidden layer: frozen, then trained from this epoch");
+    app.add_option("--unfreeze-rank", probe.unfreeze_rank, "... with the callback on this rank alone");
     app.add_option(
         "--checkpoint-every-ms", probe.checkpoint_every_ms,
         "ModelCheckpoint(train_time_interval) with a clock 1 + rank times as fast; saves to time_ckpt<rank>");
@@ -456,6 +467,10 @@ int main(int argc, char** argv) {
     volt::apply_trainer_flags(text, options);
     if (probe.out.empty()) probe.out = options.default_root_dir;
     if (probe.out.empty()) throw volt::Error("ddp_probe needs --out or --default-root-dir. HINT: pass --out DIR.");
+    if (probe.unfreeze_hidden_at >= 0 && (probe.unfreeze_rank < 0 || probe.unfreeze_rank == rank_from_env())) {
+      options.callbacks.push_back(std::make_shared<volt::BackboneFinetuning>(volt::BackboneFinetuningOptions{
+          .unfreeze_backbone_at_epoch = probe.unfreeze_hidden_at, .backbone = "hidden"}));
+    }
     if (probe.stop_rank >= 0)
       options.callbacks.push_back(std::make_shared<StopOnOneRank>(probe.stop_rank, probe.stop_step));
     if (probe.checkpoint_every_ms > 0) {

@@ -360,6 +360,38 @@ def test_the_module_may_supply_the_process_group_and_the_synchronizer(tmp_path):
     assert flat_params(r0) == flat_params(r1)
 
 
+def test_a_backbone_unfrozen_mid_run_is_synchronized_as_one_process_trains_it(tmp_path):
+    # The hidden layer is frozen when ddp arms its Reducer and unfrozen at epoch 1 (4 steps an
+    # epoch): without re-arming, its gradients would stay per rank and the ranks drift apart.
+    common = ["--max-epochs", "3", "--unfreeze-hidden-at", "1"]
+    one = tmp_path / "one"
+    one.mkdir()
+    proc = run(["--batch-size", "16"] + common, one)
+    assert proc.returncode == 0, proc.stderr
+    reference = ranks(one, 1)[0]
+    out = tmp_path / "ddp"
+    out.mkdir()
+    proc = run(["--devices", "2", "--batch-size", "8"] + common, out)
+    assert proc.returncode == 0, proc.stderr
+    r0, r1 = ranks(out, 2)
+    assert flat_params(r0) == flat_params(r1)
+    assert_close(flat_params(r0), flat_params(reference), TOLERANCE)
+    # Control: the hidden layer did train after the unfreeze.
+    frozen = tmp_path / "frozen"
+    frozen.mkdir()
+    proc = run(["--batch-size", "16", "--max-epochs", "3", "--unfreeze-hidden-at", "5"], frozen)
+    assert proc.returncode == 0, proc.stderr
+    assert ranks(frozen, 1)[0]["params"]["hidden.weight"] != reference["params"]["hidden.weight"]
+
+
+def test_a_rank_that_freezes_alone_stops_every_rank_with_the_mismatch_named(tmp_path):
+    proc = run(["--devices", "2", "--max-epochs", "3", "--unfreeze-hidden-at", "1", "--unfreeze-rank", "1"], tmp_path,
+               timeout=60)
+    assert proc.returncode != 0
+    assert "train a different set" in proc.stderr, proc.stderr
+    assert proc.elapsed < 50
+
+
 def test_a_callback_that_stops_on_one_rank_stops_every_rank_at_the_same_step(tmp_path):
     proc = run(["--devices", "2", "--max-epochs", "100", "--stop-rank", "1", "--stop-step", "5"], tmp_path, timeout=60)
     assert proc.returncode == 0, proc.stderr

@@ -141,6 +141,15 @@ class Callback {
   /// Once per fit, before training starts (after the module's setup, configure_model and
   /// configure_optimizers: Volt's FitInfo needs the loaders and loggers).
   virtual void setup(const FitInfo& info) {}
+  /// Once per fit, after the module's configure_model and before its configure_optimizers
+  /// (Lightning's BaseFinetuning freezes in its setup there): freeze what should stay out of the
+  /// optimizers. Not called by validate, test or predict.
+  virtual void on_before_configure_optimizers(LightningModule& module) {}
+  /// While fit restores a checkpoint, after this callback's load_state_dict and before the
+  /// optimizers' saved states load: give the optimizers the param groups this callback had added
+  /// when the checkpoint was written (BaseFinetuning's unfrozen layers), so that those states fit.
+  virtual void restore_optimizer_layout(LightningModule& module,
+                                        const std::vector<std::shared_ptr<torch::optim::Optimizer>>& optimizers) {}
   /// At the start of fit, before the module's on_fit_start and the sanity check.
   virtual Decision on_fit_start(const CallbackContext& context, CallbackServices& services) { return {}; }
   /// After the sanity check, before the first training epoch (before the module's on_train_start).

@@ -334,6 +334,28 @@ FitProgress restore_checkpoint(const c10::IValue& checkpoint, const TrainingPart
   }
   load_module_weights(checkpoint, *parts.module, path);
 
+  const std::string callbacks_at = key_path("", "callbacks");
+  const StateDict callbacks = as_dict(entry(top, "callbacks", path), callbacks_at, path);
+  for (const auto& callback : *parts.callbacks) {
+    // Older Volt checkpoints name some callbacks' state by an older key.
+    for (const std::string& key : {callback->state_key(), callback->legacy_state_key()}) {
+      if (key.empty() || !callbacks.contains(key)) continue;
+      callback->load_state_dict(as_dict(callbacks.at(key), key_path(callbacks_at, key), path));
+      break;
+    }
+  }
+  // A callback that added param groups (BaseFinetuning) adds them again before the optimizers'
+  // states load: those hold the groups the run had when it was saved.
+  for (const auto& callback : *parts.callbacks) {
+    try {
+      callback->restore_optimizer_layout(*parts.module, parts.optimization->optimizers);
+    } catch (const CheckpointError&) {
+      throw;
+    } catch (const Error& e) {
+      throw CheckpointError(fmt::format("checkpoint '{}': {}", path, e.what()));
+    }
+  }
+
   const auto& optimizers = parts.optimization->optimizers;
   const c10::IValue optimizer_states = entry(top, "optimizer_states", path);
   if (!optimizer_states.isList() || optimizer_states.toListRef().size() != optimizers.size()) {
@@ -370,17 +392,6 @@ FitProgress restore_checkpoint(const c10::IValue& checkpoint, const TrainingPart
       if (key != "volt_interval" && key != "volt_frequency") typed.insert(key, e.value());
     }
     schedulers[i].scheduler->load_state_dict(c10::impl::toTypedDict<std::string, c10::IValue>(typed));
-  }
-
-  const std::string callbacks_at = key_path("", "callbacks");
-  const StateDict callbacks = as_dict(entry(top, "callbacks", path), callbacks_at, path);
-  for (const auto& callback : *parts.callbacks) {
-    // Older Volt checkpoints name some callbacks' state by an older key.
-    for (const std::string& key : {callback->state_key(), callback->legacy_state_key()}) {
-      if (key.empty() || !callbacks.contains(key)) continue;
-      callback->load_state_dict(as_dict(callbacks.at(key), key_path(callbacks_at, key), path));
-      break;
-    }
   }
 
   // A checkpoint without scaler state (another precision, or older) leaves the fresh scaler.

@@ -97,8 +97,9 @@ enum class CheckpointContents {
 StateDict make_checkpoint(const TrainingParts& parts, const FitProgress& progress,
                           CheckpointContents contents = CheckpointContents::kFull);
 
-/// Restores module, optimizers, schedulers, callbacks and the RNG from `checkpoint` (Volt's or
-/// PyTorch Lightning's) and returns where to continue. Throws volt::CheckpointError naming `path`
+/// Restores the module, the callbacks (whose restore_optimizer_layout then re-adds the param groups
+/// they had added), the optimizers, schedulers and the RNG from `checkpoint` (Volt's or PyTorch
+/// Lightning's) and returns where to continue. Throws volt::CheckpointError naming `path`
 /// and the missing or mismatched entry when anything does not fit, and before touching the
 /// module when the checkpoint holds only weights (CheckpointContents::kWeightsOnly).
 FitProgress restore_checkpoint(const c10::IValue& checkpoint, const TrainingParts& parts, const std::string& path);

@@ -93,6 +93,9 @@ void TrainingEpochLoop::run(FitProgress& progress, StopController& stop, EpochHo
         [](Callback& c, const CallbackContext& ctx, CallbackServices& s) { return c.on_train_epoch_start(ctx, s); },
         {});
     module_.on_train_epoch_start();
+    // A hook may have frozen or unfrozen layers (BackboneFinetuning): ddp re-arms its gradient
+    // synchronization over what trains now, before the epoch's first backward.
+    strategy_.sync_trainable_parameters(module_);
     if (bar_) {
       bar_->start(fmt::format("Epoch {}", progress.epoch), static_cast<int>(progress.epoch), num_batches.value_or(-1));
     }

@@ -331,7 +331,7 @@ class ConfigReader {
   /// spellings flag_text accepts); anything else is an error naming the file, key and words.
   std::string word_text(const CLI::Option& option, const std::string& where, const std::string& text) const {
     const std::vector<std::string> words = flag_words(option);
-    const std::string word = to_lower(trim(text));
+    std::string word = to_lower(trim(text));
     if (std::find(words.begin(), words.end(), word) != words.end()) return word;
     const bool has_booleans = std::find(words.begin(), words.end(), "true") != words.end();
     if (has_booleans && (word == "yes" || word == "on" || word == "1")) return "true";

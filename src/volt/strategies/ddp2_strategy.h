@@ -22,6 +22,7 @@ class Ddp2Strategy : public Strategy {
   const Topology& topology() const override { return ddp_.topology(); }
   void setup_environment(LightningModule& module) override { ddp_.setup_environment(module); }
   void setup_module(LightningModule& module) override { ddp_.setup_module(module); }
+  void sync_trainable_parameters(LightningModule& module) override { ddp_.sync_trainable_parameters(module); }
   void before_forward(LightningModule& module) override { ddp_.before_forward(module); }
   torch::Tensor training_step(LightningModule& module, const Batch& batch, int64_t batch_idx) override {
     return parallel_.training_step(module, batch, batch_idx);

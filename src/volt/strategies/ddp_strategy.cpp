@@ -41,16 +41,11 @@ ProcessGroup& DdpStrategy::process_group() {
 
 void DdpStrategy::setup_module(LightningModule& module) {
   ProcessGroup& group = process_group();
-  std::vector<torch::Tensor> parameters;
-  std::vector<std::string> names;
   std::vector<torch::Tensor> state;
   int64_t numel = 0;
   for (const auto& item : module.named_parameters(true)) {
     state.push_back(item.value());
     numel += item.value().numel();
-    if (!item.value().requires_grad()) continue;
-    parameters.push_back(item.value());
-    names.push_back(item.key());
   }
   buffers_.clear();
   for (const auto& item : module.named_buffers(true)) {
@@ -71,10 +66,48 @@ void DdpStrategy::setup_module(LightningModule& module) {
     torch::NoGradGuard no_grad;
     group.broadcast(state, 0);
   }
+  arm_synchronizer(module);
+}
+
+void DdpStrategy::arm_synchronizer(LightningModule& module) {
+  std::vector<torch::Tensor> parameters;
+  std::vector<std::string> names;
+  for (const auto& item : module.named_parameters(true)) {
+    if (!item.value().requires_grad()) continue;
+    parameters.push_back(item.value());
+    names.push_back(item.key());
+  }
+  ProcessGroup& group = process_group();
+  synchronizer_.reset();  // the old Reducer's autograd hooks go before the new one's are set
   synchronizer_ = module.configure_ddp(group, options_.gradient_sync);
   if (!synchronizer_) {
     synchronizer_ = std::make_shared<ReducerSynchronizer>(parameters, names, group.backend(), options_.gradient_sync);
   }
+  synchronized_ = std::move(names);
+}
+
+void DdpStrategy::sync_trainable_parameters(LightningModule& module) {
+  std::vector<std::string> trainable;
+  int64_t numel = 0;
+  for (const auto& item : module.named_parameters(true)) {
+    if (!item.value().requires_grad()) continue;
+    trainable.push_back(item.key());
+    numel += item.value().numel();
+  }
+  // Every epoch, changed or not: a process that unfroze alone would otherwise wait in a
+  // collective the others never join. Two numbers per epoch cost nothing next to its steps.
+  torch::Tensor shape =
+      torch::tensor({static_cast<double>(trainable.size()), static_cast<double>(numel)}, torch::kDouble);
+  torch::Tensor low = shape.clone();
+  process_group().all_reduce(shape, Reduce::kMax);
+  process_group().all_reduce(low, Reduce::kMin);
+  VOLT_CHECK(torch::equal(shape, low),
+             "rank {} trains {} parameter tensors ({} values) this epoch, but other ranks train a different set (max "
+             "{} tensors / {} values). HINT: freeze and unfreeze layers on every process at the same epoch, e.g. in "
+             "on_train_epoch_start by the epoch number alone.",
+             topology_.global_rank, trainable.size(), numel, shape[0].item<double>(), shape[1].item<double>());
+  if (trainable == synchronized_) return;
+  arm_synchronizer(module);
 }
 
 void DdpStrategy::before_forward(LightningModule&) {

@@ -35,6 +35,7 @@ class DdpStrategy : public Strategy {
   const Topology& topology() const override { return topology_; }
   void setup_environment(LightningModule& module) override;
   void setup_module(LightningModule& module) override;
+  void sync_trainable_parameters(LightningModule& module) override;
   void before_forward(LightningModule& module) override;
   void before_backward(const torch::Tensor& loss, bool synchronize) override;
   void reduce(torch::Tensor& values, Reduce op) override;
@@ -56,7 +57,13 @@ class DdpStrategy : public Strategy {
   Env env_;
   std::unique_ptr<SubprocessLauncher> launcher_;
   std::shared_ptr<ProcessGroup> group_;
+  /// Builds the gradient synchronizer over `module`'s trainable parameters (its configure_ddp's
+  /// or c10d's Reducer) and remembers their names.
+  void arm_synchronizer(LightningModule& module);
+
   std::shared_ptr<GradientSynchronizer> synchronizer_;
+  /// The names of the parameters synchronizer_ covers.
+  std::vector<std::string> synchronized_;
   std::vector<torch::Tensor> buffers_;
 };
 

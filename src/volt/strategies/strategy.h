@@ -36,6 +36,11 @@ class Strategy {
   virtual void setup_environment(LightningModule& module) {}
   /// Makes every replica start equal and arms gradient synchronization for `module`.
   virtual void setup_module(LightningModule& module) {}
+  /// At each training epoch's start, after its hooks: ddp re-arms gradient synchronization when
+  /// the parameters that train changed since setup_module (a callback unfroze a backbone), since
+  /// c10d's Reducer covers only the parameters that trained when it was built. Every process must
+  /// change the same parameters at the same epoch (hooks that depend on the epoch alone do).
+  virtual void sync_trainable_parameters(LightningModule& module) {}
   /// Before each training forward pass (ddp broadcasts buffers such as BatchNorm statistics).
   virtual void before_forward(LightningModule& module) {}
   /// Runs one training step and returns the loss to back-propagate. The default calls

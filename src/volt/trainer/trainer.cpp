@@ -523,6 +523,7 @@ FitResult Trainer::fit_stage(LightningModule& module, DataLoader train, std::vec
     // Before configure_optimizers, as in Lightning, so the optimizers hold the device's parameters.
     place_module(module, plan_.root_device());
     module.train();
+    for (const auto& callback : stage_callbacks) callback->on_before_configure_optimizers(module);
     const OptimizerConfig optimization = module.configure_optimizers();
     validate_optimization(optimization, module);
     for (const auto& optimizer : optimization.optimizers) optimizer->zero_grad();
