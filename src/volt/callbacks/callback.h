@@ -152,6 +152,11 @@ class Callback {
                                         const std::vector<std::shared_ptr<torch::optim::Optimizer>>& optimizers) {}
   /// At the start of fit, before the module's on_fit_start and the sanity check.
   virtual Decision on_fit_start(const CallbackContext& context, CallbackServices& services) { return {}; }
+  /// Before the sanity check's validation pass, when one runs (num_sanity_val_steps > 0 and
+  /// validation data): e.g. to silence something during it.
+  virtual Decision on_sanity_check_start(const CallbackContext& context, CallbackServices& services) { return {}; }
+  /// After the sanity check's validation pass, when one ran.
+  virtual Decision on_sanity_check_end(const CallbackContext& context, CallbackServices& services) { return {}; }
   /// After the sanity check, before the first training epoch (before the module's on_train_start).
   virtual Decision on_train_start(const CallbackContext& context, CallbackServices& services) { return {}; }
   /// After the last training epoch, before the module's on_train_end.

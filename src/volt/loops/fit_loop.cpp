@@ -307,8 +307,12 @@ void FitLoop::sanity_check() {
   const torch::Tensor rng = generator.get_state();
   ResultCollection throwaway(/*training=*/false);
   for (DataLoader& loader : data_.val) loader.set_epoch(0);
+  dispatch([](Callback& c, const CallbackContext& ctx, CallbackServices& s) { return c.on_sanity_check_start(ctx, s); },
+           {.sanity_checking = true});
   EvaluationLoop(parts_.strategy, parts_.precision, plan.root_device(), eval_bar_.get(), this)
       .run(data_.module, data_.val, n, EvalStage::kSanityCheck, throwaway);
+  dispatch([](Callback& c, const CallbackContext& ctx, CallbackServices& s) { return c.on_sanity_check_end(ctx, s); },
+           {.sanity_checking = true});
   generator.set_state(rng);
 }
 

@@ -83,6 +83,17 @@ class HookedCallback : public Callback {
   std::string state_key() const override { return "HookedCallback"; }
 
   void setup(const FitInfo&) override { calls_.push_back("Callback.setup"); }
+  void on_before_configure_optimizers(LightningModule& module) override {
+    calls_.push_back("Callback.on_before_configure_optimizers");
+  }
+  Decision on_sanity_check_start(const CallbackContext& c, CallbackServices&) override {
+    if (!c.sanity_checking) calls_.push_back("on_sanity_check_start outside the sanity check");
+    return record("on_sanity_check_start", c);
+  }
+  Decision on_sanity_check_end(const CallbackContext& c, CallbackServices&) override {
+    if (!c.sanity_checking) calls_.push_back("on_sanity_check_end outside the sanity check");
+    return record("on_sanity_check_end", c);
+  }
   Decision on_fit_start(const CallbackContext& c, CallbackServices&) override { return record("on_fit_start", c); }
   Decision on_train_start(const CallbackContext& c, CallbackServices&) override { return record("on_train_start", c); }
   Decision on_train_epoch_start(const CallbackContext& c, CallbackServices&) override {
@@ -206,10 +217,11 @@ TEST_F(TrainerTest, EveryHookOfAFitValidateTestAndPredictRunsInLightningsOrder) 
         "on_after_backward", "configure_gradient_clipping", "Callback.on_before_optimizer_step",
         "on_before_optimizer_step", "on_before_zero_grad", "on_train_batch_end", "Callback.on_train_batch_end"}});
   const std::vector<std::string> fit = concat({
-      {"configure_callbacks", "setup(fit)", "configure_model", "configure_optimizers", "Callback.setup",
-       "Callback.on_fit_start", "on_fit_start"},
+      {"configure_callbacks", "setup(fit)", "configure_model", "Callback.on_before_configure_optimizers",
+       "configure_optimizers", "Callback.setup", "Callback.on_fit_start", "on_fit_start",
+       "Callback.on_sanity_check_start"},
       validation_pass(1),  // the sanity check
-      {"Callback.on_train_start", "on_train_start", "Callback.on_train_epoch_start", "on_train_epoch_start"},
+      {"Callback.on_sanity_check_end", "Callback.on_train_start", "on_train_start", "Callback.on_train_epoch_start", "on_train_epoch_start"},
       repeat(2, train_batch),
       validation_pass(1),  // the epoch's validation, before on_train_epoch_end
       {"on_train_epoch_end", "lr_scheduler_step", "Callback.on_validation_end",
