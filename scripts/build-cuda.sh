@@ -7,7 +7,7 @@
 #
 # It needs no GPU: it proves that ProcessGroupNCCL, the CUDA paths of dp/ddp/precision and the
 # *_CUDA tests compile and link. On a GPU machine, run the tests it built:
-#   build-cuda/src/volt/trainer/trainer_test --gtest_filter='*_CUDA'
+#   build-cuda/src/volt/trainer/trainer_cuda_test --gtest_filter='*_CUDA'
 #
 # Versions are pinned. torch 2.15.0's wheel links CUDA 13 (libcudart.so.13), which matches the
 # toolkit here (CUDA 13.0 under /usr/local/cuda). Libraries libtorch_cuda.so links that this
