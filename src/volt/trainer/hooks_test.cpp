@@ -221,7 +221,8 @@ TEST_F(TrainerTest, EveryHookOfAFitValidateTestAndPredictRunsInLightningsOrder) 
        "configure_optimizers", "Callback.setup", "Callback.on_fit_start", "on_fit_start",
        "Callback.on_sanity_check_start"},
       validation_pass(1),  // the sanity check
-      {"Callback.on_sanity_check_end", "Callback.on_train_start", "on_train_start", "Callback.on_train_epoch_start", "on_train_epoch_start"},
+      {"Callback.on_sanity_check_end", "Callback.on_train_start", "on_train_start", "Callback.on_train_epoch_start",
+       "on_train_epoch_start"},
       repeat(2, train_batch),
       validation_pass(1),  // the epoch's validation, before on_train_epoch_end
       {"on_train_epoch_end", "lr_scheduler_step", "Callback.on_validation_end",
