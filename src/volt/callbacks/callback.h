@@ -166,6 +166,22 @@ class Callback {
   /// Before each training batch's step, with the batch (before the module's
   /// on_train_batch_start); not on a replayed batch of a process whose stream ran dry.
   virtual Decision on_train_batch_start(const CallbackContext& context, CallbackServices& services) { return {}; }
+  /// Before each backward pass of a training step (automatic, or manual_backward), with its loss,
+  /// before the module's on_before_backward; not on a replayed batch of a process whose stream
+  /// ran dry.
+  virtual Decision on_before_backward(const CallbackContext& context, CallbackServices& services,
+                                      const torch::Tensor& loss) {
+    return {};
+  }
+  /// After each such backward pass (gradients computed, under ddp synchronized), before the
+  /// module's on_after_backward.
+  virtual Decision on_after_backward(const CallbackContext& context, CallbackServices& services) { return {}; }
+  /// After an automatic optimizer step, before `optimizer`'s gradients are zeroed (before the
+  /// module's on_before_zero_grad); manual optimization zeroes them itself and calls neither.
+  virtual Decision on_before_zero_grad(const CallbackContext& context, CallbackServices& services,
+                                       torch::optim::Optimizer& optimizer) {
+    return {};
+  }
   /// After the gradients are unscaled and clipped, before `optimizer` (configure_optimizers'
   /// number `index`) steps; before the module's on_before_optimizer_step.
   virtual Decision on_before_optimizer_step(const CallbackContext& context, CallbackServices& services,

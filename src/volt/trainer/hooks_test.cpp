@@ -102,6 +102,20 @@ class HookedCallback : public Callback {
   Decision on_train_batch_start(const CallbackContext& c, CallbackServices&) override {
     return record("on_train_batch_start", c, /*batch=*/true);
   }
+  Decision on_before_backward(const CallbackContext& c, CallbackServices&, const torch::Tensor& loss) override {
+    if (!loss.defined() || !loss.requires_grad()) calls_.push_back("on_before_backward without the loss");
+    return record("on_before_backward", c);
+  }
+  Decision on_after_backward(const CallbackContext& c, CallbackServices&) override {
+    return record("on_after_backward", c);
+  }
+  Decision on_before_zero_grad(const CallbackContext& c, CallbackServices&,
+                               torch::optim::Optimizer& optimizer) override {
+    if (c.optimizers == nullptr || c.optimizers->front().get() != &optimizer) {
+      calls_.push_back("on_before_zero_grad got another optimizer than the context's");
+    }
+    return record("on_before_zero_grad", c);
+  }
   Decision on_before_optimizer_step(const CallbackContext& c, CallbackServices&, torch::optim::Optimizer& optimizer,
                                     size_t index) override {
     if (c.optimizers == nullptr || c.optimizers->at(index).get() != &optimizer) {
@@ -211,11 +225,12 @@ TEST_F(TrainerTest, EveryHookOfAFitValidateTestAndPredictRunsInLightningsOrder) 
   trainer.set_checkpoint_io(std::make_shared<RecordingCheckpointIO>());
   trainer.fit(*module);
 
-  const std::vector<std::string> train_batch = concat(
-      {kTransfer,
-       {"Callback.on_train_batch_start", "on_train_batch_start", "training_step", "on_before_backward",
-        "on_after_backward", "configure_gradient_clipping", "Callback.on_before_optimizer_step",
-        "on_before_optimizer_step", "on_before_zero_grad", "on_train_batch_end", "Callback.on_train_batch_end"}});
+  const std::vector<std::string> train_batch =
+      concat({kTransfer,
+              {"Callback.on_train_batch_start", "on_train_batch_start", "training_step", "Callback.on_before_backward",
+               "on_before_backward", "Callback.on_after_backward", "on_after_backward", "configure_gradient_clipping",
+               "Callback.on_before_optimizer_step", "on_before_optimizer_step", "Callback.on_before_zero_grad",
+               "on_before_zero_grad", "on_train_batch_end", "Callback.on_train_batch_end"}});
   const std::vector<std::string> fit = concat({
       {"configure_callbacks", "setup(fit)", "configure_model", "Callback.on_before_configure_optimizers",
        "configure_optimizers", "Callback.setup", "Callback.on_fit_start", "on_fit_start",
