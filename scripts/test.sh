@@ -13,8 +13,14 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 started=$(date +%s)
-# phase NAME: says how long the run has taken when NAME ended (where CI's time goes).
-phase() { echo "test: $1 done, $(( $(date +%s) - started )) s since the start"; }
+# phase NAME: says how long the run has taken when NAME ended (where CI's time goes), with the
+# machine's load average: stop 23's CI took 1415 s for a build that takes about half that on a
+# developer's machine of the same kind; these lines tell a busy or smaller machine from a slower build.
+phase() {
+  echo "test: $1 done, $(( $(date +%s) - started )) s since the start (load $(cut -d' ' -f1-3 /proc/loadavg))"
+}
+echo "test: $(nproc) usable cores of $(grep -c ^processor /proc/cpuinfo), $(free -g | awk '/^Mem:/ {print $2}') GiB," \
+     "load $(cut -d' ' -f1-3 /proc/loadavg)"
 scripts/setup.sh
 phase "setup"
 scripts/check-format.sh   # seconds: an unformatted change fails before the build
