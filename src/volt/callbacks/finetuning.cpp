@@ -131,10 +131,8 @@ ParamGroupChange BaseFinetuning::unfreeze_and_add_param_group(torch::nn::Module&
   }
   if (fresh.empty()) return change;
   VOLT_CHECK(!optimizer.param_groups().empty(), "unfreeze_and_add_param_group: the optimizer has no param group.");
-  // A copy of the first group's options (Lightning copies the optimizer's defaults, which a
-  // configure_optimizers that passed options per group may not have set as meant).
-  std::unique_ptr<torch::optim::OptimizerOptions> options = optimizer.param_groups().front().options().clone();
-  const double first_lr = options->get_lr();
+  std::unique_ptr<torch::optim::OptimizerOptions> options = optimizer.defaults().clone();
+  const double first_lr = optimizer.param_groups().front().options().get_lr();
   options->set_lr(lr.has_value() ? *lr : first_lr / initial_denom_lr);
   change.added = fresh.size();
   optimizer.add_param_group(torch::optim::OptimizerParamGroup(std::move(fresh), std::move(options)));
@@ -213,7 +211,7 @@ void BaseFinetuning::restore_optimizer_layout(LightningModule& module,
                    state_key(), name.empty() ? "(unnamed)" : name, g, i);
         params.push_back(it->second);
       }
-      std::unique_ptr<torch::optim::OptimizerOptions> options = optimizer.param_groups().front().options().clone();
+      std::unique_ptr<torch::optim::OptimizerOptions> options = optimizer.defaults().clone();
       options->set_lr(saved[g].lr);  // the optimizer's saved state sets every option right after
       optimizer.add_param_group(torch::optim::OptimizerParamGroup(std::move(params), std::move(options)));
     }

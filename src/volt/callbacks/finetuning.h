@@ -57,9 +57,10 @@ class BaseFinetuning : public Callback {
   /// Sets requires_grad=true on every parameter of `module` and its children.
   static void make_trainable(torch::nn::Module& module);
   /// Makes `module` trainable and adds its trainable parameters that `optimizer` does not hold yet
-  /// as a new param group (a copy of the optimizer's defaults) with learning rate `lr`, or the
-  /// first group's learning rate divided by `initial_denom_lr` when `lr` is unset (Lightning's
-  /// rule). With `train_bn` false, BatchNorm parameters stay frozen and out of the group.
+  /// as a new param group with learning rate `lr`, or the first group's learning rate divided by
+  /// `initial_denom_lr` when `lr` is unset (Lightning's rule); its other options (momentum, weight
+  /// decay, ...) are the optimizer's defaults, as in Lightning. With `train_bn` false, BatchNorm
+  /// parameters stay frozen and out of the group.
   static ParamGroupChange unfreeze_and_add_param_group(torch::nn::Module& module, torch::optim::Optimizer& optimizer,
                                                        std::optional<double> lr = std::nullopt,
                                                        double initial_denom_lr = 10.0, bool train_bn = true);

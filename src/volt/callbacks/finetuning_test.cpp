@@ -86,7 +86,7 @@ TEST(BaseFinetuning, UnfreezeAddsOnlyParametersTheOptimizerLacksAtTheGivenOrDivi
   ASSERT_EQ(sgd->param_groups().size(), 2u);
   EXPECT_DOUBLE_EQ(group_lr(*sgd, 1), 0.1 / 10.0);
   EXPECT_TRUE(sgd->param_groups()[1].params()[0].is_same(net.backbone[0]->named_parameters()["weight"]));
-  // The new group copies the first group's other options.
+  // The new group takes the optimizer's defaults for its other options, as in Lightning.
   EXPECT_DOUBLE_EQ(static_cast<torch::optim::SGDOptions&>(sgd->param_groups()[1].options()).momentum(), 0.9);
   EXPECT_EQ(trainable(net).size(), 6u);
 
