@@ -162,8 +162,8 @@ void BaseFinetuning::store_layout(LightningModule& module,
       SavedGroup saved;
       for (const auto& parameter : group.params()) {
         const auto it = names.find(parameter.unsafeGetTensorImpl());
-        // An optimizer may hold a tensor that is no parameter of the module (Lightning saves no
-        // name for it either); it cannot be found again by name, so a resume refuses to guess.
+        // An optimizer may hold a tensor that is no parameter of the module: saved without a
+        // name, it cannot be found again, and a resume that needs it refuses to guess.
         saved.params.push_back(it == names.end() ? std::string() : it->second);
       }
       saved.lr = group.options().get_lr();
