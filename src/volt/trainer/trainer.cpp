@@ -414,10 +414,11 @@ void Trainer::configure_loader(DataLoader& loader, bool evaluation, bool contigu
 
 void Trainer::set_checkpoint_io(std::shared_ptr<CheckpointIO> io) { checkpointer_->set_io(std::move(io)); }
 
-LastCheckpointSearch Trainer::last_search(const std::string& log_dir) const {
+LastCheckpointSearch Trainer::last_search(const std::string& log_dir,
+                                          const std::vector<std::shared_ptr<Callback>>& callbacks) const {
   LastCheckpointSearch search;
   search.root_dir = plan_.root_dir;
-  if (const ModelCheckpoint* checkpoint = first_model_checkpoint(options_.callbacks)) {
+  if (const ModelCheckpoint* checkpoint = first_model_checkpoint(callbacks)) {
     search.checkpoint_dir = checkpoint->options().dirpath;
   }
   // This run's version folder is new and empty; its siblings hold the earlier runs.
@@ -553,7 +554,8 @@ FitResult Trainer::fit_stage(LightningModule& module, DataLoader train, std::vec
                       resume->path, requested));
     }
     if (!resume) {
-      const std::string path = checkpointer_->resolve(requested, last_search(info.log_dir), console);
+      // The stage's callbacks: a ModelCheckpoint from configure_callbacks names the folder too.
+      const std::string path = checkpointer_->resolve(requested, last_search(info.log_dir, stage_callbacks), console);
       if (!path.empty()) resume = LoadedCheckpoint{path, checkpointer_->load(path)};
     }
 
@@ -623,7 +625,7 @@ FitResult Trainer::fit_stage(LightningModule& module, DataLoader train, std::vec
 void Trainer::load_weights(LightningModule& module, const std::string& ckpt_path) {
   const std::shared_ptr<Console> console_ptr = rank_console();
   Console& console = *console_ptr;
-  const std::string path = checkpointer_->resolve(ckpt_path, last_search(""), console);
+  const std::string path = checkpointer_->resolve(ckpt_path, last_search("", options_.callbacks), console);
   if (!path.empty()) load_module_weights(checkpointer_->load(path), module, path);
 }
 

@@ -97,7 +97,9 @@ class Trainer {
   /// The console on global rank 0, a silent one elsewhere (kept alive by the caller).
   std::shared_ptr<Console> rank_console() const;
   Strategy& strategy();
-  LastCheckpointSearch last_search(const std::string& log_dir) const;
+  /// Where ckpt_path="last" looks; the first ModelCheckpoint of `callbacks` names the first folder.
+  LastCheckpointSearch last_search(const std::string& log_dir,
+                                   const std::vector<std::shared_ptr<Callback>>& callbacks) const;
   void configure_loader(DataLoader& loader, bool evaluation, bool contiguous = false) const;
   void load_weights(LightningModule& module, const std::string& ckpt_path);
   EvalResult evaluate(LightningModule& module, std::vector<DataLoader> loaders, const std::string& ckpt_path,

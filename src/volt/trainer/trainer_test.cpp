@@ -348,6 +348,31 @@ TEST_F(TrainerTest, ValidateAndTestLoadBestOrLastAfterFit) {
   EXPECT_EQ(last.metrics.count("test/loss"), 1u);
 }
 
+/// Adds, through configure_callbacks, a ModelCheckpoint that writes last.ckpt into `dirpath`.
+class OwnCheckpointFolder : public TinyModule {
+ public:
+  explicit OwnCheckpointFolder(std::string dirpath) : dirpath_(std::move(dirpath)) {}
+  std::vector<std::shared_ptr<Callback>> configure_callbacks() override {
+    return {std::make_shared<ModelCheckpoint>(ModelCheckpointOptions{.dirpath = dirpath_, .save_last = true})};
+  }
+
+ private:
+  std::string dirpath_;
+};
+
+TEST_F(TrainerTest, CkptPathLastFindsTheLastCheckpointOfAModelCheckpointFromConfigureCallbacks) {
+  const std::string folder = (root_ / "own").string();
+  OwnCheckpointFolder first(folder);
+  make_trainer({.max_epochs = 1}).fit(first);
+  const std::string last = (root_ / "own" / "last.ckpt").string();
+  ASSERT_TRUE(fs::exists(last));
+  // A new Trainer remembers nothing: "last" must search the folder the module's callback wrote to.
+  OwnCheckpointFolder second(folder);
+  const FitResult resumed = make_trainer({.max_epochs = 2}).fit(second, {}, {}, "last");
+  EXPECT_EQ(resumed.resumed_from, last);
+  EXPECT_EQ(resumed.global_step, 8);
+}
+
 TEST_F(TrainerTest, TestAfterAResumedFitEvaluatesTheTrainedWeightsNotTheResumeCheckpoint) {
   auto first = make_module();
   Trainer one_epoch = make_trainer({.max_epochs = 1, .num_sanity_val_steps = 0});
