@@ -2,7 +2,6 @@
 
 #include <fmt/format.h>
 #include <torch/nn/module.h>
-#include <torch/nn/modules/batchnorm.h>
 #include <torch/optim/optimizer.h>
 
 #include <cmath>
@@ -17,22 +16,7 @@
 namespace volt {
 namespace {
 
-bool is_batchnorm(const torch::nn::Module& module) {
-  return dynamic_cast<const torch::nn::BatchNorm1dImpl*>(&module) != nullptr ||
-         dynamic_cast<const torch::nn::BatchNorm2dImpl*>(&module) != nullptr ||
-         dynamic_cast<const torch::nn::BatchNorm3dImpl*>(&module) != nullptr ||
-         dynamic_cast<const SyncBatchNormImpl*>(&module) != nullptr;
-}
-
-// Calls `visit` on `module` and every module below it. named_modules(include_self) needs a module
-// owned by a shared_ptr; a LightningModule on the stack is not, so the root is visited by hand.
-template <typename Visit>
-void for_each_module(torch::nn::Module& module, const Visit& visit) {
-  visit(module);
-  for (const auto& item : module.named_modules(/*name_prefix=*/"", /*include_self=*/false)) visit(*item.value());
-}
-
-/// `module`'s own parameters (not its children's) that train: BatchNorm's only with `train_bn`.
+/// The trainable parameters of `module` and every module below it; BatchNorm layers' only with `train_bn`.
 void collect_trainable(torch::nn::Module& module, bool train_bn, std::vector<torch::Tensor>& out) {
   for_each_module(module, [&](torch::nn::Module& each) {
     if (!train_bn && is_batchnorm(each)) return;

@@ -308,6 +308,21 @@ void load_weights(LightningModule& module, const std::string& path) {
   load_module_weights(load_checkpoint_file(path), module, path);
 }
 
+namespace {
+/// Runs `restore`; a volt::Error it throws (a part refusing its state) becomes a CheckpointError
+/// that names the file, as every other restore error does.
+template <typename Restore>
+void naming_checkpoint(const std::string& path, Restore&& restore) {
+  try {
+    restore();
+  } catch (const CheckpointError&) {
+    throw;
+  } catch (const Error& e) {
+    throw CheckpointError(fmt::format("checkpoint '{}': {}", path, e.what()));
+  }
+}
+}  // namespace
+
 FitProgress restore_checkpoint(const c10::IValue& checkpoint, const TrainingParts& parts, const std::string& path) {
   const StateDict top = as_dict(checkpoint, "", path);
   // Lightning's own checkpoints carry no Volt version: their loop progress says where to go on.
@@ -347,13 +362,7 @@ FitProgress restore_checkpoint(const c10::IValue& checkpoint, const TrainingPart
   // A callback that added param groups (BaseFinetuning) adds them again before the optimizers'
   // states load: those hold the groups the run had when it was saved.
   for (const auto& callback : *parts.callbacks) {
-    try {
-      callback->restore_optimizer_layout(*parts.module, parts.optimization->optimizers);
-    } catch (const CheckpointError&) {
-      throw;
-    } catch (const Error& e) {
-      throw CheckpointError(fmt::format("checkpoint '{}': {}", path, e.what()));
-    }
+    naming_checkpoint(path, [&] { callback->restore_optimizer_layout(*parts.module, parts.optimization->optimizers); });
   }
 
   const auto& optimizers = parts.optimization->optimizers;
@@ -396,13 +405,9 @@ FitProgress restore_checkpoint(const c10::IValue& checkpoint, const TrainingPart
 
   // A checkpoint without scaler state (another precision, or older) leaves the fresh scaler.
   if (parts.precision != nullptr && top.contains(kScalerCheckpointKey)) {
-    try {
+    naming_checkpoint(path, [&] {
       parts.precision->load_state_dict(as_dict(top.at(kScalerCheckpointKey), key_path("", kScalerCheckpointKey), path));
-    } catch (const CheckpointError&) {
-      throw;
-    } catch (const Error& e) {
-      throw CheckpointError(fmt::format("checkpoint '{}': {}", path, e.what()));
-    }
+    });
   }
 
   // Lightning saves no generator state (outside its fault-tolerant mode): the generator goes on

@@ -240,34 +240,29 @@ void TrainingEpochLoop::backward(const torch::Tensor& loss) {
 
 void TrainingEpochLoop::backward_with_hooks(const torch::Tensor& loss, bool synchronize, bool hooks) {
   if (hooks) {
-    if (hooks_ != nullptr) {
-      hooks_->dispatch([&loss](Callback& c, const CallbackContext& ctx,
-                               CallbackServices& s) { return c.on_before_backward(ctx, s, loss); },
-                       {});
-    }
+    dispatch([&loss](Callback& c, const CallbackContext& ctx, CallbackServices& s) {
+      return c.on_before_backward(ctx, s, loss);
+    });
     module_.on_before_backward(loss);
   }
   strategy_.before_backward(loss, synchronize);
   precision_.backward(loss);
   if (hooks) {
-    if (hooks_ != nullptr) {
-      hooks_->dispatch(
-          [](Callback& c, const CallbackContext& ctx, CallbackServices& s) { return c.on_after_backward(ctx, s); }, {});
-    }
+    dispatch([](Callback& c, const CallbackContext& ctx, CallbackServices& s) { return c.on_after_backward(ctx, s); });
     module_.on_after_backward();
   }
 }
 
 void TrainingEpochLoop::before_optimizer_step(size_t index) {
   torch::optim::Optimizer& optimizer = *optimization_.optimizers[index];
-  if (hooks_ != nullptr) {
-    hooks_->dispatch(
-        [&optimizer, index](Callback& c, const CallbackContext& ctx, CallbackServices& s) {
-          return c.on_before_optimizer_step(ctx, s, optimizer, index);
-        },
-        {});
-  }
+  dispatch([&optimizer, index](Callback& c, const CallbackContext& ctx, CallbackServices& s) {
+    return c.on_before_optimizer_step(ctx, s, optimizer, index);
+  });
   module_.on_before_optimizer_step(optimizer, index);
+}
+
+void TrainingEpochLoop::dispatch(const CallbackHook& hook) {
+  if (hooks_ != nullptr) hooks_->dispatch(hook, {});
 }
 
 void TrainingEpochLoop::step(size_t index) {
@@ -299,11 +294,9 @@ void TrainingEpochLoop::optimizer_step(FitProgress& progress) {
   // step still counts, as in Lightning, so schedules and checkpoints do not drift.
   precision_.optimizer_step(optimization_.optimizers, apply_clip, [this](size_t i) { before_optimizer_step(i); });
   for (const auto& optimizer : optimization_.optimizers) {
-    if (hooks_ != nullptr) {
-      hooks_->dispatch([&optimizer](Callback& c, const CallbackContext& ctx,
-                                    CallbackServices& s) { return c.on_before_zero_grad(ctx, s, *optimizer); },
-                       {});
-    }
+    dispatch([&optimizer](Callback& c, const CallbackContext& ctx, CallbackServices& s) {
+      return c.on_before_zero_grad(ctx, s, *optimizer);
+    });
     module_.on_before_zero_grad(*optimizer);
     optimizer->zero_grad();
   }

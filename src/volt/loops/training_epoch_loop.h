@@ -95,6 +95,8 @@ class TrainingEpochLoop : private ManualOptimization {
   void backward_with_hooks(const torch::Tensor& loss, bool synchronize, bool hooks);
   /// on_before_optimizer_step of the callbacks, then of the module.
   void before_optimizer_step(size_t index);
+  /// Calls `hook` on the callbacks during run() (a step outside it has none to call).
+  void dispatch(const CallbackHook& hook);
   void finish_epoch(FitProgress& progress, EpochHooks& hooks, bool complete, bool validate_at_end);
   void show_progress(int64_t done, bool force);
 

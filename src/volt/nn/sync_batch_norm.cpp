@@ -298,6 +298,14 @@ void disable_sync_batchnorm(torch::nn::Module& module) {
   });
 }
 
+bool is_batchnorm(const torch::nn::Module& module) {
+  return is_plain_batchnorm(module) || dynamic_cast<const SyncBatchNormImpl*>(&module) != nullptr;
+}
+
+void for_each_module(torch::nn::Module& module, const std::function<void(torch::nn::Module&)>& visit) {
+  for_each_module(module, [&](const std::string&, torch::nn::Module& each) { visit(each); });
+}
+
 std::vector<std::string> plain_batchnorm_paths(const torch::nn::Module& module) {
   std::vector<std::string> paths;
   for_each_module(module, [&](const std::string& path, const torch::nn::Module& each) {

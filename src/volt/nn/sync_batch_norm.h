@@ -14,6 +14,7 @@
 #include <torch/nn/pimpl.h>
 #include <torch/types.h>
 
+#include <functional>
 #include <ostream>
 #include <string>
 #include <vector>
@@ -130,6 +131,14 @@ class SyncBatchNormScope {
  private:
   torch::nn::Module* module_;
 };
+
+/// Whether `module` is a BatchNorm layer: torch::nn::BatchNorm1d/2d/3d or volt::SyncBatchNorm
+/// (what PyTorch's _BatchNorm covers; fine-tuning's train_bn asks it).
+bool is_batchnorm(const torch::nn::Module& module);
+
+/// Calls `visit` on `module` and on every module below it. Unlike named_modules(include_self),
+/// it needs no shared_ptr owning `module` (a LightningModule on the stack has none).
+void for_each_module(torch::nn::Module& module, const std::function<void(torch::nn::Module&)>& visit);
 
 /// The paths (as in named_modules: "features.1") of the torch::nn::BatchNorm1d/2d/3d layers in
 /// `module`'s tree, which a synchronized run would leave unsynchronized; "" is `module` itself.
