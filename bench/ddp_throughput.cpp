@@ -1,6 +1,7 @@
 // Volt's side of the ddp benchmark (bench/ddp_vs_pytorch.sh runs it against PyTorch's own
-// DistributedDataParallel): the MLP 784-256-256-10 on Fashion-MNIST, Adam, batch 64 per
-// process, 1 thread per process. Rank 0 prints the steady-state time per step.
+// DistributedDataParallel, bench/fsdp_vs_ddp.sh against itself under --strategy fsdp): the MLP
+// 784-256-256-10 on Fashion-MNIST, Adam, batch 64 per process, 1 thread per process. Rank 0
+// prints the steady-state time per step; every rank prints the bytes it holds for training.
 #include <chrono>
 #include <iostream>
 
@@ -8,7 +9,26 @@
 #include "volt/cli/trainer_flags.h"
 #include "volt/core/error.h"
 #include "volt/datasets/fashion_mnist.h"
+#include "volt/strategies/fsdp_strategy.h"
 #include "volt/volt.h"
+
+namespace {
+
+/// Prints what this process holds for the parameters, their gradients and the optimizer state
+/// when training ends (between steps: whole gradients under ddp, shards under fsdp).
+class MemoryReport : public volt::Callback {
+ public:
+  std::string state_key() const override { return "MemoryReport"; }
+  volt::Decision on_train_end(const volt::CallbackContext& context, volt::CallbackServices&) override {
+    const volt::TrainingMemory memory = volt::training_memory(*context.module, *context.optimizers);
+    std::cout << "memory rank=" << context.module->global_rank() << " parameters=" << memory.parameters
+              << " gradients=" << memory.gradients << " optimizer_state=" << memory.optimizer_state << "\n"
+              << std::flush;
+    return {};
+  }
+};
+
+}  // namespace
 
 int main(int argc, char** argv) {
   return volt::run_main([&] {
@@ -30,6 +50,7 @@ int main(int argc, char** argv) {
     volt::apply_trainer_flags(text, options);
     auto clock = std::make_shared<volt::bench::StepClock>();
     options.callbacks.push_back(clock);
+    options.callbacks.push_back(std::make_shared<MemoryReport>());
     volt::Trainer trainer(options);
     const auto train = volt::datasets::load_fashion_mnist(data_dir, volt::datasets::Split::kTrain);
     volt::bench::BenchMlp model(std::make_shared<volt::TensorDataset>(train.images, train.labels),

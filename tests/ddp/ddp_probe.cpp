@@ -16,6 +16,8 @@
 #include "volt/core/error.h"
 #include "volt/distributed/gradient_synchronizer.h"
 #include "volt/distributed/process_group.h"
+#include "volt/optim/optimizer_state.h"
+#include "volt/strategies/shard_layout.h"
 #include "volt/volt.h"
 
 namespace {
@@ -52,6 +54,9 @@ struct ProbeOptions {
   int64_t checkpoint_every_ms = 0;  // a ModelCheckpoint(train_time_interval) whose clock runs 1 + rank times as fast
   int64_t unfreeze_hidden_at = -1;  // BackboneFinetuning of the hidden layer, unfrozen at this epoch
   int64_t unfreeze_rank = -1;       // ... on this rank alone (the others train it throughout)
+  std::string optimizer = "sgd";    // sgd | adam (lr / 10, so both move the model about as far)
+  double step_lr_gamma = 0;         // > 0: a StepLR stepping every optimizer step with this gamma
+  int64_t width = 4;                // the hidden layer's width (wider: more state to shard)
 };
 
 /// The probe's examples as a stream: `shards` consecutive shards of uneven sizes (shard k holds
@@ -189,11 +194,13 @@ class Probe : public volt::LightningModule {
  public:
   explicit Probe(ProbeOptions options) : volt::LightningModule("Probe"), options_(std::move(options)) {
     torch::manual_seed(0);
-    hidden_ = register_module("hidden", torch::nn::Linear(8, 4));
-    out_ = register_module("out", torch::nn::Linear(4, 1));
+    hidden_ = register_module("hidden", torch::nn::Linear(8, options_.width));
+    out_ = register_module("out", torch::nn::Linear(options_.width, 1));
     // A layer that never takes part in the loss: ddp must be told (find_unused_parameters).
-    if (options_.with_unused) unused_ = register_module("unused", torch::nn::Linear(4, 1));
-    if (options_.batchnorm) norm_ = register_module("norm", volt::SyncBatchNorm(torch::nn::BatchNormOptions(4)));
+    if (options_.with_unused) unused_ = register_module("unused", torch::nn::Linear(options_.width, 1));
+    if (options_.batchnorm) {
+      norm_ = register_module("norm", volt::SyncBatchNorm(torch::nn::BatchNormOptions(options_.width)));
+    }
     const torch::Tensor x = torch::randn({options_.examples, 8});
     const torch::Tensor y = x.sum(1, true) * 0.5 + 0.1 * torch::randn({options_.examples, 1});
     // The second target column carries each example's index, so the test can check the shards.
@@ -332,7 +339,15 @@ class Probe : public volt::LightningModule {
     for (const auto& p : parameters()) {
       if (p.requires_grad()) trainable.push_back(p);
     }
-    return std::make_shared<torch::optim::SGD>(trainable, torch::optim::SGDOptions(options_.lr));
+    if (options_.optimizer == "adam") {
+      optimizer_ = std::make_shared<torch::optim::Adam>(trainable, torch::optim::AdamOptions(options_.lr / 10));
+    } else {
+      optimizer_ = std::make_shared<torch::optim::SGD>(trainable, torch::optim::SGDOptions(options_.lr));
+    }
+    if (options_.step_lr_gamma <= 0) return optimizer_;
+    return volt::OptimizerConfig(optimizer_,
+                                 {.scheduler = std::make_shared<volt::StepLR>(*optimizer_, 1, options_.step_lr_gamma),
+                                  .interval = volt::Interval::kStep});
   }
   volt::DataLoader train_dataloader() override { return loader(options_.batch_size); }
   volt::DataLoader val_dataloader() override { return loader(5); }
@@ -365,6 +380,15 @@ class Probe : public volt::LightningModule {
     out["init_ddp_connection_called"] = init_called_;
     out["configure_ddp_armed"] = counter_ ? counter_->armed : -1;
     out["view"] = view_;
+    // What this process's optimizer holds: under fsdp, its shard of the state.
+    int64_t state_numel = 0;
+    if (optimizer_) {
+      for (const auto& entry : volt::optimizer_state_dict(*optimizer_).toGenericDict().at("state").toGenericDict())
+        for (const auto& field : entry.value().toGenericDict())
+          if (field.value().isTensor() && volt::is_elementwise_state(field.key().toStringRef()))
+            state_numel += field.value().toTensor().numel();
+    }
+    out["optimizer_state_numel"] = state_numel;
     std::ofstream(options_.out + "/rank" + std::to_string(rank) + ".json") << out.dump();
   }
 
@@ -378,6 +402,7 @@ class Probe : public volt::LightningModule {
   volt::MeanSquaredError val_mse_;
   std::shared_ptr<volt::Dataset> data_;
   std::shared_ptr<ProbeStream> stream_;
+  std::shared_ptr<torch::optim::Optimizer> optimizer_;
   std::atomic<int64_t> step_{0};
   bool init_called_ = false;
   std::shared_ptr<CountingSynchronizer> counter_;
@@ -456,6 +481,9 @@ int main(int argc, char** argv) {
     app.add_option("--unfreeze-hidden-at", probe.unfreeze_hidden_at,
                    "BackboneFinetuning of the hidden layer: frozen, then trained from this epoch");
     app.add_option("--unfreeze-rank", probe.unfreeze_rank, "... with the callback on this rank alone");
+    app.add_option("--optimizer", probe.optimizer, "sgd or adam");
+    app.add_option("--step-lr-gamma", probe.step_lr_gamma, "> 0: StepLR(step_size=1, gamma) per optimizer step");
+    app.add_option("--width", probe.width, "the hidden layer's width");
     app.add_option(
         "--checkpoint-every-ms", probe.checkpoint_every_ms,
         "ModelCheckpoint(train_time_interval) with a clock 1 + rank times as fast; saves to time_ckpt<rank>");

@@ -65,6 +65,9 @@ std::vector<torch::Tensor> all_gather_uneven(
   std::vector<int64_t> padded_shape = tensor.sizes().vec();
   padded_shape[0] = longest;
   torch::Tensor padded = torch::zeros(padded_shape, tensor.options());
+  // Every rank's tensor is empty (each knows every shape): Gloo's allgather divides by the
+  // message size, so an empty one would kill the process with SIGFPE.
+  if (padded.numel() == 0) return std::vector<torch::Tensor>(shapes.size(), padded);
   padded.narrow(0, 0, tensor.size(0)).copy_(tensor);
   std::vector<torch::Tensor> gathered = gather_equal(padded);
   for (size_t r = 0; r < gathered.size(); ++r) {

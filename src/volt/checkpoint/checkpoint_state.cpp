@@ -218,7 +218,15 @@ StateDict make_checkpoint(const TrainingParts& parts, const FitProgress& progres
   const bool full = contents == CheckpointContents::kFull;
   if (full) {
     c10::impl::GenericList optimizers(c10::AnyType::get());
-    for (const auto& optimizer : parts.optimization->optimizers) optimizers.push_back(optimizer_state_dict(*optimizer));
+    if (parts.optimizer_states != nullptr) {
+      VOLT_INTERNAL_ASSERT(parts.optimizer_states->size() == parts.optimization->optimizers.size(),
+                           "{} gathered optimizer states for {} optimizers", parts.optimizer_states->size(),
+                           parts.optimization->optimizers.size());
+      for (const c10::IValue& state : *parts.optimizer_states) optimizers.push_back(state);
+    } else {
+      for (const auto& optimizer : parts.optimization->optimizers)
+        optimizers.push_back(optimizer_state_dict(*optimizer));
+    }
     checkpoint.insert("optimizer_states", optimizers);
     c10::impl::GenericList schedulers(c10::AnyType::get());
     for (const auto& config : parts.optimization->schedulers) {
@@ -373,8 +381,13 @@ FitProgress restore_checkpoint(const c10::IValue& checkpoint, const TrainingPart
                     "HINT: resume with the same optimizer setup.",
                     path, optimizer_states.isList() ? optimizer_states.toListRef().size() : 0, optimizers.size()));
   }
-  for (size_t i = 0; i < optimizers.size(); ++i)
-    load_optimizer_state_dict(*optimizers[i], optimizer_states.toListRef()[i]);
+  for (size_t i = 0; i < optimizers.size(); ++i) {
+    if (parts.load_optimizer_state) {
+      parts.load_optimizer_state(*optimizers[i], optimizer_states.toListRef()[i]);
+    } else {
+      load_optimizer_state_dict(*optimizers[i], optimizer_states.toListRef()[i]);
+    }
+  }
 
   const auto& schedulers = parts.optimization->schedulers;
   const c10::IValue scheduler_states = entry(top, "lr_schedulers", path);

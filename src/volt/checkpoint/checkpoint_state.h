@@ -23,6 +23,7 @@
 // its loop progress gives the epoch and batch, and a missing rng_states leaves the generator alone.
 #pragma once
 
+#include <functional>
 #include <memory>
 #include <nlohmann/json_fwd.hpp>
 #include <string>
@@ -80,6 +81,13 @@ struct TrainingParts {
   /// The registered metrics' gathered states, saved under kMetricsCheckpointKey; nullptr: none.
   /// Gathering them is a collective, so the fit loop does it where every process is, not here.
   const StateDict* metric_states = nullptr;
+  /// The optimizers' states as one process holds them, one per optimizer, when the strategy shards
+  /// them (fsdp gathers them where every process is, like metric_states); nullptr: each
+  /// optimizer's own optimizer_state_dict.
+  const std::vector<c10::IValue>* optimizer_states = nullptr;
+  /// Loads a checkpoint's optimizer state into an optimizer when the strategy shards them (fsdp
+  /// cuts it to this process's pieces); unset: load_optimizer_state_dict.
+  std::function<void(torch::optim::Optimizer&, const c10::IValue&)> load_optimizer_state;
 };
 
 /// What a checkpoint holds.

@@ -255,6 +255,39 @@ std::vector<torch::Tensor> ProcessGroup::all_gather(const torch::Tensor& tensor)
   });
 }
 
+torch::Tensor ProcessGroup::reduce_scatter(const torch::Tensor& values, Reduce op) {
+  const int64_t size = topology_.world_size;
+  VOLT_CHECK(values.dim() == 1 && values.numel() % size == 0,
+             "reduce_scatter needs a flat tensor of world_size x chunk values; got shape {} with world_size {}. "
+             "HINT: pad the flat buffer to a multiple of the process count.",
+             c10::str(values.sizes()), size);
+  const int64_t chunk = values.numel() / size;
+  if (values.is_cuda()) {
+    std::vector<torch::Tensor> outputs{torch::empty({chunk}, values.options())};
+    std::vector<std::vector<torch::Tensor>> inputs(1);
+    for (int64_t r = 0; r < size; ++r) inputs[0].push_back(values.narrow(0, r * chunk, chunk));
+    c10d::ReduceScatterOptions options;
+    options.reduceOp = reduce_op(op);
+    group_->reduce_scatter(outputs, inputs, options)->wait();
+    if (op == Reduce::kMean) outputs[0].div_(static_cast<double>(size));
+    return outputs[0];
+  }
+  // Gloo (LibTorch 1.13) has no reduce-scatter: the all-reduce gives every rank every chunk.
+  torch::Tensor all = values.clone();
+  all_reduce(all, op);
+  return all.narrow(0, topology_.global_rank * chunk, chunk).clone();
+}
+
+torch::Tensor ProcessGroup::all_gather_flat(const torch::Tensor& chunk) {
+  const int64_t size = topology_.world_size;
+  torch::Tensor flat = torch::empty({size * chunk.numel()}, chunk.options());
+  std::vector<std::vector<torch::Tensor>> outputs(1);
+  for (int64_t r = 0; r < size; ++r) outputs[0].push_back(flat.narrow(0, r * chunk.numel(), chunk.numel()));
+  std::vector<torch::Tensor> inputs{chunk.reshape({-1}).contiguous()};
+  group_->allgather(outputs, inputs)->wait();
+  return flat;
+}
+
 std::vector<std::string> ProcessGroup::all_gather_bytes(const std::string& bytes) {
   torch::Tensor mine = torch::empty({static_cast<int64_t>(bytes.size())}, torch::kUInt8);
   if (!bytes.empty()) std::memcpy(mine.data_ptr<uint8_t>(), bytes.data(), bytes.size());

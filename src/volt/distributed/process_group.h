@@ -68,6 +68,14 @@ class ProcessGroup : public Collectives {
   /// for the result (bounded by the collective timeout). Every rank must start the same
   /// reductions in the same order, like any collective.
   std::function<double()> all_reduce_async(double value, Reduce op);
+  /// Reduces the flat `values` (world_size() equal chunks) across ranks with `op` and returns this
+  /// rank's chunk of the result (a new tensor): NCCL's reduce-scatter for CUDA tensors; on CPU,
+  /// where Gloo lacks it, an all-reduce of the whole of `values` cut to the chunk (twice the
+  /// traffic, same numbers). Throws volt::Error when numel is not a multiple of world_size().
+  torch::Tensor reduce_scatter(const torch::Tensor& values, Reduce op);
+  /// The concatenation of every rank's `chunk` (equal numels, same dtype), in rank order: one
+  /// all-gather, with no shape exchange.
+  torch::Tensor all_gather_flat(const torch::Tensor& chunk);
   /// Every rank's `bytes`, indexed by rank, on every rank (all_gather of the bytes as a tensor).
   std::vector<std::string> all_gather_bytes(const std::string& bytes);
   /// Rank 0's `value` on every rank (two broadcasts; for short strings such as a log dir).

@@ -96,7 +96,13 @@ CallbackContext FitLoop::context(const HookPoint& point) const {
 }
 
 TrainingParts FitLoop::training_parts() const {
-  return TrainingParts{&data_.module, &data_.optimization, &parts_.callbacks, &parts_.precision, parts_.config};
+  TrainingParts parts{&data_.module, &data_.optimization, &parts_.callbacks, &parts_.precision, parts_.config};
+  // fsdp cuts the whole state a checkpoint holds to this process's pieces.
+  Strategy& strategy = parts_.strategy;
+  parts.load_optimizer_state = [&strategy](torch::optim::Optimizer& optimizer, const c10::IValue& state) {
+    strategy.load_optimizer_state(optimizer, state);
+  };
+  return parts;
 }
 
 void FitLoop::save_checkpoint(const std::string& path) {
@@ -106,6 +112,7 @@ void FitLoop::save_checkpoint(const std::string& path) {
     std::optional<StateDict> local;
     TrainingParts parts = training_parts();
     parts.metric_states = metric_states_for_save(local);
+    parts.optimizer_states = optimizer_states_for_save(path);
     parts_.checkpointer.save(parts, progress_, path);
   }
   last_saved_ = path;
@@ -127,10 +134,11 @@ bool rank_zero_decision(Strategy& strategy, bool decision) {
 bool FitLoop::broadcast_decision(bool decision) { return rank_zero_decision(parts_.strategy, decision); }
 
 void FitLoop::prepare_metric_states(bool train_batch_end) {
-  const auto& metrics = data_.module.registered_metrics();
-  Collectives& collectives = parts_.strategy.collectives();
+  // What an earlier point gathered is stale now: a checkpoint from here on needs this step's.
+  optimizer_states_.reset();
+  const bool metrics = !data_.module.registered_metrics().empty() && parts_.strategy.collectives().world_size() > 1;
   // One process reads its own states when it saves; nothing to gather ahead of time.
-  if (metrics.empty() || collectives.world_size() == 1 || parts_.callbacks.empty()) return;
+  if ((!metrics && !parts_.strategy.shards_optimizer_state()) || parts_.callbacks.empty()) return;
   if (train_batch_end) {
     // Every process asks the same callbacks about the same step, so all of them agree.
     const CallbackContext c = context(HookPoint{});
@@ -139,9 +147,32 @@ void FitLoop::prepare_metric_states(bool train_batch_end) {
     });
     if (!may_save) return;
   }
-  StateDict states = make_state_dict();
-  for (const auto& [name, metric] : metrics) states.insert(name, metric->gathered_state_dict(collectives));
-  metric_states_ = std::move(states);
+  gather_checkpoint_states();
+}
+
+void FitLoop::gather_checkpoint_states() {
+  const auto& metrics = data_.module.registered_metrics();
+  Collectives& collectives = parts_.strategy.collectives();
+  if (!metrics.empty() && collectives.world_size() > 1) {
+    StateDict states = make_state_dict();
+    for (const auto& [name, metric] : metrics) states.insert(name, metric->gathered_state_dict(collectives));
+    metric_states_ = std::move(states);
+  }
+  if (parts_.strategy.shards_optimizer_state()) {
+    optimizer_states_ = parts_.strategy.gather_optimizer_states(data_.optimization.optimizers);
+  }
+}
+
+const std::vector<c10::IValue>* FitLoop::optimizer_states_for_save(const std::string& path) const {
+  if (!parts_.strategy.shards_optimizer_state()) return nullptr;
+  VOLT_CHECK(optimizer_states_.has_value(),
+             "cannot save checkpoint '{}' at step {}: strategy='{}' shards the optimizer state over the processes, "
+             "and it is gathered for a checkpoint only before on_validation_end, on_train_epoch_end, on_train_end, "
+             "an HPC save, and an on_train_batch_end at which a callback's saves_checkpoint_at_train_batch_end() "
+             "is true. HINT: have the callback that saves override saves_checkpoint_at_train_batch_end, or save at "
+             "those hooks.",
+             path, progress_.global_step, parts_.strategy.name());
+  return &*optimizer_states_;
 }
 
 const StateDict* FitLoop::metric_states_for_save(std::optional<StateDict>& local) {
@@ -205,6 +236,7 @@ void FitLoop::dispatch(const CallbackHook& hook, const HookPoint& point) {
     if (decision.stop) stop_.propose_callback_stop(progress_.epoch, progress_.global_step, decision.reason);
   }
   metric_states_.reset();  // gathered for this dispatch only: the next step changes them
+  optimizer_states_.reset();
   // One process needs no agreement: a callback's stop holds from the next check on, as it
   // always did. Several processes agree at the next step boundary or epoch end.
   if (parts_.plan.topology.world_size == 1) stop_.agree(identity);
@@ -409,16 +441,18 @@ FitResult FitLoop::run() {
     const bool save_hpc = stop_.code() == StopCode::kRequeue ||
                           (stop_.code() == StopCode::kTerminate && plan.requeue.checkpoint_on_sigterm);
     if (save_hpc) {
-      prepare_metric_states(/*train_batch_end=*/false);  // every process stopped at the same step
+      gather_checkpoint_states();  // every process stopped at the same step
       std::string path;
       if (parts_.strategy.is_global_zero()) {
         std::optional<StateDict> local;
         TrainingParts parts = training_parts();
         parts.metric_states = metric_states_for_save(local);
+        parts.optimizer_states = optimizer_states_for_save(plan.hpc_checkpoint_dir);
         path = parts_.checkpointer.save_hpc_checkpoint(parts, progress_, plan.hpc_checkpoint_dir,
                                                        plan.hpc_checkpoints_to_keep);
       }
       metric_states_.reset();
+      optimizer_states_.reset();
       // Also a barrier: no rank goes on (and exits) before the file is complete.
       result.hpc_checkpoint_path = parts_.strategy.broadcast_string(path);
       parts_.console.info(fmt::format("Saved HPC checkpoint {} ({})", result.hpc_checkpoint_path, stop_.message()));

@@ -130,6 +130,12 @@ class FitLoop : public CallbackServices, private EpochHooks {
   /// The registered metrics' states for a checkpoint saved now, in `local` or metric_states_;
   /// nullptr when the module registered none, or (with a warning) when they were not gathered.
   const StateDict* metric_states_for_save(std::optional<StateDict>& local);
+  /// Gathers what a checkpoint saved before the next optimizer step needs from every process: the
+  /// registered metrics' states and, when the strategy shards them (fsdp), the optimizers'.
+  void gather_checkpoint_states();
+  /// The optimizers' gathered states for a checkpoint saved now (nullptr when the strategy does
+  /// not shard them); throws volt::Error when they were not gathered at this point.
+  const std::vector<c10::IValue>* optimizer_states_for_save(const std::string& path) const;
   /// Loads the registered metrics' states from `checkpoint` (see restore()).
   void restore_metric_states(const c10::IValue& checkpoint, const std::string& path);
   /// Refuses to go on inside an epoch under another stream layout than the one it began with
@@ -153,6 +159,9 @@ class FitLoop : public CallbackServices, private EpochHooks {
   // Every process's metric states, gathered by prepare_metric_states for the dispatch that follows.
   std::optional<StateDict> metric_states_;
   bool warned_metric_states_ = false;
+  // The optimizers' whole states (fsdp), gathered with metric_states_; reset at the next gather
+  // point, so a checkpoint never holds the state of an earlier step.
+  std::optional<std::vector<c10::IValue>> optimizer_states_;
   struct LearningRateName {
     std::string name;
     size_t optimizer;

@@ -33,14 +33,6 @@ class ManualScope {
   LightningModule& module_;
 };
 
-std::vector<torch::Tensor> optimized_parameters(const OptimizerConfig& optimization) {
-  std::vector<torch::Tensor> params;
-  for (const auto& optimizer : optimization.optimizers)
-    for (const auto& group : optimizer->param_groups())
-      for (const auto& p : group.params()) params.push_back(p);
-  return params;
-}
-
 }  // namespace
 
 TrainingEpochLoop::TrainingEpochLoop(const RunPlan& plan, Strategy& strategy, PrecisionPlugin& precision,
@@ -54,7 +46,6 @@ TrainingEpochLoop::TrainingEpochLoop(const RunPlan& plan, Strategy& strategy, Pr
       train_(train),
       optimization_(optimization),
       bar_(bar),
-      clipped_params_(optimized_parameters(optimization)),
       manual_(!module.automatic_optimization()),
       clips_(optimization.optimizers.size()),
       results_(/*training=*/true, [&strategy](double value, Reduce op) { return strategy.reduce(value, op); }) {
@@ -194,10 +185,11 @@ void TrainingEpochLoop::run(FitProgress& progress, StopController& stop, EpochHo
 }
 
 torch::Tensor TrainingEpochLoop::zero_loss() const {
-  // Every optimized parameter gets a gradient of exactly 0, so the gradient synchronizer sees
-  // the same parameters ready as on the processes that trained.
+  // Every trained parameter gets a gradient of exactly 0, so the gradient synchronizer sees the
+  // same parameters ready as on the processes that trained. The module's parameters, not the
+  // optimizers': under fsdp those are pieces outside the graph.
   torch::Tensor sum;
-  for (const torch::Tensor& p : clipped_params_) {
+  for (const torch::Tensor& p : module_.parameters()) {
     if (!p.requires_grad()) continue;
     const torch::Tensor term = p.sum() * 0.0;
     sum = sum.defined() ? sum + term : term;
@@ -247,6 +239,8 @@ void TrainingEpochLoop::backward_with_hooks(const torch::Tensor& loss, bool sync
   }
   strategy_.before_backward(loss, synchronize);
   precision_.backward(loss);
+  // fsdp reduce-scatters here, so the hooks below see the gradients the optimizers will use.
+  strategy_.after_backward(synchronize);
   if (hooks) {
     dispatch([](Callback& c, const CallbackContext& ctx, CallbackServices& s) { return c.on_after_backward(ctx, s); });
     module_.on_after_backward();
@@ -275,6 +269,7 @@ void TrainingEpochLoop::step(size_t index) {
     clips_[index].reset();
   };
   precision_.optimizer_step({optimizer}, apply_clip, [&](size_t) { before_optimizer_step(index); });
+  strategy_.after_optimizer_step();
   ++progress_->global_step;
 }
 
@@ -293,6 +288,8 @@ void TrainingEpochLoop::optimizer_step(FitProgress& progress) {
   // The plugin unscales (16-mixed) before `clip` and may skip the step on inf/NaN gradients; the
   // step still counts, as in Lightning, so schedules and checkpoints do not drift.
   precision_.optimizer_step(optimization_.optimizers, apply_clip, [this](size_t i) { before_optimizer_step(i); });
+  // fsdp all-gathers the updated shards: every process holds the whole model before zero_grad.
+  strategy_.after_optimizer_step();
   for (const auto& optimizer : optimization_.optimizers) {
     dispatch([&optimizer](Callback& c, const CallbackContext& ctx, CallbackServices& s) {
       return c.on_before_zero_grad(ctx, s, *optimizer);

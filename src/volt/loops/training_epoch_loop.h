@@ -108,7 +108,6 @@ class TrainingEpochLoop : private ManualOptimization {
   DataLoader& train_;
   const OptimizerConfig& optimization_;
   ProgressBar* bar_;
-  std::vector<torch::Tensor> clipped_params_;
   bool manual_;                       // the module optimizes itself (automatic_optimization() false)
   FitProgress* progress_ = nullptr;   // during run(): where manual steps count
   EpochHooks* hooks_ = nullptr;       // during run(): the callbacks of optimizer steps

@@ -2,6 +2,7 @@
 
 #include <torch/nn/utils/clip_grad.h>
 
+#include <cmath>
 #include <iostream>
 #include <set>
 
@@ -187,7 +188,21 @@ void LightningModule::clip_gradients(torch::optim::Optimizer& optimizer, double 
   std::vector<torch::Tensor> params;
   for (const auto& group : optimizer.param_groups())
     for (const auto& p : group.params()) params.push_back(p);
-  if (algorithm == GradientClipAlgorithm::kNorm) {
+  if (algorithm == GradientClipAlgorithm::kNorm && run_view_ != nullptr && run_view_->shards_gradients()) {
+    // Each process holds a shard of the gradients (fsdp): the norm is over all of them, so every
+    // process scales by the same factor, as clip_grad_norm_ would over the whole gradients.
+    torch::NoGradGuard no_grad;
+    torch::Tensor squares = torch::zeros({1}, torch::kDouble);
+    for (const torch::Tensor& p : params) {
+      if (p.grad().defined()) squares += p.grad().to(torch::kDouble).pow(2).sum().cpu();
+    }
+    run_view_->collectives().all_reduce(squares, Reduce::kSum);
+    const double coefficient = value / (std::sqrt(squares.item<double>()) + 1e-6);
+    if (coefficient < 1.0) {
+      for (const torch::Tensor& p : params)
+        if (p.grad().defined()) p.grad().mul_(coefficient);
+    }
+  } else if (algorithm == GradientClipAlgorithm::kNorm) {
     torch::nn::utils::clip_grad_norm_(params, value);
   } else {
     torch::nn::utils::clip_grad_value_(params, value);

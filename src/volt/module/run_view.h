@@ -27,6 +27,9 @@ class RunView {
   virtual torch::Device device() const = 0;
   /// The collectives over the run's processes.
   virtual Collectives& collectives() const = 0;
+  /// True when each process's optimizers hold only its shard of the gradients (fsdp), so a
+  /// gradient norm sums over every process (a collective: every process must ask together).
+  virtual bool shards_gradients() const { return false; }
   /// Writes a line to the run's console on the global-zero process (the progress bar's console).
   virtual void print(const std::string& line) const = 0;
 };

@@ -16,7 +16,10 @@ constexpr AcceleratorRequest kAccelerators[] = {AcceleratorRequest::kAuto, Accel
                                                 AcceleratorRequest::kGpu};
 constexpr StrategyRequest kStrategies[] = {StrategyRequest::kAuto, StrategyRequest::kSingleDevice,
                                            StrategyRequest::kDdp,  StrategyRequest::kDdpFindUnusedParametersTrue,
-                                           StrategyRequest::kDp,   StrategyRequest::kDdp2};
+                                           StrategyRequest::kDp,   StrategyRequest::kDdp2,
+                                           StrategyRequest::kFsdp};
+constexpr ShardingStrategy kShardingStrategies[] = {ShardingStrategy::kFullShard, ShardingStrategy::kShardGradOp,
+                                                    ShardingStrategy::kNoShard};
 constexpr Precision kPrecisions[] = {Precision::k32True,    Precision::k64True, Precision::k16Mixed,
                                      Precision::kBf16Mixed, Precision::k16True, Precision::kBf16True};
 constexpr AmpLevel kAmpLevels[] = {AmpLevel::kO0, AmpLevel::kO1, AmpLevel::kO2, AmpLevel::kO3};
@@ -88,6 +91,8 @@ const char* to_string(StrategyRequest strategy) {
       return "dp";
     case StrategyRequest::kDdp2:
       return "ddp2";
+    case StrategyRequest::kFsdp:
+      return "fsdp";
   }
   return "?";
 }
@@ -205,6 +210,23 @@ const char* to_string(GradientClipAlgorithm algorithm) {
       return "value";
   }
   return "?";
+}
+
+const char* to_string(ShardingStrategy strategy) {
+  switch (strategy) {
+    case ShardingStrategy::kFullShard:
+      return "full_shard";
+    case ShardingStrategy::kShardGradOp:
+      return "shard_grad_op";
+    case ShardingStrategy::kNoShard:
+      return "no_shard";
+  }
+  return "?";
+}
+
+ShardingStrategy parse_sharding_strategy(const std::string& text) {
+  return parse_named(text, kShardingStrategies, "sharding_strategy", quoted_names(kShardingStrategies),
+                     "'shard_grad_op' shards gradients and optimizer state; 'no_shard' is ddp.");
 }
 
 GradientClipAlgorithm parse_gradient_clip_algorithm(const std::string& text) {

@@ -30,8 +30,9 @@ enum class StrategyRequest {
   kDdpFindUnusedParametersTrue,  ///< "ddp_find_unused_parameters_true": ddp with find_unused_parameters
   kDp,                           ///< "dp": one process splits each batch across its node's devices
   kDdp2,                         ///< "ddp2": dp inside each node, ddp across nodes
+  kFsdp,                         ///< "fsdp": ddp with gradients and optimizer state sharded
 };
-/// "auto", "single_device", "ddp", "ddp_find_unused_parameters_true", "dp" or "ddp2".
+/// "auto", "single_device", "ddp", "ddp_find_unused_parameters_true", "dp", "ddp2" or "fsdp".
 const char* to_string(StrategyRequest strategy);
 /// Parses one of the names to_string writes.
 StrategyRequest parse_strategy_request(const std::string& text);
@@ -78,6 +79,17 @@ enum class ProcessGroupBackend {
 const char* to_string(ProcessGroupBackend backend);
 /// Parses "auto", "gloo" or "nccl".
 ProcessGroupBackend parse_process_group_backend(const std::string& text);
+
+/// What strategy='fsdp' shards over the processes (PyTorch's ShardingStrategy, lower case).
+enum class ShardingStrategy {
+  kFullShard,    ///< "full_shard": parameters too, gathered per unit for forward and backward (not yet)
+  kShardGradOp,  ///< "shard_grad_op": gradients and optimizer state; whole parameters (ZeRO-2)
+  kNoShard,      ///< "no_shard": nothing; gradients all-reduced as under ddp
+};
+/// "full_shard", "shard_grad_op" or "no_shard".
+const char* to_string(ShardingStrategy strategy);
+/// Parses one of the names to_string writes, in any case (PyTorch's "SHARD_GRAD_OP" too).
+ShardingStrategy parse_sharding_strategy(const std::string& text);
 
 /// How gradients are clipped.
 enum class GradientClipAlgorithm {

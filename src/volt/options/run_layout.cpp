@@ -21,6 +21,8 @@ std::optional<StrategyKind> requested_strategy(StrategyRequest request) {
       return StrategyKind::kDp;
     case StrategyRequest::kDdp2:
       return StrategyKind::kDdp2;
+    case StrategyRequest::kFsdp:
+      return StrategyKind::kFsdp;
   }
   return std::nullopt;
 }
@@ -69,6 +71,8 @@ const char* to_string(StrategyKind strategy) {
       return "dp";
     case StrategyKind::kDdp2:
       return "ddp2";
+    case StrategyKind::kFsdp:
+      return "fsdp";
   }
   return "?";
 }

@@ -24,8 +24,9 @@ enum class StrategyKind {
   kDdp,           ///< "ddp": one process per device
   kDp,            ///< "dp": one process drives its node's devices
   kDdp2,          ///< "ddp2": dp inside each node, ddp across nodes
+  kFsdp,          ///< "fsdp": one process per device, gradients and optimizer state sharded
 };
-/// "single_device", "ddp", "dp" or "ddp2".
+/// "single_device", "ddp", "dp", "ddp2" or "fsdp".
 const char* to_string(StrategyKind strategy);
 
 /// What a node offers each process, as far as the layout depends on it.

@@ -32,6 +32,7 @@ void describe_trainer_flags(CLI::App& app, const TrainerOptions& o) {
   const std::map<std::string, std::function<std::string()>> resolved = {
       {"--accelerator", [&o] { return std::string(to_string(o.accelerator)); }},
       {"--strategy", [&o] { return std::string(to_string(o.strategy)); }},
+      {"--sharding-strategy", [&o] { return o.sharding_strategy ? to_string(*o.sharding_strategy) : ""; }},
       {"--precision", [&o] { return std::string(to_string(o.precision)); }},
       {"--amp-level", [&o] { return o.amp_level ? std::string(to_string(*o.amp_level)) : ""; }},
       {"--process-group-backend", [&o] { return std::string(to_string(o.process_group_backend)); }},
@@ -80,6 +81,9 @@ void describe_trainer_flags(CLI::App& app, const TrainerOptions& o) {
   app.get_option("--gpus")->check(parsed_by([](const std::string& text) { (void)DeviceRequest(text); }));
   app.get_option("--accelerator")->check(parsed_by([](const std::string& text) { parse_accelerator_request(text); }));
   app.get_option("--strategy")->check(parsed_by([](const std::string& text) { parse_strategy_request(text); }));
+  app.get_option("--sharding-strategy")->check(parsed_by([](const std::string& text) {
+    parse_sharding_strategy(text);
+  }));
   app.get_option("--precision")->check(parsed_by([](const std::string& text) { parse_precision(text); }));
   app.get_option("--amp-level")->check(parsed_by([](const std::string& text) { parse_amp_level(text); }));
   app.get_option("--process-group-backend")->check(parsed_by([](const std::string& text) {
@@ -123,8 +127,9 @@ void add_trainer_flags(CLI::App& app, TrainerOptions& o, TrainerFlagText& t) {
   app.add_option("--devices", t.devices, "devices per node: a count, -1, auto, or a list 0,1");
   app.add_option("--gpus", t.gpus, "CUDA devices (the seed documents' name): a count, -1, or a list 0,1");
   app.add_option("--strategy,--distributed-backend", t.strategy,
-                 "auto, single_device, ddp, ddp_find_unused_parameters_true, dp or ddp2 (--distributed-backend: the "
-                 "old name)");
+                 "auto, single_device, ddp, ddp_find_unused_parameters_true, dp, ddp2 or fsdp (--distributed-backend: "
+                 "the old name)");
+  app.add_option("--sharding-strategy", t.sharding_strategy, "fsdp: shard_grad_op (default) or no_shard");
   app.add_flag("--find-unused-parameters", o.find_unused_parameters, "ddp: allow parameters without gradients");
   app.add_flag("--sync-batchnorm", o.sync_batchnorm, "ddp: BatchNorm statistics over the global batch (SyncBatchNorm)");
   app.add_option("--bucket-cap-mb", o.bucket_cap_mb, "ddp: gradient bucket size in MiB")->capture_default_str();
@@ -214,6 +219,7 @@ void apply_trainer_flags(const TrainerFlagText& t, TrainerOptions& o) {
   if (!t.deterministic.empty()) o.deterministic = Deterministic(t.deterministic);
   if (!t.accelerator.empty()) o.accelerator = parse_accelerator_request(t.accelerator);
   if (!t.strategy.empty()) o.strategy = parse_strategy_request(t.strategy);
+  if (!t.sharding_strategy.empty()) o.sharding_strategy = parse_sharding_strategy(t.sharding_strategy);
   if (!t.precision.empty()) o.precision = parse_precision(t.precision);
   if (!t.amp_level.empty()) o.amp_level = parse_amp_level(t.amp_level);
   if (!t.process_group_backend.empty()) o.process_group_backend = parse_process_group_backend(t.process_group_backend);

@@ -16,6 +16,7 @@ namespace volt {
 struct TrainerFlagText {
   std::string accelerator;                  ///< --accelerator
   std::string strategy;                     ///< --strategy (--distributed-backend)
+  std::string sharding_strategy;            ///< --sharding-strategy
   std::string precision;                    ///< --precision
   std::string amp_level;                    ///< --amp-level
   std::string process_group_backend;        ///< --process-group-backend

@@ -146,9 +146,13 @@ struct TrainerOptions {
   /// error in CPU builds unless 0. Unset: use accelerator and devices.
   std::optional<DeviceRequest> gpus;
   /// kAuto (ddp when devices x num_nodes > 1), kSingleDevice, kDdp, kDdpFindUnusedParametersTrue,
-  /// kDp (one process splits each batch across its devices) or kDdp2 (dp inside each node, ddp
-  /// across nodes). The flag's old name `--distributed-backend` is the seed documents'.
+  /// kDp (one process splits each batch across its devices), kDdp2 (dp inside each node, ddp
+  /// across nodes) or kFsdp (ddp with gradients and optimizer state sharded over the processes).
+  /// The flag's old name `--distributed-backend` is the seed documents'.
   StrategyRequest strategy = StrategyRequest::kAuto;
+  /// What strategy=kFsdp shards. Unset: shard_grad_op (Lightning's default, full_shard, is not
+  /// built yet). Refused with any other strategy.
+  std::optional<ShardingStrategy> sharding_strategy;
   /// k32True (default), k64True, k16Mixed, kBf16Mixed, k16True or kBf16True. The mixed modes run
   /// the steps under autocast (16-mixed also scales the loss); a CPU build with LibTorch 1.13 runs
   /// 32-true, 64-true, bf16-mixed and bf16-true.

@@ -40,6 +40,11 @@ ProcessGroup& DdpStrategy::process_group() {
 }
 
 void DdpStrategy::setup_module(LightningModule& module) {
+  broadcast_module(module);
+  arm_synchronizer(module);
+}
+
+void DdpStrategy::broadcast_module(LightningModule& module) {
   ProcessGroup& group = process_group();
   std::vector<torch::Tensor> state;
   int64_t numel = 0;
@@ -66,7 +71,6 @@ void DdpStrategy::setup_module(LightningModule& module) {
     torch::NoGradGuard no_grad;
     group.broadcast(state, 0);
   }
-  arm_synchronizer(module);
 }
 
 void DdpStrategy::arm_synchronizer(LightningModule& module) {

@@ -51,6 +51,13 @@ class DdpStrategy : public Strategy {
   /// The joined group (after setup_environment).
   ProcessGroup& process_group();
 
+ protected:
+  /// Checks that every rank holds a module of the same shape and broadcasts rank 0's parameters
+  /// and buffers; remembers the buffers for before_forward.
+  void broadcast_module(LightningModule& module);
+  /// The options this strategy was made with.
+  const DdpOptions& options() const { return options_; }
+
  private:
   Topology topology_;
   DdpOptions options_;

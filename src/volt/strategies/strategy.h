@@ -19,6 +19,13 @@
 #include "volt/distributed/topology.h"
 #include "volt/module/log_options.h"
 
+namespace c10 {
+struct IValue;
+}  // namespace c10
+namespace torch::optim {
+class Optimizer;
+}  // namespace torch::optim
+
 namespace volt {
 
 class LightningModule;
@@ -27,7 +34,7 @@ class LightningModule;
 class Strategy {
  public:
   virtual ~Strategy() = default;
-  /// "single_device", "ddp", "dp" or "ddp2".
+  /// "single_device", "ddp", "dp", "ddp2" or "fsdp".
   virtual std::string name() const = 0;
   /// This process's place.
   virtual const Topology& topology() const = 0;
@@ -36,6 +43,10 @@ class Strategy {
   virtual void setup_environment(LightningModule& module) {}
   /// Makes every replica start equal and arms gradient synchronization for `module`.
   virtual void setup_module(LightningModule& module) {}
+  /// After configure_optimizers and setup_module: fsdp replaces each optimizer's parameters by
+  /// this process's pieces of them, so the optimizers' state covers only this process's shard.
+  virtual void setup_optimizers(LightningModule& module,
+                                const std::vector<std::shared_ptr<torch::optim::Optimizer>>& optimizers) {}
   /// At each training epoch's start, after its hooks: ddp re-arms gradient synchronization when
   /// the parameters that train changed since setup_module (a callback unfroze a backbone), since
   /// c10d's Reducer covers only the parameters that trained when it was built. Every process must
@@ -49,6 +60,24 @@ class Strategy {
   virtual torch::Tensor training_step(LightningModule& module, const Batch& batch, int64_t batch_idx);
   /// Before backward; `synchronize` is false on steps that only accumulate gradients.
   virtual void before_backward(const torch::Tensor& loss, bool synchronize) {}
+  /// After backward; `synchronize` as in before_backward. fsdp reduce-scatters the gradients here
+  /// into the optimizers' pieces and frees the module's whole gradients.
+  virtual void after_backward(bool synchronize) {}
+  /// After the optimizers stepped (or skipped a step): fsdp all-gathers the updated pieces into
+  /// the module's parameters, so every process holds the whole model again.
+  virtual void after_optimizer_step() {}
+  /// True when each process's optimizers hold only its shard of the state and gradients (fsdp):
+  /// clipping by norm sums over every process, and a checkpoint needs
+  /// gather_optimizer_states.
+  virtual bool shards_optimizer_state() const { return false; }
+  /// Collective: every optimizer's state as one process would hold it (PyTorch's
+  /// optimizer.state_dict() layout), complete on global rank 0 and empty elsewhere. The default
+  /// (nothing sharded) is each optimizer's own state on every process.
+  virtual std::vector<c10::IValue> gather_optimizer_states(
+      const std::vector<std::shared_ptr<torch::optim::Optimizer>>& optimizers);
+  /// Loads `state` (as gather_optimizer_states returns it, or a checkpoint of an unsharded run)
+  /// into `optimizer`; fsdp cuts it to this process's pieces first. No collective.
+  virtual void load_optimizer_state(torch::optim::Optimizer& optimizer, const c10::IValue& state);
   /// Reduces a tensor across processes in place.
   virtual void reduce(torch::Tensor& values, Reduce op) {}
   /// Reduces a number across processes.

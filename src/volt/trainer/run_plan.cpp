@@ -312,6 +312,23 @@ RunPlan resolve_run_plan(const TrainerOptions& options, const Env& env, const Ma
              "device), or set sync_batchnorm=false.",
              to_string(plan.strategy));
   plan.sync_batchnorm = options.sync_batchnorm;
+  VOLT_CHECK(!options.sharding_strategy || plan.strategy == StrategyKind::kFsdp,
+             "sharding_strategy='{}' is an option of strategy='fsdp', but the strategy is '{}'. HINT: set "
+             "strategy='fsdp', or leave sharding_strategy unset.",
+             to_string(options.sharding_strategy.value_or(ShardingStrategy::kNoShard)), to_string(plan.strategy));
+  if (plan.strategy == StrategyKind::kFsdp) {
+    plan.sharding_strategy = options.sharding_strategy.value_or(ShardingStrategy::kShardGradOp);
+    VOLT_CHECK(plan.sharding_strategy != ShardingStrategy::kFullShard,
+               "sharding_strategy='full_shard' (parameters gathered per wrapped unit for forward and backward) is not "
+               "built yet. HINT: use sharding_strategy='shard_grad_op' (gradients and optimizer state sharded, the "
+               "default), which saves the optimizer's memory.");
+    VOLT_CHECK(plan.precision != Precision::k16Mixed || plan.sharding_strategy == ShardingStrategy::kNoShard,
+               "precision='16-mixed' with strategy='fsdp' (sharding_strategy='{}'): each process would see only its "
+               "shard of the gradients when the loss scaler looks for inf/NaN, so processes could disagree on "
+               "skipping a step (PyTorch's ShardedGradScaler is not built yet). HINT: use precision='bf16-mixed', "
+               "which needs no loss scaling, or sharding_strategy='no_shard'.",
+               to_string(plan.sharding_strategy));
+  }
   VOLT_CHECK(options.bucket_cap_mb >= 1, "bucket_cap_mb={} must be >= 1.", options.bucket_cap_mb);
   plan.bucket_cap_mb = options.bucket_cap_mb;
   plan.use_distributed_sampler = options.use_distributed_sampler;
@@ -467,8 +484,15 @@ std::string RunPlan::describe() const {
     for (int64_t d : cuda_devices) ids.push_back(fmt::format("cuda:{}", d));
     line("this process's devices", join(ids, ", "));
   }
-  if (strategy == StrategyKind::kDdp || strategy == StrategyKind::kDdp2)
-    line("process group backend", process_group_backend);
+  const bool process_group =
+      strategy == StrategyKind::kDdp || strategy == StrategyKind::kDdp2 || strategy == StrategyKind::kFsdp;
+  if (process_group) line("process group backend", process_group_backend);
+  if (strategy == StrategyKind::kFsdp) {
+    line("sharding strategy", fmt::format("{}{}", to_string(sharding_strategy),
+                                          sharding_strategy == ShardingStrategy::kShardGradOp
+                                              ? " (gradients and optimizer state split over the processes)"
+                                              : " (gradients all-reduced, as ddp)"));
+  }
   line("cluster environment", to_string(cluster));
   line("rank",
        fmt::format("global {} / local {} / node {}", topology.global_rank, topology.local_rank, topology.node_rank));
@@ -479,7 +503,7 @@ std::string RunPlan::describe() const {
   if (strategy == StrategyKind::kDdp2) {
     line("gradient all-reduce", fmt::format("across {} nodes (one process each; loaders sharded by node)", num_nodes));
   }
-  if (strategy == StrategyKind::kDdp || strategy == StrategyKind::kDdp2) {
+  if (process_group) {
     line("rendezvous",
          fmt::format("{}:{}{}", topology.main_address,
                      topology.main_port == 0 ? std::string("(free port)") : std::to_string(topology.main_port),

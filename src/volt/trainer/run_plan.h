@@ -41,11 +41,13 @@ struct RunPlan {
   std::chrono::milliseconds process_group_timeout{120000};  ///< collective timeout (ddp)
   std::chrono::milliseconds join_timeout{60000};            ///< rendezvous deadline (ddp)
   bool find_unused_parameters = false;                      ///< ddp reducer option
-  bool sync_batchnorm = false;                              ///< SyncBatchNorm layers synchronize
-  int64_t bucket_cap_mb = 25;                               ///< ddp reducer option
-  bool use_distributed_sampler = true;                      ///< shard loaders across processes
-  int64_t num_threads = 1;                                  ///< intra-op threads of this process
-  bool tune_allocator = true;                               ///< pin glibc malloc thresholds
+  /// fsdp: what is sharded (shard_grad_op or no_shard); no_shard under every other strategy.
+  ShardingStrategy sharding_strategy = ShardingStrategy::kNoShard;
+  bool sync_batchnorm = false;          ///< SyncBatchNorm layers synchronize
+  int64_t bucket_cap_mb = 25;           ///< ddp reducer option
+  bool use_distributed_sampler = true;  ///< shard loaders across processes
+  int64_t num_threads = 1;              ///< intra-op threads of this process
+  bool tune_allocator = true;           ///< pin glibc malloc thresholds
 
   int64_t max_epochs = 1000;               ///< -1: unlimited
   int64_t min_epochs = 0;                  ///< epochs before a callback may stop training

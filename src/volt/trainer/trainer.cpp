@@ -30,6 +30,7 @@
 #include "volt/strategies/ddp2_strategy.h"
 #include "volt/strategies/ddp_strategy.h"
 #include "volt/strategies/dp_strategy.h"
+#include "volt/strategies/fsdp_strategy.h"
 #include "volt/trainer/process_setup.h"
 
 namespace volt {
@@ -49,6 +50,7 @@ class StageView : public RunView {
   const Topology& topology() const override { return strategy_.topology(); }
   torch::Device device() const override { return device_; }
   Collectives& collectives() const override { return strategy_.collectives(); }
+  bool shards_gradients() const override { return strategy_.shards_optimizer_state(); }
   void print(const std::string& line) const override { console_->info(line); }
 
  private:
@@ -338,6 +340,11 @@ Strategy& Trainer::strategy() {
     strategy_ = std::make_unique<Ddp2Strategy>(plan_.topology, ddp, std::move(dp), std::move(child_env));
     return *strategy_;
   }
+  if (plan_.strategy == StrategyKind::kFsdp) {
+    strategy_ = std::make_unique<FsdpStrategy>(plan_.topology, ddp, std::move(child_env),
+                                               plan_.sharding_strategy == ShardingStrategy::kShardGradOp);
+    return *strategy_;
+  }
   strategy_ = std::make_unique<DdpStrategy>(plan_.topology, ddp, std::move(child_env));
   return *strategy_;
 }
@@ -529,6 +536,7 @@ FitResult Trainer::fit_stage(LightningModule& module, DataLoader train, std::vec
     validate_optimization(optimization, module);
     for (const auto& optimizer : optimization.optimizers) optimizer->zero_grad();
     strategy.setup_module(module);
+    strategy.setup_optimizers(module, optimization.optimizers);
 
     MetricRouter metrics(callback_metrics_, fit_loggers(options_, plan_));
     const std::vector<std::shared_ptr<Callback>> callbacks =

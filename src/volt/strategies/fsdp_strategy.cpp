@@ -1,0 +1,273 @@
+#include "volt/strategies/fsdp_strategy.h"
+
+#include <torch/torch.h>
+
+#include <map>
+#include <set>
+
+#include "volt/core/error.h"
+#include "volt/core/strings.h"
+#include "volt/module/lightning_module.h"
+#include "volt/optim/optimizer_state.h"
+
+namespace volt {
+
+namespace {
+
+using GenericDict = c10::impl::GenericDict;
+
+// Optimizers whose state is one value per parameter element (plus a step count), so a piece of
+// a parameter has exactly the piece of its state; LBFGS and unknown optimizers are not.
+bool shardable_kind(const std::string& kind) {
+  return kind == "SGD" || kind == "Adam" || kind == "AdamW" || kind == "RMSprop" || kind == "Adagrad";
+}
+
+int64_t tensor_bytes(const c10::IValue& value) {
+  if (value.isTensor()) return value.toTensor().numel() * static_cast<int64_t>(value.toTensor().element_size());
+  int64_t bytes = 0;
+  if (value.isGenericDict())
+    for (const auto& entry : value.toGenericDict()) bytes += tensor_bytes(entry.value());
+  return bytes;
+}
+
+}  // namespace
+
+FsdpStrategy::FsdpStrategy(Topology topology, DdpOptions options, Env env, bool shard)
+    : DdpStrategy(std::move(topology), std::move(options), std::move(env)), shard_(shard) {}
+
+void FsdpStrategy::setup_module(LightningModule& module) {
+  if (!shard_) {
+    DdpStrategy::setup_module(module);
+    return;
+  }
+  // Whole gradients are reduce-scattered after backward instead of all-reduced during it.
+  broadcast_module(module);
+}
+
+void FsdpStrategy::setup_optimizers(LightningModule& module,
+                                    const std::vector<std::shared_ptr<torch::optim::Optimizer>>& optimizers) {
+  if (!shard_) return;
+  std::map<const c10::TensorImpl*, std::string> names;
+  trainable_.clear();
+  for (const auto& item : module.named_parameters(true)) {
+    names.emplace(item.value().unsafeGetTensorImpl(), item.key());
+    if (item.value().requires_grad()) trainable_.push_back(item.key());
+  }
+  entries_.clear();
+  ids_.assign(optimizers.size(), {});
+  optimizers_ = optimizers;
+  std::set<const c10::TensorImpl*> seen;
+  for (size_t k = 0; k < optimizers.size(); ++k) {
+    const std::string kind = optimizer_kind(*optimizers[k]);
+    VOLT_CHECK(shardable_kind(kind),
+               "strategy='fsdp' shards optimizer state element by element, which optimizer {} ({}) does not keep. "
+               "HINT: use SGD, Adam, AdamW, RMSprop or Adagrad, or strategy='ddp'.",
+               k, kind);
+    for (const auto& group : optimizers[k]->param_groups()) {
+      for (const torch::Tensor& p : group.params()) {
+        if (!p.requires_grad()) {
+          ids_[k].emplace_back();
+          continue;
+        }
+        const auto name = names.find(p.unsafeGetTensorImpl());
+        VOLT_CHECK(name != names.end(),
+                   "optimizer {} holds a tensor of shape {} that is not a parameter of {}; strategy='fsdp' shards "
+                   "only the module's parameters. HINT: register the tensor with register_parameter.",
+                   k, c10::str(p.sizes()), module.name());
+        VOLT_CHECK(seen.insert(p.unsafeGetTensorImpl()).second,
+                   "parameter '{}' is in two optimizers' groups; strategy='fsdp' gives each trained parameter to "
+                   "one optimizer. HINT: put it in one group only.",
+                   name->second);
+        const torch::Tensor& first = entries_.empty() ? p : entries_.front().param;
+        VOLT_CHECK(p.dtype() == first.dtype() && p.device() == first.device() && p.is_contiguous(),
+                   "parameter '{}' is {} on {}{}, but '{}' is {} on {}; strategy='fsdp' keeps the trained "
+                   "parameters in one flat buffer. HINT: give every trained parameter the same dtype and device.",
+                   name->second, c10::toString(p.scalar_type()), p.device().str(),
+                   p.is_contiguous() ? "" : " (not contiguous)", entries_.empty() ? name->second : entries_[0].name,
+                   c10::toString(first.scalar_type()), first.device().str());
+        ids_[k].push_back(entries_.size());
+        entries_.push_back(Entry{.name = name->second, .param = p, .piece = {}, .range = {}});
+      }
+    }
+  }
+  VOLT_CHECK(!entries_.empty(),
+             "{}'s optimizers hold no parameter that requires grad; strategy='fsdp' has nothing to shard. HINT: "
+             "unfreeze the layers to train, or use strategy='ddp'.",
+             module.name());
+  std::vector<int64_t> numels;
+  for (const Entry& e : entries_) numels.push_back(e.param.numel());
+  layout_.emplace(std::move(numels), topology().world_size, topology().global_rank);
+  for (size_t i = 0; i < entries_.size(); ++i) {
+    Entry& e = entries_[i];
+    e.range = layout_->piece(i);
+    // A view of the parameter's own storage: the optimizer's update of the piece is the
+    // parameter's update, and whatever loads into the parameter (a checkpoint) is the piece's.
+    e.piece = e.param.detach().view({-1}).narrow(0, e.range.begin, e.range.numel());
+  }
+  for (size_t k = 0; k < optimizers.size(); ++k) {
+    size_t id = 0;
+    for (auto& group : optimizers[k]->param_groups()) {
+      for (torch::Tensor& p : group.params()) {
+        if (const auto index = ids_[k][id++]) p = entries_[*index].piece;
+      }
+    }
+  }
+}
+
+void FsdpStrategy::sync_trainable_parameters(LightningModule& module) {
+  if (!shard_) {
+    DdpStrategy::sync_trainable_parameters(module);
+    return;
+  }
+  std::vector<std::string> trainable;
+  for (const auto& item : module.named_parameters(true))
+    if (item.value().requires_grad()) trainable.push_back(item.key());
+  size_t held = 0;
+  for (const auto& optimizer : optimizers_)
+    for (const auto& group : optimizer->param_groups()) held += group.params().size();
+  size_t laid_out = 0;
+  for (const auto& ids : ids_) laid_out += ids.size();
+  // Each process checks alone: every one of them changed the same way or fails the same way.
+  VOLT_CHECK(trainable == trainable_ && held == laid_out,
+             "strategy='fsdp' (shard_grad_op) laid out the {} parameters that trained when fit started, but now {} "
+             "parameters train and the optimizers hold {} (a callback such as BackboneFinetuning froze, unfroze or "
+             "added parameters). HINT: use strategy='ddp' for a fine-tuning schedule, or train every layer from the "
+             "start.",
+             trainable_.size(), trainable.size(), held);
+}
+
+void FsdpStrategy::before_backward(const torch::Tensor& loss, bool synchronize) {
+  if (!shard_) DdpStrategy::before_backward(loss, synchronize);
+}
+
+void FsdpStrategy::after_backward(bool synchronize) {
+  if (!shard_ || !synchronize) return;
+  std::vector<torch::Tensor> grads;
+  grads.reserve(entries_.size());
+  // A parameter left out of this step's loss counts as a zero gradient, as in PyTorch's FSDP.
+  for (const Entry& e : entries_) grads.push_back(e.param.grad());
+  const torch::Tensor flat = layout_->flatten(grads, entries_.front().param.options());
+  const torch::Tensor mine = process_group().reduce_scatter(flat, Reduce::kMean);
+  for (Entry& e : entries_) {
+    const torch::Tensor g = mine.narrow(0, e.range.chunk_offset, e.range.numel());
+    if (e.piece.grad().defined()) {
+      e.piece.mutable_grad().add_(g);
+    } else {
+      e.piece.mutable_grad() = g.clone();  // its own memory: zero_grad detaches grads in place
+    }
+    // The whole gradient is spent: freeing it is what sharding gradients saves.
+    e.param.mutable_grad() = torch::Tensor();
+  }
+}
+
+void FsdpStrategy::after_optimizer_step() {
+  if (!shard_) return;
+  torch::NoGradGuard no_grad;
+  torch::Tensor chunk = torch::zeros({layout_->chunk()}, entries_.front().param.options());
+  for (const Entry& e : entries_) {
+    if (e.range.numel() > 0) chunk.narrow(0, e.range.chunk_offset, e.range.numel()).copy_(e.piece);
+  }
+  const torch::Tensor flat = process_group().all_gather_flat(chunk);
+  for (size_t i = 0; i < entries_.size(); ++i) {
+    entries_[i].param.detach().view({-1}).copy_(flat.narrow(0, layout_->offset(i), layout_->numel(i)));
+  }
+}
+
+std::vector<c10::IValue> FsdpStrategy::gather_optimizer_states(
+    const std::vector<std::shared_ptr<torch::optim::Optimizer>>& optimizers) {
+  if (!shard_) return DdpStrategy::gather_optimizer_states(optimizers);
+  VOLT_INTERNAL_ASSERT(optimizers.size() == optimizers_.size(), "gather of {} optimizers, {} laid out",
+                       optimizers.size(), optimizers_.size());
+  const bool root = is_global_zero();
+  std::vector<c10::IValue> out;
+  for (size_t k = 0; k < optimizers.size(); ++k) {
+    const GenericDict top = optimizer_state_dict(*optimizers[k]).toGenericDict();
+    const GenericDict state = top.at("state").toGenericDict();
+    // The elementwise entries of the sharded parameters, by name: id -> tensor.
+    std::map<std::string, std::map<int64_t, torch::Tensor>> pieces;
+    std::string signature;
+    for (const auto& entry : state) {
+      const int64_t id = entry.key().toInt();
+      if (!ids_[k].at(id)) continue;
+      for (const auto& field : entry.value().toGenericDict()) {
+        const std::string key = field.key().toStringRef();
+        if (!is_elementwise_state(key) || !field.value().isTensor()) continue;
+        pieces[key][id] = field.value().toTensor();
+        signature += fmt::format("{}:{};", id, key);
+      }
+    }
+    // Every process must hold state for the same parameters, or the all-gathers below would
+    // pair one process's exp_avg with another's momentum.
+    const std::vector<std::string> signatures = all_gather_bytes(signature);
+    for (size_t r = 0; r < signatures.size(); ++r) {
+      VOLT_CHECK(signatures[r] == signatures.front(),
+                 "optimizer {} holds state for other parameters on rank {} than on rank 0, so its sharded state "
+                 "cannot be gathered for a checkpoint. HINT: every process must step the same optimizers with the "
+                 "same parameters; check code that depends on the rank.",
+                 k, r);
+    }
+    GenericDict full_state = state.copy();
+    for (const auto& [key, by_id] : pieces) {
+      torch::Tensor chunk = torch::zeros({layout_->chunk()}, by_id.begin()->second.options());
+      for (const auto& [id, tensor] : by_id) {
+        const Entry& e = entries_[*ids_[k][id]];
+        if (e.range.numel() > 0) chunk.narrow(0, e.range.chunk_offset, e.range.numel()).copy_(tensor.reshape({-1}));
+      }
+      const torch::Tensor flat = process_group().all_gather_flat(chunk);
+      if (!root) continue;
+      for (const auto& [id, tensor] : by_id) {
+        const size_t index = *ids_[k][id];
+        GenericDict param_state = full_state.at(id).toGenericDict().copy();
+        param_state.insert_or_assign(key, layout_->view(flat, index, entries_[index].param.sizes()).clone());
+        full_state.insert_or_assign(id, param_state);
+      }
+    }
+    if (!root) {
+      out.emplace_back();
+      continue;
+    }
+    GenericDict whole = top.copy();
+    whole.insert_or_assign("state", full_state);
+    out.emplace_back(whole);
+  }
+  return out;
+}
+
+void FsdpStrategy::load_optimizer_state(torch::optim::Optimizer& optimizer, const c10::IValue& state) {
+  if (!shard_) {
+    DdpStrategy::load_optimizer_state(optimizer, state);
+    return;
+  }
+  size_t k = 0;
+  while (k < optimizers_.size() && optimizers_[k].get() != &optimizer) ++k;
+  VOLT_INTERNAL_ASSERT(k < optimizers_.size(), "load_optimizer_state of an optimizer fsdp did not lay out");
+  std::vector<std::optional<ShardPiece>> pieces;
+  std::vector<int64_t> numels;
+  for (const auto& index : ids_[k]) {
+    pieces.push_back(index ? std::optional<ShardPiece>(entries_[*index].range) : std::nullopt);
+    numels.push_back(index ? entries_[*index].param.numel() : 0);
+  }
+  load_optimizer_state_dict(optimizer, shard_optimizer_state(state, pieces, numels));
+}
+
+TrainingMemory training_memory(const torch::nn::Module& module,
+                               const std::vector<std::shared_ptr<torch::optim::Optimizer>>& optimizers) {
+  TrainingMemory memory;
+  std::set<const c10::TensorImpl*> counted;
+  const auto add_grad = [&memory, &counted](const torch::Tensor& p) {
+    if (!p.grad().defined() || !counted.insert(p.unsafeGetTensorImpl()).second) return;
+    memory.gradients += p.grad().numel() * static_cast<int64_t>(p.grad().element_size());
+  };
+  for (const torch::Tensor& p : module.parameters()) {
+    memory.parameters += p.numel() * static_cast<int64_t>(p.element_size());
+    add_grad(p);
+  }
+  for (const auto& optimizer : optimizers) {
+    for (const auto& group : optimizer->param_groups())
+      for (const torch::Tensor& p : group.params()) add_grad(p);
+    memory.optimizer_state += tensor_bytes(optimizer_state_dict(*optimizer).toGenericDict().at("state"));
+  }
+  return memory;
+}
+
+}  // namespace volt

@@ -1,0 +1,82 @@
+// Fully sharded data parallel, shard_grad_op (ZeRO-2): every process holds the whole model for
+// forward and backward, but gradients and optimizer state are split evenly over the processes,
+// so the optimizer's memory (Adam: twice the parameters) shrinks to 1/N per process.
+#pragma once
+
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "volt/strategies/ddp_strategy.h"
+#include "volt/strategies/shard_layout.h"
+
+namespace torch::nn {
+class Module;
+}  // namespace torch::nn
+
+namespace volt {
+
+/// Bytes a process holds for training: what fsdp shards and ddp replicates.
+struct TrainingMemory {
+  /// The module's parameters (whole under ddp and shard_grad_op).
+  int64_t parameters = 0;
+  /// Gradients: the module's parameters' and, under fsdp, the optimizers' pieces'.
+  int64_t gradients = 0;
+  /// The optimizers' state tensors (Adam: exp_avg and exp_avg_sq).
+  int64_t optimizer_state = 0;
+};
+
+/// What this process holds now for `module` and its `optimizers` (for memory reports; it reads
+/// every optimizer's state, so call it between steps).
+TrainingMemory training_memory(const torch::nn::Module& module,
+                               const std::vector<std::shared_ptr<torch::optim::Optimizer>>& optimizers);
+
+/// Lightning's `strategy="fsdp"` with sharding_strategy `shard_grad_op` (or `no_shard`, which
+/// is ddp under this name).
+///
+/// Each step: backward computes whole gradients locally (no communication on accumulation
+/// steps), after_backward reduce-scatters their average so that each process receives the
+/// gradients of its chunk of the flat parameter buffer (and frees the whole ones), the
+/// optimizers update only this process's pieces (views of the module's parameters), and
+/// after_optimizer_step all-gathers the pieces so every process holds the updated model.
+/// Checkpoints hold the whole optimizer state, gathered on rank 0, in the layout one process
+/// writes, so a run resumes under any strategy and process count.
+class FsdpStrategy : public DdpStrategy {
+ public:
+  /// `shard` false is no_shard: exactly DdpStrategy.
+  FsdpStrategy(Topology topology, DdpOptions options, Env env, bool shard);
+
+  std::string name() const override { return "fsdp"; }
+  void setup_module(LightningModule& module) override;
+  void setup_optimizers(LightningModule& module,
+                        const std::vector<std::shared_ptr<torch::optim::Optimizer>>& optimizers) override;
+  void sync_trainable_parameters(LightningModule& module) override;
+  void before_backward(const torch::Tensor& loss, bool synchronize) override;
+  void after_backward(bool synchronize) override;
+  void after_optimizer_step() override;
+  bool shards_optimizer_state() const override { return shard_; }
+  std::vector<c10::IValue> gather_optimizer_states(
+      const std::vector<std::shared_ptr<torch::optim::Optimizer>>& optimizers) override;
+  void load_optimizer_state(torch::optim::Optimizer& optimizer, const c10::IValue& state) override;
+
+ private:
+  /// One optimized parameter: the module's tensor and this process's piece of it.
+  struct Entry {
+    std::string name;
+    torch::Tensor param;
+    torch::Tensor piece;
+    ShardPiece range;
+  };
+  bool shard_;
+  std::vector<Entry> entries_;
+  std::optional<ShardLayout> layout_;
+  std::vector<std::shared_ptr<torch::optim::Optimizer>> optimizers_;
+  /// For each optimizer, its parameter numbers (across groups) -> index into entries_ (nullopt:
+  /// a parameter that does not train, kept whole).
+  std::vector<std::vector<std::optional<size_t>>> ids_;
+  /// The names of the parameters that trained at setup.
+  std::vector<std::string> trainable_;
+};
+
+}  // namespace volt
