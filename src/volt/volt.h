@@ -25,5 +25,7 @@
 #include "volt/module/lightning_module.h"
 #include "volt/nn/nn.h"
 #include "volt/optim/lr_scheduler.h"
+#include "volt/pipeline/balance.h"
+#include "volt/pipeline/pipeline.h"
 #include "volt/precision/precision_plugin.h"
 #include "volt/trainer/trainer.h"

@@ -1,0 +1,79 @@
+// Pipeline parallelism: a sequence of layers split into stages, one thread per stage (each on its
+// own device: CUDA devices, or the CPU for all of them), each batch cut into micro-batches that
+// flow through the stages so that they compute at the same time (GPipe; torchgpipe's design with
+// explicit stage threads instead of CUDA streams).
+#pragma once
+
+#include <torch/nn/modules/container/sequential.h>
+#include <torch/types.h>
+
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <vector>
+
+namespace volt {
+
+/// The order in which each stage runs its micro-batches' forward and backward passes.
+enum class PipelineSchedule {
+  kGPipe,  ///< "gpipe": every forward, then every backward in reverse order (fill-drain)
+  k1F1B,   ///< "1f1b": stage s runs k - s - 1 forwards, then one forward and one backward in turn
+};
+/// "gpipe" or "1f1b".
+const char* to_string(PipelineSchedule schedule);
+/// Parses "gpipe" or "1f1b" (any case); throws volt::Error with the supported names.
+PipelineSchedule parse_pipeline_schedule(const std::string& text);
+
+/// What one pipelined step measured.
+struct PipelineStepStats {
+  /// Wall time of the step.
+  double seconds = 0;
+  /// Seconds each stage spent computing (not waiting for its neighbours).
+  std::vector<double> busy;
+  /// The share of stage time spent idle: 1 - sum(busy) / (stages x seconds). GPipe's bubble is
+  /// (k - 1) / (m + k - 1) for k equal stages and m micro-batches.
+  double bubble() const;
+};
+
+/// A sequence of layers split into stages that run on their own threads.
+///
+/// Each stage's input is a detached copy of the previous stage's output (moved to the stage's
+/// device), so its backward pass ends at that copy and hands the gradient back; parameters of a
+/// stage are touched only by its thread. The layers are shared with the Sequential given (the
+/// same parameters), so optimizers built over that Sequential's parameters optimize the pipeline.
+class Pipeline {
+ public:
+  /// Splits `layers` into stages of `balance` layer counts (check_balance), stage s on
+  /// `devices[s]` (one per stage; its layers are moved there).
+  Pipeline(const torch::nn::Sequential& layers, std::vector<int64_t> balance, std::vector<torch::Device> devices);
+
+  /// Number of stages.
+  int64_t stages() const { return static_cast<int64_t>(stages_.size()); }
+  /// Layers per stage.
+  const std::vector<int64_t>& balance() const { return balance_; }
+  /// Stage `s`'s layers.
+  torch::nn::Sequential& stage(int64_t s) { return stages_.at(static_cast<size_t>(s)); }
+
+  /// The loss of one micro-batch: its output and the rows [begin, end) of the batch it holds.
+  using MicroBatchLoss = std::function<torch::Tensor(const torch::Tensor& output, int64_t begin, int64_t end)>;
+
+  /// Forward and backward of `input` cut into `chunks` micro-batches along dimension 0 (as
+  /// torch.chunk: fewer when the batch has fewer rows). `loss` gives each micro-batch's loss,
+  /// already weighted (for a mean over the batch: the micro-batch's mean times its share of the
+  /// rows); the stages' parameter gradients accumulate the sum of their gradients, which is the
+  /// whole batch's gradient. Returns the sum of the losses, detached, on the last stage's device.
+  /// A stage that throws stops the others and the step throws volt::Error naming the stage,
+  /// the micro-batch and the pass.
+  torch::Tensor train_step(const torch::Tensor& input, int64_t chunks, PipelineSchedule schedule,
+                           const MicroBatchLoss& loss, PipelineStepStats* stats = nullptr);
+
+  /// The output for `input` (no graph), its micro-batches pipelined; on the last stage's device.
+  torch::Tensor forward(const torch::Tensor& input, int64_t chunks);
+
+ private:
+  std::vector<int64_t> balance_;
+  std::vector<torch::Device> devices_;
+  std::vector<torch::nn::Sequential> stages_;
+};
+
+}  // namespace volt
