@@ -26,6 +26,7 @@
 #include "volt/nn/nn.h"
 #include "volt/optim/lr_scheduler.h"
 #include "volt/pipeline/balance.h"
+#include "volt/pipeline/pipe.h"
 #include "volt/pipeline/pipeline.h"
 #include "volt/precision/precision_plugin.h"
 #include "volt/trainer/trainer.h"

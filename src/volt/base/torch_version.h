@@ -1,7 +1,7 @@
 // Which LibTorch Volt is compiled against. Volt builds against Debian's LibTorch 1.13 (CPU) and
 // upstream LibTorch 2.x (CUDA); where an API differs, the area that uses it keeps the difference
 // in its own compatibility header (distributed/c10d_compat.h, optim/optimizer_compat.h,
-// precision/autocast_compat.h, strategies/autograd_compat.h), which tests these macros.
+// precision/autocast_compat.h, base/autograd_compat.h), which tests these macros.
 #pragma once
 
 #include <torch/version.h>

@@ -1,6 +1,10 @@
 #include "volt/pipeline/pipeline.h"
 
+#include <ATen/ThreadLocalState.h>
+#include <c10/core/DeviceGuard.h>
 #include <fmt/format.h>
+#include <torch/csrc/autograd/function.h>
+#include <torch/csrc/autograd/functions/utils.h>
 #include <torch/torch.h>
 
 #include <atomic>
@@ -14,6 +18,7 @@
 #include "volt/core/error.h"
 #include "volt/core/strings.h"
 #include "volt/pipeline/balance.h"
+#include "volt/base/autograd_compat.h"
 
 namespace volt {
 
@@ -21,15 +26,9 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
-/// One pass of one micro-batch on one stage.
-struct Op {
-  bool forward;
-  int64_t micro_batch;
-};
-
 /// The ops stage `s` of `k` runs for `m` micro-batches, in order.
-std::vector<Op> stage_ops(PipelineSchedule schedule, int64_t s, int64_t k, int64_t m) {
-  std::vector<Op> ops;
+std::vector<Pipeline::Op> stage_ops(PipelineSchedule schedule, int64_t s, int64_t k, int64_t m) {
+  std::vector<Pipeline::Op> ops;
   if (schedule == PipelineSchedule::kGPipe) {
     for (int64_t i = 0; i < m; ++i) ops.push_back({true, i});
     for (int64_t i = m - 1; i >= 0; --i) ops.push_back({false, i});
@@ -153,53 +152,118 @@ Pipeline::Pipeline(const torch::nn::Sequential& layers, std::vector<int64_t> bal
   }
 }
 
-torch::Tensor Pipeline::train_step(const torch::Tensor& input, int64_t chunks, PipelineSchedule schedule,
-                                   const MicroBatchLoss& loss, PipelineStepStats* stats) {
+/// What one pipelined pass keeps between its forward and backward phases.
+struct Pipeline::Run {
+  std::vector<std::pair<int64_t, int64_t>> rows;           // each micro-batch's rows of the batch
+  std::vector<std::vector<torch::Tensor>> inputs;          // [stage][micro-batch]: what the stage ran on
+  std::vector<std::vector<torch::Tensor>> outputs;         // [stage][micro-batch]: what it produced
+  std::vector<torch::Tensor> losses;                       // the last stage's, under train_step
+  std::vector<torch::Tensor> seeds;                        // the output gradients, under forward_with_graph
+  std::vector<torch::Tensor> input_grads;                  // stage 0's input gradients, when it needs them
+  std::vector<double> busy;                                // seconds each stage computed
+  int64_t micro_batches() const { return static_cast<int64_t>(rows.size()); }
+};
+
+namespace {
+
+/// The backward of forward_with_graph's output: every micro-batch's backward pass on the stage
+/// threads (GPipe's drain), seeded with the output's gradient; returns the input's gradient.
+class PipelineBackward : public torch::autograd::Node {
+ public:
+  PipelineBackward(std::function<torch::Tensor(const torch::Tensor&)> backward) : backward_(std::move(backward)) {}
+  torch::autograd::variable_list apply(torch::autograd::variable_list&& grads) override {
+    return {backward_(grads.at(0))};
+  }
+  std::string name() const override { return "volt::PipelineBackward"; }
+
+ private:
+  std::function<torch::Tensor(const torch::Tensor&)> backward_;
+};
+
+}  // namespace
+
+std::shared_ptr<Pipeline::Run> Pipeline::start(const torch::Tensor& input, int64_t chunks) const {
   VOLT_CHECK(chunks >= 1, "pipeline_chunks={} must be >= 1. HINT: 1 runs the batch whole.", chunks);
   VOLT_CHECK(input.dim() >= 1 && input.size(0) >= 1, "a pipeline step needs a batch with rows; got shape {}.",
              c10::str(input.sizes()));
-  const std::vector<std::pair<int64_t, int64_t>> rows = chunk_rows(input.size(0), chunks);
-  const auto m = static_cast<int64_t>(rows.size());
+  auto run = std::make_shared<Run>();
+  run->rows = chunk_rows(input.size(0), chunks);
+  const auto k = static_cast<size_t>(stages());
+  const auto m = static_cast<size_t>(run->micro_batches());
+  run->inputs.assign(k, std::vector<torch::Tensor>(m));
+  run->outputs = run->inputs;
+  run->losses.resize(m);
+  run->input_grads.resize(m);
+  run->busy.assign(k, 0.0);
+  return run;
+}
+
+void Pipeline::execute(Run& run, const torch::Tensor& input, const std::function<std::vector<Op>(int64_t)>& ops,
+                       const MicroBatchLoss* loss) {
+  const int64_t m = run.micro_batches();
   const int64_t k = stages();
   Exchange exchange(k, m);
-  for (int64_t i = 0; i < m; ++i) {
-    exchange.put_activation(0, i, input.narrow(0, rows[i].first, rows[i].second - rows[i].first));
+  if (input.defined()) {
+    for (int64_t i = 0; i < m; ++i) {
+      const auto [begin, end] = run.rows[static_cast<size_t>(i)];
+      exchange.put_activation(0, i, input.narrow(0, begin, end - begin));
+    }
   }
-  std::vector<torch::Tensor> losses(static_cast<size_t>(m));
-  std::vector<double> busy(static_cast<size_t>(k), 0.0);
-  const auto start = Clock::now();
+  // Grad mode, autocast and dispatch keys are per thread: the stages run under the caller's.
+  const at::ThreadLocalState caller_state;
   const auto run_stage = [&](int64_t s) {
+    const at::ThreadLocalStateGuard state(caller_state);
     const torch::Device device = devices_[static_cast<size_t>(s)];
-    std::vector<torch::Tensor> inputs(static_cast<size_t>(m));
-    std::vector<torch::Tensor> outputs(static_cast<size_t>(m));
-    for (const Op& op : stage_ops(schedule, s, k, m)) {
+    // The current CUDA device is per thread and not part of ThreadLocalState.
+    std::optional<c10::DeviceGuard> device_guard;
+    if (!device.is_cpu()) device_guard.emplace(device);
+    std::vector<torch::Tensor>& inputs = run.inputs[static_cast<size_t>(s)];
+    std::vector<torch::Tensor>& outputs = run.outputs[static_cast<size_t>(s)];
+    const bool last = s + 1 == k;
+    for (const Op& op : ops(s)) {
       const auto i = static_cast<size_t>(op.micro_batch);
-      std::optional<torch::Tensor> received =
-          op.forward ? exchange.take_activation(s, op.micro_batch) : (s + 1 < k ? exchange.take_gradient(s, op.micro_batch)
-                                                                              : std::optional<torch::Tensor>(torch::Tensor()));
+      std::optional<torch::Tensor> received;
+      if (op.forward) {
+        received = exchange.take_activation(s, op.micro_batch);
+      } else if (!last) {
+        received = exchange.take_gradient(s, op.micro_batch);
+      } else {
+        received = torch::Tensor();
+      }
       if (!received) return;  // another stage failed
       const auto began = Clock::now();
       try {
         if (op.forward) {
           torch::Tensor x = received->to(device);
           // A stage's backward ends at its own input: a leaf that receives the gradient to send back.
-          if (s > 0 && x.is_floating_point()) x = x.detach().requires_grad_(true);
+          if (x.is_floating_point() && torch::GradMode::is_enabled() && (s > 0 || x.requires_grad())) {
+            x = x.detach().requires_grad_(true);
+          }
           inputs[i] = x;
           outputs[i] = stages_[static_cast<size_t>(s)]->forward(x);
-          if (s + 1 < k) {
+          if (!last) {
             exchange.put_activation(s + 1, op.micro_batch, outputs[i]);
-          } else {
-            losses[i] = loss(outputs[i], rows[i].first, rows[i].second);
+          } else if (loss != nullptr) {
+            const auto [begin, end] = run.rows[i];
+            run.losses[i] = (*loss)(outputs[i], begin, end);
           }
         } else {
-          if (s + 1 == k) {
-            if (losses[i].requires_grad()) torch::autograd::backward({losses[i]});
+          if (last && loss != nullptr) {
+            if (run.losses[i].requires_grad()) torch::autograd::backward({run.losses[i]});
           } else if (outputs[i].requires_grad()) {
-            torch::autograd::backward({outputs[i]}, {received->to(device)});
+            const torch::Tensor& seed = last ? run.seeds[i] : *received;
+            torch::autograd::backward({outputs[i]}, {seed.to(device)});
           }
-          if (s > 0) {
+          if (inputs[i].requires_grad()) {
             const torch::Tensor& grad = inputs[i].grad();
-            exchange.put_gradient(s - 1, op.micro_batch, grad.defined() ? grad : torch::zeros_like(inputs[i]));
+            const torch::Tensor sent = grad.defined() ? grad : torch::zeros_like(inputs[i]);
+            if (s > 0) {
+              exchange.put_gradient(s - 1, op.micro_batch, sent);
+            } else {
+              run.input_grads[i] = sent;
+            }
+          } else if (s > 0) {
+            exchange.put_gradient(s - 1, op.micro_batch, torch::zeros_like(outputs[i]));
           }
           inputs[i] = torch::Tensor();
           outputs[i] = torch::Tensor();
@@ -212,7 +276,7 @@ torch::Tensor Pipeline::train_step(const torch::Tensor& input, int64_t chunks, P
                                   op.forward ? "forward" : "backward", op.micro_batch, m, e.what()));
         return;
       }
-      busy[static_cast<size_t>(s)] += std::chrono::duration<double>(Clock::now() - began).count();
+      run.busy[static_cast<size_t>(s)] += std::chrono::duration<double>(Clock::now() - began).count();
     }
   };
   std::vector<std::thread> threads;
@@ -221,45 +285,62 @@ torch::Tensor Pipeline::train_step(const torch::Tensor& input, int64_t chunks, P
   if (const auto failure = exchange.failure()) {
     throw Error(*failure + ". HINT: the error is the stage's own; the other stages stopped without finishing the step.");
   }
+}
+
+torch::Tensor Pipeline::train_step(const torch::Tensor& input, int64_t chunks, PipelineSchedule schedule,
+                                   const MicroBatchLoss& loss, PipelineStepStats* stats) {
+  const std::shared_ptr<Run> run = start(input, chunks);
+  const int64_t k = stages();
+  const int64_t m = run->micro_batches();
+  const auto began = Clock::now();
+  execute(*run, input, [&](int64_t s) { return stage_ops(schedule, s, k, m); }, &loss);
   if (stats != nullptr) {
-    stats->seconds = std::chrono::duration<double>(Clock::now() - start).count();
-    stats->busy = busy;
+    stats->seconds = std::chrono::duration<double>(Clock::now() - began).count();
+    stats->busy = run->busy;
   }
-  torch::Tensor total = losses[0].detach();
-  for (size_t i = 1; i < losses.size(); ++i) total = total + losses[i].detach();
+  torch::Tensor total = run->losses[0].detach();
+  for (size_t i = 1; i < run->losses.size(); ++i) total = total + run->losses[i].detach();
   return total;
 }
 
-torch::Tensor Pipeline::forward(const torch::Tensor& input, int64_t chunks) {
-  VOLT_CHECK(chunks >= 1, "pipeline_chunks={} must be >= 1. HINT: 1 runs the batch whole.", chunks);
-  const std::vector<std::pair<int64_t, int64_t>> rows = chunk_rows(input.size(0), chunks);
-  const auto m = static_cast<int64_t>(rows.size());
-  const int64_t k = stages();
-  Exchange exchange(k + 1, m);  // the last slot row collects the outputs
-  for (int64_t i = 0; i < m; ++i) {
-    exchange.put_activation(0, i, input.narrow(0, rows[i].first, rows[i].second - rows[i].first));
-  }
-  const auto run_stage = [&](int64_t s) {
-    const torch::NoGradGuard no_grad;  // grad mode is per thread
-    for (int64_t i = 0; i < m; ++i) {
-      std::optional<torch::Tensor> x = exchange.take_activation(s, i);
-      if (!x) return;
-      try {
-        exchange.put_activation(s + 1, i, stages_[static_cast<size_t>(s)]->forward(x->to(devices_[static_cast<size_t>(s)])));
-      } catch (const std::exception& e) {
-        exchange.fail(fmt::format("pipeline stage {} failed in the forward pass of micro-batch {} of {}: {}", s, i, m,
-                                  e.what()));
-        return;
-      }
-    }
+torch::Tensor Pipeline::forward_with_graph(const torch::Tensor& input, int64_t chunks) {
+  const std::shared_ptr<Run> run = start(input, chunks);
+  const int64_t m = run->micro_batches();
+  const auto forwards = [m](int64_t) {
+    std::vector<Op> ops;
+    for (int64_t i = 0; i < m; ++i) ops.push_back({true, i});
+    return ops;
   };
-  std::vector<std::thread> threads;
-  for (int64_t s = 0; s < k; ++s) threads.emplace_back(run_stage, s);
-  for (std::thread& t : threads) t.join();
-  if (const auto failure = exchange.failure()) throw Error(*failure);
+  execute(*run, input, forwards, nullptr);
+  const int64_t k = stages();
   std::vector<torch::Tensor> outputs;
-  for (int64_t i = 0; i < m; ++i) outputs.push_back(*exchange.take_activation(k, i));
-  return torch::cat(outputs);
+  for (const torch::Tensor& out : run->outputs[static_cast<size_t>(k - 1)]) outputs.push_back(out.detach());
+  torch::Tensor output = torch::cat(outputs);
+  if (!torch::GradMode::is_enabled()) return output;
+  const bool input_grad = input.requires_grad();
+  // The graph holds the run until its backward (or until it is dropped unused).
+  auto node = compat::make_autograd_node<PipelineBackward>([this, run, m, input_grad](const torch::Tensor& grad) {
+    for (int64_t i = 0; i < m; ++i) {
+      const auto [begin, end] = run->rows[static_cast<size_t>(i)];
+      run->seeds.push_back(grad.narrow(0, begin, end - begin));
+    }
+    const auto drain = [m](int64_t) {
+      std::vector<Op> ops;
+      for (int64_t i = m - 1; i >= 0; --i) ops.push_back({false, i});
+      return ops;
+    };
+    execute(*run, torch::Tensor(), drain, nullptr);
+    run->seeds.clear();
+    return input_grad ? torch::cat(run->input_grads) : torch::Tensor();
+  });
+  node->set_next_edges(torch::autograd::collect_next_edges(input));
+  torch::autograd::set_history(output, node);
+  return output;
+}
+
+torch::Tensor Pipeline::forward(const torch::Tensor& input, int64_t chunks) {
+  const torch::NoGradGuard no_grad;  // the stages take the caller's grad mode
+  return forward_with_graph(input, chunks);
 }
 
 }  // namespace volt

@@ -9,6 +9,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -67,10 +68,33 @@ class Pipeline {
   torch::Tensor train_step(const torch::Tensor& input, int64_t chunks, PipelineSchedule schedule,
                            const MicroBatchLoss& loss, PipelineStepStats* stats = nullptr);
 
+  /// The output for `input`, its micro-batches pipelined, on the last stage's device. Under grad
+  /// mode it carries a graph whose backward runs every micro-batch's backward pass on the stage
+  /// threads (GPipe's fill, then its drain), so a loss computed from it trains the stages as
+  /// loss.backward() would train the unsplit layers; without grad mode it is the plain output.
+  torch::Tensor forward_with_graph(const torch::Tensor& input, int64_t chunks);
+
   /// The output for `input` (no graph), its micro-batches pipelined; on the last stage's device.
   torch::Tensor forward(const torch::Tensor& input, int64_t chunks);
 
+  /// One pass (forward or backward) of one micro-batch on one stage.
+  struct Op {
+    /// True for the forward pass.
+    bool forward;
+    /// Which micro-batch.
+    int64_t micro_batch;
+  };
+
  private:
+  struct Run;
+  /// A run over `input`'s micro-batches (checks chunks and the batch).
+  std::shared_ptr<Run> start(const torch::Tensor& input, int64_t chunks) const;
+  /// Runs `ops(s)` on stage s's thread for every stage, passing activations and gradients
+  /// between them; the last stage computes `loss` per micro-batch when given, else its backward
+  /// takes run.seeds. Throws volt::Error naming the first stage that failed.
+  void execute(Run& run, const torch::Tensor& input, const std::function<std::vector<Op>(int64_t)>& ops,
+               const MicroBatchLoss* loss);
+
   std::vector<int64_t> balance_;
   std::vector<torch::Device> devices_;
   std::vector<torch::nn::Sequential> stages_;

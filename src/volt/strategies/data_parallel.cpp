@@ -16,7 +16,7 @@
 #include "volt/core/error.h"
 #include "volt/module/lightning_module.h"
 #include "volt/module/run_view.h"
-#include "volt/strategies/autograd_compat.h"
+#include "volt/base/autograd_compat.h"
 
 namespace volt {
 

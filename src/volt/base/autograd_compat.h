@@ -1,4 +1,4 @@
-// Where autograd's graph API differs between LibTorch 1.13 and 2.x. Private to volt::strategies.
+// Where autograd's graph API differs between LibTorch 1.13 and 2.x (dp's and the pipeline's graph nodes).
 #pragma once
 
 #include <torch/csrc/autograd/edge.h>
