@@ -11,13 +11,13 @@
 #include <fmt/ranges.h>
 #include <torch/torch.h>
 
+#include <CLI/CLI.hpp>
 #include <algorithm>
 #include <chrono>
 #include <iostream>
 #include <thread>
 
 #include "volt/cli/run_main.h"
-#include <CLI/CLI.hpp>
 #include "volt/pipeline/balance.h"
 #include "volt/pipeline/pipeline.h"
 
@@ -61,8 +61,9 @@ double step_seconds(volt::Pipeline& pipeline, int64_t chunks, int repeats, doubl
   std::vector<double> bubbles;
   for (int r = 0; r < repeats; ++r) {
     volt::PipelineStepStats stats;
-    pipeline.train_step(x, chunks, volt::PipelineSchedule::kGPipe,
-                        [](const torch::Tensor& out, int64_t, int64_t) { return out.sum(); }, &stats);
+    pipeline.train_step(
+        x, chunks, volt::PipelineSchedule::kGPipe, [](const torch::Tensor& out, int64_t, int64_t) { return out.sum(); },
+        &stats);
     seconds.push_back(stats.seconds);
     bubbles.push_back(stats.bubble());
   }

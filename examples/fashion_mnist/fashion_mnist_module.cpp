@@ -50,7 +50,11 @@ const ModuleOptions& checked(const ModuleOptions& o) {
 
 FashionMnistModule::FashionMnistModule(ModuleOptions options)
     : volt::LightningModule("FashionMnistModule"), options_(std::move(options)) {
-  net_ = register_module("net", make_net(checked(options_)));
+  if (options_.pipelined) {
+    pipe_ = register_module("net", volt::Pipe(make_net(checked(options_))));
+  } else {
+    net_ = register_module("net", make_net(checked(options_)));
+  }
   save_hyperparameters({{"model", options_.model},
                         {"lr", options_.lr},
                         {"lr_gamma", options_.lr_gamma},
@@ -59,7 +63,9 @@ FashionMnistModule::FashionMnistModule(ModuleOptions options)
                         {"val_size", options_.val_size}});
 }
 
-torch::Tensor FashionMnistModule::forward(const torch::Tensor& images) { return net_->forward(images); }
+torch::Tensor FashionMnistModule::forward(const torch::Tensor& images) {
+  return pipe_ ? pipe_->forward(images) : net_->forward(images);
+}
 
 torch::Tensor FashionMnistModule::training_step(const volt::Batch& batch, int64_t) {
   const torch::Tensor logits = forward(batch.data);

@@ -30,6 +30,9 @@ struct ModuleOptions {
   int64_t val_size = 5000;
   /// Threads that make batches ahead of the step (the loaders' num_workers). Results do not depend on it.
   int64_t num_workers = 0;
+  /// Hold the net in a volt::Pipe, which strategy="pipeline" splits into stages (main sets it for
+  /// --strategy pipeline). Its checkpoints name the layers net.layers.N and add net.balance.
+  bool pipelined = false;
   /// With an image folder: leave out images that cannot be decoded (counted, reported at the end)
   /// instead of failing the run.
   bool skip_unreadable = false;
@@ -79,6 +82,7 @@ class FashionMnistModule : public volt::LightningModule {
 
   ModuleOptions options_;
   torch::nn::Sequential net_{nullptr};
+  volt::Pipe pipe_{nullptr};  // instead of net_ when pipelined
   std::shared_ptr<volt::Dataset> train_;
   std::shared_ptr<volt::Dataset> val_;
   std::shared_ptr<volt::Dataset> test_;

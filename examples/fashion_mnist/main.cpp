@@ -116,6 +116,7 @@ int main(int argc, char** argv) {
                weights, trainer_options.ckpt_path);
     VOLT_CHECK(!skip_training || !skip_test, "--no-train and --no-test leave nothing to do. HINT: drop one of them.");
     // The Trainer seeded LibTorch (seed_everything), so the weights drawn here are reproducible.
+    module_options.pipelined = trainer_options.strategy == volt::StrategyRequest::kPipeline;
     fashion_mnist::FashionMnistModule model(module_options);
     if (!weights.empty()) volt::load_weights(model, weights);
     if (skip_training) {

@@ -17,7 +17,7 @@ constexpr AcceleratorRequest kAccelerators[] = {AcceleratorRequest::kAuto, Accel
 constexpr StrategyRequest kStrategies[] = {StrategyRequest::kAuto, StrategyRequest::kSingleDevice,
                                            StrategyRequest::kDdp,  StrategyRequest::kDdpFindUnusedParametersTrue,
                                            StrategyRequest::kDp,   StrategyRequest::kDdp2,
-                                           StrategyRequest::kFsdp};
+                                           StrategyRequest::kFsdp, StrategyRequest::kPipeline};
 constexpr ShardingStrategy kShardingStrategies[] = {ShardingStrategy::kFullShard, ShardingStrategy::kShardGradOp,
                                                     ShardingStrategy::kNoShard};
 constexpr Precision kPrecisions[] = {Precision::k32True,    Precision::k64True, Precision::k16Mixed,
@@ -93,6 +93,8 @@ const char* to_string(StrategyRequest strategy) {
       return "ddp2";
     case StrategyRequest::kFsdp:
       return "fsdp";
+    case StrategyRequest::kPipeline:
+      return "pipeline";
   }
   return "?";
 }
@@ -227,6 +229,27 @@ const char* to_string(ShardingStrategy strategy) {
 ShardingStrategy parse_sharding_strategy(const std::string& text) {
   return parse_named(text, kShardingStrategies, "sharding_strategy", quoted_names(kShardingStrategies),
                      "'shard_grad_op' shards gradients and optimizer state; 'no_shard' is ddp.");
+}
+
+std::optional<std::vector<int64_t>> parse_pipeline_balance(const std::string& text) {
+  if (to_lower(trim(text)) == "auto") return std::nullopt;
+  std::vector<int64_t> counts;
+  for (const std::string& part : split(text, ',')) {
+    const auto count = parse_int(trim(part));
+    VOLT_CHECK(count && *count >= 1,
+               "pipeline_balance='{}' is not a list of layer counts; expected \"auto\" or counts >= 1 like \"2,1,3\" "
+               "(one per stage). HINT: the counts must sum to the layers of the module's volt::Pipe.",
+               text);
+    counts.push_back(*count);
+  }
+  return counts;
+}
+
+std::string to_string_pipeline_balance(const std::optional<std::vector<int64_t>>& balance) {
+  if (!balance) return "auto";
+  std::vector<std::string> parts;
+  for (const int64_t c : *balance) parts.push_back(std::to_string(c));
+  return join(parts, ",");
 }
 
 GradientClipAlgorithm parse_gradient_clip_algorithm(const std::string& text) {

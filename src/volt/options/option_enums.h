@@ -6,6 +6,8 @@
 // and a HINT. No LibTorch.
 #pragma once
 
+#include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -31,8 +33,10 @@ enum class StrategyRequest {
   kDp,                           ///< "dp": one process splits each batch across its node's devices
   kDdp2,                         ///< "ddp2": dp inside each node, ddp across nodes
   kFsdp,                         ///< "fsdp": ddp with gradients and optimizer state sharded
+  kPipeline,                     ///< "pipeline": one process, the module's volt::Pipe split over its devices
 };
-/// "auto", "single_device", "ddp", "ddp_find_unused_parameters_true", "dp", "ddp2" or "fsdp".
+/// "auto", "single_device", "ddp", "ddp_find_unused_parameters_true", "dp", "ddp2", "fsdp" or
+/// "pipeline".
 const char* to_string(StrategyRequest strategy);
 /// Parses one of the names to_string writes.
 StrategyRequest parse_strategy_request(const std::string& text);
@@ -90,6 +94,12 @@ enum class ShardingStrategy {
 const char* to_string(ShardingStrategy strategy);
 /// Parses one of the names to_string writes, in any case (PyTorch's "SHARD_GRAD_OP" too).
 ShardingStrategy parse_sharding_strategy(const std::string& text);
+
+/// Parses --pipeline-balance: "auto" (nullopt) or layer counts per stage, "2,1,3"; throws
+/// volt::Error with a HINT for anything else (a count below 1, a word).
+std::optional<std::vector<int64_t>> parse_pipeline_balance(const std::string& text);
+/// "auto" for nullopt, else the counts as "2,1,3".
+std::string to_string_pipeline_balance(const std::optional<std::vector<int64_t>>& balance);
 
 /// How gradients are clipped.
 enum class GradientClipAlgorithm {

@@ -23,6 +23,8 @@ std::optional<StrategyKind> requested_strategy(StrategyRequest request) {
       return StrategyKind::kDdp2;
     case StrategyRequest::kFsdp:
       return StrategyKind::kFsdp;
+    case StrategyRequest::kPipeline:
+      return StrategyKind::kPipeline;
   }
   return std::nullopt;
 }
@@ -73,6 +75,8 @@ const char* to_string(StrategyKind strategy) {
       return "ddp2";
     case StrategyKind::kFsdp:
       return "fsdp";
+    case StrategyKind::kPipeline:
+      return "pipeline";
   }
   return "?";
 }
@@ -123,10 +127,15 @@ RunLayout resolve_run_layout(const TrainerOptions& options, const NodeResources&
              "strategy='dp' runs one process on one node, but num_nodes={}. HINT: use strategy='ddp2' (dp inside "
              "each node, gradients all-reduced across nodes) or 'ddp'.",
              layout.num_nodes);
-  // dp and ddp2 run one process per node, which drives all of the node's devices.
+  VOLT_CHECK(layout.strategy != StrategyKind::kPipeline || layout.num_nodes == 1,
+             "strategy='pipeline' runs one process on one node, but num_nodes={}. HINT: a pipeline replicated "
+             "across nodes (pipeline x ddp) is not built yet; use num_nodes=1.",
+             layout.num_nodes);
+  // dp and ddp2 run one process per node, which drives all of the node's devices; so does a
+  // pipeline, one stage per device.
   const bool replicated = layout.strategy == StrategyKind::kDp || layout.strategy == StrategyKind::kDdp2;
   layout.replicas_per_process = replicated ? layout.devices : 1;
-  layout.processes_per_node = replicated ? 1 : layout.devices;
+  layout.processes_per_node = replicated || layout.strategy == StrategyKind::kPipeline ? 1 : layout.devices;
   return layout;
 }
 

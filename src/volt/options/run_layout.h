@@ -25,8 +25,9 @@ enum class StrategyKind {
   kDp,            ///< "dp": one process drives its node's devices
   kDdp2,          ///< "ddp2": dp inside each node, ddp across nodes
   kFsdp,          ///< "fsdp": one process per device, gradients and optimizer state sharded
+  kPipeline,      ///< "pipeline": one process, the module's volt::Pipe split over its devices
 };
-/// "single_device", "ddp", "dp", "ddp2" or "fsdp".
+/// "single_device", "ddp", "dp", "ddp2", "fsdp" or "pipeline".
 const char* to_string(StrategyKind strategy);
 
 /// What a node offers each process, as far as the layout depends on it.

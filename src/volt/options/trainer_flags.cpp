@@ -33,6 +33,8 @@ void describe_trainer_flags(CLI::App& app, const TrainerOptions& o) {
       {"--accelerator", [&o] { return std::string(to_string(o.accelerator)); }},
       {"--strategy", [&o] { return std::string(to_string(o.strategy)); }},
       {"--sharding-strategy", [&o] { return o.sharding_strategy ? to_string(*o.sharding_strategy) : ""; }},
+      {"--pipeline-balance", [&o] { return to_string_pipeline_balance(o.pipeline_balance); }},
+      {"--pipeline-chunks", [&o] { return o.pipeline_chunks ? std::to_string(*o.pipeline_chunks) : ""; }},
       {"--precision", [&o] { return std::string(to_string(o.precision)); }},
       {"--amp-level", [&o] { return o.amp_level ? std::string(to_string(*o.amp_level)) : ""; }},
       {"--process-group-backend", [&o] { return std::string(to_string(o.process_group_backend)); }},
@@ -84,6 +86,7 @@ void describe_trainer_flags(CLI::App& app, const TrainerOptions& o) {
   app.get_option("--sharding-strategy")->check(parsed_by([](const std::string& text) {
     parse_sharding_strategy(text);
   }));
+  app.get_option("--pipeline-balance")->check(parsed_by([](const std::string& text) { parse_pipeline_balance(text); }));
   app.get_option("--precision")->check(parsed_by([](const std::string& text) { parse_precision(text); }));
   app.get_option("--amp-level")->check(parsed_by([](const std::string& text) { parse_amp_level(text); }));
   app.get_option("--process-group-backend")->check(parsed_by([](const std::string& text) {
@@ -130,6 +133,9 @@ void add_trainer_flags(CLI::App& app, TrainerOptions& o, TrainerFlagText& t) {
                  "auto, single_device, ddp, ddp_find_unused_parameters_true, dp, ddp2 or fsdp (--distributed-backend: "
                  "the old name)");
   app.add_option("--sharding-strategy", t.sharding_strategy, "fsdp: shard_grad_op (default) or no_shard");
+  app.add_option("--pipeline-balance", t.pipeline_balance,
+                 "pipeline: layers per stage (e.g. 2,1,3), or auto (measured on the first batch)");
+  app.add_option("--pipeline-chunks", t.pipeline_chunks, "pipeline: micro-batches per batch (default 8)");
   app.add_flag("--find-unused-parameters", o.find_unused_parameters, "ddp: allow parameters without gradients");
   app.add_flag("--sync-batchnorm", o.sync_batchnorm, "ddp: BatchNorm statistics over the global batch (SyncBatchNorm)");
   app.add_option("--bucket-cap-mb", o.bucket_cap_mb, "ddp: gradient bucket size in MiB")->capture_default_str();
@@ -220,6 +226,7 @@ void apply_trainer_flags(const TrainerFlagText& t, TrainerOptions& o) {
   if (!t.accelerator.empty()) o.accelerator = parse_accelerator_request(t.accelerator);
   if (!t.strategy.empty()) o.strategy = parse_strategy_request(t.strategy);
   if (!t.sharding_strategy.empty()) o.sharding_strategy = parse_sharding_strategy(t.sharding_strategy);
+  if (!t.pipeline_balance.empty()) o.pipeline_balance = parse_pipeline_balance(t.pipeline_balance);
   if (!t.precision.empty()) o.precision = parse_precision(t.precision);
   if (!t.amp_level.empty()) o.amp_level = parse_amp_level(t.amp_level);
   if (!t.process_group_backend.empty()) o.process_group_backend = parse_process_group_backend(t.process_group_backend);
@@ -229,6 +236,7 @@ void apply_trainer_flags(const TrainerFlagText& t, TrainerOptions& o) {
   if (!t.gradient_clip_algorithm.empty())
     o.gradient_clip_algorithm = parse_gradient_clip_algorithm(t.gradient_clip_algorithm);
   if (t.max_epochs) o.max_epochs = *t.max_epochs;
+  if (t.pipeline_chunks) o.pipeline_chunks = *t.pipeline_chunks;
   if (t.max_steps) o.max_steps = *t.max_steps;
   if (!t.max_time.empty()) o.max_time = parse_duration(t.max_time, "--max-time");
   if (t.num_threads) {

@@ -17,6 +17,7 @@ struct TrainerFlagText {
   std::string accelerator;                  ///< --accelerator
   std::string strategy;                     ///< --strategy (--distributed-backend)
   std::string sharding_strategy;            ///< --sharding-strategy
+  std::string pipeline_balance;             ///< --pipeline-balance ("auto" or "2,1,3")
   std::string precision;                    ///< --precision
   std::string amp_level;                    ///< --amp-level
   std::string process_group_backend;        ///< --process-group-backend
@@ -33,6 +34,7 @@ struct TrainerFlagText {
   std::string deterministic;                ///< --deterministic (bare: "true"), --deterministic=warn
   std::string max_time;                     ///< --max-time
   std::optional<int64_t> max_epochs;        ///< --max-epochs (unset: not given)
+  std::optional<int64_t> pipeline_chunks;   ///< --pipeline-chunks (unset: not given)
   std::optional<int64_t> max_steps;         ///< --max-steps (unset: not given)
   std::optional<int64_t> num_threads;       ///< --num-threads (unset: not given; 0: automatic)
   std::optional<int64_t> seed;              ///< --seed (unset: not given)

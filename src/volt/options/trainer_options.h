@@ -153,6 +153,11 @@ struct TrainerOptions {
   /// What strategy=kFsdp shards. Unset: shard_grad_op (Lightning's default, full_shard, is not
   /// built yet). Refused with any other strategy.
   std::optional<ShardingStrategy> sharding_strategy;
+  /// strategy=kPipeline: layers per stage of the module's volt::Pipe, one count per device.
+  /// Unset: "auto", balanced by the layers' times measured on the first batch.
+  std::optional<std::vector<int64_t>> pipeline_balance;
+  /// strategy=kPipeline: micro-batches each batch is cut into. Unset: 8 (Lightning's pipe plugin).
+  std::optional<int64_t> pipeline_chunks;
   /// k32True (default), k64True, k16Mixed, kBf16Mixed, k16True or kBf16True. The mixed modes run
   /// the steps under autocast (16-mixed also scales the loss); a CPU build with LibTorch 1.13 runs
   /// 32-true, 64-true, bf16-mixed and bf16-true.

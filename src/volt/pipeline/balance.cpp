@@ -25,7 +25,8 @@ std::vector<LayerCost> profile_layers(torch::nn::Sequential& layers, const torch
   VOLT_CHECK(repeats >= 1, "profile_layers needs repeats >= 1; got {}.", repeats);
   // Whatever gradients the layers hold stay: the timing passes accumulate into copies.
   std::vector<std::pair<torch::Tensor, torch::Tensor>> kept;
-  for (const torch::Tensor& p : layers->parameters()) kept.emplace_back(p, p.grad().defined() ? p.grad().clone() : p.grad());
+  for (const torch::Tensor& p : layers->parameters())
+    kept.emplace_back(p, p.grad().defined() ? p.grad().clone() : p.grad());
   std::vector<LayerCost> costs;
   torch::Tensor x = sample.detach();
   for (auto it = layers->begin(); it != layers->end(); ++it) {
@@ -110,7 +111,8 @@ std::vector<int64_t> balance_by_time(const std::vector<LayerCost>& costs, int64_
   }
   if (best[stages][n] == kInf) {
     int64_t largest = 0;
-    for (const LayerCost& c : costs) largest = std::max(largest, c.parameter_bytes + c.activation_bytes * micro_batches);
+    for (const LayerCost& c : costs)
+      largest = std::max(largest, c.parameter_bytes + c.activation_bytes * micro_batches);
     throw Error(fmt::format(
         "no split of the {} layers into {} stages keeps every stage within memory_limit={} bytes (the largest layer "
         "alone needs {} with {} micro-batches). HINT: raise the limit, use more stages, or fewer micro-batches.",

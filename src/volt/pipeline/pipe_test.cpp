@@ -86,8 +86,7 @@ TEST(PipelineGraphTest, TheGraphsBackwardDrainsTheStagesLikeTheUnsplitBackward) 
   const auto params = model->parameters();
   const auto plain = gradients([&](const torch::Tensor& t) { return model->forward(t); }, params, x, y);
   Pipeline pipeline(model, {1, 2, 2}, std::vector<torch::Device>(3, torch::kCPU));
-  const auto piped =
-      gradients([&](const torch::Tensor& t) { return pipeline.forward_with_graph(t, 3); }, params, x, y);
+  const auto piped = gradients([&](const torch::Tensor& t) { return pipeline.forward_with_graph(t, 3); }, params, x, y);
   for (size_t i = 0; i < plain.size(); ++i) EXPECT_TRUE(torch::allclose(piped[i], plain[i], 1e-5, 1e-7)) << i;
 }
 

@@ -15,10 +15,10 @@
 #include <optional>
 #include <thread>
 
+#include "volt/base/autograd_compat.h"
 #include "volt/core/error.h"
 #include "volt/core/strings.h"
 #include "volt/pipeline/balance.h"
-#include "volt/base/autograd_compat.h"
 
 namespace volt {
 
@@ -123,9 +123,10 @@ PipelineSchedule parse_pipeline_schedule(const std::string& text) {
   const std::string name = to_lower(trim(text));
   if (name == "gpipe") return PipelineSchedule::kGPipe;
   if (name == "1f1b") return PipelineSchedule::k1F1B;
-  throw Error(fmt::format("pipeline_schedule='{}' is not supported; supported: 'gpipe', '1f1b'. HINT: 'gpipe' runs "
-                          "every forward before the backwards; '1f1b' keeps fewer activations alive.",
-                          text));
+  throw Error(
+      fmt::format("pipeline_schedule='{}' is not supported; supported: 'gpipe', '1f1b'. HINT: 'gpipe' runs "
+                  "every forward before the backwards; '1f1b' keeps fewer activations alive.",
+                  text));
 }
 
 double PipelineStepStats::bubble() const {
@@ -154,13 +155,13 @@ Pipeline::Pipeline(const torch::nn::Sequential& layers, std::vector<int64_t> bal
 
 /// What one pipelined pass keeps between its forward and backward phases.
 struct Pipeline::Run {
-  std::vector<std::pair<int64_t, int64_t>> rows;           // each micro-batch's rows of the batch
-  std::vector<std::vector<torch::Tensor>> inputs;          // [stage][micro-batch]: what the stage ran on
-  std::vector<std::vector<torch::Tensor>> outputs;         // [stage][micro-batch]: what it produced
-  std::vector<torch::Tensor> losses;                       // the last stage's, under train_step
-  std::vector<torch::Tensor> seeds;                        // the output gradients, under forward_with_graph
-  std::vector<torch::Tensor> input_grads;                  // stage 0's input gradients, when it needs them
-  std::vector<double> busy;                                // seconds each stage computed
+  std::vector<std::pair<int64_t, int64_t>> rows;    // each micro-batch's rows of the batch
+  std::vector<std::vector<torch::Tensor>> inputs;   // [stage][micro-batch]: what the stage ran on
+  std::vector<std::vector<torch::Tensor>> outputs;  // [stage][micro-batch]: what it produced
+  std::vector<torch::Tensor> losses;                // the last stage's, under train_step
+  std::vector<torch::Tensor> seeds;                 // the output gradients, under forward_with_graph
+  std::vector<torch::Tensor> input_grads;           // stage 0's input gradients, when it needs them
+  std::vector<double> busy;                         // seconds each stage computed
   int64_t micro_batches() const { return static_cast<int64_t>(rows.size()); }
 };
 
@@ -271,8 +272,8 @@ void Pipeline::execute(Run& run, const torch::Tensor& input, const std::function
       } catch (const std::exception& e) {
         int64_t first = 0;
         for (int64_t t = 0; t < s; ++t) first += balance_[static_cast<size_t>(t)];
-        exchange.fail(fmt::format("pipeline stage {} (layers {}-{}) failed in the {} pass of micro-batch {} of {}: {}", s,
-                                  first, first + balance_[static_cast<size_t>(s)] - 1,
+        exchange.fail(fmt::format("pipeline stage {} (layers {}-{}) failed in the {} pass of micro-batch {} of {}: {}",
+                                  s, first, first + balance_[static_cast<size_t>(s)] - 1,
                                   op.forward ? "forward" : "backward", op.micro_batch, m, e.what()));
         return;
       }
@@ -283,7 +284,8 @@ void Pipeline::execute(Run& run, const torch::Tensor& input, const std::function
   for (int64_t s = 0; s < k; ++s) threads.emplace_back(run_stage, s);
   for (std::thread& t : threads) t.join();
   if (const auto failure = exchange.failure()) {
-    throw Error(*failure + ". HINT: the error is the stage's own; the other stages stopped without finishing the step.");
+    throw Error(*failure +
+                ". HINT: the error is the stage's own; the other stages stopped without finishing the step.");
   }
 }
 
@@ -293,7 +295,8 @@ torch::Tensor Pipeline::train_step(const torch::Tensor& input, int64_t chunks, P
   const int64_t k = stages();
   const int64_t m = run->micro_batches();
   const auto began = Clock::now();
-  execute(*run, input, [&](int64_t s) { return stage_ops(schedule, s, k, m); }, &loss);
+  execute(
+      *run, input, [&](int64_t s) { return stage_ops(schedule, s, k, m); }, &loss);
   if (stats != nullptr) {
     stats->seconds = std::chrono::duration<double>(Clock::now() - began).count();
     stats->busy = run->busy;

@@ -45,11 +45,12 @@ TEST(PipelineTest, MicroBatchedStagesGiveTheUnsplitModelsLossAndGradients) {
     for (int64_t chunks = 1; chunks <= 8; ++chunks) {
       zero(model);
       // Each micro-batch's mean, weighted by its share of the rows: their sum is the batch mean.
-      const torch::Tensor loss = pipeline.train_step(
-          x, chunks, c.schedule, [&](const torch::Tensor& out, int64_t begin, int64_t end) {
+      const torch::Tensor loss =
+          pipeline.train_step(x, chunks, c.schedule, [&](const torch::Tensor& out, int64_t begin, int64_t end) {
             return torch::mse_loss(out, y.narrow(0, begin, end - begin)) * (static_cast<double>(end - begin) / 12.0);
           });
-      const std::string where = fmt::format("{} stages, {} chunks, {}", c.balance.size(), chunks, to_string(c.schedule));
+      const std::string where =
+          fmt::format("{} stages, {} chunks, {}", c.balance.size(), chunks, to_string(c.schedule));
       EXPECT_TRUE(torch::allclose(loss, whole_loss.detach(), 1e-5, 1e-7)) << where;
       const std::vector<torch::Tensor> got = gradients(model);
       for (size_t i = 0; i < got.size(); ++i) {

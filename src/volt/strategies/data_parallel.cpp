@@ -13,10 +13,10 @@
 #include <string>
 #include <thread>
 
+#include "volt/base/autograd_compat.h"
 #include "volt/core/error.h"
 #include "volt/module/lightning_module.h"
 #include "volt/module/run_view.h"
-#include "volt/base/autograd_compat.h"
 
 namespace volt {
 

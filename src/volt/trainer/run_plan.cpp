@@ -276,7 +276,8 @@ RunPlan resolve_run_plan(const TrainerOptions& options, const Env& env, const Ma
   const int64_t processes_per_node = layout.processes_per_node;
   const ClusterInfo cluster = detect_cluster(env);
   plan.cluster = cluster.kind;
-  if (plan.strategy == StrategyKind::kSingleDevice || plan.strategy == StrategyKind::kDp) {
+  if (plan.strategy == StrategyKind::kSingleDevice || plan.strategy == StrategyKind::kDp ||
+      plan.strategy == StrategyKind::kPipeline) {
     plan.topology.host = machine.host;
     VOLT_CHECK(cluster.world_size.value_or(1) == 1,
                "strategy='{}' runs one process, but {} started {}. HINT: start one task (e.g. srun --ntasks=1), or "
@@ -316,6 +317,20 @@ RunPlan resolve_run_plan(const TrainerOptions& options, const Env& env, const Ma
              "sharding_strategy='{}' is an option of strategy='fsdp', but the strategy is '{}'. HINT: set "
              "strategy='fsdp', or leave sharding_strategy unset.",
              to_string(options.sharding_strategy.value_or(ShardingStrategy::kNoShard)), to_string(plan.strategy));
+  VOLT_CHECK((!options.pipeline_balance && !options.pipeline_chunks) || plan.strategy == StrategyKind::kPipeline,
+             "pipeline_balance and pipeline_chunks are options of strategy='pipeline', but the strategy is '{}'. "
+             "HINT: set strategy='pipeline', or leave them unset.",
+             to_string(plan.strategy));
+  if (plan.strategy == StrategyKind::kPipeline) {
+    plan.pipeline_chunks = options.pipeline_chunks.value_or(8);
+    VOLT_CHECK(plan.pipeline_chunks >= 1, "pipeline_chunks={} must be >= 1. HINT: 1 runs each batch whole.",
+               plan.pipeline_chunks);
+    plan.pipeline_balance = options.pipeline_balance.value_or(std::vector<int64_t>{});
+    VOLT_CHECK(plan.pipeline_balance.empty() || static_cast<int64_t>(plan.pipeline_balance.size()) == plan.devices,
+               "pipeline_balance has {} stages, but devices={} makes {}. HINT: give one layer count per device, or "
+               "pipeline_balance='auto'.",
+               plan.pipeline_balance.size(), plan.devices, plan.devices);
+  }
   if (plan.strategy == StrategyKind::kFsdp) {
     plan.sharding_strategy = options.sharding_strategy.value_or(ShardingStrategy::kShardGradOp);
     VOLT_CHECK(plan.sharding_strategy != ShardingStrategy::kFullShard,
@@ -496,6 +511,12 @@ std::string RunPlan::describe() const {
   line("cluster environment", to_string(cluster));
   line("rank",
        fmt::format("global {} / local {} / node {}", topology.global_rank, topology.local_rank, topology.node_rank));
+  if (strategy == StrategyKind::kPipeline) {
+    line("pipeline",
+         fmt::format("{} stages (one per device), balance {}, {} micro-batches per batch", devices,
+                     pipeline_balance.empty() ? std::string("auto") : to_string_pipeline_balance(pipeline_balance),
+                     pipeline_chunks));
+  }
   if (replicas_per_process > 1 || strategy == StrategyKind::kDp || strategy == StrategyKind::kDdp2) {
     line("replicas per process",
          fmt::format("{} (each batch split across them; losses combined by training_step_end)", replicas_per_process));

@@ -43,6 +43,10 @@ struct RunPlan {
   bool find_unused_parameters = false;                      ///< ddp reducer option
   /// fsdp: what is sharded (shard_grad_op or no_shard); no_shard under every other strategy.
   ShardingStrategy sharding_strategy = ShardingStrategy::kNoShard;
+  /// pipeline: layers per stage (empty: auto, measured on the first batch).
+  std::vector<int64_t> pipeline_balance;
+  /// pipeline: micro-batches per batch.
+  int64_t pipeline_chunks = 1;
   bool sync_batchnorm = false;          ///< SyncBatchNorm layers synchronize
   int64_t bucket_cap_mb = 25;           ///< ddp reducer option
   bool use_distributed_sampler = true;  ///< shard loaders across processes

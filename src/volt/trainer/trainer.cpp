@@ -31,6 +31,7 @@
 #include "volt/strategies/ddp_strategy.h"
 #include "volt/strategies/dp_strategy.h"
 #include "volt/strategies/fsdp_strategy.h"
+#include "volt/strategies/pipeline_strategy.h"
 #include "volt/trainer/process_setup.h"
 
 namespace volt {
@@ -304,6 +305,17 @@ Strategy& Trainer::strategy() {
   if (strategy_) return *strategy_;
   if (plan_.strategy == StrategyKind::kSingleDevice) {
     strategy_ = std::make_unique<SingleDeviceStrategy>(plan_.topology);
+    return *strategy_;
+  }
+  if (plan_.strategy == StrategyKind::kPipeline) {
+    PipeOptions pipe{.balance = plan_.pipeline_balance, .chunks = plan_.pipeline_chunks};
+    // One stage per device: the selected GPUs, or stage threads sharing the CPU.
+    if (plan_.cuda_devices.empty()) pipe.devices.assign(static_cast<size_t>(plan_.devices), torch::kCPU);
+    for (int64_t device : plan_.cuda_devices)
+      pipe.devices.emplace_back(c10::DeviceType::CUDA, static_cast<c10::DeviceIndex>(device));
+    const std::shared_ptr<Console> console = rank_console();
+    pipe.report = [console](const std::string& line) { console->info(line); };
+    strategy_ = std::make_unique<PipelineStrategy>(plan_.topology, std::move(pipe));
     return *strategy_;
   }
   DataParallelOptions dp{.replicas = plan_.replicas_per_process,
