@@ -1,8 +1,11 @@
 """PyTorch's side of the ddp benchmark: the same MLP, data, optimizer and batch as
 bench/ddp_throughput.cpp, under torch.nn.parallel.DistributedDataParallel over Gloo.
 
-    python3 bench/pytorch_ddp.py --processes 2 --steps 400 --warmup 50
-Prints `pytorch processes=N step_ms=... samples_per_s=...` from rank 0.
+    python3 bench/pytorch_ddp.py --processes 2 --steps 400 --warmup 50 [--zero]
+Prints `pytorch processes=N step_ms=... samples_per_s=...` from rank 0. With --zero, Adam runs as
+torch.distributed.optim.ZeroRedundancyOptimizer (each process keeps 1/N of its state, ZeRO-1;
+the line starts `pytorch-zero`), PyTorch's own sharding that runs on CPU in torch 1.13, and every
+rank prints `memory rank=R optimizer_state=BYTES`.
 """
 import argparse
 import gzip
@@ -35,7 +38,11 @@ def worker(rank, world, port, args):
     model = torch.nn.Sequential(torch.nn.Flatten(), torch.nn.Linear(784, 256), torch.nn.ReLU(),
                                 torch.nn.Linear(256, 256), torch.nn.ReLU(), torch.nn.Linear(256, 10))
     ddp = torch.nn.parallel.DistributedDataParallel(model) if world > 1 else model
-    optimizer = torch.optim.Adam(ddp.parameters(), lr=1e-3)
+    if args.zero:
+        from torch.distributed.optim import ZeroRedundancyOptimizer
+        optimizer = ZeroRedundancyOptimizer(ddp.parameters(), optimizer_class=torch.optim.Adam, lr=1e-3)
+    else:
+        optimizer = torch.optim.Adam(ddp.parameters(), lr=1e-3)
     sampler = torch.utils.data.distributed.DistributedSampler(torch.utils.data.TensorDataset(x, y), world, rank,
                                                               shuffle=True, seed=0)
     times = []
@@ -55,9 +62,19 @@ def worker(rank, world, port, args):
             if step >= args.steps:
                 break
         epoch += 1
+    if args.zero:
+        state = optimizer.optim.state if hasattr(optimizer, "optim") else optimizer.state
+        held = sum(t.numel() * t.element_size() for s in state.values() for t in s.values()
+                   if torch.is_tensor(t) and t.dim() > 0)
+        # One rank at a time: lines written at once by several processes interleave.
+        for r in range(world):
+            if r == rank:
+                print(f"memory rank={rank} optimizer_state={held}", flush=True)
+            dist.barrier()
     if rank == 0:
         per_step = (times[-1] - times[args.warmup]) / (len(times) - 1 - args.warmup)
-        print(f"pytorch processes={world} step_ms={per_step * 1000:.4f} samples_per_s={64 * world / per_step:.1f}",
+        name = "pytorch-zero" if args.zero else "pytorch"
+        print(f"{name} processes={world} step_ms={per_step * 1000:.4f} samples_per_s={64 * world / per_step:.1f}",
               flush=True)
     dist.destroy_process_group()
 
@@ -68,6 +85,7 @@ def main():
     parser.add_argument("--steps", type=int, default=400)
     parser.add_argument("--warmup", type=int, default=50)
     parser.add_argument("--data-dir", default=DATA)
+    parser.add_argument("--zero", action="store_true", help="Adam as ZeroRedundancyOptimizer (sharded state)")
     args = parser.parse_args()
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))

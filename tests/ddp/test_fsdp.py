@@ -2,11 +2,13 @@
 the optimizer state each process holds, checkpoints that move between strategies, exact resume,
 failures and refusals. Runs tests/ddp/ddp_probe.cpp (VOLT_DDP_PROBE) like test_ddp.py.
 """
-import json
+import signal
+import subprocess
+import time
 
 import pytest
 
-from test_ddp import PROBE, TOLERANCE, assert_close, flat_params, ranks, run
+from test_ddp import PROBE, TOLERANCE, assert_close, external_env, flat_params, free_port, ranks, run
 
 pytestmark = pytest.mark.skipif(not PROBE, reason="VOLT_DDP_PROBE is not set (run through ctest)")
 
@@ -107,6 +109,50 @@ def test_a_checkpoint_moves_between_fsdp_ddp_and_one_process(tmp_path, first, se
     after = ranks(resumed, 1)[0]
     assert after["global_step"] == whole["global_step"] == 12
     assert_close(flat_params(after), flat_params(whole), TOLERANCE)
+
+
+def slurm_job(args, out, root, stop=False):
+    """Runs the probe as the 2 tasks of a SLURM job step (the job's variables, as srun sets them)
+    that writes into `root`; with `stop`, sends both tasks SIGTERM once epoch 0's metrics exist, as
+    SLURM does when the time is up. Returns the tasks' rank files."""
+    out.mkdir()
+    port = free_port()
+    argv = [PROBE, "--out", str(out)] + args + ["--default-root-dir", str(root)]
+    procs = [subprocess.Popen(argv, env=external_env("slurm", r, 2, 2, port), stdout=subprocess.DEVNULL,
+                              stderr=subprocess.PIPE, text=True) for r in range(2)]
+    if stop:
+        # Once epoch 0's metrics are written both ranks train; 19 epochs of sleeping steps remain.
+        # (A SLURM job's log version is its job id.)
+        def written():
+            return any(root.glob("lightning_logs/*/metrics.csv"))
+        deadline = time.monotonic() + 120
+        while not written() and all(p.poll() is None for p in procs) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert written(), [p.communicate()[1] for p in procs]
+        for p in procs:
+            p.send_signal(signal.SIGTERM)
+    for p in procs:
+        _, err = p.communicate(timeout=120)
+        assert p.returncode == 0, err
+    return ranks(out, 2)
+
+
+def test_sigterm_saves_an_hpc_checkpoint_that_the_restarted_job_resumes_bit_identical(tmp_path):
+    """What a SLURM job does when its time is up: SIGTERM, every rank stops at the same step and they
+    save an HPC checkpoint with the gathered optimizer state; the restarted job resumes from it on
+    its own and ends where a job that was never stopped ends."""
+    common = ADAM + ["--strategy", "fsdp", "--devices", "2", "--batch-size", "8", "--max-epochs", "20",
+                     "--step-sleep-ms", "25", "--no-auto-requeue", "--checkpoint-on-sigterm", "--logger",
+                     "--log-every-n-steps", "1"]
+    straight = slurm_job(common, tmp_path / "straight", tmp_path / "straight_root")
+    root = tmp_path / "root"
+    stopped = slurm_job(common, tmp_path / "stopped", root, stop=True)
+    assert 0 < stopped[0]["global_step"] == stopped[1]["global_step"] < 240
+    assert len(list(root.glob("hpc_ckpt_*.ckpt"))) == 1
+    resumed = slurm_job(common, tmp_path / "resumed", root)
+    for whole, again in zip(straight, resumed):
+        assert again["global_step"] == whole["global_step"] == 240
+        assert flat_params(again) == flat_params(whole)
 
 
 def test_a_rank_killed_under_fsdp_stops_every_process(tmp_path):

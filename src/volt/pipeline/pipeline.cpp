@@ -264,7 +264,7 @@ void Pipeline::execute(Run& run, const torch::Tensor& input, const std::function
               run.input_grads[i] = sent;
             }
           } else if (s > 0) {
-            exchange.put_gradient(s - 1, op.micro_batch, torch::zeros_like(outputs[i]));
+            exchange.put_gradient(s - 1, op.micro_batch, torch::zeros_like(inputs[i]));
           }
           inputs[i] = torch::Tensor();
           outputs[i] = torch::Tensor();
