@@ -56,7 +56,7 @@ TARGETS = [
     ("mlp-bf16mixed", "mlp", 2, "single_device", ["--precision", "bf16-mixed"], 1, 0.87, 750),
     # fsdp (shard_grad_op): ddp's batches, gradients and Adam's state split over the 2 processes (17 s).
     ("mlp-fsdp", "mlp", 2, "fsdp", ["--devices", "2", "--batch-size", "32"], 1, 0.87, 300),
-    # pipeline: the MLP's layers in 2 stages on threads, 8 micro-batches of 8 (59 s).
+    # pipeline: the MLP's layers in 2 stages on threads, 8 micro-batches of 8 (10 s).
     ("mlp-pipeline", "mlp", 2, "pipeline", ["--devices", "2"], 1, 0.87, 600),
 ]
 

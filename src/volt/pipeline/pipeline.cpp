@@ -1,5 +1,6 @@
 #include "volt/pipeline/pipeline.h"
 
+#include <ATen/Parallel.h>
 #include <ATen/ThreadLocalState.h>
 #include <c10/core/DeviceGuard.h>
 #include <fmt/format.h>
@@ -214,6 +215,9 @@ void Pipeline::execute(Run& run, const torch::Tensor& input, const std::function
   const at::ThreadLocalState caller_state;
   const auto run_stage = [&](int64_t s) {
     const at::ThreadLocalStateGuard state(caller_state);
+    // A new thread's OpenMP starts with a team per core: give it the process's intra-op threads
+    // (set_num_threads), as LibTorch's own worker threads do, or every step would make new teams.
+    at::init_num_threads();
     const torch::Device device = devices_[static_cast<size_t>(s)];
     // The current CUDA device is per thread and not part of ThreadLocalState.
     std::optional<c10::DeviceGuard> device_guard;

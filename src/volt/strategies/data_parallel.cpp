@@ -1,5 +1,6 @@
 #include "volt/strategies/data_parallel.h"
 
+#include <ATen/Parallel.h>
 #include <ATen/ThreadLocalState.h>
 #include <c10/core/DeviceGuard.h>
 #include <torch/csrc/autograd/function.h>
@@ -278,6 +279,8 @@ torch::Tensor DataParallel::training_step(LightningModule& module, const Batch& 
   const at::ThreadLocalState caller_state;
   const auto run = [&](size_t r) {
     const at::ThreadLocalStateGuard state(caller_state);
+    // A new thread's OpenMP starts with a team per core: give it the process's intra-op threads.
+    at::init_num_threads();
     const internal::ThreadMetricSinkScope sink(&logs[r]);
     // The current CUDA device is per thread and not part of ThreadLocalState.
     std::optional<c10::DeviceGuard> device;
