@@ -255,7 +255,7 @@ std::vector<torch::Tensor> ProcessGroup::all_gather(const torch::Tensor& tensor)
   });
 }
 
-torch::Tensor ProcessGroup::reduce_scatter(const torch::Tensor& values, Reduce op) {
+torch::Tensor ProcessGroup::reduce_scatter(torch::Tensor values, Reduce op) {
   const int64_t size = topology_.world_size;
   VOLT_CHECK(values.dim() == 1 && values.numel() % size == 0,
              "reduce_scatter needs a flat tensor of world_size x chunk values; got shape {} with world_size {}. "
@@ -273,9 +273,8 @@ torch::Tensor ProcessGroup::reduce_scatter(const torch::Tensor& values, Reduce o
     return outputs[0];
   }
   // Gloo (LibTorch 1.13) has no reduce-scatter: the all-reduce gives every rank every chunk.
-  torch::Tensor all = values.clone();
-  all_reduce(all, op);
-  return all.narrow(0, topology_.global_rank * chunk, chunk).clone();
+  all_reduce(values, op);
+  return values.narrow(0, topology_.global_rank * chunk, chunk);
 }
 
 torch::Tensor ProcessGroup::all_gather_flat(const torch::Tensor& chunk) {

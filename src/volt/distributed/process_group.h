@@ -69,10 +69,12 @@ class ProcessGroup : public Collectives {
   /// reductions in the same order, like any collective.
   std::function<double()> all_reduce_async(double value, Reduce op);
   /// Reduces the flat `values` (world_size() equal chunks) across ranks with `op` and returns this
-  /// rank's chunk of the result (a new tensor): NCCL's reduce-scatter for CUDA tensors; on CPU,
-  /// where Gloo lacks it, an all-reduce of the whole of `values` cut to the chunk (twice the
-  /// traffic, same numbers). Throws volt::Error when numel is not a multiple of world_size().
-  torch::Tensor reduce_scatter(const torch::Tensor& values, Reduce op);
+  /// rank's chunk of the result: NCCL's reduce-scatter for CUDA tensors; on CPU, where Gloo lacks
+  /// it, an all-reduce of the whole of `values` in place (twice the traffic, same numbers), whose
+  /// chunk is returned as a view. `values` is scratch: its contents are undefined afterwards, so
+  /// the caller needs no second buffer of its size. Throws volt::Error when numel is not a
+  /// multiple of world_size().
+  torch::Tensor reduce_scatter(torch::Tensor values, Reduce op);
   /// The concatenation of every rank's `chunk` (equal numels, same dtype), in rank order: one
   /// all-gather, with no shape exchange.
   torch::Tensor all_gather_flat(const torch::Tensor& chunk);

@@ -142,12 +142,18 @@ void FsdpStrategy::before_backward(const torch::Tensor& loss, bool synchronize) 
 
 void FsdpStrategy::after_backward(bool synchronize) {
   if (!shard_ || !synchronize) return;
-  std::vector<torch::Tensor> grads;
-  grads.reserve(entries_.size());
-  // A parameter left out of this step's loss counts as a zero gradient, as in PyTorch's FSDP.
-  for (const Entry& e : entries_) grads.push_back(e.param.grad());
-  const torch::Tensor flat = layout_->flatten(grads, entries_.front().param.options());
-  const torch::Tensor mine = process_group().reduce_scatter(flat, Reduce::kMean);
+  torch::Tensor flat;
+  {
+    std::vector<torch::Tensor> grads;
+    grads.reserve(entries_.size());
+    // A parameter left out of this step's loss counts as a zero gradient, as in PyTorch's FSDP.
+    for (const Entry& e : entries_) grads.push_back(e.param.grad());
+    flat = layout_->flatten(grads, entries_.front().param.options());
+  }
+  // The whole gradients are in the flat buffer now: freeing them before the collective keeps one
+  // copy alive at a time, which is what sharding gradients saves.
+  for (Entry& e : entries_) e.param.mutable_grad() = torch::Tensor();
+  const torch::Tensor mine = process_group().reduce_scatter(std::move(flat), Reduce::kMean);
   for (Entry& e : entries_) {
     const torch::Tensor g = mine.narrow(0, e.range.chunk_offset, e.range.numel());
     if (e.piece.grad().defined()) {
@@ -155,8 +161,6 @@ void FsdpStrategy::after_backward(bool synchronize) {
     } else {
       e.piece.mutable_grad() = g.clone();  // its own memory: zero_grad detaches grads in place
     }
-    // The whole gradient is spent: freeing it is what sharding gradients saves.
-    e.param.mutable_grad() = torch::Tensor();
   }
 }
 
