@@ -61,6 +61,15 @@ def test_shard_grad_op_with_accumulation_matches_ddp(tmp_path):
         assert_close(flat_params(a), flat_params(b), TOLERANCE)
 
 
+def test_shard_grad_op_under_bf16_mixed_matches_ddp(tmp_path):
+    # bfloat16 compute under autocast on float32 parameters: the pieces are the float32 master shard.
+    common = ADAM + ["--devices", "2", "--batch-size", "8", "--max-steps", "3", "--precision", "bf16-mixed"]
+    ddp, _ = fit(tmp_path, "ddp", common + ["--strategy", "ddp"])
+    fsdp, _ = fit(tmp_path, "fsdp", common + ["--strategy", "fsdp"])
+    for a, b in zip(ranks(fsdp, 2), ranks(ddp, 2)):
+        assert_close(flat_params(a), flat_params(b), TOLERANCE)
+
+
 def test_no_shard_is_ddp_to_the_bit(tmp_path):
     common = ADAM + ["--devices", "2", "--batch-size", "8", "--max-steps", "4"]
     ddp, _ = fit(tmp_path, "ddp", common + ["--strategy", "ddp"])

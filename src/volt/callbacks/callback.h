@@ -239,7 +239,8 @@ class Callback {
   /// every_n_train_steps' steps; every step with train_time_interval). Under ddp the loop gathers the registered
   /// metrics' states from every process only before such steps (a collective per step would cost too much), so the
   /// answer must be the same on every process; a callback that saves at a step it said false to saves no metric states
-  /// (with a warning).
+  /// (with a warning). Under fsdp the optimizers' states are gathered at the same points, and such a save is refused
+  /// (a checkpoint without them would not resume).
   virtual bool saves_checkpoint_at_train_batch_end(const CallbackContext& context) const { return false; }
   /// The number of batches to accumulate in `epoch` that this callback asks for
   /// (GradientAccumulationScheduler); unset: no opinion. Asked at every training epoch's start; it

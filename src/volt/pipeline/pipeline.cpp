@@ -172,7 +172,8 @@ namespace {
 /// threads (GPipe's drain), seeded with the output's gradient; returns the input's gradient.
 class PipelineBackward : public torch::autograd::Node {
  public:
-  PipelineBackward(std::function<torch::Tensor(const torch::Tensor&)> backward) : backward_(std::move(backward)) {}
+  explicit PipelineBackward(std::function<torch::Tensor(const torch::Tensor&)> backward)
+      : backward_(std::move(backward)) {}
   torch::autograd::variable_list apply(torch::autograd::variable_list&& grads) override {
     return {backward_(grads.at(0))};
   }

@@ -130,6 +130,13 @@ void GradScaler::unscale_(torch::optim::Optimizer& optimizer) {
     check_and_unscale(grads, found, inv_scale.to(device));
     state.found_inf.push_back(found);
   }
+  if (sync_) {
+    // Also a process whose shard holds no gradient takes part: the reduction is a collective.
+    torch::Tensor any = torch::zeros({1}, torch::kFloat32);
+    for (const torch::Tensor& found : state.found_inf) any.add_(found.cpu());
+    sync_(any);
+    state.found_inf = {any.to(scale_.device())};
+  }
   state.unscaled = true;
 }
 

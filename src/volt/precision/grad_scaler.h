@@ -7,6 +7,7 @@
 #include <torch/types.h>
 
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <vector>
 
@@ -46,6 +47,11 @@ class GradScaler {
   /// Steps `optimizer` (unscaling first unless unscale_ ran) unless its gradients held inf/NaN;
   /// returns true when it stepped.
   bool step(torch::optim::Optimizer& optimizer);
+  /// Makes every process agree on inf/NaN when each holds only a shard of the gradients (fsdp; PyTorch's
+  /// ShardedGradScaler): unscale_ passes `sync` the optimizer's inf/NaN flag (a float32 [1] CPU tensor, > 0:
+  /// seen) to reduce with max across the processes, so all of them skip the same steps. A collective: every
+  /// process must unscale the same optimizers in the same order. Unset (the default): local only.
+  void set_found_inf_sync(std::function<void(torch::Tensor&)> sync) { sync_ = std::move(sync); }
   /// Adapts the scale from this iteration's inf/NaN checks (backoff, or growth after
   /// growth_interval finite steps) and forgets them; once per iteration, after step().
   void update();
@@ -78,6 +84,7 @@ class GradScaler {
   torch::Tensor scale_;           // float32 [1], on the loss's device
   torch::Tensor growth_tracker_;  // int32 [1], beside scale_
   std::map<const torch::optim::Optimizer*, OptimizerState> per_optimizer_;
+  std::function<void(torch::Tensor&)> sync_;  // see set_found_inf_sync
 };
 
 }  // namespace volt

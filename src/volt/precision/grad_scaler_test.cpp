@@ -53,6 +53,29 @@ TEST(GradScaler, UnscaleBeforeClippingSeesTheTrueGradient) {
   scaler.update();
 }
 
+TEST(GradScaler, ASyncedInfFromAnotherShardSkipsThisProcesssStepToo) {
+  // fsdp: this process's shard of the gradients is finite, another's overflowed; the sync (max
+  // across processes) makes this one skip the step and back off as the other does.
+  OneParameter p;
+  GradScaler scaler({.init_scale = 1024.0});
+  std::vector<float> seen;
+  scaler.set_found_inf_sync([&seen](torch::Tensor& found) {
+    seen.push_back(found.item<float>());
+    found.fill_(1.0);  // what the other process reported
+  });
+  scaler.scale(p.loss(torch::tensor({1.0, 2.0, 3.0}))).backward();
+  EXPECT_FALSE(scaler.step(p.optimizer));
+  scaler.update();
+  EXPECT_EQ(seen, std::vector<float>{0.0F});  // this process's own flag went into the sync
+  EXPECT_TRUE(torch::equal(p.w.detach(), torch::ones({3})));
+  EXPECT_EQ(scaler.get_scale(), 512.0);
+  // Every process finite: the step happens.
+  scaler.set_found_inf_sync([](torch::Tensor&) {});
+  p.optimizer.zero_grad();
+  scaler.scale(p.loss(torch::tensor({1.0, 2.0, 3.0}))).backward();
+  EXPECT_TRUE(scaler.step(p.optimizer));
+}
+
 TEST(GradScaler, OverflowSkipsTheStepAndHalvesTheScale) {
   OneParameter p;
   GradScaler scaler({.init_scale = 1024.0, .growth_interval = 3});

@@ -337,12 +337,6 @@ RunPlan resolve_run_plan(const TrainerOptions& options, const Env& env, const Ma
                "sharding_strategy='full_shard' (parameters gathered per wrapped unit for forward and backward) is not "
                "built yet. HINT: use sharding_strategy='shard_grad_op' (gradients and optimizer state sharded, the "
                "default), which saves the optimizer's memory.");
-    VOLT_CHECK(plan.precision != Precision::k16Mixed || plan.sharding_strategy == ShardingStrategy::kNoShard,
-               "precision='16-mixed' with strategy='fsdp' (sharding_strategy='{}'): each process would see only its "
-               "shard of the gradients when the loss scaler looks for inf/NaN, so processes could disagree on "
-               "skipping a step (PyTorch's ShardedGradScaler is not built yet). HINT: use precision='bf16-mixed', "
-               "which needs no loss scaling, or sharding_strategy='no_shard'.",
-               to_string(plan.sharding_strategy));
   }
   VOLT_CHECK(options.bucket_cap_mb >= 1, "bucket_cap_mb={} must be >= 1.", options.bucket_cap_mb);
   plan.bucket_cap_mb = options.bucket_cap_mb;

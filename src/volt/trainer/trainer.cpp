@@ -549,6 +549,14 @@ FitResult Trainer::fit_stage(LightningModule& module, DataLoader train, std::vec
     for (const auto& optimizer : optimization.optimizers) optimizer->zero_grad();
     strategy.setup_module(module);
     strategy.setup_optimizers(module, optimization.optimizers);
+    // Each fsdp process sees its shard of the gradients: the loss scaler's inf/NaN check must be
+    // every process's, or one would skip a step the others take (PyTorch's ShardedGradScaler).
+    if (GradScaler* scaler = precision_->scaler()) {
+      scaler->set_found_inf_sync(nullptr);
+      if (strategy.shards_optimizer_state()) {
+        scaler->set_found_inf_sync([&strategy](torch::Tensor& found) { strategy.reduce(found, Reduce::kMax); });
+      }
+    }
 
     MetricRouter metrics(callback_metrics_, fit_loggers(options_, plan_));
     const std::vector<std::shared_ptr<Callback>> callbacks =
