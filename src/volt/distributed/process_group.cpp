@@ -245,13 +245,13 @@ std::function<double()> ProcessGroup::all_reduce_async(double value, Reduce op) 
 }
 
 std::vector<torch::Tensor> ProcessGroup::all_gather(const torch::Tensor& tensor) {
-  const auto size = static_cast<size_t>(topology_.world_size);
-  return all_gather_uneven(tensor, [this, size](const torch::Tensor& mine) {
-    std::vector<std::vector<torch::Tensor>> outputs(1);
-    for (size_t r = 0; r < size; ++r) outputs[0].push_back(torch::empty_like(mine));
-    std::vector<torch::Tensor> inputs{mine};
-    group_->allgather(outputs, inputs)->wait();
-    return outputs[0];
+  return all_gather_uneven(tensor, [this](const torch::Tensor& mine) {
+    // Equal shapes by now: one flat all-gather, cut back into each rank's tensor.
+    const torch::Tensor flat = all_gather_flat(mine);
+    const int64_t n = mine.numel();
+    std::vector<torch::Tensor> each;
+    for (int64_t r = 0; r < topology_.world_size; ++r) each.push_back(flat.narrow(0, r * n, n).view(mine.sizes()));
+    return each;
   });
 }
 

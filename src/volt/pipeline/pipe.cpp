@@ -60,12 +60,10 @@ void PipeImpl::build(const torch::Tensor& sample) {
     }
   }
   std::vector<LayerCost> costs;
-  if (chosen.empty() || options_->report) {
+  if (chosen.empty()) {
     // Measuring runs each layer's backward, also when the first forward is an evaluation's.
     const torch::AutoGradMode grad(true);
     costs = profile_layers(layers, sample.detach(), 3);
-  }
-  if (chosen.empty()) {
     chosen = balance_by_time(costs, stages, std::nullopt, options_->chunks);
     how = "auto: balanced by the layers' measured time";
   }
@@ -76,8 +74,10 @@ void PipeImpl::build(const torch::Tensor& sample) {
   }
   pipeline_ = std::make_unique<Pipeline>(layers, chosen, options_->devices);
   if (options_->report) {
-    options_->report(fmt::format("Pipeline of {} stages, {} micro-batches per batch, balance [{}] ({}): {}", stages,
-                                 options_->chunks, fmt::join(chosen, ", "), how, describe_balance(costs, chosen)));
+    // Each stage's measured cost when they were measured; a given partition is not timed.
+    options_->report(fmt::format("Pipeline of {} stages, {} micro-batches per batch, balance [{}] ({}){}", stages,
+                                 options_->chunks, fmt::join(chosen, ", "), how,
+                                 costs.empty() ? "" : ": " + describe_balance(costs, chosen)));
   }
 }
 

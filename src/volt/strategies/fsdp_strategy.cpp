@@ -6,7 +6,6 @@
 #include <set>
 
 #include "volt/core/error.h"
-#include "volt/core/strings.h"
 #include "volt/module/lightning_module.h"
 #include "volt/optim/optimizer_state.h"
 
