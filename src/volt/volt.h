@@ -15,6 +15,7 @@
 #include "volt/callbacks/weight_averaging.h"
 #include "volt/checkpoint/checkpoint_io.h"
 #include "volt/checkpoint/checkpoint_state.h"
+#include "volt/checkpoint/sharded_checkpoint.h"
 #include "volt/data/data_loader.h"
 #include "volt/data/data_module.h"
 #include "volt/datasets/image_folder.h"

@@ -31,6 +31,7 @@ int64_t rank_from_env() {
 
 struct ProbeOptions {
   std::string out;
+  std::string consolidate;         // a sharded checkpoint to write in one file (<path>.whole.ckpt), then exit
   std::string fail_mode = "none";  // none | throw | internal | kill | nojoin | hang | data
   int64_t fail_rank = -1;
   int64_t fail_step = 0;
@@ -484,6 +485,8 @@ int main(int argc, char** argv) {
     app.add_option("--optimizer", probe.optimizer, "sgd or adam");
     app.add_option("--step-lr-gamma", probe.step_lr_gamma, "> 0: StepLR(step_size=1, gamma) per optimizer step");
     app.add_option("--width", probe.width, "the hidden layer's width");
+    app.add_option("--consolidate", probe.consolidate,
+                   "write this sharded checkpoint in one file, <path>.whole.ckpt, and exit (no training)");
     app.add_option(
         "--checkpoint-every-ms", probe.checkpoint_every_ms,
         "ModelCheckpoint(train_time_interval) with a clock 1 + rank times as fast; saves to time_ckpt<rank>");
@@ -493,6 +496,12 @@ int main(int argc, char** argv) {
       return app.exit(e) == 0 ? 0 : 2;
     }
     volt::apply_trainer_flags(text, options);
+    if (!probe.consolidate.empty()) {
+      volt::TorchCheckpointIO io;
+      volt::save_checkpoint_file(volt::consolidate_sharded_checkpoint(io, probe.consolidate),
+                                 probe.consolidate + ".whole.ckpt");
+      return 0;
+    }
     if (probe.out.empty()) probe.out = options.default_root_dir;
     if (probe.out.empty()) throw volt::Error("ddp_probe needs --out or --default-root-dir. HINT: pass --out DIR.");
     if (probe.unfreeze_hidden_at >= 0 && (probe.unfreeze_rank < 0 || probe.unfreeze_rank == rank_from_env())) {

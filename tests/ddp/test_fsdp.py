@@ -120,6 +120,74 @@ def test_a_checkpoint_moves_between_fsdp_ddp_and_one_process(tmp_path, first, se
     assert_close(flat_params(after), flat_params(whole), TOLERANCE)
 
 
+SHARDED = ["--state-dict-type", "sharded"]
+
+
+def shard_files(checkpoint):
+    return sorted(checkpoint.parent.glob(checkpoint.name + ".*.shard*"))
+
+
+@pytest.mark.parametrize("processes", [2, 3])
+def test_a_sharded_checkpoint_resumes_bit_identical_with_a_shard_per_process(tmp_path, processes):
+    """Each process writes its own piece of the optimizer state beside rank 0's file, which holds
+    the rest and an index instead of the whole state; a resume on as many processes reads its
+    piece back and ends where an uninterrupted run ends."""
+    common = ADAM + ["--strategy", "fsdp", "--devices", str(processes), "--batch-size", "8", "--max-epochs", "2"]
+    # Saving at both epochs' ends, ModelCheckpoint (save_top_k=1) removes epoch 0's checkpoint:
+    # its shards go with it, and nothing else (no temporary file) is left in the folder.
+    straight_root = tmp_path / "straight_root"
+    straight, _ = fit(tmp_path, "straight", common + SHARDED + ["--enable-checkpointing", "--default-root-dir",
+                                                                str(straight_root)])
+    kept = list((straight_root / "checkpoints").glob("*.ckpt"))
+    assert len(kept) == 1 and "epoch=1" in kept[0].name, kept
+    assert sorted((straight_root / "checkpoints").iterdir()) == sorted(kept + shard_files(kept[0]))
+    assert len(shard_files(kept[0])) == processes
+    checkpoint = checkpoint_after(tmp_path, "first", common + SHARDED, 5)  # inside epoch 0 (8 or 12 steps)
+    shards = shard_files(checkpoint)
+    assert [s.name.rsplit(".", 1)[1] for s in shards] == [f"shard{r}" for r in range(processes)]
+    second, _ = fit(tmp_path, "second", common + SHARDED + ["--ckpt-path", str(checkpoint), "--default-root-dir",
+                                                             str(tmp_path / "root2")])
+    for whole, resumed in zip(ranks(straight, processes), ranks(second, processes)):
+        assert resumed["global_step"] == whole["global_step"] == 2 * 192 // (8 * processes)
+        assert flat_params(resumed) == flat_params(whole)
+
+
+def test_a_sharded_checkpoint_needs_its_process_count_or_consolidation(tmp_path):
+    common = ADAM + ["--batch-size", "8", "--max-epochs", "1"]
+    fsdp = ["--strategy", "fsdp", "--devices", "2"]
+    straight, _ = fit(tmp_path, "straight", common + fsdp)
+    checkpoint = checkpoint_after(tmp_path, "first", common + fsdp + SHARDED, 3)
+    # Three processes, or ddp, cannot read two processes' pieces.
+    for other in (["--strategy", "fsdp", "--devices", "3"], ["--strategy", "ddp", "--devices", "2"]):
+        out = tmp_path / ("refused" + "".join(other))
+        out.mkdir()
+        proc = run(common + other + ["--ckpt-path", str(checkpoint), "--default-root-dir", str(out)], out)
+        assert proc.returncode != 0
+        assert "is sharded" in proc.stderr and "consolidate_sharded_checkpoint" in proc.stderr, proc.stderr
+    # A missing shard is named, not half-loaded.
+    missing = tmp_path / "missing"
+    missing.mkdir()
+    for f in [checkpoint] + shard_files(checkpoint):
+        (missing / f.name).write_bytes(f.read_bytes())
+    shard_files(missing / checkpoint.name)[1].unlink()
+    proc = run(common + fsdp + ["--ckpt-path", str(missing / checkpoint.name), "--default-root-dir", str(missing)],
+               missing)
+    assert proc.returncode != 0
+    assert "shard for rank 1" in proc.stderr and "HINT" in proc.stderr, proc.stderr
+    # Consolidated into one file, it resumes under ddp and on one process like a full checkpoint.
+    proc = run(["--consolidate", str(checkpoint)], tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    whole_file = checkpoint.parent / (checkpoint.name + ".whole.ckpt")
+    reference = ranks(straight, 1)[0]
+    for name, args in (("ddp", ["--strategy", "ddp", "--devices", "2", "--batch-size", "8"]),
+                       ("one", ["--batch-size", "16"])):
+        resumed, _ = fit(tmp_path, "from_whole_" + name, ADAM + ["--max-epochs", "1"] + args + [
+            "--ckpt-path", str(whole_file), "--default-root-dir", str(tmp_path / ("root_" + name))])
+        after = ranks(resumed, 1)[0]
+        assert after["global_step"] == 12
+        assert_close(flat_params(after), flat_params(reference), TOLERANCE)
+
+
 def slurm_job(args, out, root, stop=False):
     """Runs the probe as the 2 tasks of a SLURM job step (the job's variables, as srun sets them)
     that writes into `root`; with `stop`, sends both tasks SIGTERM once epoch 0's metrics exist, as
@@ -164,6 +232,22 @@ def test_sigterm_saves_an_hpc_checkpoint_that_the_restarted_job_resumes_bit_iden
         assert flat_params(again) == flat_params(whole)
 
 
+def test_sigterm_saves_a_sharded_hpc_checkpoint_that_the_restarted_job_resumes_bit_identical(tmp_path):
+    common = ADAM + ["--strategy", "fsdp", "--devices", "2", "--batch-size", "8", "--max-epochs", "20",
+                     "--step-sleep-ms", "25", "--no-auto-requeue", "--checkpoint-on-sigterm", "--logger",
+                     "--log-every-n-steps", "1"] + SHARDED
+    straight = slurm_job(common, tmp_path / "straight", tmp_path / "straight_root")
+    root = tmp_path / "root"
+    stopped = slurm_job(common, tmp_path / "stopped", root, stop=True)
+    assert 0 < stopped[0]["global_step"] == stopped[1]["global_step"] < 240
+    hpc = list(root.glob("hpc_ckpt_*.ckpt"))
+    assert len(hpc) == 1 and len(shard_files(hpc[0])) == 2
+    resumed = slurm_job(common, tmp_path / "resumed", root)
+    for whole, again in zip(straight, resumed):
+        assert again["global_step"] == whole["global_step"] == 240
+        assert flat_params(again) == flat_params(whole)
+
+
 def test_a_rank_killed_under_fsdp_stops_every_process(tmp_path):
     proc = run(ADAM + ["--strategy", "fsdp", "--devices", "2", "--max-steps", "20", "--fail-mode", "kill",
                        "--fail-rank", "1", "--fail-step", "3"], tmp_path, timeout=110)
@@ -184,7 +268,9 @@ def test_a_hung_rank_under_fsdp_fails_the_others_at_the_collective_timeout(tmp_p
     (["--strategy", "ddp", "--sharding-strategy", "no_shard"], "an option of strategy='fsdp'"),
     (["--strategy", "fsdp", "--sharding-strategy", "zero3"], "sharding_strategy='zero3' is not supported"),
     (["--strategy", "fsdp", "--unfreeze-hidden-at", "1", "--max-epochs", "2"], "laid out the"),
-], ids=["full-shard", "not-fsdp", "unknown", "unfreeze"])
+    (["--strategy", "ddp", "--state-dict-type", "sharded"], "state_dict_type='sharded' is an option of"),
+    (["--strategy", "fsdp", "--sharding-strategy", "no_shard", "--state-dict-type", "sharded"], "shards nothing"),
+], ids=["full-shard", "not-fsdp", "unknown", "unfreeze", "sharded-not-fsdp", "sharded-no-shard"])
 def test_what_fsdp_cannot_run_is_refused_with_a_hint(tmp_path, args, expected):
     proc = run(["--devices", "2", "--max-steps", "8"] + args, tmp_path, timeout=110)
     assert proc.returncode != 0

@@ -363,6 +363,20 @@ bool TorchCheckpointIO::exists(const std::string& path) const {
   return fs::is_regular_file(path, ec);
 }
 
+std::vector<std::string> TorchCheckpointIO::list(const std::string& prefix) const {
+  const fs::path start(prefix);
+  const fs::path dir = start.has_parent_path() ? start.parent_path() : fs::path(".");
+  const std::string name = start.filename().string();
+  std::vector<std::string> result;
+  std::error_code ec;
+  for (const auto& entry : fs::directory_iterator(dir, fs::directory_options::skip_permission_denied, ec)) {
+    if (entry.is_regular_file(ec) && entry.path().filename().string().rfind(name, 0) == 0)
+      result.push_back((dir / entry.path().filename()).string());
+  }
+  std::sort(result.begin(), result.end());
+  return result;
+}
+
 void InMemoryCheckpointIO::save(const c10::IValue& checkpoint, const std::string& path) {
   std::vector<char> bytes = save_to_bytes(checkpoint);
   const std::lock_guard<std::mutex> lock(mutex_);
@@ -393,6 +407,14 @@ void InMemoryCheckpointIO::remove(const std::string& path) {
 bool InMemoryCheckpointIO::exists(const std::string& path) const {
   const std::lock_guard<std::mutex> lock(mutex_);
   return files_.count(path) > 0;
+}
+
+std::vector<std::string> InMemoryCheckpointIO::list(const std::string& prefix) const {
+  const std::lock_guard<std::mutex> lock(mutex_);
+  std::vector<std::string> result;
+  for (auto it = files_.lower_bound(prefix); it != files_.end() && it->first.rfind(prefix, 0) == 0; ++it)
+    result.push_back(it->first);
+  return result;
 }
 
 std::vector<std::string> InMemoryCheckpointIO::paths() const {

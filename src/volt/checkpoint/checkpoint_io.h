@@ -60,6 +60,10 @@ class CheckpointIO {
 
   /// Whether a checkpoint is stored under `path`.
   virtual bool exists(const std::string& path) const = 0;
+
+  /// The stored paths that begin with `prefix`, sorted: how a sharded checkpoint's stale shard
+  /// files are found and removed. The default lists none, so an IO without it leaves them behind.
+  virtual std::vector<std::string> list(const std::string& prefix) const { return {}; }
 };
 
 /// Checkpoints as files, written atomically by save_checkpoint_file.
@@ -76,6 +80,9 @@ class TorchCheckpointIO : public CheckpointIO {
 
   /// Whether the file `path` exists.
   bool exists(const std::string& path) const override;
+
+  /// The files in `prefix`'s directory whose paths begin with `prefix` (no recursion).
+  std::vector<std::string> list(const std::string& prefix) const override;
 };
 
 /// Checkpoints kept as bytes in memory, for tests of code that saves checkpoints. It serializes
@@ -93,6 +100,9 @@ class InMemoryCheckpointIO : public CheckpointIO {
 
   /// Whether bytes are kept under `path`.
   bool exists(const std::string& path) const override;
+
+  /// The kept paths that begin with `prefix`.
+  std::vector<std::string> list(const std::string& prefix) const override;
 
   /// The paths with a stored checkpoint, sorted.
   std::vector<std::string> paths() const;

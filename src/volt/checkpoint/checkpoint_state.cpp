@@ -8,6 +8,7 @@
 #include "volt/base/state_dict.h"
 #include "volt/callbacks/callback.h"
 #include "volt/checkpoint/checkpoint_io.h"
+#include "volt/checkpoint/sharded_checkpoint.h"
 #include "volt/core/error.h"
 #include "volt/core/strings.h"
 #include "volt/optim/lr_scheduler.h"
@@ -343,6 +344,13 @@ FitProgress restore_checkpoint(const c10::IValue& checkpoint, const TrainingPart
                       "HINT: resume with the Volt that wrote it, or upgrade Volt.",
                       path, version.isInt() ? std::to_string(version.toInt()) : "?", kCheckpointVersion));
     }
+  }
+  if (top.contains(kShardIndexKey) && !top.contains("optimizer_states")) {
+    throw CheckpointError(
+        fmt::format("checkpoint '{}' is sharded: its optimizer states lie in a shard file per process beside it, "
+                    "which only a fit under strategy='fsdp' with as many processes reads. HINT: resume it with "
+                    "Trainer::fit, or write it in one file first (volt::consolidate_sharded_checkpoint).",
+                    path));
   }
   // Lightning's save_weights_only layout: weights and loop progress, nothing a resume needs.
   if (top.contains("state_dict") && !top.contains("optimizer_states")) {

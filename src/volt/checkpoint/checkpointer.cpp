@@ -5,6 +5,7 @@
 #include <filesystem>
 
 #include "volt/checkpoint/hpc_checkpoints.h"
+#include "volt/checkpoint/sharded_checkpoint.h"
 #include "volt/core/console.h"
 #include "volt/core/error.h"
 
@@ -86,7 +87,9 @@ void Checkpointer::save(const TrainingParts& parts, const FitProgress& progress,
 }
 
 void Checkpointer::remove(const std::string& path) {
+  // The checkpoint first: once it is gone its shards are never read, whatever happens next.
   if (io_->exists(path)) io_->remove(path);
+  remove_shards(*io_, path, "");
 }
 
 void Checkpointer::remember(std::string best, std::string last) {
@@ -135,8 +138,12 @@ std::string Checkpointer::save_hpc_checkpoint(const TrainingParts& parts, const 
   fs::create_directories(dir);
   const std::string path = next_hpc_checkpoint_path(dir);
   save(parts, progress, path);
-  for (const std::string& old : hpc_checkpoints_to_prune(dir, keep)) io_->remove(old);
+  prune_hpc_checkpoints(dir, keep);
   return path;
+}
+
+void Checkpointer::prune_hpc_checkpoints(const std::string& dir, int64_t keep) {
+  for (const std::string& old : hpc_checkpoints_to_prune(dir, keep)) remove(old);
 }
 
 }  // namespace volt

@@ -64,7 +64,7 @@ class Checkpointer {
             CheckpointContents contents = CheckpointContents::kFull);
   /// Reads `path`; throws volt::CheckpointError when it is unreadable.
   c10::IValue load(const std::string& path) { return io_->load(path); }
-  /// Deletes `path` when it exists.
+  /// Deletes `path` when it exists, and its shard files when it is a sharded checkpoint.
   void remove(const std::string& path);
 
   /// The files "best" and "last" mean from now on (after a fit).
@@ -81,6 +81,9 @@ class Checkpointer {
   /// the new file is complete (a kill in between leaves one more, never none). Returns its path.
   std::string save_hpc_checkpoint(const TrainingParts& parts, const FitProgress& progress, const std::string& dir,
                                   int64_t keep);
+  /// Deletes all but the newest `keep` HPC checkpoints in `dir` (with their shard files), for a
+  /// sharded HPC save committed outside save_hpc_checkpoint.
+  void prune_hpc_checkpoints(const std::string& dir, int64_t keep);
 
  private:
   std::shared_ptr<CheckpointIO> io_;

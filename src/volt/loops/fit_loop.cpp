@@ -6,10 +6,14 @@
 
 #include <algorithm>
 #include <chrono>
+#include <filesystem>
 
 #include "volt/callbacks/model_checkpoint.h"
+#include "volt/checkpoint/hpc_checkpoints.h"
+#include "volt/checkpoint/sharded_checkpoint.h"
 #include "volt/core/console.h"
 #include "volt/core/error.h"
+#include "volt/core/strings.h"
 #include "volt/loops/evaluation_loop.h"
 #include "volt/loops/metric_router.h"
 #include "volt/metrics/metric.h"
@@ -113,9 +117,58 @@ void FitLoop::save_checkpoint(const std::string& path) {
     TrainingParts parts = training_parts();
     parts.metric_states = metric_states_for_save(local);
     parts.optimizer_states = optimizer_states_for_save(path);
-    parts_.checkpointer.save(parts, progress_, path);
+    if (sharded_checkpoints()) {
+      defer_sharded_save(path, parts);
+    } else {
+      parts_.checkpointer.save(parts, progress_, path);
+    }
   }
   last_saved_ = path;
+}
+
+void FitLoop::defer_sharded_save(const std::string& path, const TrainingParts& parts) {
+  StateDict checkpoint = make_checkpoint(parts, progress_, CheckpointContents::kFull);
+  (void)checkpoint.erase("optimizer_states");  // each process's shard holds its part
+  std::erase_if(pending_saves_, [&path](const auto& pending) { return pending.first == path; });
+  pending_saves_.emplace_back(path, std::move(checkpoint));
+}
+
+bool FitLoop::sharded_checkpoints() const {
+  return parts_.plan.state_dict_type == StateDictType::kSharded && parts_.strategy.shards_optimizer_state();
+}
+
+void FitLoop::commit_sharded_saves() {
+  if (!local_optimizer_states_) return;  // every process gathered at the same point, or none did
+  Strategy& strategy = parts_.strategy;
+  std::vector<std::string> announced;
+  if (strategy.is_global_zero() && !pending_saves_.empty()) {
+    announced.push_back(new_save_id());
+    for (const auto& [path, checkpoint] : pending_saves_) announced.push_back(path);
+  }
+  // Rank 0's save id and paths reach every process: each writes its shard of every save, in parallel.
+  announced = split(strategy.broadcast_string(join(announced, "\n")), '\n');
+  if (announced.size() > 1) {
+    const std::string& save_id = announced.front();
+    const int64_t rank = strategy.topology().global_rank;
+    const int64_t world = strategy.topology().world_size;
+    CheckpointIO& io = parts_.checkpointer.io();
+    for (size_t i = 1; i < announced.size(); ++i) {
+      std::filesystem::create_directories(std::filesystem::path(announced[i]).parent_path());
+      io.save(make_shard(*local_optimizer_states_, save_id, rank, world), shard_path(announced[i], save_id, rank));
+    }
+    // Every shard is on disk before rank 0 commits: a kill before the commit leaves the previous
+    // checkpoint (and its shards) in place, after it the complete new set.
+    strategy.barrier();
+    if (strategy.is_global_zero()) {
+      for (auto& [path, checkpoint] : pending_saves_) {
+        checkpoint.insert_or_assign(kShardIndexKey, make_shard_index(path, save_id, world));
+        io.save(checkpoint, path);
+        remove_shards(io, path, save_id);  // the previous save's, and those of saves never committed
+      }
+    }
+  }
+  pending_saves_.clear();
+  local_optimizer_states_.reset();
 }
 
 void FitLoop::save_weights_checkpoint(const std::string& path) {
@@ -158,21 +211,24 @@ void FitLoop::gather_checkpoint_states() {
     for (const auto& [name, metric] : metrics) states.insert(name, metric->gathered_state_dict(collectives));
     metric_states_ = std::move(states);
   }
-  if (parts_.strategy.shards_optimizer_state()) {
+  if (sharded_checkpoints()) {
+    local_optimizer_states_ = parts_.strategy.local_optimizer_states(data_.optimization.optimizers);
+  } else if (parts_.strategy.shards_optimizer_state()) {
     optimizer_states_ = parts_.strategy.gather_optimizer_states(data_.optimization.optimizers);
   }
 }
 
 const std::vector<c10::IValue>* FitLoop::optimizer_states_for_save(const std::string& path) const {
   if (!parts_.strategy.shards_optimizer_state()) return nullptr;
-  VOLT_CHECK(optimizer_states_.has_value(),
+  VOLT_CHECK(optimizer_states_.has_value() || local_optimizer_states_.has_value(),
              "cannot save checkpoint '{}' at step {}: strategy='{}' shards the optimizer state over the processes, "
              "and it is gathered for a checkpoint only before on_validation_end, on_train_epoch_end, on_train_end, "
              "an HPC save, and an on_train_batch_end at which a callback's saves_checkpoint_at_train_batch_end() "
              "is true. HINT: have the callback that saves override saves_checkpoint_at_train_batch_end, or save at "
              "those hooks.",
              path, progress_.global_step, parts_.strategy.name());
-  return &*optimizer_states_;
+  // Sharded: the checkpoint file holds none; each process writes its own at the commit.
+  return optimizer_states_ ? &*optimizer_states_ : nullptr;
 }
 
 const StateDict* FitLoop::metric_states_for_save(std::optional<StateDict>& local) {
@@ -221,7 +277,9 @@ void FitLoop::restore_metric_states(const c10::IValue& checkpoint, const std::st
 }
 
 void FitLoop::remove_checkpoint(const std::string& path) {
-  if (parts_.strategy.is_global_zero()) parts_.checkpointer.remove(path);
+  if (!parts_.strategy.is_global_zero()) return;
+  std::erase_if(pending_saves_, [&path](const auto& pending) { return pending.first == path; });
+  parts_.checkpointer.remove(path);
 }
 
 void FitLoop::log_metrics(const std::map<std::string, double>& metrics) {
@@ -235,6 +293,7 @@ void FitLoop::dispatch(const CallbackHook& hook, const HookPoint& point) {
     const Decision decision = hook(*callback, c, *this);
     if (decision.stop) stop_.propose_callback_stop(progress_.epoch, progress_.global_step, decision.reason);
   }
+  commit_sharded_saves();
   metric_states_.reset();  // gathered for this dispatch only: the next step changes them
   optimizer_states_.reset();
   // One process needs no agreement: a callback's stop holds from the next check on, as it
@@ -383,7 +442,26 @@ void FitLoop::reload_dataloaders_if_due() {
 }
 
 void FitLoop::restore(const LoadedCheckpoint& checkpoint) {
-  progress_ = restore_checkpoint(checkpoint.value, training_parts(), checkpoint.path);
+  c10::IValue value = checkpoint.value;
+  if (const std::optional<ShardIndex> index = read_shard_index(value, checkpoint.path)) {
+    const Topology& topology = parts_.strategy.topology();
+    if (!parts_.strategy.shards_optimizer_state() || topology.world_size != index->world_size) {
+      throw CheckpointError(fmt::format(
+          "checkpoint '{}' is sharded: {} processes of strategy='fsdp' wrote its optimizer state a file each, "
+          "and this run is strategy='{}' with {} processes. HINT: resume it with strategy='fsdp' on {} processes, "
+          "or write it in one file first (volt::consolidate_sharded_checkpoint) to resume under any strategy.",
+          checkpoint.path, index->world_size, parts_.strategy.name(), topology.world_size, index->world_size));
+    }
+    StateDict top = value.toGenericDict().copy();
+    c10::impl::GenericList states(c10::AnyType::get());
+    for (const c10::IValue& state :
+         load_shard(parts_.checkpointer.io(), checkpoint.path, *index, topology.global_rank)) {
+      states.push_back(state);
+    }
+    top.insert_or_assign("optimizer_states", states);
+    value = top;
+  }
+  progress_ = restore_checkpoint(value, training_parts(), checkpoint.path);
   restore_metric_states(checkpoint.value, checkpoint.path);
   check_stream_layout(checkpoint.path);
   if (progress_.epoch_done) {
@@ -443,7 +521,18 @@ FitResult FitLoop::run() {
     if (save_hpc) {
       gather_checkpoint_states();  // every process stopped at the same step
       std::string path;
-      if (parts_.strategy.is_global_zero()) {
+      if (sharded_checkpoints()) {
+        if (parts_.strategy.is_global_zero()) {
+          path = next_hpc_checkpoint_path(plan.hpc_checkpoint_dir);
+          std::optional<StateDict> local;
+          TrainingParts parts = training_parts();
+          parts.metric_states = metric_states_for_save(local);
+          defer_sharded_save(path, parts);
+        }
+        commit_sharded_saves();
+        if (parts_.strategy.is_global_zero())
+          parts_.checkpointer.prune_hpc_checkpoints(plan.hpc_checkpoint_dir, plan.hpc_checkpoints_to_keep);
+      } else if (parts_.strategy.is_global_zero()) {
         std::optional<StateDict> local;
         TrainingParts parts = training_parts();
         parts.metric_states = metric_states_for_save(local);

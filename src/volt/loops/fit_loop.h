@@ -136,6 +136,16 @@ class FitLoop : public CallbackServices, private EpochHooks {
   /// The optimizers' gathered states for a checkpoint saved now (nullptr when the strategy does
   /// not shard them); throws volt::Error when they were not gathered at this point.
   const std::vector<c10::IValue>* optimizer_states_for_save(const std::string& path) const;
+  /// Rank 0, sharded checkpoints: builds the checkpoint of `parts` for `path`, without optimizer
+  /// states, to be committed by commit_sharded_saves.
+  void defer_sharded_save(const std::string& path, const TrainingParts& parts);
+  /// Whether checkpoints are sharded (strategy='fsdp' with state_dict_type='sharded').
+  bool sharded_checkpoints() const;
+  /// Under sharded checkpoints, after the dispatch a gather point prepared (and after an HPC
+  /// save): every process writes its shard for each checkpoint rank 0 built since, then rank 0
+  /// commits each by writing its file with the shard index. A collective at the same points on
+  /// every process; a no-op when nothing was gathered.
+  void commit_sharded_saves();
   /// Loads the registered metrics' states from `checkpoint` (see restore()).
   void restore_metric_states(const c10::IValue& checkpoint, const std::string& path);
   /// Refuses to go on inside an epoch under another stream layout than the one it began with
@@ -162,6 +172,10 @@ class FitLoop : public CallbackServices, private EpochHooks {
   // The optimizers' whole states (fsdp), gathered with metric_states_; reset at the next gather
   // point, so a checkpoint never holds the state of an earlier step.
   std::optional<std::vector<c10::IValue>> optimizer_states_;
+  // Sharded checkpoints: this process's own optimizer states, taken at the gather point for the
+  // shards of the saves that follow; and on rank 0 those saves, built but not yet committed.
+  std::optional<std::vector<c10::IValue>> local_optimizer_states_;
+  std::vector<std::pair<std::string, StateDict>> pending_saves_;
   struct LearningRateName {
     std::string name;
     size_t optimizer;

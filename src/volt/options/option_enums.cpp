@@ -20,6 +20,7 @@ constexpr StrategyRequest kStrategies[] = {StrategyRequest::kAuto, StrategyReque
                                            StrategyRequest::kFsdp, StrategyRequest::kPipeline};
 constexpr ShardingStrategy kShardingStrategies[] = {ShardingStrategy::kFullShard, ShardingStrategy::kShardGradOp,
                                                     ShardingStrategy::kNoShard};
+constexpr StateDictType kStateDictTypes[] = {StateDictType::kFull, StateDictType::kSharded};
 constexpr Precision kPrecisions[] = {Precision::k32True,    Precision::k64True, Precision::k16Mixed,
                                      Precision::kBf16Mixed, Precision::k16True, Precision::kBf16True};
 constexpr AmpLevel kAmpLevels[] = {AmpLevel::kO0, AmpLevel::kO1, AmpLevel::kO2, AmpLevel::kO3};
@@ -229,6 +230,22 @@ const char* to_string(ShardingStrategy strategy) {
 ShardingStrategy parse_sharding_strategy(const std::string& text) {
   return parse_named(text, kShardingStrategies, "sharding_strategy", quoted_names(kShardingStrategies),
                      "'shard_grad_op' shards gradients and optimizer state; 'no_shard' is ddp.");
+}
+
+const char* to_string(StateDictType type) {
+  switch (type) {
+    case StateDictType::kFull:
+      return "full";
+    case StateDictType::kSharded:
+      return "sharded";
+  }
+  return "?";
+}
+
+StateDictType parse_state_dict_type(const std::string& text) {
+  return parse_named(text, kStateDictTypes, "state_dict_type", quoted_names(kStateDictTypes),
+                     "'full' gathers the optimizer state into one file on rank 0; 'sharded' writes a file per "
+                     "process.");
 }
 
 std::optional<std::vector<int64_t>> parse_pipeline_balance(const std::string& text) {

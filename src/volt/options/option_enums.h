@@ -95,6 +95,17 @@ const char* to_string(ShardingStrategy strategy);
 /// Parses one of the names to_string writes, in any case (PyTorch's "SHARD_GRAD_OP" too).
 ShardingStrategy parse_sharding_strategy(const std::string& text);
 
+/// How strategy='fsdp' writes a checkpoint's optimizer state (Lightning's FSDPStrategy
+/// state_dict_type).
+enum class StateDictType {
+  kFull,     ///< "full": gathered on rank 0 into Volt's one file; resumes under any strategy
+  kSharded,  ///< "sharded": each process writes its own shard file beside an index; nothing gathered
+};
+/// "full" or "sharded".
+const char* to_string(StateDictType type);
+/// Parses "full" or "sharded", in any case.
+StateDictType parse_state_dict_type(const std::string& text);
+
 /// Parses --pipeline-balance: "auto" (nullopt) or layer counts per stage, "2,1,3"; throws
 /// volt::Error with a HINT for anything else (a count below 1, a word).
 std::optional<std::vector<int64_t>> parse_pipeline_balance(const std::string& text);

@@ -33,6 +33,7 @@ void describe_trainer_flags(CLI::App& app, const TrainerOptions& o) {
       {"--accelerator", [&o] { return std::string(to_string(o.accelerator)); }},
       {"--strategy", [&o] { return std::string(to_string(o.strategy)); }},
       {"--sharding-strategy", [&o] { return o.sharding_strategy ? to_string(*o.sharding_strategy) : ""; }},
+      {"--state-dict-type", [&o] { return o.state_dict_type ? to_string(*o.state_dict_type) : ""; }},
       {"--pipeline-balance", [&o] { return to_string_pipeline_balance(o.pipeline_balance); }},
       {"--pipeline-chunks", [&o] { return o.pipeline_chunks ? std::to_string(*o.pipeline_chunks) : ""; }},
       {"--precision", [&o] { return std::string(to_string(o.precision)); }},
@@ -86,6 +87,7 @@ void describe_trainer_flags(CLI::App& app, const TrainerOptions& o) {
   app.get_option("--sharding-strategy")->check(parsed_by([](const std::string& text) {
     parse_sharding_strategy(text);
   }));
+  app.get_option("--state-dict-type")->check(parsed_by([](const std::string& text) { parse_state_dict_type(text); }));
   app.get_option("--pipeline-balance")->check(parsed_by([](const std::string& text) { parse_pipeline_balance(text); }));
   app.get_option("--precision")->check(parsed_by([](const std::string& text) { parse_precision(text); }));
   app.get_option("--amp-level")->check(parsed_by([](const std::string& text) { parse_amp_level(text); }));
@@ -133,6 +135,9 @@ void add_trainer_flags(CLI::App& app, TrainerOptions& o, TrainerFlagText& t) {
                  "auto, single_device, ddp, ddp_find_unused_parameters_true, dp, ddp2 or fsdp (--distributed-backend: "
                  "the old name)");
   app.add_option("--sharding-strategy", t.sharding_strategy, "fsdp: shard_grad_op (default) or no_shard");
+  app.add_option("--state-dict-type", t.state_dict_type,
+                 "fsdp: checkpoints' optimizer state gathered into one file (full, default) or a file per process "
+                 "(sharded)");
   app.add_option("--pipeline-balance", t.pipeline_balance,
                  "pipeline: layers per stage (e.g. 2,1,3), or auto (measured on the first batch)");
   app.add_option("--pipeline-chunks", t.pipeline_chunks, "pipeline: micro-batches per batch (default 8)");
@@ -226,6 +231,7 @@ void apply_trainer_flags(const TrainerFlagText& t, TrainerOptions& o) {
   if (!t.accelerator.empty()) o.accelerator = parse_accelerator_request(t.accelerator);
   if (!t.strategy.empty()) o.strategy = parse_strategy_request(t.strategy);
   if (!t.sharding_strategy.empty()) o.sharding_strategy = parse_sharding_strategy(t.sharding_strategy);
+  if (!t.state_dict_type.empty()) o.state_dict_type = parse_state_dict_type(t.state_dict_type);
   if (!t.pipeline_balance.empty()) o.pipeline_balance = parse_pipeline_balance(t.pipeline_balance);
   if (!t.precision.empty()) o.precision = parse_precision(t.precision);
   if (!t.amp_level.empty()) o.amp_level = parse_amp_level(t.amp_level);

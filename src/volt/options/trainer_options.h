@@ -153,6 +153,9 @@ struct TrainerOptions {
   /// What strategy=kFsdp shards. Unset: shard_grad_op (Lightning's default, full_shard, is not
   /// built yet). Refused with any other strategy.
   std::optional<ShardingStrategy> sharding_strategy;
+  /// strategy=kFsdp: how checkpoints hold the sharded optimizer state. Unset: full (gathered on
+  /// rank 0 into one file). Sharded needs shard_grad_op; refused with any other strategy.
+  std::optional<StateDictType> state_dict_type;
   /// strategy=kPipeline: layers per stage of the module's volt::Pipe, one count per device.
   /// Unset: "auto", balanced by the layers' times measured on the first batch.
   std::optional<std::vector<int64_t>> pipeline_balance;

@@ -1,10 +1,12 @@
 #include "volt/strategies/fsdp_strategy.h"
 
+#include <fmt/ranges.h>
 #include <torch/torch.h>
 
 #include <map>
 #include <set>
 
+#include "volt/checkpoint/sharded_checkpoint.h"
 #include "volt/core/error.h"
 #include "volt/module/lightning_module.h"
 #include "volt/optim/optimizer_state.h"
@@ -236,14 +238,73 @@ std::vector<c10::IValue> FsdpStrategy::gather_optimizer_states(
   return out;
 }
 
+size_t FsdpStrategy::optimizer_index(const torch::optim::Optimizer& optimizer) const {
+  size_t k = 0;
+  while (k < optimizers_.size() && optimizers_[k].get() != &optimizer) ++k;
+  VOLT_INTERNAL_ASSERT(k < optimizers_.size(), "an optimizer fsdp did not lay out");
+  return k;
+}
+
+std::vector<c10::IValue> FsdpStrategy::local_optimizer_states(
+    const std::vector<std::shared_ptr<torch::optim::Optimizer>>& optimizers) {
+  if (!shard_) return Strategy::local_optimizer_states(optimizers);
+  std::vector<c10::IValue> out;
+  for (const auto& optimizer : optimizers) {
+    const size_t k = optimizer_index(*optimizer);
+    GenericDict dict = optimizer_state_dict(*optimizer).toGenericDict().copy();
+    std::set<std::string> elementwise;
+    for (const auto& entry : dict.at("state").toGenericDict())
+      for (const auto& field : entry.value().toGenericDict())
+        if (is_elementwise_state(field.key().toStringRef())) elementwise.insert(field.key().toStringRef());
+    c10::impl::GenericList shapes(c10::AnyType::get());
+    for (const auto& index : ids_[k]) {
+      shapes.push_back(index ? c10::IValue(entries_[*index].param.sizes().vec()) : c10::IValue());
+    }
+    c10::impl::GenericList keys(c10::StringType::get());
+    for (const std::string& key : elementwise) keys.push_back(key);
+    GenericDict marker(c10::StringType::get(), c10::AnyType::get());
+    marker.insert("rank", topology().global_rank);
+    marker.insert("world_size", topology().world_size);
+    marker.insert("shapes", shapes);
+    marker.insert("elementwise", keys);
+    dict.insert(kShardMarkerKey, marker);
+    out.emplace_back(dict);
+  }
+  return out;
+}
+
 void FsdpStrategy::load_optimizer_state(torch::optim::Optimizer& optimizer, const c10::IValue& state) {
   if (!shard_) {
     DdpStrategy::load_optimizer_state(optimizer, state);
     return;
   }
-  size_t k = 0;
-  while (k < optimizers_.size() && optimizers_[k].get() != &optimizer) ++k;
-  VOLT_INTERNAL_ASSERT(k < optimizers_.size(), "load_optimizer_state of an optimizer fsdp did not lay out");
+  const size_t k = optimizer_index(optimizer);
+  if (state.isGenericDict() && state.toGenericDict().contains(kShardMarkerKey)) {
+    // A sharded checkpoint's piece: it must be this process's, of parameters laid out as here.
+    const GenericDict marker = state.toGenericDict().at(kShardMarkerKey).toGenericDict();
+    std::vector<std::string> shapes, expected;
+    for (const c10::IValue& shape : marker.at("shapes").toListRef()) {
+      std::vector<int64_t> sizes;
+      if (!shape.isNone())
+        for (const c10::IValue& size : shape.toListRef()) sizes.push_back(size.toInt());
+      shapes.push_back(shape.isNone() ? "-" : c10::str(c10::IntArrayRef(sizes)));
+    }
+    for (const auto& index : ids_[k]) expected.push_back(index ? c10::str(entries_[*index].param.sizes()) : "-");
+    const int64_t rank = marker.at("rank").toInt();
+    const int64_t world = marker.at("world_size").toInt();
+    if (rank != topology().global_rank || world != topology().world_size || shapes != expected) {
+      throw CheckpointError(fmt::format(
+          "optimizer {}'s sharded state is rank {}'s of {} processes for parameters shaped [{}], but this is rank {} "
+          "of {} with parameters shaped [{}]. HINT: resume a sharded checkpoint with the processes and module that "
+          "wrote it, or consolidate it into one file (volt::consolidate_sharded_checkpoint) first.",
+          k, rank, world, fmt::join(shapes, ", "), topology().global_rank, topology().world_size,
+          fmt::join(expected, ", ")));
+    }
+    GenericDict own = state.toGenericDict().copy();
+    (void)own.erase(kShardMarkerKey);
+    load_optimizer_state_dict(optimizer, own);
+    return;
+  }
   std::vector<std::optional<ShardPiece>> pieces;
   std::vector<int64_t> numels;
   for (const auto& index : ids_[k]) {

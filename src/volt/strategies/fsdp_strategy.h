@@ -58,6 +58,11 @@ class FsdpStrategy : public DdpStrategy {
   bool shards_optimizer_state() const override { return shard_; }
   std::vector<c10::IValue> gather_optimizer_states(
       const std::vector<std::shared_ptr<torch::optim::Optimizer>>& optimizers) override;
+  std::vector<c10::IValue> local_optimizer_states(
+      const std::vector<std::shared_ptr<torch::optim::Optimizer>>& optimizers) override;
+  /// Cuts a whole state to this process's pieces; a state marked by local_optimizer_states (a
+  /// sharded checkpoint's) is loaded as it is, after checking it is this process's pieces of
+  /// parameters shaped as here.
   void load_optimizer_state(torch::optim::Optimizer& optimizer, const c10::IValue& state) override;
 
  private:
@@ -68,6 +73,9 @@ class FsdpStrategy : public DdpStrategy {
     torch::Tensor piece;
     ShardPiece range;
   };
+  /// The index of `optimizer` in optimizers_ (an internal error when fsdp did not lay it out).
+  size_t optimizer_index(const torch::optim::Optimizer& optimizer) const;
+
   bool shard_;
   std::vector<Entry> entries_;
   std::optional<ShardLayout> layout_;

@@ -18,6 +18,11 @@ std::vector<c10::IValue> Strategy::gather_optimizer_states(
   return states;
 }
 
+std::vector<c10::IValue> Strategy::local_optimizer_states(
+    const std::vector<std::shared_ptr<torch::optim::Optimizer>>& optimizers) {
+  return Strategy::gather_optimizer_states(optimizers);  // nothing sharded: the same, without a collective
+}
+
 void Strategy::load_optimizer_state(torch::optim::Optimizer& optimizer, const c10::IValue& state) {
   load_optimizer_state_dict(optimizer, state);
 }

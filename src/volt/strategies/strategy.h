@@ -75,6 +75,12 @@ class Strategy {
   /// (nothing sharded) is each optimizer's own state on every process.
   virtual std::vector<c10::IValue> gather_optimizer_states(
       const std::vector<std::shared_ptr<torch::optim::Optimizer>>& optimizers);
+  /// This process's own optimizer states, for a sharded checkpoint (state_dict_type='sharded'):
+  /// under fsdp its pieces, each state marked (kShardMarkerKey) with the process and the
+  /// parameters' shapes, so a load checks them and consolidate_sharded_checkpoint reassembles
+  /// them. No collective. The default is each optimizer's state, unmarked.
+  virtual std::vector<c10::IValue> local_optimizer_states(
+      const std::vector<std::shared_ptr<torch::optim::Optimizer>>& optimizers);
   /// Loads `state` (as gather_optimizer_states returns it, or a checkpoint of an unsharded run)
   /// into `optimizer`; fsdp cuts it to this process's pieces first. No collective.
   virtual void load_optimizer_state(torch::optim::Optimizer& optimizer, const c10::IValue& state);

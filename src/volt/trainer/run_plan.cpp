@@ -337,7 +337,17 @@ RunPlan resolve_run_plan(const TrainerOptions& options, const Env& env, const Ma
                "sharding_strategy='full_shard' (parameters gathered per wrapped unit for forward and backward) is not "
                "built yet. HINT: use sharding_strategy='shard_grad_op' (gradients and optimizer state sharded, the "
                "default), which saves the optimizer's memory.");
+    plan.state_dict_type = options.state_dict_type.value_or(StateDictType::kFull);
+    VOLT_CHECK(plan.state_dict_type == StateDictType::kFull || plan.sharding_strategy == ShardingStrategy::kShardGradOp,
+               "state_dict_type='sharded' writes each process's shard of the optimizer state, but "
+               "sharding_strategy='{}' shards nothing. HINT: use sharding_strategy='shard_grad_op', or "
+               "state_dict_type='full'.",
+               to_string(plan.sharding_strategy));
   }
+  VOLT_CHECK(!options.state_dict_type || plan.strategy == StrategyKind::kFsdp,
+             "state_dict_type='{}' is an option of strategy='fsdp', but the strategy is '{}'. HINT: set "
+             "strategy='fsdp', or leave state_dict_type unset.",
+             to_string(options.state_dict_type.value_or(StateDictType::kFull)), to_string(plan.strategy));
   VOLT_CHECK(options.bucket_cap_mb >= 1, "bucket_cap_mb={} must be >= 1.", options.bucket_cap_mb);
   plan.bucket_cap_mb = options.bucket_cap_mb;
   plan.use_distributed_sampler = options.use_distributed_sampler;
@@ -501,6 +511,9 @@ std::string RunPlan::describe() const {
                                           sharding_strategy == ShardingStrategy::kShardGradOp
                                               ? " (gradients and optimizer state split over the processes)"
                                               : " (gradients all-reduced, as ddp)"));
+    line("checkpoints", state_dict_type == StateDictType::kFull
+                            ? "full (optimizer state gathered on rank 0 into one file)"
+                            : "sharded (each process writes its optimizer shard beside rank 0's index file)");
   }
   line("cluster environment", to_string(cluster));
   line("rank",

@@ -43,6 +43,9 @@ struct RunPlan {
   bool find_unused_parameters = false;                      ///< ddp reducer option
   /// fsdp: what is sharded (shard_grad_op or no_shard); no_shard under every other strategy.
   ShardingStrategy sharding_strategy = ShardingStrategy::kNoShard;
+  /// fsdp: checkpoints' optimizer state in one gathered file (full) or a file per process
+  /// (sharded); full under every other strategy.
+  StateDictType state_dict_type = StateDictType::kFull;
   /// pipeline: layers per stage (empty: auto, measured on the first batch).
   std::vector<int64_t> pipeline_balance;
   /// pipeline: micro-batches per batch.

@@ -1,0 +1,77 @@
+// The sharded checkpoint form (strategy='fsdp', state_dict_type='sharded'): every process writes
+// its own shard of the optimizer state to a file of its own, in parallel, and rank 0 then writes
+// the checkpoint file itself with everything else and an index of the shards in place of
+// "optimizer_states". Nothing is gathered on one process, so a model whose optimizer state does
+// not fit one process still checkpoints.
+//
+// Complete or absent as a set: shard files are named after their save (a random id), all of them
+// are on disk before rank 0 renames the checkpoint file into place (the commit), and a reader
+// checks every shard against the index. A save interrupted before the commit leaves the previous
+// checkpoint and its shards as they were; the orphaned shards are removed by the next commit of
+// that path. consolidate_sharded_checkpoint turns the set into Volt's one-file form.
+#pragma once
+
+#include <ATen/core/ivalue.h>
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace volt {
+
+class CheckpointIO;
+
+/// The checkpoint key of the shard index (it replaces "optimizer_states").
+inline constexpr const char* kShardIndexKey = "sharded_optimizer_states";
+/// The key of the marker a process's optimizer state carries in a shard (which process's piece
+/// of which parameters, and which state fields are elementwise).
+inline constexpr const char* kShardMarkerKey = "volt_shard";
+
+/// Where `rank`'s shard of checkpoint `path` from save `save_id` lies: `<path>.<save_id>.shard<rank>`.
+std::string shard_path(const std::string& path, const std::string& save_id, int64_t rank);
+
+/// A fresh save id (16 hex digits from std::random_device); rank 0 draws it for all processes.
+std::string new_save_id();
+
+/// What the shard index of a checkpoint says.
+struct ShardIndex {
+  /// The save the shards belong to.
+  std::string save_id;
+  /// How many processes wrote shards (one file each).
+  int64_t world_size = 0;
+  /// The shard files' names, relative to the checkpoint's directory, by rank.
+  std::vector<std::string> files;
+};
+
+/// The index rank 0 writes into the checkpoint at `path` for `world_size` shards of `save_id`.
+c10::IValue make_shard_index(const std::string& path, const std::string& save_id, int64_t world_size);
+
+/// The shard index of `checkpoint`, or nullopt when it holds its optimizer states itself. Throws
+/// volt::CheckpointError naming `path` when the index is malformed.
+std::optional<ShardIndex> read_shard_index(const c10::IValue& checkpoint, const std::string& path);
+
+/// A shard file's contents: `rank`'s optimizer states (one per optimizer, each carrying its
+/// kShardMarkerKey) for save `save_id` of `world_size` processes.
+c10::IValue make_shard(const std::vector<c10::IValue>& optimizer_states, const std::string& save_id, int64_t rank,
+                       int64_t world_size);
+
+/// `rank`'s optimizer states from the shard files of the checkpoint at `path` (whose index is
+/// `index`), read through `io`. Throws volt::CheckpointError with a HINT when the file is missing,
+/// unreadable, or belongs to another save, rank or process count.
+std::vector<c10::IValue> load_shard(CheckpointIO& io, const std::string& path, const ShardIndex& index,
+                                    int64_t rank);
+
+/// Removes the shard files of `path` except those of `keep_save_id` ("" removes all of them).
+/// Needs CheckpointIO::list; an IO that lists nothing leaves them.
+void remove_shards(CheckpointIO& io, const std::string& path, const std::string& keep_save_id);
+
+/// The sharded checkpoint at `path` in Volt's one-file form: every shard read through `io` and
+/// each optimizer's elementwise state (exp_avg, momentum_buffer, ...) concatenated back into whole
+/// tensors, as strategy='fsdp' with state_dict_type='full' would have written it. So a run resumes
+/// it under any strategy and process count, and Python reads its optimizer states. Needs memory
+/// for the whole state: run it where that fits. Throws volt::CheckpointError for a shard missing
+/// or not matching.
+c10::IValue consolidate_sharded_checkpoint(CheckpointIO& io, const std::string& path);
+
+}  // namespace volt

@@ -1,0 +1,182 @@
+#include "volt/checkpoint/sharded_checkpoint.h"
+
+#include <ATen/ATen.h>
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <fstream>
+#include <unistd.h>
+
+#include "volt/checkpoint/checkpoint_io.h"
+#include "volt/core/error.h"
+
+namespace volt {
+namespace {
+
+namespace fs = std::filesystem;
+using GenericDict = c10::impl::GenericDict;
+using GenericList = c10::impl::GenericList;
+
+GenericDict dict() { return GenericDict(c10::StringType::get(), c10::AnyType::get()); }
+
+// Two ranks' Adam states for parameters shaped [2, 3] and [4] laid end to end (10 values, 5 per
+// rank: rank 0 owns a's first 5, rank 1 a's last one and all of b), and a frozen parameter
+// between them that no rank shards.
+struct TwoRanks {
+  at::Tensor a_avg = at::arange(6, at::kFloat).view({2, 3});
+  at::Tensor b_avg = at::arange(10, 14, at::kFloat);
+  at::Tensor a_sq = a_avg * 2;
+  at::Tensor b_sq = b_avg * 2;
+
+  static c10::IValue param_state(const at::Tensor& avg, const at::Tensor& sq, int64_t step) {
+    GenericDict s = dict();
+    s.insert("step", step);
+    s.insert("exp_avg", avg);
+    s.insert("exp_avg_sq", sq);
+    return s;
+  }
+
+  c10::IValue optimizer(int64_t rank) const {
+    GenericDict state(c10::IntType::get(), c10::AnyType::get());
+    const at::Tensor a = a_avg.reshape({-1}), as = a_sq.reshape({-1});
+    if (rank == 0) {
+      state.insert(0, param_state(a.narrow(0, 0, 5), as.narrow(0, 0, 5), 7));
+      state.insert(2, param_state(b_avg.narrow(0, 0, 0), b_sq.narrow(0, 0, 0), 7));
+    } else {
+      state.insert(0, param_state(a.narrow(0, 5, 1), as.narrow(0, 5, 1), 7));
+      state.insert(2, param_state(b_avg, b_sq, 7));
+    }
+    GenericDict marker = dict();
+    marker.insert("rank", rank);
+    marker.insert("world_size", int64_t{2});
+    GenericList shapes(c10::AnyType::get());
+    shapes.push_back(std::vector<int64_t>{2, 3});
+    shapes.push_back(c10::IValue());
+    shapes.push_back(std::vector<int64_t>{4});
+    marker.insert("shapes", shapes);
+    GenericList keys(c10::StringType::get());
+    keys.push_back("exp_avg");
+    keys.push_back("exp_avg_sq");
+    marker.insert("elementwise", keys);
+    GenericDict top = dict();
+    top.insert("state", state);
+    top.insert("param_groups", GenericList(c10::AnyType::get()));
+    top.insert(kShardMarkerKey, marker);
+    return top;
+  }
+
+  // Saves the checkpoint "run/c.ckpt" (with `extra` in it) and both shards of save `id`.
+  void save(CheckpointIO& io, const std::string& id) const {
+    for (int64_t r = 0; r < 2; ++r) io.save(make_shard({optimizer(r)}, id, r, 2), shard_path("run/c.ckpt", id, r));
+    GenericDict top = dict();
+    top.insert("global_step", int64_t{3});
+    top.insert(kShardIndexKey, make_shard_index("run/c.ckpt", id, 2));
+    io.save(top, "run/c.ckpt");
+  }
+};
+
+TEST(ShardedCheckpointTest, TheIndexNamesEveryRanksFileBesideTheCheckpoint) {
+  InMemoryCheckpointIO io;
+  TwoRanks{}.save(io, "00000000000000aa");
+  const c10::IValue loaded = io.load("run/c.ckpt");
+  const std::optional<ShardIndex> index = read_shard_index(loaded, "run/c.ckpt");
+  ASSERT_TRUE(index.has_value());
+  EXPECT_EQ(index->save_id, "00000000000000aa");
+  EXPECT_EQ(index->world_size, 2);
+  EXPECT_EQ(index->files, (std::vector<std::string>{"c.ckpt.00000000000000aa.shard0", "c.ckpt.00000000000000aa.shard1"}));
+  const std::vector<c10::IValue> rank1 = load_shard(io, "run/c.ckpt", *index, 1);
+  ASSERT_EQ(rank1.size(), 1U);
+  EXPECT_EQ(rank1[0].toGenericDict().at(kShardMarkerKey).toGenericDict().at("rank").toInt(), 1);
+  // A checkpoint that holds its optimizer states has no index.
+  GenericDict plain = dict();
+  plain.insert("optimizer_states", GenericList(c10::AnyType::get()));
+  EXPECT_FALSE(read_shard_index(plain, "p").has_value());
+}
+
+TEST(ShardedCheckpointTest, AMissingOrForeignShardIsRefusedWithAHint) {
+  InMemoryCheckpointIO io;
+  const TwoRanks ranks;
+  ranks.save(io, "00000000000000aa");
+  const ShardIndex index = *read_shard_index(io.load("run/c.ckpt"), "run/c.ckpt");
+  io.remove(shard_path("run/c.ckpt", "00000000000000aa", 1));
+  try {
+    load_shard(io, "run/c.ckpt", index, 1);
+    FAIL() << "a missing shard loaded";
+  } catch (const CheckpointError& e) {
+    EXPECT_NE(std::string(e.what()).find("shard for rank 1"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("HINT"), std::string::npos);
+  }
+  // Rank 0's file put where rank 1's belongs (a copy mixed the set up).
+  io.save(make_shard({ranks.optimizer(0)}, "00000000000000aa", 0, 2), shard_path("run/c.ckpt", "00000000000000aa", 1));
+  EXPECT_THROW(load_shard(io, "run/c.ckpt", index, 1), CheckpointError);
+  // A shard of another save under this save's name.
+  io.save(make_shard({ranks.optimizer(1)}, "00000000000000bb", 1, 2), shard_path("run/c.ckpt", "00000000000000aa", 1));
+  EXPECT_THROW(load_shard(io, "run/c.ckpt", index, 1), CheckpointError);
+  EXPECT_THROW(load_shard(io, "run/c.ckpt", index, 2), Error);
+}
+
+TEST(ShardedCheckpointTest, RemoveShardsKeepsTheCommittedSaveAndOtherFiles) {
+  InMemoryCheckpointIO io;
+  const TwoRanks ranks;
+  ranks.save(io, "00000000000000aa");
+  ranks.save(io, "00000000000000bb");
+  io.save(dict(), "run/c.ckpt.bak");
+  remove_shards(io, "run/c.ckpt", "00000000000000bb");
+  EXPECT_EQ(io.paths(), (std::vector<std::string>{"run/c.ckpt", "run/c.ckpt.00000000000000bb.shard0",
+                                                  "run/c.ckpt.00000000000000bb.shard1", "run/c.ckpt.bak"}));
+  remove_shards(io, "run/c.ckpt", "");
+  EXPECT_EQ(io.paths(), (std::vector<std::string>{"run/c.ckpt", "run/c.ckpt.bak"}));
+}
+
+TEST(ShardedCheckpointTest, ConsolidationConcatenatesThePiecesIntoWholeStates) {
+  InMemoryCheckpointIO io;
+  const TwoRanks ranks;
+  ranks.save(io, "00000000000000aa");
+  const GenericDict whole = consolidate_sharded_checkpoint(io, "run/c.ckpt").toGenericDict();
+  EXPECT_FALSE(whole.contains(kShardIndexKey));
+  EXPECT_EQ(whole.at("global_step").toInt(), 3);
+  const auto& optimizers = whole.at("optimizer_states").toListRef();
+  ASSERT_EQ(optimizers.size(), 1U);
+  const GenericDict optimizer = optimizers[0].toGenericDict();
+  EXPECT_FALSE(optimizer.contains(kShardMarkerKey));
+  const GenericDict state = optimizer.at("state").toGenericDict();
+  const GenericDict a = state.at(0).toGenericDict();
+  EXPECT_TRUE(at::equal(a.at("exp_avg").toTensor(), ranks.a_avg));
+  EXPECT_TRUE(at::equal(a.at("exp_avg_sq").toTensor(), ranks.a_sq));
+  EXPECT_EQ(a.at("step").toInt(), 7);
+  EXPECT_TRUE(at::equal(state.at(2).toGenericDict().at("exp_avg").toTensor(), ranks.b_avg));
+  // Written and read back, it is an ordinary one-file checkpoint.
+  io.save(whole, "run/whole.ckpt");
+  EXPECT_FALSE(read_shard_index(io.load("run/whole.ckpt"), "run/whole.ckpt").has_value());
+}
+
+TEST(ShardedCheckpointTest, ConsolidationRefusesPiecesThatDoNotAddUp) {
+  InMemoryCheckpointIO io;
+  TwoRanks ranks;
+  ranks.save(io, "00000000000000aa");
+  // Rank 1's shard from a run whose second parameter was larger.
+  ranks.b_avg = at::arange(5, at::kFloat);
+  ranks.b_sq = ranks.b_avg;
+  io.save(make_shard({ranks.optimizer(1)}, "00000000000000aa", 1, 2), shard_path("run/c.ckpt", "00000000000000aa", 1));
+  try {
+    consolidate_sharded_checkpoint(io, "run/c.ckpt");
+    FAIL() << "pieces of 5 values consolidated into a parameter of 4";
+  } catch (const CheckpointError& e) {
+    EXPECT_NE(std::string(e.what()).find("hold 5 values"), std::string::npos) << e.what();
+  }
+}
+
+TEST(ShardedCheckpointTest, TorchCheckpointIoListsTheFilesThatBeginWithAPrefix) {
+  const fs::path dir = fs::temp_directory_path() / ("volt_sharded_list_" + std::to_string(::getpid()));
+  fs::create_directories(dir);
+  for (const char* name : {"c.ckpt", "c.ckpt.00000000000000aa.shard0", "d.ckpt"}) std::ofstream(dir / name) << "x";
+  TorchCheckpointIO io;
+  EXPECT_EQ(io.list((dir / "c.ckpt.").string()),
+            (std::vector<std::string>{(dir / "c.ckpt.00000000000000aa.shard0").string()}));
+  EXPECT_EQ(io.list((dir / "c.ckpt").string()).size(), 2U);
+  EXPECT_TRUE(io.list((dir / "missing" / "x").string()).empty());
+  fs::remove_all(dir);
+}
+
+}  // namespace
+}  // namespace volt
