@@ -31,6 +31,7 @@ int64_t rank_from_env() {
 
 struct ProbeOptions {
   std::string out;
+  bool skip_params = false;        // large models: no parameter values in rank<N>.json
   std::string consolidate;         // a sharded checkpoint to write in one file (<path>.whole.ckpt), then exit
   std::string fail_mode = "none";  // none | throw | internal | kill | nojoin | hang | data
   int64_t fail_rank = -1;
@@ -374,8 +375,16 @@ class Probe : public volt::LightningModule {
     out["global_step"] = result.global_step;
     out["seen"] = seen_;
     for (const auto& p : named_parameters()) {
+      if (options_.skip_params) break;
       const torch::Tensor flat = p.value().detach().to(torch::kDouble).contiguous().view({-1});
       out["params"][p.key()] = std::vector<double>(flat.data_ptr<double>(), flat.data_ptr<double>() + flat.numel());
+    }
+    // The process's peaks so far (kB): its address space (what `ulimit -v` limits) and resident set.
+    std::ifstream status("/proc/self/status");
+    for (std::string line; std::getline(status, line);) {
+      for (const auto& [key, name] : {std::pair{"VmPeak:", "vm_peak_kb"}, std::pair{"VmHWM:", "vm_hwm_kb"}}) {
+        if (line.rfind(key, 0) == 0) out[name] = std::stoll(line.substr(std::string(key).size()));
+      }
     }
     out["metrics"] = result.metrics;
     out["init_ddp_connection_called"] = init_called_;
@@ -485,6 +494,7 @@ int main(int argc, char** argv) {
     app.add_option("--optimizer", probe.optimizer, "sgd or adam");
     app.add_option("--step-lr-gamma", probe.step_lr_gamma, "> 0: StepLR(step_size=1, gamma) per optimizer step");
     app.add_option("--width", probe.width, "the hidden layer's width");
+    app.add_flag("--skip-params", probe.skip_params, "leave the parameter values out of rank<N>.json (large models)");
     app.add_option("--consolidate", probe.consolidate,
                    "write this sharded checkpoint in one file, <path>.whole.ckpt, and exit (no training)");
     app.add_option(

@@ -2,13 +2,14 @@
 the optimizer state each process holds, checkpoints that move between strategies, exact resume,
 failures and refusals. Runs tests/ddp/ddp_probe.cpp (VOLT_DDP_PROBE) like test_ddp.py.
 """
+import resource
 import signal
 import subprocess
 import time
 
 import pytest
 
-from test_ddp import PROBE, TOLERANCE, assert_close, external_env, flat_params, free_port, ranks, run
+from test_ddp import PROBE, TOLERANCE, assert_close, clean_env, external_env, flat_params, free_port, ranks, run
 
 pytestmark = pytest.mark.skipif(not PROBE, reason="VOLT_DDP_PROBE is not set (run through ctest)")
 
@@ -77,6 +78,49 @@ def test_no_shard_is_ddp_to_the_bit(tmp_path):
     for a, b in zip(ranks(fsdp, 2), ranks(ddp, 2)):
         assert flat_params(a) == flat_params(b)
         assert a["optimizer_state_numel"] == b["optimizer_state_numel"] == 2 * 161
+
+
+# 40 M parameters (160 MB) with Adam on 4 processes: ddp holds on each the weights, the gradients,
+# the Reducer's buckets, twice the weights in state and Adam's step temporaries; fsdp the weights,
+# the gradients until they are reduced, and a quarter of the rest.
+BIG = ["--optimizer", "adam", "--width", "4000000", "--batch-size", "1", "--examples", "16", "--max-steps", "2",
+       "--devices", "4", "--skip-params"]
+
+
+def run_limited(args, out, limit_kb):
+    """The probe with every process's address space limited to `limit_kb` (as `ulimit -v`)."""
+    def limit():
+        resource.setrlimit(resource.RLIMIT_AS, (limit_kb * 1024, limit_kb * 1024))
+    return subprocess.run([PROBE, "--out", str(out)] + args, env=clean_env(), capture_output=True, text=True,
+                          timeout=300, preexec_fn=limit)
+
+
+def test_a_model_whose_optimizer_state_exceeds_a_memory_limit_trains_with_fsdp_and_fails_with_ddp(tmp_path):
+    ddp, _ = fit(tmp_path, "ddp", BIG + ["--strategy", "ddp"])
+    fsdp, _ = fit(tmp_path, "fsdp", BIG + ["--strategy", "fsdp"])
+    # The largest process's peak address space (what `ulimit -v` limits; one process over it fails
+    # the run), and its resident peak.
+    peak_ddp = max(r["vm_peak_kb"] for r in ranks(ddp, 4))
+    peak_fsdp = max(r["vm_peak_kb"] for r in ranks(fsdp, 4))
+    rss_ddp = max(r["vm_hwm_kb"] for r in ranks(ddp, 4))
+    rss_fsdp = max(r["vm_hwm_kb"] for r in ranks(fsdp, 4))
+    print(f"peak address space: ddp {peak_ddp} kB, fsdp {peak_fsdp} kB ({peak_fsdp / peak_ddp:.2f}x); peak resident: "
+          f"ddp {rss_ddp} kB, fsdp {rss_fsdp} kB ({rss_fsdp / rss_ddp:.2f}x)")
+    assert peak_ddp - peak_fsdp > 200_000, (peak_ddp, peak_fsdp)
+    assert rss_ddp - rss_fsdp > 200_000, (rss_ddp, rss_fsdp)
+    # A limit between the two, measured in this run: fsdp trains under it, ddp runs out of memory
+    # and every process exits non-zero.
+    limit = (peak_ddp + peak_fsdp) // 2
+    out = tmp_path / "fsdp_limited"
+    out.mkdir()
+    proc = run_limited(BIG + ["--strategy", "fsdp"], out, limit)
+    assert proc.returncode == 0, proc.stderr
+    assert all(r["global_step"] == 2 for r in ranks(out, 4))
+    out = tmp_path / "ddp_limited"
+    out.mkdir()
+    proc = run_limited(BIG + ["--strategy", "ddp"], out, limit)
+    assert proc.returncode != 0
+    assert "alloc" in proc.stderr.lower() or "memory" in proc.stderr.lower(), proc.stderr
 
 
 def checkpoint_after(tmp_path, name, args, steps):

@@ -32,10 +32,11 @@ std::string in_directory(const std::string& dir, const std::string& name) {
 }
 
 CheckpointError malformed(const std::string& path, const std::string& what) {
-  return CheckpointError(fmt::format("checkpoint '{}' has a malformed shard index: {}. HINT: the file was not "
-                                     "written by Volt's sharded checkpointing, or was edited; resume from another "
-                                     "checkpoint.",
-                                     path, what));
+  return CheckpointError(
+      fmt::format("checkpoint '{}' has a malformed shard index: {}. HINT: the file was not "
+                  "written by Volt's sharded checkpointing, or was edited; resume from another "
+                  "checkpoint.",
+                  path, what));
 }
 
 }  // namespace
@@ -72,9 +73,10 @@ std::optional<ShardIndex> read_shard_index(const c10::IValue& checkpoint, const 
     if (!index.contains(key)) throw malformed(path, fmt::format("no '{}'", key));
   }
   if (!index.at("volt_shard_version").isInt() || index.at("volt_shard_version").toInt() > kShardVersion) {
-    throw CheckpointError(fmt::format("checkpoint '{}' has sharded optimizer states of a newer format than this Volt "
-                                      "reads ({}). HINT: resume with the Volt that wrote it, or upgrade Volt.",
-                                      path, kShardVersion));
+    throw CheckpointError(
+        fmt::format("checkpoint '{}' has sharded optimizer states of a newer format than this Volt "
+                    "reads ({}). HINT: resume with the Volt that wrote it, or upgrade Volt.",
+                    path, kShardVersion));
   }
   ShardIndex out;
   if (!index.at("save_id").isString() || !index.at("world_size").isInt() || !index.at("files").isList())
@@ -103,8 +105,7 @@ c10::IValue make_shard(const std::vector<c10::IValue>& optimizer_states, const s
   return shard;
 }
 
-std::vector<c10::IValue> load_shard(CheckpointIO& io, const std::string& path, const ShardIndex& index,
-                                    int64_t rank) {
+std::vector<c10::IValue> load_shard(CheckpointIO& io, const std::string& path, const ShardIndex& index, int64_t rank) {
   VOLT_CHECK(rank >= 0 && rank < index.world_size,
              "rank {} has no shard in checkpoint '{}', which {} processes wrote. HINT: resume with {} processes, or "
              "consolidate it into one file (volt::consolidate_sharded_checkpoint).",
@@ -119,9 +120,10 @@ std::vector<c10::IValue> load_shard(CheckpointIO& io, const std::string& path, c
   const c10::IValue value = io.load(file);
   const auto field = [&](const char* key) -> c10::IValue {
     if (!value.isGenericDict() || !value.toGenericDict().contains(key)) {
-      throw CheckpointError(fmt::format("shard file '{}' of checkpoint '{}' has no '{}'. HINT: it was not written "
-                                        "by Volt's sharded checkpointing; resume from another checkpoint.",
-                                        file, path, key));
+      throw CheckpointError(
+          fmt::format("shard file '{}' of checkpoint '{}' has no '{}'. HINT: it was not written "
+                      "by Volt's sharded checkpointing; resume from another checkpoint.",
+                      file, path, key));
     }
     return value.toGenericDict().at(key);
   };
@@ -139,9 +141,10 @@ std::vector<c10::IValue> load_shard(CheckpointIO& io, const std::string& path, c
   }
   const c10::IValue states = field("optimizer_states");
   if (!states.isList()) {
-    throw CheckpointError(fmt::format("shard file '{}' holds no list of optimizer states. HINT: resume from another "
-                                      "checkpoint.",
-                                      file));
+    throw CheckpointError(
+        fmt::format("shard file '{}' holds no list of optimizer states. HINT: resume from another "
+                    "checkpoint.",
+                    file));
   }
   const auto list = states.toListRef();
   return std::vector<c10::IValue>(list.begin(), list.end());

@@ -59,8 +59,7 @@ c10::IValue make_shard(const std::vector<c10::IValue>& optimizer_states, const s
 /// `rank`'s optimizer states from the shard files of the checkpoint at `path` (whose index is
 /// `index`), read through `io`. Throws volt::CheckpointError with a HINT when the file is missing,
 /// unreadable, or belongs to another save, rank or process count.
-std::vector<c10::IValue> load_shard(CheckpointIO& io, const std::string& path, const ShardIndex& index,
-                                    int64_t rank);
+std::vector<c10::IValue> load_shard(CheckpointIO& io, const std::string& path, const ShardIndex& index, int64_t rank);
 
 /// Removes the shard files of `path` except those of `keep_save_id` ("" removes all of them).
 /// Needs CheckpointIO::list; an IO that lists nothing leaves them.

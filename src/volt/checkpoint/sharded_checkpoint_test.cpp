@@ -2,10 +2,10 @@
 
 #include <ATen/ATen.h>
 #include <gtest/gtest.h>
+#include <unistd.h>
 
 #include <filesystem>
 #include <fstream>
-#include <unistd.h>
 
 #include "volt/checkpoint/checkpoint_io.h"
 #include "volt/core/error.h"
@@ -83,7 +83,8 @@ TEST(ShardedCheckpointTest, TheIndexNamesEveryRanksFileBesideTheCheckpoint) {
   ASSERT_TRUE(index.has_value());
   EXPECT_EQ(index->save_id, "00000000000000aa");
   EXPECT_EQ(index->world_size, 2);
-  EXPECT_EQ(index->files, (std::vector<std::string>{"c.ckpt.00000000000000aa.shard0", "c.ckpt.00000000000000aa.shard1"}));
+  EXPECT_EQ(index->files,
+            (std::vector<std::string>{"c.ckpt.00000000000000aa.shard0", "c.ckpt.00000000000000aa.shard1"}));
   const std::vector<c10::IValue> rank1 = load_shard(io, "run/c.ckpt", *index, 1);
   ASSERT_EQ(rank1.size(), 1U);
   EXPECT_EQ(rank1[0].toGenericDict().at(kShardMarkerKey).toGenericDict().at("rank").toInt(), 1);

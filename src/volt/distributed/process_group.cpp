@@ -278,13 +278,25 @@ torch::Tensor ProcessGroup::reduce_scatter(torch::Tensor values, Reduce op) {
 }
 
 torch::Tensor ProcessGroup::all_gather_flat(const torch::Tensor& chunk) {
-  const int64_t size = topology_.world_size;
-  torch::Tensor flat = torch::empty({size * chunk.numel()}, chunk.options());
-  std::vector<std::vector<torch::Tensor>> outputs(1);
-  for (int64_t r = 0; r < size; ++r) outputs[0].push_back(flat.narrow(0, r * chunk.numel(), chunk.numel()));
-  std::vector<torch::Tensor> inputs{chunk.reshape({-1}).contiguous()};
-  group_->allgather(outputs, inputs)->wait();
+  torch::Tensor flat = torch::empty({topology_.world_size * chunk.numel()}, chunk.options());
+  all_gather_into(chunk, flat);
   return flat;
+}
+
+void ProcessGroup::all_gather_into(const torch::Tensor& chunk, torch::Tensor& flat) {
+  const int64_t size = topology_.world_size;
+  const int64_t n = chunk.numel();
+  VOLT_CHECK(flat.dim() == 1 && flat.is_contiguous() && flat.numel() == size * n,
+             "all_gather_into needs a contiguous flat tensor of world_size x chunk values; got shape {} for chunks of "
+             "{} with world_size {}. HINT: allocate world_size * chunk.numel() values.",
+             c10::str(flat.sizes()), n, size);
+  std::vector<std::vector<torch::Tensor>> outputs(1);
+  for (int64_t r = 0; r < size; ++r) outputs[0].push_back(flat.narrow(0, r * n, n));
+  torch::Tensor input = chunk.reshape({-1}).contiguous();
+  // Gloo copies each input into its output slot: this rank's own slot must not be the input.
+  if (n > 0 && input.data_ptr() == outputs[0][topology_.global_rank].data_ptr()) input = input.clone();
+  std::vector<torch::Tensor> inputs{input};
+  group_->allgather(outputs, inputs)->wait();
 }
 
 std::vector<std::string> ProcessGroup::all_gather_bytes(const std::string& bytes) {

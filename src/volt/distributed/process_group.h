@@ -78,6 +78,10 @@ class ProcessGroup : public Collectives {
   /// The concatenation of every rank's `chunk` (equal numels, same dtype), in rank order: one
   /// all-gather, with no shape exchange.
   torch::Tensor all_gather_flat(const torch::Tensor& chunk);
+  /// all_gather_flat into `flat` (contiguous, world_size() x chunk.numel() values), so a caller
+  /// that keeps its flat buffer (fsdp's parameters) gathers with no second copy. `chunk` may be
+  /// this rank's slice of `flat` itself. Throws volt::Error when the sizes do not fit.
+  void all_gather_into(const torch::Tensor& chunk, torch::Tensor& flat);
   /// Every rank's `bytes`, indexed by rank, on every rank (all_gather of the bytes as a tensor).
   std::vector<std::string> all_gather_bytes(const std::string& bytes);
   /// Rank 0's `value` on every rank (two broadcasts; for short strings such as a log dir).

@@ -77,6 +77,19 @@ TEST(ProcessGroupTest, AllGatherFlatConcatenatesEveryRanksChunkInRankOrder) {
   });
 }
 
+TEST(ProcessGroupTest, AllGatherIntoFillsAFlatBufferWhoseOwnSliceIsTheInput) {
+  on_ranks(2, [](ProcessGroup& group) {
+    // fsdp's parameters: the flat buffer this rank keeps, its own chunk already in place.
+    torch::Tensor flat = torch::full({4}, -1.0);
+    const torch::Tensor own = flat.narrow(0, 2 * group.rank(), 2);
+    own.fill_(static_cast<double>(group.rank() + 1));
+    group.all_gather_into(own, flat);
+    EXPECT_TRUE(torch::equal(flat, torch::tensor({1.0, 1.0, 2.0, 2.0}))) << flat;
+    torch::Tensor wrong = torch::zeros({3});
+    EXPECT_THROW(group.all_gather_into(own, wrong), Error);
+  });
+}
+
 TEST(ProcessGroupTest, GatheringEmptyBytesOnEveryRankReturnsEmptyStrings) {
   // Gloo's allgather divides by the message size: an all-empty gather used to end in SIGFPE.
   on_ranks(2, [](ProcessGroup& group) {

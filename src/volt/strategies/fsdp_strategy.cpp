@@ -98,12 +98,21 @@ void FsdpStrategy::setup_optimizers(LightningModule& module,
   std::vector<int64_t> numels;
   for (const Entry& e : entries_) numels.push_back(e.param.numel());
   layout_.emplace(std::move(numels), topology().world_size, topology().global_rank);
-  for (size_t i = 0; i < entries_.size(); ++i) {
-    Entry& e = entries_[i];
-    e.range = layout_->piece(i);
-    // A view of the parameter's own storage: the optimizer's update of the piece is the
-    // parameter's update, and whatever loads into the parameter (a checkpoint) is the piece's.
-    e.piece = e.param.detach().view({-1}).narrow(0, e.range.begin, e.range.numel());
+  {
+    // The trained parameters move into one flat buffer (FSDP's flat parameter), each becoming a
+    // view of its place: the all-gather after a step writes straight into them.
+    torch::NoGradGuard no_grad;
+    params_flat_ = torch::zeros({layout_->padded()}, entries_.front().param.options());
+    for (size_t i = 0; i < entries_.size(); ++i) {
+      Entry& e = entries_[i];
+      torch::Tensor place = layout_->view(params_flat_, i, e.param.sizes());
+      place.copy_(e.param.detach());
+      e.param.set_data(place);
+      e.range = layout_->piece(i);
+      // A view of the parameter's own storage: the optimizer's update of the piece is the
+      // parameter's update, and whatever loads into the parameter (a checkpoint) is the piece's.
+      e.piece = e.param.detach().view({-1}).narrow(0, e.range.begin, e.range.numel());
+    }
   }
   for (size_t k = 0; k < optimizers.size(); ++k) {
     size_t id = 0;
@@ -138,22 +147,43 @@ void FsdpStrategy::sync_trainable_parameters(LightningModule& module) {
 }
 
 void FsdpStrategy::before_backward(const torch::Tensor& loss, bool synchronize) {
-  if (!shard_) DdpStrategy::before_backward(loss, synchronize);
+  if (!shard_) {
+    DdpStrategy::before_backward(loss, synchronize);
+    return;
+  }
+  if (grads_flat_.defined()) return;  // accumulating: the views hold the earlier backwards' sums
+  // Backward accumulates each gradient in place into its view of one flat buffer (a parameter
+  // left out of the loss keeps its zeros, as in PyTorch's FSDP), so after_backward has nothing to
+  // copy and no second buffer of the model's size is ever alive.
+  torch::NoGradGuard no_grad;
+  grads_flat_ = torch::zeros({layout_->padded()}, entries_.front().param.options());
+  for (size_t i = 0; i < entries_.size(); ++i) {
+    Entry& e = entries_[i];
+    torch::Tensor place = layout_->view(grads_flat_, i, e.param.sizes());
+    if (e.param.grad().defined()) place.copy_(e.param.grad());
+    e.param.mutable_grad() = place;
+  }
 }
 
 void FsdpStrategy::after_backward(bool synchronize) {
   if (!shard_ || !synchronize) return;
-  torch::Tensor flat;
+  torch::Tensor flat = std::move(grads_flat_);
+  grads_flat_ = torch::Tensor();
+  if (!flat.defined()) flat = torch::zeros({layout_->padded()}, entries_.front().param.options());
   {
-    std::vector<torch::Tensor> grads;
-    grads.reserve(entries_.size());
-    // A parameter left out of this step's loss counts as a zero gradient, as in PyTorch's FSDP.
-    for (const Entry& e : entries_) grads.push_back(e.param.grad());
-    flat = layout_->flatten(grads, entries_.front().param.options());
+    torch::NoGradGuard no_grad;
+    for (size_t i = 0; i < entries_.size(); ++i) {
+      Entry& e = entries_[i];
+      // A gradient that is not the view before_backward installed (a hook set it to none and
+      // backward made a new one) holds everything since: it replaces the slot.
+      torch::Tensor place = layout_->view(flat, i, e.param.sizes());
+      const torch::Tensor& grad = e.param.grad();
+      if (grad.defined() && grad.data_ptr() != place.data_ptr()) place.copy_(grad);
+      // Only the flat buffer holds the whole gradients now, and it goes into the collective as
+      // scratch: what sharding gradients saves.
+      e.param.mutable_grad() = torch::Tensor();
+    }
   }
-  // The whole gradients are in the flat buffer now: freeing them before the collective keeps one
-  // copy alive at a time, which is what sharding gradients saves.
-  for (Entry& e : entries_) e.param.mutable_grad() = torch::Tensor();
   const torch::Tensor mine = process_group().reduce_scatter(std::move(flat), Reduce::kMean);
   for (Entry& e : entries_) {
     const torch::Tensor g = mine.narrow(0, e.range.chunk_offset, e.range.numel());
@@ -168,14 +198,10 @@ void FsdpStrategy::after_backward(bool synchronize) {
 void FsdpStrategy::after_optimizer_step() {
   if (!shard_) return;
   torch::NoGradGuard no_grad;
-  torch::Tensor chunk = torch::zeros({layout_->chunk()}, entries_.front().param.options());
-  for (const Entry& e : entries_) {
-    if (e.range.numel() > 0) chunk.narrow(0, e.range.chunk_offset, e.range.numel()).copy_(e.piece);
-  }
-  const torch::Tensor flat = process_group().all_gather_flat(chunk);
-  for (size_t i = 0; i < entries_.size(); ++i) {
-    entries_[i].param.detach().view({-1}).copy_(flat.narrow(0, layout_->offset(i), layout_->numel(i)));
-  }
+  // The pieces are this process's chunk of the flat parameters, updated in place by the step:
+  // every process's chunk lands in its place of everyone's buffer, which the parameters view.
+  process_group().all_gather_into(params_flat_.narrow(0, topology().global_rank * layout_->chunk(), layout_->chunk()),
+                                  params_flat_);
 }
 
 std::vector<c10::IValue> FsdpStrategy::gather_optimizer_states(

@@ -35,11 +35,12 @@ TrainingMemory training_memory(const torch::nn::Module& module,
 /// Lightning's `strategy="fsdp"` with sharding_strategy `shard_grad_op` (or `no_shard`, which
 /// is ddp under this name).
 ///
-/// Each step: backward computes whole gradients locally (no communication on accumulation
-/// steps), after_backward reduce-scatters their average so that each process receives the
-/// gradients of its chunk of the flat parameter buffer (and frees the whole ones), the
-/// optimizers update only this process's pieces (views of the module's parameters), and
-/// after_optimizer_step all-gathers the pieces so every process holds the updated model.
+/// The trained parameters live in one flat buffer (each module parameter a view of its place).
+/// Each step: backward accumulates whole gradients locally into views of a second flat buffer
+/// (no communication on accumulation steps), after_backward reduce-scatters their average so
+/// that each process receives the gradients of its chunk (and frees the whole ones), the
+/// optimizers update only this process's pieces (views of its chunk), and after_optimizer_step
+/// all-gathers the chunks into the flat buffer so every process holds the updated model.
 /// Checkpoints hold the whole optimizer state, gathered on rank 0, in the layout one process
 /// writes, so a run resumes under any strategy and process count.
 class FsdpStrategy : public DdpStrategy {
@@ -79,6 +80,11 @@ class FsdpStrategy : public DdpStrategy {
   bool shard_;
   std::vector<Entry> entries_;
   std::optional<ShardLayout> layout_;
+  /// The trained parameters end to end (padded); each module parameter is a view of its place.
+  torch::Tensor params_flat_;
+  /// Between before_backward and the synchronizing after_backward: the whole gradients, each
+  /// module parameter's .grad a view of its place; undefined between steps.
+  torch::Tensor grads_flat_;
   std::vector<std::shared_ptr<torch::optim::Optimizer>> optimizers_;
   /// For each optimizer, its parameter numbers (across groups) -> index into entries_ (nullopt:
   /// a parameter that does not train, kept whole).
