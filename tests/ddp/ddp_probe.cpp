@@ -26,11 +26,14 @@ int64_t rank_from_env() {
   for (const char* name : {"GLOBAL_RANK", "RANK", "SLURM_PROCID"}) {
     if (const char* v = std::getenv(name)) return std::stoll(v);
   }
+  // One process per node (ddp2, pipeline x ddp) started by hand: the node is the rank.
+  if (const char* v = std::getenv("NODE_RANK")) return std::stoll(v);
   return 0;
 }
 
 struct ProbeOptions {
   std::string out;
+  bool pipe = false;               // the layers as a volt::Pipe (strategy='pipeline' splits them)
   bool skip_params = false;        // large models: no parameter values in rank<N>.json
   std::string consolidate;         // a sharded checkpoint to write in one file (<path>.whole.ckpt), then exit
   std::string fail_mode = "none";  // none | throw | internal | kill | nojoin | hang | data
@@ -196,8 +199,16 @@ class Probe : public volt::LightningModule {
  public:
   explicit Probe(ProbeOptions options) : volt::LightningModule("Probe"), options_(std::move(options)) {
     torch::manual_seed(0);
-    hidden_ = register_module("hidden", torch::nn::Linear(8, options_.width));
-    out_ = register_module("out", torch::nn::Linear(options_.width, 1));
+    if (options_.pipe) {
+      // The same layers, drawn in the same order, held by a Pipe: its parameters' names sort as
+      // hidden's and out's do (pipe...0.bias, 0.weight, 2.bias, 2.weight).
+      torch::nn::Linear hidden(8, options_.width);
+      torch::nn::Linear out(options_.width, 1);
+      pipe_ = register_module("pipe", volt::Pipe(torch::nn::Sequential(hidden, torch::nn::ReLU(), out)));
+    } else {
+      hidden_ = register_module("hidden", torch::nn::Linear(8, options_.width));
+      out_ = register_module("out", torch::nn::Linear(options_.width, 1));
+    }
     // A layer that never takes part in the loss: ddp must be told (find_unused_parameters).
     if (options_.with_unused) unused_ = register_module("unused", torch::nn::Linear(options_.width, 1));
     if (options_.batchnorm) {
@@ -217,6 +228,7 @@ class Probe : public volt::LightningModule {
 
   /// The model's output for inputs `x`.
   torch::Tensor forward(const torch::Tensor& x) {
+    if (pipe_) return pipe_(x);
     torch::Tensor h = hidden_(x);
     if (options_.batchnorm) h = norm_(h);
     return out_(torch::relu(h));
@@ -407,6 +419,7 @@ class Probe : public volt::LightningModule {
   torch::nn::Linear hidden_{nullptr};
   torch::nn::Linear out_{nullptr};
   torch::nn::Linear unused_{nullptr};
+  volt::Pipe pipe_{nullptr};
   volt::SyncBatchNorm norm_{nullptr};
   volt::MeanSquaredError train_mse_;
   volt::MeanSquaredError val_mse_;
@@ -494,6 +507,7 @@ int main(int argc, char** argv) {
     app.add_option("--optimizer", probe.optimizer, "sgd or adam");
     app.add_option("--step-lr-gamma", probe.step_lr_gamma, "> 0: StepLR(step_size=1, gamma) per optimizer step");
     app.add_option("--width", probe.width, "the hidden layer's width");
+    app.add_flag("--pipe", probe.pipe, "hold the layers in a volt::Pipe (for strategy='pipeline')");
     app.add_flag("--skip-params", probe.skip_params, "leave the parameter values out of rank<N>.json (large models)");
     app.add_option("--consolidate", probe.consolidate,
                    "write this sharded checkpoint in one file, <path>.whole.ckpt, and exit (no training)");

@@ -127,12 +127,8 @@ RunLayout resolve_run_layout(const TrainerOptions& options, const NodeResources&
              "strategy='dp' runs one process on one node, but num_nodes={}. HINT: use strategy='ddp2' (dp inside "
              "each node, gradients all-reduced across nodes) or 'ddp'.",
              layout.num_nodes);
-  VOLT_CHECK(layout.strategy != StrategyKind::kPipeline || layout.num_nodes == 1,
-             "strategy='pipeline' runs one process on one node, but num_nodes={}. HINT: a pipeline replicated "
-             "across nodes (pipeline x ddp) is not built yet; use num_nodes=1.",
-             layout.num_nodes);
   // dp and ddp2 run one process per node, which drives all of the node's devices; so does a
-  // pipeline, one stage per device.
+  // pipeline, one stage per device (over several nodes, each node's pipeline is a ddp replica).
   const bool replicated = layout.strategy == StrategyKind::kDp || layout.strategy == StrategyKind::kDdp2;
   layout.replicas_per_process = replicated ? layout.devices : 1;
   layout.processes_per_node = replicated || layout.strategy == StrategyKind::kPipeline ? 1 : layout.devices;

@@ -276,8 +276,9 @@ RunPlan resolve_run_plan(const TrainerOptions& options, const Env& env, const Ma
   const int64_t processes_per_node = layout.processes_per_node;
   const ClusterInfo cluster = detect_cluster(env);
   plan.cluster = cluster.kind;
+  // A pipeline on one node is one process; on several, one process per node (pipeline x ddp).
   if (plan.strategy == StrategyKind::kSingleDevice || plan.strategy == StrategyKind::kDp ||
-      plan.strategy == StrategyKind::kPipeline) {
+      (plan.strategy == StrategyKind::kPipeline && plan.num_nodes == 1)) {
     plan.topology.host = machine.host;
     VOLT_CHECK(cluster.world_size.value_or(1) == 1,
                "strategy='{}' runs one process, but {} started {}. HINT: start one task (e.g. srun --ntasks=1), or "
@@ -503,8 +504,8 @@ std::string RunPlan::describe() const {
     for (int64_t d : cuda_devices) ids.push_back(fmt::format("cuda:{}", d));
     line("this process's devices", join(ids, ", "));
   }
-  const bool process_group =
-      strategy == StrategyKind::kDdp || strategy == StrategyKind::kDdp2 || strategy == StrategyKind::kFsdp;
+  const bool process_group = strategy == StrategyKind::kDdp || strategy == StrategyKind::kDdp2 ||
+                             strategy == StrategyKind::kFsdp || (strategy == StrategyKind::kPipeline && num_nodes > 1);
   if (process_group) line("process group backend", process_group_backend);
   if (strategy == StrategyKind::kFsdp) {
     line("sharding strategy", fmt::format("{}{}", to_string(sharding_strategy),

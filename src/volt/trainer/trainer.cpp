@@ -307,16 +307,18 @@ Strategy& Trainer::strategy() {
     strategy_ = std::make_unique<SingleDeviceStrategy>(plan_.topology);
     return *strategy_;
   }
+  PipeOptions pipe{.balance = plan_.pipeline_balance, .chunks = plan_.pipeline_chunks};
   if (plan_.strategy == StrategyKind::kPipeline) {
-    PipeOptions pipe{.balance = plan_.pipeline_balance, .chunks = plan_.pipeline_chunks};
     // One stage per device: the selected GPUs, or stage threads sharing the CPU.
     if (plan_.cuda_devices.empty()) pipe.devices.assign(static_cast<size_t>(plan_.devices), torch::kCPU);
     for (int64_t device : plan_.cuda_devices)
       pipe.devices.emplace_back(c10::DeviceType::CUDA, static_cast<c10::DeviceIndex>(device));
     const std::shared_ptr<Console> console = rank_console();
     pipe.report = [console](const std::string& line) { console->info(line); };
-    strategy_ = std::make_unique<PipelineStrategy>(plan_.topology, std::move(pipe));
-    return *strategy_;
+    if (plan_.topology.world_size == 1) {
+      strategy_ = std::make_unique<PipelineStrategy>(plan_.topology, std::move(pipe));
+      return *strategy_;
+    }
   }
   DataParallelOptions dp{.replicas = plan_.replicas_per_process,
                          .deterministic = plan_.deterministic != DeterministicMode::kOff};
@@ -350,6 +352,10 @@ Strategy& Trainer::strategy() {
   for (const auto& [name, value] : plan_.child_env) child_env = child_env.with(name, value);
   if (plan_.strategy == StrategyKind::kDdp2) {
     strategy_ = std::make_unique<Ddp2Strategy>(plan_.topology, ddp, std::move(dp), std::move(child_env));
+    return *strategy_;
+  }
+  if (plan_.strategy == StrategyKind::kPipeline) {
+    strategy_ = std::make_unique<PipelineDdpStrategy>(plan_.topology, ddp, std::move(child_env), std::move(pipe));
     return *strategy_;
   }
   if (plan_.strategy == StrategyKind::kFsdp) {
