@@ -1,11 +1,13 @@
 """PyTorch's side of the ddp benchmark: the same MLP, data, optimizer and batch as
 bench/ddp_throughput.cpp, under torch.nn.parallel.DistributedDataParallel over Gloo.
 
-    python3 bench/pytorch_ddp.py --processes 2 --steps 400 --warmup 50 [--zero]
+    python3 bench/pytorch_ddp.py --processes 2 --steps 400 --warmup 50 [--zero | --fsdp MODE]
 Prints `pytorch processes=N step_ms=... samples_per_s=...` from rank 0. With --zero, Adam runs as
 torch.distributed.optim.ZeroRedundancyOptimizer (each process keeps 1/N of its state, ZeRO-1;
 the line starts `pytorch-zero`), PyTorch's own sharding that runs on CPU in torch 1.13, and every
-rank prints `memory rank=R optimizer_state=BYTES`.
+rank prints `memory rank=R optimizer_state=BYTES`. With --fsdp shard_grad_op|full_shard (torch
+2.x, whose FSDP runs on CPU over Gloo: PYTHONPATH=/opt/volt/python-torchrun), the model is
+wrapped in FullyShardedDataParallel with that sharding strategy instead (`pytorch-fsdp`).
 """
 import argparse
 import gzip
@@ -37,7 +39,12 @@ def worker(rank, world, port, args):
     x, y = load(args.data_dir)
     model = torch.nn.Sequential(torch.nn.Flatten(), torch.nn.Linear(784, 256), torch.nn.ReLU(),
                                 torch.nn.Linear(256, 256), torch.nn.ReLU(), torch.nn.Linear(256, 10))
-    ddp = torch.nn.parallel.DistributedDataParallel(model) if world > 1 else model
+    if args.fsdp:
+        from torch.distributed.fsdp import FullyShardedDataParallel, ShardingStrategy
+        ddp = FullyShardedDataParallel(model, sharding_strategy=ShardingStrategy[args.fsdp.upper()],
+                                       device_id=torch.device("cpu"))
+    else:
+        ddp = torch.nn.parallel.DistributedDataParallel(model) if world > 1 else model
     if args.zero:
         from torch.distributed.optim import ZeroRedundancyOptimizer
         optimizer = ZeroRedundancyOptimizer(ddp.parameters(), optimizer_class=torch.optim.Adam, lr=1e-3)
@@ -62,7 +69,7 @@ def worker(rank, world, port, args):
             if step >= args.steps:
                 break
         epoch += 1
-    if args.zero:
+    if args.zero or args.fsdp:
         state = optimizer.optim.state if hasattr(optimizer, "optim") else optimizer.state
         held = sum(t.numel() * t.element_size() for s in state.values() for t in s.values()
                    if torch.is_tensor(t) and t.dim() > 0)
@@ -73,7 +80,7 @@ def worker(rank, world, port, args):
             dist.barrier()
     if rank == 0:
         per_step = (times[-1] - times[args.warmup]) / (len(times) - 1 - args.warmup)
-        name = "pytorch-zero" if args.zero else "pytorch"
+        name = "pytorch-zero" if args.zero else "pytorch-fsdp" if args.fsdp else "pytorch"
         print(f"{name} processes={world} step_ms={per_step * 1000:.4f} samples_per_s={64 * world / per_step:.1f}",
               flush=True)
     dist.destroy_process_group()
@@ -86,6 +93,8 @@ def main():
     parser.add_argument("--warmup", type=int, default=50)
     parser.add_argument("--data-dir", default=DATA)
     parser.add_argument("--zero", action="store_true", help="Adam as ZeroRedundancyOptimizer (sharded state)")
+    parser.add_argument("--fsdp", choices=["shard_grad_op", "full_shard"],
+                        help="wrap the model in torch 2.x's FullyShardedDataParallel with this sharding strategy")
     args = parser.parse_args()
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
