@@ -10,6 +10,7 @@
 #include "volt/callbacks/gradient_accumulation_scheduler.h"
 #include "volt/callbacks/lr_monitor.h"
 #include "volt/callbacks/model_checkpoint.h"
+#include "volt/callbacks/monitors.h"
 #include "volt/callbacks/on_exception_checkpoint.h"
 #include "volt/callbacks/timer.h"
 #include "volt/callbacks/weight_averaging.h"

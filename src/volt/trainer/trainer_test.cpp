@@ -2,6 +2,7 @@
 // hooks, limits, validation, optimization, metrics, callbacks, errors and precision.
 #include <gtest/gtest.h>
 
+#include "volt/callbacks/monitors.h"
 #include "volt/trainer/trainer_testing.h"
 
 namespace volt {
@@ -442,6 +443,31 @@ TEST_F(TrainerTest, LearningRateMonitorLogsTheOptimizersLearningRateEveryStep) {
     steps.push_back(step);
   }
   EXPECT_EQ(steps, (std::vector<int64_t>{1, 2, 3}));
+}
+
+TEST_F(TrainerTest, ThroughputAndDeviceStatsMonitorsLogThroughTheLoggers) {
+  auto module = make_module();
+  auto logger = std::make_shared<RecordingLogger>();
+  TrainerOptions options{.max_epochs = 1, .limit_train_batches = 4, .num_sanity_val_steps = 0};
+  options.loggers = {logger};
+  options.callbacks = {std::make_shared<ThroughputMonitor>(ThroughputMonitorOptions{.log_every_n_batches = 2}),
+                       std::make_shared<DeviceStatsMonitor>(DeviceStatsMonitorOptions{.log_every_n_batches = 4})};
+  Trainer trainer = make_trainer(options, /*logger=*/true);
+  trainer.fit(*module);
+  std::vector<int64_t> throughput_steps, stats_steps;
+  for (const auto& [step, metrics] : logger->rows) {
+    if (const auto it = metrics.find("train/samples_per_sec"); it != metrics.end()) {
+      EXPECT_GT(it->second, 0.0);
+      throughput_steps.push_back(step);
+    }
+    if (const auto it = metrics.find("device_stats/rss_mb"); it != metrics.end()) {
+      EXPECT_GT(it->second, 1.0);
+      EXPECT_TRUE(metrics.count("device_stats/cpu_percent"));
+      stats_steps.push_back(step);
+    }
+  }
+  EXPECT_EQ(throughput_steps, (std::vector<int64_t>{2, 4}));
+  EXPECT_EQ(stats_steps, (std::vector<int64_t>{4}));
 }
 
 // ---- exact resume --------------------------------------------------------------------------------
