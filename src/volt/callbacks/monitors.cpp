@@ -41,8 +41,9 @@ Decision ThroughputMonitor::on_train_epoch_start(const CallbackContext&, Callbac
 }
 
 Decision ThroughputMonitor::on_train_batch_end(const CallbackContext& context, CallbackServices& services) {
-  const int64_t samples =
-      context.batch == nullptr ? 0 : options_.batch_size ? options_.batch_size(*context.batch) : context.batch->size();
+  const int64_t samples = context.batch == nullptr ? 0
+                          : options_.batch_size    ? options_.batch_size(*context.batch)
+                                                   : context.batch->size();
   window_.push_back(Mark{clock_(), samples});
   while (static_cast<int64_t>(window_.size()) > options_.window_size) window_.pop_front();
   if (++batches_ % options_.log_every_n_batches != 0 || window_.size() < 2) return {};
@@ -103,7 +104,8 @@ Decision DeviceStatsMonitor::on_train_batch_end(const CallbackContext& context, 
       {"device_stats/peak_rss_mb", static_cast<double>(now.peak_rss_bytes) / kMiB},
   };
   if (last_ && seconds_between(last_->first, time) > 0.0) {
-    metrics["device_stats/cpu_percent"] = 100.0 * (now.cpu_seconds - last_->second) / seconds_between(last_->first, time);
+    metrics["device_stats/cpu_percent"] =
+        100.0 * (now.cpu_seconds - last_->second) / seconds_between(last_->first, time);
   }
   last_.emplace(time, now.cpu_seconds);
 #ifdef VOLT_TORCH_CUDA

@@ -57,10 +57,9 @@ TEST(ThroughputMonitor, LogsTheRatesOfTheWindowEveryNBatches) {
 
 TEST(ThroughputMonitor, AnEpochStartRestartsTheWindowAndABatchSizeFunctionCountsSamples) {
   FakeClock clock;
-  ThroughputMonitor monitor({.log_every_n_batches = 2, .window_size = 10, .batch_size = [](const Batch&) {
-                               return int64_t{3};
-                             }},
-                            clock.function());
+  ThroughputMonitor monitor(
+      {.log_every_n_batches = 2, .window_size = 10, .batch_size = [](const Batch&) { return int64_t{3}; }},
+      clock.function());
   testing::RecordingServices services;
   Batch batch;
   batch.data = torch::zeros({8, 2});

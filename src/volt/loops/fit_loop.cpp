@@ -6,7 +6,6 @@
 
 #include <algorithm>
 #include <chrono>
-#include <filesystem>
 
 #include "volt/callbacks/model_checkpoint.h"
 #include "volt/checkpoint/hpc_checkpoints.h"
@@ -153,7 +152,6 @@ void FitLoop::commit_sharded_saves() {
     const int64_t world = strategy.topology().world_size;
     CheckpointIO& io = parts_.checkpointer.io();
     for (size_t i = 1; i < announced.size(); ++i) {
-      std::filesystem::create_directories(std::filesystem::path(announced[i]).parent_path());
       io.save(make_shard(*local_optimizer_states_, save_id, rank, world), shard_path(announced[i], save_id, rank));
     }
     // Every shard is on disk before rank 0 commits: a kill before the commit leaves the previous
@@ -167,7 +165,12 @@ void FitLoop::commit_sharded_saves() {
       }
     }
   }
+  // Removals asked for in the same hook (ModelCheckpoint's old top-k) come after the new
+  // checkpoints are complete, as they do when saves are written at once.
+  if (strategy.is_global_zero())
+    for (const std::string& path : pending_removals_) parts_.checkpointer.remove(path);
   pending_saves_.clear();
+  pending_removals_.clear();
   local_optimizer_states_.reset();
 }
 
@@ -278,7 +281,14 @@ void FitLoop::restore_metric_states(const c10::IValue& checkpoint, const std::st
 
 void FitLoop::remove_checkpoint(const std::string& path) {
   if (!parts_.strategy.is_global_zero()) return;
-  std::erase_if(pending_saves_, [&path](const auto& pending) { return pending.first == path; });
+  const auto pending = std::find_if(pending_saves_.begin(), pending_saves_.end(),
+                                    [&path](const auto& save) { return save.first == path; });
+  if (pending != pending_saves_.end()) {
+    pending_saves_.erase(pending);  // saved and dropped in the same hook: never written
+  } else if (local_optimizer_states_ && !pending_saves_.empty()) {
+    pending_removals_.push_back(path);  // after the commit of the saves that replace it
+    return;
+  }
   parts_.checkpointer.remove(path);
 }
 

@@ -176,6 +176,8 @@ class FitLoop : public CallbackServices, private EpochHooks {
   // shards of the saves that follow; and on rank 0 those saves, built but not yet committed.
   std::optional<std::vector<c10::IValue>> local_optimizer_states_;
   std::vector<std::pair<std::string, StateDict>> pending_saves_;
+  // Rank 0, sharded checkpoints: checkpoints to remove once pending_saves_ are committed.
+  std::vector<std::string> pending_removals_;
   struct LearningRateName {
     std::string name;
     size_t optimizer;
