@@ -58,6 +58,12 @@ int main(int argc, char** argv) {
                  "checkpoints hold only the weights (smaller; --weights loads them, --ckpt-path cannot resume)");
     int64_t patience = 0;
     app.add_option("--early-stopping-patience", patience, "stop when val/loss stalls this many epochs (0: off)");
+    bool throughput = false;
+    app.add_flag("--throughput-monitor", throughput,
+                 "log samples/s and batches/s every log_every_n_steps batches (ThroughputMonitor)");
+    bool device_stats = false;
+    app.add_flag("--device-stats-monitor", device_stats,
+                 "log memory and CPU share every log_every_n_steps batches (DeviceStatsMonitor)");
     bool skip_test = false;
     app.add_flag("--no-test", skip_test, "do not run the test set after training");
     std::string weights;
@@ -104,6 +110,14 @@ int main(int argc, char** argv) {
     if (patience > 0) {
       trainer_options.callbacks.push_back(std::make_shared<volt::EarlyStopping>(
           volt::EarlyStoppingOptions{.monitor = "val/loss", .patience = patience}));
+    }
+    if (throughput) {
+      trainer_options.callbacks.push_back(std::make_shared<volt::ThroughputMonitor>(
+          volt::ThroughputMonitorOptions{.log_every_n_batches = trainer_options.log_every_n_steps}));
+    }
+    if (device_stats) {
+      trainer_options.callbacks.push_back(std::make_shared<volt::DeviceStatsMonitor>(
+          volt::DeviceStatsMonitorOptions{.log_every_n_batches = trainer_options.log_every_n_steps}));
     }
     volt::Trainer trainer(trainer_options);
     if (print_plan) {
