@@ -92,6 +92,42 @@ std::optional<ShardIndex> read_shard_index(const c10::IValue& checkpoint, const 
   return out;
 }
 
+c10::IValue mark_shard(const c10::IValue& optimizer_state, const ShardMarker& marker) {
+  GenericList shapes(c10::AnyType::get());
+  for (const auto& shape : marker.shapes) shapes.push_back(shape ? c10::IValue(*shape) : c10::IValue());
+  GenericList keys(c10::StringType::get());
+  for (const std::string& key : marker.elementwise) keys.push_back(key);
+  GenericDict dict = new_dict();
+  dict.insert("rank", marker.rank);
+  dict.insert("world_size", marker.world_size);
+  dict.insert("shapes", shapes);
+  dict.insert("elementwise", keys);
+  GenericDict marked = optimizer_state.toGenericDict().copy();
+  marked.insert_or_assign(kShardMarkerKey, dict);
+  return marked;
+}
+
+std::pair<std::optional<ShardMarker>, c10::IValue> split_shard_marker(const c10::IValue& optimizer_state) {
+  if (!optimizer_state.isGenericDict() || !optimizer_state.toGenericDict().contains(kShardMarkerKey))
+    return {std::nullopt, optimizer_state};
+  GenericDict state = optimizer_state.toGenericDict().copy();
+  const GenericDict dict = state.at(kShardMarkerKey).toGenericDict();
+  (void)state.erase(kShardMarkerKey);
+  ShardMarker marker{.rank = dict.at("rank").toInt(), .world_size = dict.at("world_size").toInt()};
+  // A loaded list is Any-typed: read it element by element.
+  for (const c10::IValue& shape : dict.at("shapes").toListRef()) {
+    if (shape.isNone()) {
+      marker.shapes.emplace_back();
+      continue;
+    }
+    std::vector<int64_t> sizes;
+    for (const c10::IValue& size : shape.toListRef()) sizes.push_back(size.toInt());
+    marker.shapes.emplace_back(std::move(sizes));
+  }
+  for (const c10::IValue& key : dict.at("elementwise").toListRef()) marker.elementwise.push_back(key.toStringRef());
+  return {std::move(marker), state};
+}
+
 c10::IValue make_shard(const std::vector<c10::IValue>& optimizer_states, const std::string& save_id, int64_t rank,
                        int64_t world_size) {
   GenericDict shard = new_dict();
@@ -172,32 +208,33 @@ c10::IValue consolidate_sharded_checkpoint(CheckpointIO& io, const std::string& 
   const size_t optimizers = shards.front().size();
   GenericList whole(c10::AnyType::get());
   for (size_t k = 0; k < optimizers; ++k) {
-    const auto dict_of = [&](int64_t r) {
-      VOLT_CHECK(shards[r].size() == optimizers && shards[r][k].isGenericDict() &&
-                     shards[r][k].toGenericDict().contains(kShardMarkerKey),
-                 "shard {} of checkpoint '{}' holds {} optimizer states without Volt's shard marker, rank 0's {}. "
-                 "HINT: resume from another checkpoint.",
+    // Every rank's state of optimizer k, unmarked, and rank 0's marker.
+    std::vector<GenericDict> states;
+    std::optional<ShardMarker> marker;
+    for (int64_t r = 0; r < index->world_size; ++r) {
+      VOLT_CHECK(shards[r].size() == optimizers,
+                 "shard {} of checkpoint '{}' holds {} optimizer states, rank 0's {}. HINT: the set is mixed up; "
+                 "resume from another checkpoint.",
                  r, path, shards[r].size(), optimizers);
-      return shards[r][k].toGenericDict();
-    };
-    const GenericDict first = dict_of(0);
-    const GenericDict marker = first.at(kShardMarkerKey).toGenericDict();
-    std::vector<std::string> elementwise;
-    for (const c10::IValue& key : marker.at("elementwise").toListRef()) elementwise.push_back(key.toStringRef());
-    GenericDict state = first.at("state").toGenericDict().copy();
-    const auto& shapes = marker.at("shapes").toListRef();
-    for (size_t id = 0; id < shapes.size(); ++id) {
-      if (shapes[id].isNone()) continue;
-      std::vector<int64_t> shape;  // a loaded list is Any-typed: read it element by element
-      for (const c10::IValue& size : shapes[id].toListRef()) shape.push_back(size.toInt());
+      auto [rank_marker, state] = split_shard_marker(shards[r][k]);
+      VOLT_CHECK(rank_marker.has_value(),
+                 "shard {} of checkpoint '{}' holds optimizer {}'s state without Volt's shard marker. HINT: resume "
+                 "from another checkpoint.",
+                 r, path, k);
+      if (r == 0) marker = std::move(rank_marker);
+      states.push_back(state.toGenericDict().at("state").toGenericDict());
+    }
+    GenericDict state = states.front().copy();
+    for (size_t id = 0; id < marker->shapes.size(); ++id) {
+      if (!marker->shapes[id]) continue;
+      const std::vector<int64_t>& shape = *marker->shapes[id];
       const c10::IValue key_id(static_cast<int64_t>(id));
       if (!state.contains(key_id)) continue;  // no step took this parameter yet
       GenericDict param_state = state.at(key_id).toGenericDict().copy();
-      for (const std::string& key : elementwise) {
+      for (const std::string& key : marker->elementwise) {
         if (!param_state.contains(key)) continue;
         std::vector<at::Tensor> pieces;
-        for (int64_t r = 0; r < index->world_size; ++r) {
-          const GenericDict rank_state = dict_of(r).at("state").toGenericDict();
+        for (const GenericDict& rank_state : states) {
           if (!rank_state.contains(key_id)) continue;
           const GenericDict entry = rank_state.at(key_id).toGenericDict();
           if (entry.contains(key)) pieces.push_back(entry.at(key).toTensor().reshape({-1}));
@@ -214,8 +251,7 @@ c10::IValue consolidate_sharded_checkpoint(CheckpointIO& io, const std::string& 
       }
       state.insert_or_assign(key_id, param_state);
     }
-    GenericDict out = first.copy();
-    (void)out.erase(kShardMarkerKey);
+    GenericDict out = split_shard_marker(shards[0][k]).second.toGenericDict().copy();
     out.insert_or_assign("state", state);
     whole.push_back(out);
   }

@@ -16,6 +16,7 @@
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 namespace volt {
@@ -50,6 +51,28 @@ c10::IValue make_shard_index(const std::string& path, const std::string& save_id
 /// The shard index of `checkpoint`, or nullopt when it holds its optimizer states itself. Throws
 /// volt::CheckpointError naming `path` when the index is malformed.
 std::optional<ShardIndex> read_shard_index(const c10::IValue& checkpoint, const std::string& path);
+
+/// What a process's optimizer state in a shard says about itself (kShardMarkerKey): which
+/// process's pieces these are, of parameters shaped how, and which state fields are cut
+/// element by element. Written by fsdp, checked when it loads, read by consolidation.
+struct ShardMarker {
+  /// The process whose pieces these are.
+  int64_t rank = 0;
+  /// How many processes the state was cut for.
+  int64_t world_size = 0;
+  /// Each of the optimizer's parameters' shapes, in its parameter order; nullopt for one that is
+  /// kept whole (it does not train).
+  std::vector<std::optional<std::vector<int64_t>>> shapes;
+  /// The state fields cut element by element (exp_avg, momentum_buffer, ...).
+  std::vector<std::string> elementwise;
+};
+
+/// `optimizer_state` (an optimizer.state_dict() layout) with `marker` added.
+c10::IValue mark_shard(const c10::IValue& optimizer_state, const ShardMarker& marker);
+
+/// The marker of `optimizer_state` and the state without it; nullopt marker for an unmarked
+/// (whole) state, returned as it is.
+std::pair<std::optional<ShardMarker>, c10::IValue> split_shard_marker(const c10::IValue& optimizer_state);
 
 /// A shard file's contents: `rank`'s optimizer states (one per optimizer, each carrying its
 /// kShardMarkerKey) for save `save_id` of `world_size` processes.

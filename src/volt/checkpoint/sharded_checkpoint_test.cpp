@@ -46,23 +46,13 @@ struct TwoRanks {
       state.insert(0, param_state(a.narrow(0, 5, 1), as.narrow(0, 5, 1), 7));
       state.insert(2, param_state(b_avg, b_sq, 7));
     }
-    GenericDict marker = dict();
-    marker.insert("rank", rank);
-    marker.insert("world_size", int64_t{2});
-    GenericList shapes(c10::AnyType::get());
-    shapes.push_back(std::vector<int64_t>{2, 3});
-    shapes.push_back(c10::IValue());
-    shapes.push_back(std::vector<int64_t>{4});
-    marker.insert("shapes", shapes);
-    GenericList keys(c10::StringType::get());
-    keys.push_back("exp_avg");
-    keys.push_back("exp_avg_sq");
-    marker.insert("elementwise", keys);
     GenericDict top = dict();
     top.insert("state", state);
     top.insert("param_groups", GenericList(c10::AnyType::get()));
-    top.insert(kShardMarkerKey, marker);
-    return top;
+    return mark_shard(top, ShardMarker{.rank = rank,
+                                       .world_size = 2,
+                                       .shapes = {std::vector<int64_t>{2, 3}, std::nullopt, std::vector<int64_t>{4}},
+                                       .elementwise = {"exp_avg", "exp_avg_sq"}});
   }
 
   // Saves the checkpoint "run/c.ckpt" (with `extra` in it) and both shards of save `id`.
@@ -92,6 +82,21 @@ TEST(ShardedCheckpointTest, TheIndexNamesEveryRanksFileBesideTheCheckpoint) {
   GenericDict plain = dict();
   plain.insert("optimizer_states", GenericList(c10::AnyType::get()));
   EXPECT_FALSE(read_shard_index(plain, "p").has_value());
+}
+
+TEST(ShardedCheckpointTest, AMarkerSurvivesTheFileAndComesOffTheState) {
+  InMemoryCheckpointIO io;
+  io.save(TwoRanks{}.optimizer(1), "marked");
+  const auto [marker, state] = split_shard_marker(io.load("marked"));
+  ASSERT_TRUE(marker.has_value());
+  EXPECT_EQ(marker->rank, 1);
+  EXPECT_EQ(marker->world_size, 2);
+  ASSERT_EQ(marker->shapes.size(), 3U);
+  EXPECT_EQ(marker->shapes[0], (std::vector<int64_t>{2, 3}));
+  EXPECT_FALSE(marker->shapes[1].has_value());
+  EXPECT_EQ(marker->elementwise, (std::vector<std::string>{"exp_avg", "exp_avg_sq"}));
+  EXPECT_FALSE(state.toGenericDict().contains(kShardMarkerKey));
+  EXPECT_FALSE(split_shard_marker(state).first.has_value());
 }
 
 TEST(ShardedCheckpointTest, AMissingOrForeignShardIsRefusedWithAHint) {

@@ -113,9 +113,7 @@ void FitLoop::save_checkpoint(const std::string& path) {
   // so readers synchronize instead: fit ends with a barrier before any rank reads a file.
   if (parts_.strategy.is_global_zero()) {
     std::optional<StateDict> local;
-    TrainingParts parts = training_parts();
-    parts.metric_states = metric_states_for_save(local);
-    parts.optimizer_states = optimizer_states_for_save(path);
+    const TrainingParts parts = parts_for_save(path, local);
     if (sharded_checkpoints()) {
       defer_sharded_save(path, parts);
     } else {
@@ -123,6 +121,13 @@ void FitLoop::save_checkpoint(const std::string& path) {
     }
   }
   last_saved_ = path;
+}
+
+TrainingParts FitLoop::parts_for_save(const std::string& path, std::optional<StateDict>& local) {
+  TrainingParts parts = training_parts();
+  parts.metric_states = metric_states_for_save(local);
+  parts.optimizer_states = optimizer_states_for_save(path);
+  return parts;
 }
 
 void FitLoop::defer_sharded_save(const std::string& path, const TrainingParts& parts) {
@@ -535,20 +540,15 @@ FitResult FitLoop::run() {
         if (parts_.strategy.is_global_zero()) {
           path = next_hpc_checkpoint_path(plan.hpc_checkpoint_dir);
           std::optional<StateDict> local;
-          TrainingParts parts = training_parts();
-          parts.metric_states = metric_states_for_save(local);
-          defer_sharded_save(path, parts);
+          defer_sharded_save(path, parts_for_save(path, local));
         }
         commit_sharded_saves();
         if (parts_.strategy.is_global_zero())
           parts_.checkpointer.prune_hpc_checkpoints(plan.hpc_checkpoint_dir, plan.hpc_checkpoints_to_keep);
       } else if (parts_.strategy.is_global_zero()) {
         std::optional<StateDict> local;
-        TrainingParts parts = training_parts();
-        parts.metric_states = metric_states_for_save(local);
-        parts.optimizer_states = optimizer_states_for_save(plan.hpc_checkpoint_dir);
-        path = parts_.checkpointer.save_hpc_checkpoint(parts, progress_, plan.hpc_checkpoint_dir,
-                                                       plan.hpc_checkpoints_to_keep);
+        path = parts_.checkpointer.save_hpc_checkpoint(parts_for_save(plan.hpc_checkpoint_dir, local), progress_,
+                                                       plan.hpc_checkpoint_dir, plan.hpc_checkpoints_to_keep);
       }
       metric_states_.reset();
       optimizer_states_.reset();

@@ -136,6 +136,10 @@ class FitLoop : public CallbackServices, private EpochHooks {
   /// The optimizers' gathered states for a checkpoint saved now (nullptr when the strategy does
   /// not shard them); throws volt::Error when they were not gathered at this point.
   const std::vector<c10::IValue>* optimizer_states_for_save(const std::string& path) const;
+  /// What a checkpoint saved now to `path` holds: the training parts with the registered
+  /// metrics' states (in `local` or metric_states_) and the gathered optimizer states (none when
+  /// they are sharded into files).
+  TrainingParts parts_for_save(const std::string& path, std::optional<StateDict>& local);
   /// Rank 0, sharded checkpoints: builds the checkpoint of `parts` for `path`, without optimizer
   /// states, to be committed by commit_sharded_saves.
   void defer_sharded_save(const std::string& path, const TrainingParts& parts);

@@ -277,24 +277,17 @@ std::vector<c10::IValue> FsdpStrategy::local_optimizer_states(
   std::vector<c10::IValue> out;
   for (const auto& optimizer : optimizers) {
     const size_t k = optimizer_index(*optimizer);
-    GenericDict dict = optimizer_state_dict(*optimizer).toGenericDict().copy();
+    const c10::IValue state = optimizer_state_dict(*optimizer);
+    ShardMarker marker{.rank = topology().global_rank, .world_size = topology().world_size};
     std::set<std::string> elementwise;
-    for (const auto& entry : dict.at("state").toGenericDict())
+    for (const auto& entry : state.toGenericDict().at("state").toGenericDict())
       for (const auto& field : entry.value().toGenericDict())
         if (is_elementwise_state(field.key().toStringRef())) elementwise.insert(field.key().toStringRef());
-    c10::impl::GenericList shapes(c10::AnyType::get());
+    marker.elementwise.assign(elementwise.begin(), elementwise.end());
     for (const auto& index : ids_[k]) {
-      shapes.push_back(index ? c10::IValue(entries_[*index].param.sizes().vec()) : c10::IValue());
+      marker.shapes.push_back(index ? std::optional(entries_[*index].param.sizes().vec()) : std::nullopt);
     }
-    c10::impl::GenericList keys(c10::StringType::get());
-    for (const std::string& key : elementwise) keys.push_back(key);
-    GenericDict marker(c10::StringType::get(), c10::AnyType::get());
-    marker.insert("rank", topology().global_rank);
-    marker.insert("world_size", topology().world_size);
-    marker.insert("shapes", shapes);
-    marker.insert("elementwise", keys);
-    dict.insert(kShardMarkerKey, marker);
-    out.emplace_back(dict);
+    out.push_back(mark_shard(state, marker));
   }
   return out;
 }
@@ -305,29 +298,24 @@ void FsdpStrategy::load_optimizer_state(torch::optim::Optimizer& optimizer, cons
     return;
   }
   const size_t k = optimizer_index(optimizer);
-  if (state.isGenericDict() && state.toGenericDict().contains(kShardMarkerKey)) {
+  if (auto [marker, own] = split_shard_marker(state); marker) {
     // A sharded checkpoint's piece: it must be this process's, of parameters laid out as here.
-    const GenericDict marker = state.toGenericDict().at(kShardMarkerKey).toGenericDict();
+    const auto describe = [](const std::optional<std::vector<int64_t>>& shape) {
+      return shape ? c10::str(c10::IntArrayRef(*shape)) : std::string("-");
+    };
     std::vector<std::string> shapes, expected;
-    for (const c10::IValue& shape : marker.at("shapes").toListRef()) {
-      std::vector<int64_t> sizes;
-      if (!shape.isNone())
-        for (const c10::IValue& size : shape.toListRef()) sizes.push_back(size.toInt());
-      shapes.push_back(shape.isNone() ? "-" : c10::str(c10::IntArrayRef(sizes)));
+    for (const auto& shape : marker->shapes) shapes.push_back(describe(shape));
+    for (const auto& index : ids_[k]) {
+      expected.push_back(describe(index ? std::optional(entries_[*index].param.sizes().vec()) : std::nullopt));
     }
-    for (const auto& index : ids_[k]) expected.push_back(index ? c10::str(entries_[*index].param.sizes()) : "-");
-    const int64_t rank = marker.at("rank").toInt();
-    const int64_t world = marker.at("world_size").toInt();
-    if (rank != topology().global_rank || world != topology().world_size || shapes != expected) {
+    if (marker->rank != topology().global_rank || marker->world_size != topology().world_size || shapes != expected) {
       throw CheckpointError(fmt::format(
           "optimizer {}'s sharded state is rank {}'s of {} processes for parameters shaped [{}], but this is rank {} "
           "of {} with parameters shaped [{}]. HINT: resume a sharded checkpoint with the processes and module that "
           "wrote it, or consolidate it into one file (volt::consolidate_sharded_checkpoint) first.",
-          k, rank, world, fmt::join(shapes, ", "), topology().global_rank, topology().world_size,
+          k, marker->rank, marker->world_size, fmt::join(shapes, ", "), topology().global_rank, topology().world_size,
           fmt::join(expected, ", ")));
     }
-    GenericDict own = state.toGenericDict().copy();
-    (void)own.erase(kShardMarkerKey);
     load_optimizer_state_dict(optimizer, own);
     return;
   }
