@@ -21,6 +21,7 @@ constexpr StrategyRequest kStrategies[] = {StrategyRequest::kAuto, StrategyReque
 constexpr ShardingStrategy kShardingStrategies[] = {ShardingStrategy::kFullShard, ShardingStrategy::kShardGradOp,
                                                     ShardingStrategy::kNoShard};
 constexpr StateDictType kStateDictTypes[] = {StateDictType::kFull, StateDictType::kSharded};
+constexpr ProfilerKind kProfilerKinds[] = {ProfilerKind::kSimple, ProfilerKind::kPytorch};
 constexpr Precision kPrecisions[] = {Precision::k32True,    Precision::k64True, Precision::k16Mixed,
                                      Precision::kBf16Mixed, Precision::k16True, Precision::kBf16True};
 constexpr AmpLevel kAmpLevels[] = {AmpLevel::kO0, AmpLevel::kO1, AmpLevel::kO2, AmpLevel::kO3};
@@ -246,6 +247,22 @@ StateDictType parse_state_dict_type(const std::string& text) {
   return parse_named(text, kStateDictTypes, "state_dict_type", quoted_names(kStateDictTypes),
                      "'full' gathers the optimizer state into one file on rank 0; 'sharded' writes a file per "
                      "process.");
+}
+
+const char* to_string(ProfilerKind kind) {
+  switch (kind) {
+    case ProfilerKind::kSimple:
+      return "simple";
+    case ProfilerKind::kPytorch:
+      return "pytorch";
+  }
+  return "?";
+}
+
+ProfilerKind parse_profiler_kind(const std::string& text) {
+  return parse_named(text, kProfilerKinds, "profiler", quoted_names(kProfilerKinds),
+                     "'simple' prints the time per action at the end of each stage; 'pytorch' also writes a Chrome "
+                     "trace of a few steps per process; leave it unset for no profiler.");
 }
 
 std::optional<std::vector<int64_t>> parse_pipeline_balance(const std::string& text) {

@@ -106,6 +106,18 @@ const char* to_string(StateDictType type);
 /// Parses "full" or "sharded", in any case.
 StateDictType parse_state_dict_type(const std::string& text);
 
+/// What the Trainer's profiler makes of the actions it times (TrainerOptions::profiler,
+/// Lightning's `profiler=`). Unset: the actions are still timed (the straggler report reads
+/// them), but no table, file or trace is made.
+enum class ProfilerKind {
+  kSimple,   ///< "simple": wall time per action, a table at the end of each stage and a file per process
+  kPytorch,  ///< "pytorch": "simple" plus LibTorch's profiler over a window of steps, a Chrome trace per process
+};
+/// "simple" or "pytorch".
+const char* to_string(ProfilerKind kind);
+/// Parses "simple" or "pytorch", in any case.
+ProfilerKind parse_profiler_kind(const std::string& text);
+
 /// Parses --pipeline-balance: "auto" (nullopt) or layer counts per stage, "2,1,3"; throws
 /// volt::Error with a HINT for anything else (a count below 1, a word).
 std::optional<std::vector<int64_t>> parse_pipeline_balance(const std::string& text);

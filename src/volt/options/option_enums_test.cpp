@@ -39,6 +39,7 @@ TEST(OptionEnums, EveryNameRoundTrips) {
   expect_round_trip({RequeueSignal::kSigUsr1, RequeueSignal::kSigUsr2, RequeueSignal::kSigHup, RequeueSignal::kSigAlrm,
                      RequeueSignal::kSigQuit, RequeueSignal::kSigCont},
                     parse_requeue_signal);
+  expect_round_trip({ProfilerKind::kSimple, ProfilerKind::kPytorch}, parse_profiler_kind);
 }
 
 TEST(OptionEnums, AliasesAreLightnings) {
@@ -60,6 +61,7 @@ TEST(OptionEnums, UnknownNamesSayWhatWasGivenWhatIsSupportedAndAHint) {
       {error_message([] { parse_amp_level("O4"); }), {"amp_level='O4'", "'O0', 'O1', 'O2' or 'O3'"}},
       {error_message([] { parse_process_group_backend("mpi"); }), {"process_group_backend='mpi'", "'nccl'"}},
       {error_message([] { parse_gradient_clip_algorithm("l2"); }), {"gradient_clip_algorithm='l2'", "'value'"}},
+      {error_message([] { parse_profiler_kind("advanced"); }), {"profiler='advanced'", "'simple', 'pytorch'"}},
   };
   for (const auto& [message, parts] : cases) {
     for (const std::string& part : parts) EXPECT_NE(message.find(part), std::string::npos) << part << " in " << message;

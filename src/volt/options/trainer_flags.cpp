@@ -34,6 +34,8 @@ void describe_trainer_flags(CLI::App& app, const TrainerOptions& o) {
       {"--strategy", [&o] { return std::string(to_string(o.strategy)); }},
       {"--sharding-strategy", [&o] { return o.sharding_strategy ? to_string(*o.sharding_strategy) : ""; }},
       {"--state-dict-type", [&o] { return o.state_dict_type ? to_string(*o.state_dict_type) : ""; }},
+      {"--profiler", [&o] { return o.profiler ? to_string(*o.profiler) : ""; }},
+      {"--detect-stragglers", [&o] { return bool_text(o.detect_stragglers); }},
       {"--pipeline-balance", [&o] { return to_string_pipeline_balance(o.pipeline_balance); }},
       {"--pipeline-chunks", [&o] { return o.pipeline_chunks ? std::to_string(*o.pipeline_chunks) : ""; }},
       {"--precision", [&o] { return std::string(to_string(o.precision)); }},
@@ -88,6 +90,7 @@ void describe_trainer_flags(CLI::App& app, const TrainerOptions& o) {
     parse_sharding_strategy(text);
   }));
   app.get_option("--state-dict-type")->check(parsed_by([](const std::string& text) { parse_state_dict_type(text); }));
+  app.get_option("--profiler")->check(parsed_by([](const std::string& text) { parse_profiler_kind(text); }));
   app.get_option("--pipeline-balance")->check(parsed_by([](const std::string& text) { parse_pipeline_balance(text); }));
   app.get_option("--precision")->check(parsed_by([](const std::string& text) { parse_precision(text); }));
   app.get_option("--amp-level")->check(parsed_by([](const std::string& text) { parse_amp_level(text); }));
@@ -195,6 +198,21 @@ void add_trainer_flags(CLI::App& app, TrainerOptions& o, TrainerFlagText& t) {
   app.add_flag("--detect-anomaly", o.detect_anomaly, "run fit in autograd's anomaly mode (slow; finds NaN sources)");
   app.add_option("--default-root-dir", o.default_root_dir, "where logs and checkpoints go (default: .)");
   app.add_option("--log-every-n-steps", o.log_every_n_steps, "log step metrics every N steps")->capture_default_str();
+  app.add_option("--profiler", t.profiler,
+                 "simple (time per action, a table per stage) or pytorch (also a Chrome trace of a few steps)");
+  app.add_option("--profiler-wait", o.profiler_wait, "profiler=pytorch: steps skipped before tracing")
+      ->capture_default_str();
+  app.add_option("--profiler-warmup", o.profiler_warmup, "profiler=pytorch: steps traced and thrown away")
+      ->capture_default_str();
+  app.add_option("--profiler-active", o.profiler_active, "profiler=pytorch: steps traced and kept")
+      ->capture_default_str();
+  app.add_flag("--detect-stragglers,!--no-detect-stragglers", o.detect_stragglers,
+               "ddp: name a process persistently slower than the others (default on)");
+  app.add_option("--straggler-every-n-steps", o.straggler_every_n_steps, "ddp: batches between straggler checks")
+      ->capture_default_str();
+  app.add_option("--straggler-threshold", o.straggler_threshold,
+                 "ddp: how much slower than the others' median a straggler is (0.2: 20%)")
+      ->capture_default_str();
   app.add_flag("--logger,!--no-logger", o.logger,
                "write TensorBoard and CSV logs when no logger is given (default on)");
   app.add_flag("--enable-progress-bar,!--no-progress-bar", o.enable_progress_bar, "show progress (default on)");
@@ -232,6 +250,7 @@ void apply_trainer_flags(const TrainerFlagText& t, TrainerOptions& o) {
   if (!t.strategy.empty()) o.strategy = parse_strategy_request(t.strategy);
   if (!t.sharding_strategy.empty()) o.sharding_strategy = parse_sharding_strategy(t.sharding_strategy);
   if (!t.state_dict_type.empty()) o.state_dict_type = parse_state_dict_type(t.state_dict_type);
+  if (!t.profiler.empty()) o.profiler = parse_profiler_kind(t.profiler);
   if (!t.pipeline_balance.empty()) o.pipeline_balance = parse_pipeline_balance(t.pipeline_balance);
   if (!t.precision.empty()) o.precision = parse_precision(t.precision);
   if (!t.amp_level.empty()) o.amp_level = parse_amp_level(t.amp_level);

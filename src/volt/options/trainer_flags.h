@@ -18,6 +18,7 @@ struct TrainerFlagText {
   std::string strategy;                     ///< --strategy (--distributed-backend)
   std::string sharding_strategy;            ///< --sharding-strategy
   std::string state_dict_type;              ///< --state-dict-type
+  std::string profiler;                     ///< --profiler
   std::string pipeline_balance;             ///< --pipeline-balance ("auto" or "2,1,3")
   std::string precision;                    ///< --precision
   std::string amp_level;                    ///< --amp-level

@@ -261,6 +261,25 @@ struct TrainerOptions {
   std::string default_root_dir;
   /// Send step metrics to the loggers every this many steps.
   int64_t log_every_n_steps = 50;
+  /// Lightning's `profiler=`: kSimple prints the wall time per action (data fetch, forward,
+  /// backward, gradient synchronization wait, optimizer step, validation, checkpoint save, ...)
+  /// at the end of each stage, every process side by side under ddp, and writes
+  /// `<log_dir>/profile-<stage>-rank<N>.txt`; kPytorch also traces `profiler_schedule`'s steps
+  /// with LibTorch's profiler into `<log_dir>/trace-<stage>-rank<N>.json` (Chrome trace format).
+  /// Unset: no profiler (the actions are still timed, for the straggler report).
+  std::optional<ProfilerKind> profiler;
+  /// profiler=kPytorch: steps skipped, then traced and thrown away (warm-up), then kept
+  /// (torch.profiler.schedule's wait, warmup, active; Lightning's default 1, 1, 3).
+  int64_t profiler_wait = 1;
+  int64_t profiler_warmup = 1;   ///< see profiler_wait
+  int64_t profiler_active = 3;   ///< see profiler_wait
+  /// Under ddp, every `straggler_every_n_steps` training batches the processes exchange their
+  /// step times and gradient-synchronization waits; a process slower than the others' median
+  /// by more than `straggler_threshold` (0.2: 20%) in two checks in a row is named, with its
+  /// host and slow phase, in the log and on the progress line. False: no exchange.
+  bool detect_stragglers = true;
+  int64_t straggler_every_n_steps = 100;  ///< see detect_stragglers
+  double straggler_threshold = 0.2;       ///< see detect_stragglers
   /// Use the default loggers (TensorBoard and CSV, in one version folder) when `loggers` is empty.
   bool logger = true;
   /// Loggers to use instead of the default.

@@ -395,6 +395,17 @@ RunPlan resolve_run_plan(const TrainerOptions& options, const Env& env, const Ma
   VOLT_CHECK(!options.gradient_clip_val || *options.gradient_clip_val >= 0.0, "gradient_clip_val={} must be >= 0.",
              options.gradient_clip_val.value_or(0.0));
   VOLT_CHECK(options.log_every_n_steps >= 1, "log_every_n_steps={} must be >= 1.", options.log_every_n_steps);
+  VOLT_CHECK(options.profiler_wait >= 0 && options.profiler_warmup >= 0 && options.profiler_active >= 1,
+             "profiler_wait={}, profiler_warmup={}, profiler_active={}: expected wait >= 0, warmup >= 0 and "
+             "active >= 1 steps. HINT: the defaults 1, 1, 3 trace steps 3 to 5.",
+             options.profiler_wait, options.profiler_warmup, options.profiler_active);
+  VOLT_CHECK(!options.detect_stragglers || options.straggler_every_n_steps >= 1,
+             "straggler_every_n_steps={} must be >= 1. HINT: set detect_stragglers=false "
+             "(--no-detect-stragglers) for no straggler checks.",
+             options.straggler_every_n_steps);
+  VOLT_CHECK(!options.detect_stragglers || options.straggler_threshold > 0.0,
+             "straggler_threshold={} must be > 0 (0.2: a process 20% slower than the others' median is named).",
+             options.straggler_threshold);
 
   // Lightning: max_epochs defaults to 1000 unless max_steps bounds the run.
   plan.max_steps = options.max_steps.value_or(-1);
@@ -424,6 +435,12 @@ RunPlan resolve_run_plan(const TrainerOptions& options, const Env& env, const Ma
   plan.detect_anomaly = options.detect_anomaly;
   plan.deterministic = options.deterministic.mode();
   plan.log_every_n_steps = options.log_every_n_steps;
+  plan.profiler = options.profiler;
+  plan.profiler_wait = options.profiler_wait;
+  plan.profiler_warmup = options.profiler_warmup;
+  plan.profiler_active = options.profiler_active;
+  if (options.detect_stragglers && plan.topology.world_size > 1) plan.straggler_every_n_steps = options.straggler_every_n_steps;
+  plan.straggler_threshold = options.straggler_threshold;
   plan.use_default_logger = options.logger;
   plan.enable_progress_bar = options.enable_progress_bar;
   plan.enable_checkpointing = options.enable_checkpointing;
