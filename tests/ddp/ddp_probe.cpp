@@ -47,6 +47,7 @@ struct ProbeOptions {
   int64_t stop_rank = -1;           // a callback on this rank alone asks to stop ...
   int64_t stop_step = 0;            // ... after this many optimizer steps
   int64_t step_sleep_ms = 0;        // sleep in every training step (a long job that costs no CPU)
+  int64_t sleep_rank = -1;          // only this rank sleeps (a straggler); -1: every rank
   bool predict_only = false;        // no fit: predict() over the data, rank <N>'s outputs to predict<N>.json
   bool named = false;               // examples one at a time with named tensors and a list (Dataset::get)
   int64_t num_workers = 0;          // the loaders' worker threads
@@ -262,7 +263,9 @@ class Probe : public volt::LightningModule {
       // on_train_batch_end, which replays skip.
       if (!options_.streaming) record(batch);
     }
-    if (options_.step_sleep_ms > 0) std::this_thread::sleep_for(std::chrono::milliseconds(options_.step_sleep_ms));
+    if (options_.step_sleep_ms > 0 && (options_.sleep_rank < 0 || options_.sleep_rank == global_rank())) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(options_.step_sleep_ms));
+    }
     const Parts p = parts(batch);
     const torch::Tensor prediction = forward(p.x);
     const torch::Tensor loss = torch::mse_loss(prediction, p.y);
@@ -275,6 +278,12 @@ class Probe : public volt::LightningModule {
 
   void on_train_batch_end(const torch::Tensor&, const volt::Batch& batch, int64_t) override {
     if (options_.streaming) record(batch);
+    // After the step's all-reduce: the others go on to the step's later collectives (a straggler
+    // check) and wait there.
+    if (options_.fail_mode == "hang-batch-end" && rank_from_env() == options_.fail_rank &&
+        step_ == options_.fail_step) {
+      std::this_thread::sleep_for(std::chrono::hours(1));
+    }
   }
 
   // What the module sees of the run, and its collectives: rank r gathers r + 1 rows [r, 10r].
@@ -481,7 +490,7 @@ int main(int argc, char** argv) {
     volt::add_trainer_flags(app, options, text);
     ProbeOptions probe;
     app.add_option("--out", probe.out, "directory for rank<N>.json (default: --default-root-dir)");
-    app.add_option("--fail-mode", probe.fail_mode, "none, throw, internal, kill, hang, nojoin or data");
+    app.add_option("--fail-mode", probe.fail_mode, "none, throw, internal, kill, hang, hang-batch-end, nojoin or data");
     app.add_option("--fail-rank", probe.fail_rank, "the rank that fails");
     app.add_option("--fail-step", probe.fail_step, "the step at which it fails");
     app.add_option("--batch-size", probe.batch_size, "per-process batch size");
@@ -492,6 +501,7 @@ int main(int argc, char** argv) {
     app.add_option("--stop-rank", probe.stop_rank, "a callback on this rank alone stops training");
     app.add_option("--stop-step", probe.stop_step, "... after this many steps");
     app.add_option("--step-sleep-ms", probe.step_sleep_ms, "sleep this long in every training step");
+    app.add_option("--sleep-rank", probe.sleep_rank, "only this rank sleeps --step-sleep-ms (a straggler)");
     app.add_flag("--predict-only", probe.predict_only, "no fit: predict and write predict<rank>.json");
     app.add_flag("--named", probe.named, "named batches collated from single examples");
     app.add_option("--num-workers", probe.num_workers, "the loaders' worker threads");

@@ -214,6 +214,7 @@ def test_a_hung_rank_fails_the_others_at_the_collective_timeout(tmp_path):
                 "--process-group-timeout", "5"], tmp_path, timeout=110)
     assert proc.returncode != 0
     assert proc.elapsed < 60, proc.elapsed  # the default 120 s would be past it
+    assert "rank 1 never reached the failed collective" in proc.stderr, proc.stderr
 
 
 @pytest.mark.parametrize("missing", [0, 1])
@@ -701,3 +702,55 @@ def test_sync_batchnorm_under_dp_is_refused(tmp_path):
     proc = run(["--strategy", "dp", "--devices", "2", "--batchnorm", "--sync-batchnorm", "--max-steps", "1"], tmp_path)
     assert proc.returncode != 0
     assert "sync_batchnorm=true with strategy='dp'" in proc.stderr and "HINT:" in proc.stderr, proc.stderr
+
+
+# ---- where the time goes: the straggler report and the profiler across processes --------------
+
+
+def test_a_rank_made_slow_on_purpose_is_named_with_its_host_and_phase(tmp_path):
+    proc = run(["--devices", "2", "--max-steps", "40", "--step-sleep-ms", "10", "--sleep-rank", "1",
+                "--straggler-every-n-steps", "5"], tmp_path, timeout=90)
+    assert proc.returncode == 0, proc.stderr
+    text = proc.stdout + proc.stderr
+    assert "Straggler at step 10: rank 1 on " in text, text
+    assert "(forward " in text, text  # the sleep is in training_step
+    assert "Straggler at step 10: rank 0" not in text, text
+
+
+def test_no_rank_is_named_when_all_are_equally_slow(tmp_path):
+    proc = run(["--devices", "2", "--max-steps", "40", "--step-sleep-ms", "10", "--straggler-every-n-steps", "5"],
+               tmp_path, timeout=90)
+    assert proc.returncode == 0, proc.stderr
+    assert "Straggler" not in proc.stdout + proc.stderr, proc.stdout + proc.stderr
+
+
+def test_a_rank_that_hangs_before_a_straggler_check_fails_the_others_in_bounded_time(tmp_path):
+    proc = run(["--devices", "2", "--max-steps", "20", "--fail-mode", "hang-batch-end", "--fail-rank", "1",
+                "--fail-step", "4", "--straggler-every-n-steps", "4", "--process-group-timeout", "5"], tmp_path,
+               timeout=110)
+    assert proc.returncode != 0
+    assert proc.elapsed < 60, proc.elapsed
+    assert "rank 1 never reached the failed collective" in proc.stderr, proc.stderr
+
+
+def test_the_simple_profiler_shows_every_rank_side_by_side_and_writes_a_file_per_rank(tmp_path):
+    proc = run(["--devices", "2", "--max-steps", "12", "--step-sleep-ms", "5", "--sleep-rank", "1", "--profiler",
+                "simple", "--default-root-dir", str(tmp_path)], tmp_path, timeout=90)
+    assert proc.returncode == 0, proc.stderr
+    text = proc.stdout + proc.stderr
+    assert "Mean time per action (ms) on every process" in text, text
+    assert "gradient_sync_wait" in text, text
+    reports = sorted(tmp_path.rglob("profile-fit-rank*.txt"))
+    assert [p.name for p in reports] == ["profile-fit-rank0.txt", "profile-fit-rank1.txt"], reports
+
+    def mean_ms(report, action):
+        for line in report.splitlines():
+            words = line.split()
+            if words and words[0] == action:
+                return float(words[1])
+        raise AssertionError(f"{action} not in {report}")
+
+    r0, r1 = (p.read_text() for p in reports)
+    # Rank 1 sleeps 5 ms in its forward; rank 0 waits for it in the gradient all-reduce.
+    assert mean_ms(r1, "forward") > mean_ms(r0, "forward") + 3, (r0, r1)
+    assert mean_ms(r0, "gradient_sync_wait") > mean_ms(r1, "gradient_sync_wait") + 3, (r0, r1)

@@ -10,6 +10,7 @@
 #include "volt/module/lightning_module.h"
 #include "volt/module/result_collection.h"
 #include "volt/precision/precision_plugin.h"
+#include "volt/profiler/profiler.h"
 #include "volt/progress/progress_bar.h"
 #include "volt/strategies/strategy.h"
 
@@ -92,8 +93,11 @@ EvalCounts EvaluationLoop::run(LightningModule& module, const std::vector<DataLo
     if (bar_) bar_->start(bar_title(stage), 0, limit.value_or(-1));
     StepFeed feed(loader, 0, limit, strategy_.topology().world_size, count_across(strategy_));
     for (int64_t i = 0; feed.has_step(); ++i) {
+      std::optional<Profiler::Scope> fetch;
+      if (profiler_) fetch.emplace(*profiler_, Action::kEvalDataFetch);
       const StepInput input = feed.take();
       const Batch batch = prepare_batch(module, input.batch, device_, precision_, k);
+      fetch.reset();
       const HookPoint point{.sanity_checking = sanity, .batch = &batch, .batch_idx = i, .dataloader_idx = k};
       // A dry process's replay keeps its collectives (sync_dist on_step logs) in line and logs nothing.
       std::optional<ResultCollection> kept;
@@ -114,6 +118,8 @@ EvalCounts EvaluationLoop::run(LightningModule& module, const std::vector<DataLo
       }
       results.set_batch_size(batch.size());
       {
+        std::optional<Profiler::Scope> step;
+        if (profiler_) step.emplace(*profiler_, Action::kEvalStep);
         const AutocastGuard autocast = precision_.forward_context();
         // A replayed batch's examples were counted where they belong: its metric updates are not.
         std::optional<internal::DiscardMetricUpdates> discard;
@@ -143,6 +149,8 @@ EvalCounts EvaluationLoop::run(LightningModule& module, const std::vector<DataLo
       if (bar_) bar_->update(i + 1, {});
       ++counts.batches;
       feed.last();
+      // Inside fit the trace's schedule counts training steps only.
+      if (profiler_ && profiler_->stage() != "fit") profiler_->step_done();
     }
     if (bar_ && k + 1 < passes) bar_->finish({});
   }

@@ -17,6 +17,7 @@ class DataLoader;
 class LightningModule;
 class PrecisionPlugin;
 class ProgressBar;
+class Profiler;
 class ResultCollection;
 class Strategy;
 
@@ -49,10 +50,16 @@ struct EvalCounts {
 class EvaluationLoop {
  public:
   /// Steps run on `device` under `precision`'s autocast; `bar` may be nullptr (no progress);
-  /// `callbacks` gets the callbacks' epoch and batch hooks (nullptr: no callbacks).
+  /// `callbacks` gets the callbacks' epoch and batch hooks (nullptr: no callbacks); `profiler`
+  /// times each batch's fetch and step (nullptr: untimed).
   EvaluationLoop(Strategy& strategy, const PrecisionPlugin& precision, c10::Device device, ProgressBar* bar,
-                 CallbackDispatcher* callbacks = nullptr)
-      : strategy_(strategy), precision_(precision), device_(device), bar_(bar), callbacks_(callbacks) {}
+                 CallbackDispatcher* callbacks = nullptr, Profiler* profiler = nullptr)
+      : strategy_(strategy),
+        precision_(precision),
+        device_(device),
+        bar_(bar),
+        callbacks_(callbacks),
+        profiler_(profiler) {}
 
   /// Evaluates `batches` batches of `loader` (set to its epoch already; unset: until every
   /// process's stream is dry) into `results` and returns how many batches and examples this
@@ -72,6 +79,7 @@ class EvaluationLoop {
   c10::Device device_;
   ProgressBar* bar_;
   CallbackDispatcher* callbacks_;
+  Profiler* profiler_;
 };
 
 }  // namespace volt

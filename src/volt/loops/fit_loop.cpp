@@ -18,6 +18,8 @@
 #include "volt/metrics/metric.h"
 #include "volt/optim/optimizer_state.h"
 #include "volt/precision/precision_plugin.h"
+#include "volt/profiler/profiler.h"
+#include "volt/profiler/straggler.h"
 #include "volt/progress/model_summary.h"
 #include "volt/progress/progress_bar.h"
 #include "volt/strategies/strategy.h"
@@ -44,6 +46,10 @@ const ModelCheckpoint* first_model_checkpoint(const std::vector<std::shared_ptr<
 
 int identity(int code) { return code; }
 
+// Checks in a row a process must be slow in to be named: one slow window can be a checkpoint
+// save or a hiccup of its host.
+constexpr int64_t kStragglerPatience = 2;
+
 }  // namespace
 
 FitLoop::FitLoop(FitLoopParts parts, FitData data)
@@ -52,10 +58,13 @@ FitLoop::FitLoop(FitLoopParts parts, FitData data)
       bar_(make_progress_bar(parts.plan.shows_progress(), parts.console)),
       eval_bar_(make_progress_bar(parts.plan.shows_progress(), parts.console)),
       epoch_loop_(parts.plan, parts.strategy, parts.precision, parts.metrics, data.module, data.train,
-                  data.optimization, bar_.get()),
+                  data.optimization, bar_.get(), parts.profiler),
       val_results_(/*training=*/false),
       stop_(parts.plan.min_epochs, parts.plan.min_steps) {
   progress_.train_stream_layout = data.train.stream_layout();
+  if (parts.plan.straggler_every_n_steps) {
+    stragglers_ = std::make_unique<StragglerDetector>(parts.plan.straggler_threshold, kStragglerPatience);
+  }
   name_learning_rates();
 }
 
@@ -109,6 +118,7 @@ TrainingParts FitLoop::training_parts() const {
 }
 
 void FitLoop::save_checkpoint(const std::string& path) {
+  const Profiler::Scope timed(parts_.profiler, Action::kCheckpointSave);
   // Rank 0 writes; the others do not wait here (their callbacks need not agree on every save),
   // so readers synchronize instead: fit ends with a barrier before any rank reads a file.
   if (parts_.strategy.is_global_zero()) {
@@ -180,6 +190,7 @@ void FitLoop::commit_sharded_saves() {
 }
 
 void FitLoop::save_weights_checkpoint(const std::string& path) {
+  const Profiler::Scope timed(parts_.profiler, Action::kCheckpointSave);
   if (parts_.strategy.is_global_zero()) {
     parts_.checkpointer.save(training_parts(), progress_, path, CheckpointContents::kWeightsOnly);
   }
@@ -334,10 +345,12 @@ bool FitLoop::validates_in_epoch(int64_t epoch) const {
 }
 
 void FitLoop::run_validation() {
+  const Profiler::Scope timed(parts_.profiler, Action::kValidation);
   progress_.validation_pending = false;
   val_results_.reset();
   for (DataLoader& loader : data_.val) loader.set_epoch(0);
-  EvaluationLoop(parts_.strategy, parts_.precision, parts_.plan.root_device(), eval_bar_.get(), this)
+  EvaluationLoop(parts_.strategy, parts_.precision, parts_.plan.root_device(), eval_bar_.get(), this,
+                 &parts_.profiler)
       .run(data_.module, data_.val, data_.counts.num_val_batches, EvalStage::kValidation, val_results_);
   parts_.metrics.publish_epoch(val_results_, progress_.epoch, progress_.global_step);
 }
@@ -385,6 +398,35 @@ void FitLoop::at_step_boundary() {
   });
 }
 
+void FitLoop::check_stragglers() {
+  if (!stragglers_) return;
+  const Topology& topology = parts_.plan.topology;
+  const RankTiming mine = rank_timing(parts_.profiler.take_window(), topology.global_rank, topology.host);
+  // A collective at the same batch on every process; a rank that died or hangs fails it by name.
+  std::vector<RankTiming> all;
+  for (const std::string& text : parts_.strategy.all_gather_bytes(encode_rank_timing(mine))) {
+    all.push_back(decode_rank_timing(text));
+  }
+  const std::vector<Straggler> slow = stragglers_->update(all);
+  std::vector<std::string> names;
+  for (const Straggler& s : slow) names.push_back(fmt::format("rank {} ({})", s.rank, s.phase));
+  const std::string note = names.empty() ? "" : "slow: " + join(names, ", ");
+  // Named when it starts and while it goes on every tenth check, so a long run's log shows it
+  // without a line per check; said again when it ends.
+  for (const Straggler& s : slow) {
+    if (s.windows == kStragglerPatience || s.windows % 10 == 0) {
+      parts_.console.warn(fmt::format("Straggler at step {}: {}. The other processes wait for it in every gradient "
+                                      "all-reduce. HINT: check that host's load, GPU clocks and data storage.",
+                                      progress_.global_step, describe(s)));
+    }
+  }
+  if (note.empty() && !straggler_note_.empty()) {
+    parts_.console.info(fmt::format("No straggler at step {} (was {}).", progress_.global_step, straggler_note_));
+  }
+  straggler_note_ = note;
+  if (bar_) bar_->set_note(note);
+}
+
 void FitLoop::at_epoch_end() {
   if (parts_.plan.topology.world_size == 1) {
     stop_.agree(identity);
@@ -415,7 +457,7 @@ void FitLoop::sanity_check() {
   for (DataLoader& loader : data_.val) loader.set_epoch(0);
   dispatch([](Callback& c, const CallbackContext& ctx, CallbackServices& s) { return c.on_sanity_check_start(ctx, s); },
            {.sanity_checking = true});
-  EvaluationLoop(parts_.strategy, parts_.precision, plan.root_device(), eval_bar_.get(), this)
+  EvaluationLoop(parts_.strategy, parts_.precision, plan.root_device(), eval_bar_.get(), this, &parts_.profiler)
       .run(data_.module, data_.val, n, EvalStage::kSanityCheck, throwaway);
   dispatch([](Callback& c, const CallbackContext& ctx, CallbackServices& s) { return c.on_sanity_check_end(ctx, s); },
            {.sanity_checking = true});
@@ -534,6 +576,7 @@ FitResult FitLoop::run() {
     const bool save_hpc = stop_.code() == StopCode::kRequeue ||
                           (stop_.code() == StopCode::kTerminate && plan.requeue.checkpoint_on_sigterm);
     if (save_hpc) {
+      const Profiler::Scope timed(parts_.profiler, Action::kCheckpointSave);
       gather_checkpoint_states();  // every process stopped at the same step
       std::string path;
       if (sharded_checkpoints()) {

@@ -21,6 +21,8 @@ class Console;
 class MetricRouter;
 class PrecisionPlugin;
 class ProgressBar;
+class Profiler;
+class StragglerDetector;
 class Strategy;
 struct RunPlan;
 
@@ -40,6 +42,8 @@ struct FitLoopParts {
   Console& console;
   /// The callbacks, set up, in Lightning's order (checkpointing callbacks last).
   const std::vector<std::shared_ptr<Callback>>& callbacks;
+  /// Times the fit's actions (its stage started by the caller) and feeds the straggler report.
+  Profiler& profiler;
   /// The program's configuration for hyper_parameters["config"]; nullptr: none.
   const nlohmann::json* config = nullptr;
 };
@@ -120,6 +124,7 @@ class FitLoop : public CallbackServices, private EpochHooks {
   bool validates_in_epoch(int64_t epoch) const override;
   int64_t accumulate_grad_batches(int64_t epoch) const override;
   void prepare_metric_states(bool train_batch_end) override;
+  void check_stragglers() override;
 
   void name_learning_rates();
   CallbackContext context(const HookPoint& point) const;
@@ -188,6 +193,8 @@ class FitLoop : public CallbackServices, private EpochHooks {
     size_t group;
   };
   std::vector<LearningRateName> lr_names_;  // LearningRateMonitor's names, fixed per run
+  std::unique_ptr<StragglerDetector> stragglers_;  // under ddp with detect_stragglers
+  std::string straggler_note_;                      // the stragglers named now, "" when none
 };
 
 }  // namespace volt

@@ -8,6 +8,7 @@
 #include "volt/loops/evaluation_loop.h"
 #include "volt/module/lightning_module.h"
 #include "volt/precision/precision_plugin.h"
+#include "volt/profiler/profiler.h"
 #include "volt/strategies/strategy.h"
 
 namespace volt {
@@ -46,13 +47,18 @@ std::vector<torch::Tensor> PredictionLoop::run(LightningModule& module, const Da
     // No collective until the gather: a stream's processes may predict different counts.
     BatchStream stream = loader.stream(0, batches);
     for (int64_t i = 0; stream.has_next(); ++i) {
+      std::optional<Profiler::Scope> fetch;
+      if (profiler_) fetch.emplace(*profiler_, Action::kEvalDataFetch);
       const Batch batch = prepare_batch(module, stream.next(), device_, precision_, /*dataloader_idx=*/0);
+      fetch.reset();
       HookPoint point{.batch = &batch, .batch_idx = i};
       notify([](Callback& c, const CallbackContext& x, CallbackServices& s) { return c.on_predict_batch_start(x, s); },
              point);
       module.on_predict_batch_start(batch, i, 0);
       torch::Tensor output;
       {
+        std::optional<Profiler::Scope> step;
+        if (profiler_) step.emplace(*profiler_, Action::kEvalStep);
         const AutocastGuard autocast = precision_.forward_context();
         output = module.predict_step(batch, i);
       }
@@ -61,6 +67,7 @@ std::vector<torch::Tensor> PredictionLoop::run(LightningModule& module, const Da
              point);
       module.on_predict_batch_end(output, batch, i, 0);
       outputs.push_back(std::move(output));
+      if (profiler_) profiler_->step_done();
     }
     module.on_predict_epoch_end();
     notify([](Callback& c, const CallbackContext& x, CallbackServices& s) { return c.on_predict_end(x, s); }, {});

@@ -14,6 +14,7 @@ class CallbackDispatcher;
 class DataLoader;
 class LightningModule;
 class PrecisionPlugin;
+class Profiler;
 class Strategy;
 
 /// Runs predict_step without gradients and in eval mode.
@@ -28,10 +29,10 @@ class Strategy;
 class PredictionLoop {
  public:
   /// Steps run on `device` under `precision`'s autocast; `callbacks` gets the callbacks' hooks
-  /// (nullptr: no callbacks).
+  /// (nullptr: no callbacks); `profiler` times each batch's fetch and step (nullptr: untimed).
   PredictionLoop(Strategy& strategy, const PrecisionPlugin& precision, c10::Device device,
-                 CallbackDispatcher* callbacks = nullptr)
-      : strategy_(strategy), precision_(precision), device_(device), callbacks_(callbacks) {}
+                 CallbackDispatcher* callbacks = nullptr, Profiler* profiler = nullptr)
+      : strategy_(strategy), precision_(precision), device_(device), callbacks_(callbacks), profiler_(profiler) {}
 
   /// The outputs of `batches` batches of `loader` (set to its epoch already; unset: to its end), gathered on global
   /// rank 0 when `gather` (the loader holds this process's block of a sharded dataset).
@@ -43,6 +44,7 @@ class PredictionLoop {
   const PrecisionPlugin& precision_;
   c10::Device device_;
   CallbackDispatcher* callbacks_;
+  Profiler* profiler_;
 };
 
 }  // namespace volt

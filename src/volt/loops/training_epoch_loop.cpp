@@ -11,6 +11,7 @@
 #include "volt/metrics/metric.h"
 #include "volt/optim/lr_scheduler.h"
 #include "volt/precision/precision_plugin.h"
+#include "volt/profiler/profiler.h"
 #include "volt/progress/progress_bar.h"
 #include "volt/strategies/strategy.h"
 #include "volt/trainer/run_plan.h"
@@ -37,7 +38,7 @@ class ManualScope {
 
 TrainingEpochLoop::TrainingEpochLoop(const RunPlan& plan, Strategy& strategy, PrecisionPlugin& precision,
                                      MetricRouter& metrics, LightningModule& module, DataLoader& train,
-                                     const OptimizerConfig& optimization, ProgressBar* bar)
+                                     const OptimizerConfig& optimization, ProgressBar* bar, Profiler& profiler)
     : plan_(plan),
       strategy_(strategy),
       precision_(precision),
@@ -46,6 +47,7 @@ TrainingEpochLoop::TrainingEpochLoop(const RunPlan& plan, Strategy& strategy, Pr
       train_(train),
       optimization_(optimization),
       bar_(bar),
+      profiler_(profiler),
       manual_(!module.automatic_optimization()),
       clips_(optimization.optimizers.size()),
       results_(/*training=*/true, [&strategy](double value, Reduce op) { return strategy.reduce(value, op); }) {
@@ -112,10 +114,19 @@ void TrainingEpochLoop::run(FitProgress& progress, StopController& stop, EpochHo
       }
     }
     while (!stop.should_stop() && feed.has_step()) {
+      // The step's parts (docs/profiling.md); validation after it is timed on its own.
+      std::optional<Profiler::Scope> step(std::in_place, profiler_, Action::kTrainStep);
       const int64_t i = progress.batches_done;
-      const StepInput input = feed.take();
-      const Batch batch = prepare_batch(module_, input.batch, plan_.root_device(), precision_, /*dataloader_idx=*/0);
+      const StepInput input = [&] {
+        const Profiler::Scope fetch(profiler_, Action::kDataFetch);
+        return feed.take();
+      }();
+      const Batch batch = [&] {
+        const Profiler::Scope transfer(profiler_, Action::kTransfer);
+        return prepare_batch(module_, input.batch, plan_.root_device(), precision_, /*dataloader_idx=*/0);
+      }();
       if (!input.joined) {
+        const Profiler::Scope timed(profiler_, Action::kHooks);
         hooks.dispatch(
             [](Callback& c, const CallbackContext& ctx, CallbackServices& s) { return c.on_train_batch_start(ctx, s); },
             HookPoint{.batch = &batch, .batch_idx = i});
@@ -131,7 +142,11 @@ void TrainingEpochLoop::run(FitProgress& progress, StopController& stop, EpochHo
         // Its metric updates would count the replayed examples twice.
         std::optional<internal::DiscardMetricUpdates> discard;
         if (input.joined) discard.emplace();
+        Profiler::Scope forward(profiler_, Action::kForward);
+        inner_seconds_ = 0;
         loss = training_step(batch, i);
+        // Under manual optimization training_step ran the backward passes and steps, timed apart.
+        forward.exclude(inner_seconds_);
       }
       input_ = nullptr;
       const bool last = feed.last();
@@ -145,8 +160,12 @@ void TrainingEpochLoop::run(FitProgress& progress, StopController& stop, EpochHo
                                        : accumulate == 1   ? loss
                                                            : loss / static_cast<double>(accumulate);
         backward_with_hooks(weighted, steps, /*hooks=*/!input.joined);
-        if (steps) optimizer_step(progress);
+        if (steps) {
+          const Profiler::Scope timed(profiler_, Action::kOptimizerStep);
+          optimizer_step(progress);
+        }
       }
+      std::optional<Profiler::Scope> end_hooks(std::in_place, profiler_, Action::kHooks);
       if (!input.joined) module_.on_train_batch_end(loss, batch, i);
       if (kept) {
         kept->keep_metrics_from(results_);
@@ -157,16 +176,27 @@ void TrainingEpochLoop::run(FitProgress& progress, StopController& stop, EpochHo
       // Checkpoints taken by the callbacks below precede this batch's validation, if one is due.
       const bool validation_due = validates && (val_interval ? (i + 1) % *val_interval == 0 : last);
       progress.validation_pending = validation_due;
+      end_hooks.reset();
 
-      metrics_.publish_step(results_, progress.epoch, progress.global_step,
-                            progress.total_batches % plan_.log_every_n_steps == 0);
-      show_progress(progress.batches_done, /*force=*/false);
+      {
+        const Profiler::Scope timed(profiler_, Action::kLogging);
+        metrics_.publish_step(results_, progress.epoch, progress.global_step,
+                              progress.total_batches % plan_.log_every_n_steps == 0);
+        show_progress(progress.batches_done, /*force=*/false);
+      }
+      end_hooks.emplace(profiler_, Action::kHooks);
       hooks.prepare_metric_states(/*train_batch_end=*/true);
       hooks.dispatch(
           [](Callback& c, const CallbackContext& ctx, CallbackServices& s) { return c.on_train_batch_end(ctx, s); },
           HookPoint{.batch = &batch, .batch_idx = i, .outputs = &loss});
       if (plan_.max_steps >= 0 && progress.global_step >= plan_.max_steps) stop.stop_at_limit(StopReason::kMaxSteps);
       hooks.at_step_boundary();
+      end_hooks.reset();
+      step.reset();
+      profiler_.step_done();
+      if (plan_.straggler_every_n_steps && progress.total_batches % *plan_.straggler_every_n_steps == 0) {
+        hooks.check_stragglers();
+      }
       // Mid-epoch validation (val_check_interval < 1 epoch); the end-of-epoch one is below.
       if (validation_due) {
         if (last || stop.should_stop()) {
@@ -231,20 +261,32 @@ void TrainingEpochLoop::backward(const torch::Tensor& loss) {
 }
 
 void TrainingEpochLoop::backward_with_hooks(const torch::Tensor& loss, bool synchronize, bool hooks) {
+  const auto start = Profiler::Clock::now();
   if (hooks) {
+    const Profiler::Scope timed(profiler_, Action::kHooks);
     dispatch([&loss](Callback& c, const CallbackContext& ctx, CallbackServices& s) {
       return c.on_before_backward(ctx, s, loss);
     });
     module_.on_before_backward(loss);
   }
-  strategy_.before_backward(loss, synchronize);
-  precision_.backward(loss);
-  // fsdp reduce-scatters here, so the hooks below see the gradients the optimizers will use.
-  strategy_.after_backward(synchronize);
+  {
+    Profiler::Scope pass(profiler_, Action::kBackward);
+    strategy_.before_backward(loss, synchronize);
+    precision_.backward(loss);
+    // fsdp reduce-scatters here, so the hooks below see the gradients the optimizers will use.
+    strategy_.after_backward(synchronize);
+    if (synchronize && strategy_.topology().world_size > 1) {
+      const double wait = strategy_.gradient_sync_wait();
+      pass.exclude(wait);
+      profiler_.record(Action::kGradSync, wait);
+    }
+  }
   if (hooks) {
+    const Profiler::Scope timed(profiler_, Action::kHooks);
     dispatch([](Callback& c, const CallbackContext& ctx, CallbackServices& s) { return c.on_after_backward(ctx, s); });
     module_.on_after_backward();
   }
+  inner_seconds_ += std::chrono::duration<double>(Profiler::Clock::now() - start).count();
 }
 
 void TrainingEpochLoop::before_optimizer_step(size_t index) {
@@ -268,8 +310,10 @@ void TrainingEpochLoop::step(size_t index) {
     module_.clip_gradients(*optimizer, clips_[index]->value, clips_[index]->algorithm);
     clips_[index].reset();
   };
+  const Profiler::Scope timed(profiler_, Action::kOptimizerStep);
   precision_.optimizer_step({optimizer}, apply_clip, [&](size_t) { before_optimizer_step(index); });
   strategy_.after_optimizer_step();
+  inner_seconds_ += timed.elapsed();
   ++progress_->global_step;
 }
 

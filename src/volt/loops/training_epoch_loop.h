@@ -21,6 +21,7 @@ namespace volt {
 
 class MetricRouter;
 class PrecisionPlugin;
+class Profiler;
 class ProgressBar;
 class StopController;
 class Strategy;
@@ -50,6 +51,9 @@ class EpochHooks : public CallbackDispatcher {
   /// cannot wait for a save that only some processes make). `train_batch_end`: before
   /// on_train_batch_end, where it gathers only when a callback says it may save at this step.
   virtual void prepare_metric_states(bool train_batch_end) = 0;
+  /// Every straggler_every_n_steps batches, on every process: exchanges the window's step times
+  /// and names a process persistently slower than the others (a collective).
+  virtual void check_stragglers() = 0;
 };
 
 /// Runs the training batches of one epoch from a FitProgress position.
@@ -66,8 +70,10 @@ class EpochHooks : public CallbackDispatcher {
 class TrainingEpochLoop : private ManualOptimization {
  public:
   /// Borrows everything; `bar` may be nullptr (no progress shown).
+  /// `profiler` times each step's parts (Action's kStepParts) and moves its trace's schedule.
   TrainingEpochLoop(const RunPlan& plan, Strategy& strategy, PrecisionPlugin& precision, MetricRouter& metrics,
-                    LightningModule& module, DataLoader& train, const OptimizerConfig& optimization, ProgressBar* bar);
+                    LightningModule& module, DataLoader& train, const OptimizerConfig& optimization, ProgressBar* bar,
+                    Profiler& profiler);
 
   /// Trains `num_batches` batches (unset: until every process's stream is dry) of epoch
   /// `progress.epoch` from `progress.batches_done`, then finishes the epoch unless a signal
@@ -108,6 +114,10 @@ class TrainingEpochLoop : private ManualOptimization {
   DataLoader& train_;
   const OptimizerConfig& optimization_;
   ProgressBar* bar_;
+  Profiler& profiler_;
+  // Seconds of backward passes and optimizer steps run inside the current training_step (manual
+  // optimization): "forward" is training_step less these.
+  double inner_seconds_ = 0;
   bool manual_;                       // the module optimizes itself (automatic_optimization() false)
   FitProgress* progress_ = nullptr;   // during run(): where manual steps count
   EpochHooks* hooks_ = nullptr;       // during run(): the callbacks of optimizer steps

@@ -31,6 +31,7 @@ StepBreakdown step_breakdown(const ProfileStats& stats) {
   out.step = step.mean();
   double sum = 0;
   for (const Action part : kStepParts) {
+    if (stats[part].count == 0) continue;  // e.g. no gradient synchronization on one process
     const double per_step = stats[part].total / steps;
     out.parts.emplace_back(part, per_step);
     sum += per_step;

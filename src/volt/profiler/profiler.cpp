@@ -154,7 +154,7 @@ Profiler::Scope::Scope(Profiler& profiler, Action action)
 
 Profiler::Scope::~Scope() {
   range_.reset();
-  profiler_.record(action_, elapsed());
+  profiler_.record(action_, elapsed() - excluded_);
 }
 
 double Profiler::Scope::elapsed() const { return std::chrono::duration<double>(Clock::now() - start_).count(); }
@@ -177,6 +177,10 @@ void Profiler::start_stage(const std::string& stage, const std::string& trace_pa
   trace_path_ = trace_path;
   trace_written_.clear();
   steps_ = 0;
+  if (kind_ == ProfilerKind::kPytorch && !trace_path.empty()) {
+    const std::filesystem::path folder = std::filesystem::path(trace_path).parent_path();
+    if (!folder.empty()) std::filesystem::create_directories(folder);
+  }
   if (kind_ == ProfilerKind::kPytorch && wait_ == 0) {
     trace_ = std::make_unique<TraceRecorder>();
     trace_->start();

@@ -73,10 +73,11 @@ struct ProfileStats {
 /// A training step's mean split into its parts (kStepParts), in seconds.
 struct StepBreakdown {
   double step = 0;                                          ///< the measured step's mean
-  std::vector<std::pair<Action, double>> parts;             ///< each part's time per step
+  std::vector<std::pair<Action, double>> parts;             ///< each part that ran: its time per step
   double other = 0;                                         ///< step minus the parts (bookkeeping)
 };
-/// The breakdown of `stats`' training steps: each part's total over the steps' count.
+/// The breakdown of `stats`' training steps: each part's total over the steps' count (parts
+/// that never ran are left out).
 StepBreakdown step_breakdown(const ProfileStats& stats);
 
 /// The simple profiler's report of one process: a table of every action that ran (mean, count,
@@ -115,11 +116,15 @@ class Profiler {
     Scope& operator=(const Scope&) = delete;
     /// Seconds since construction.
     double elapsed() const;
+    /// Leaves `seconds` out of what this scope records: a part inside it timed as another action
+    /// (backward's wait for the all-reduce), so the two never count the same time twice.
+    void exclude(double seconds) { excluded_ += seconds; }
 
    private:
     Profiler& profiler_;
     Action action_;
     Clock::time_point start_;
+    double excluded_ = 0;
     std::unique_ptr<struct TraceRange> range_;
   };
 

@@ -179,7 +179,8 @@ void ProgressBar::draw(const std::string& line) {
 
 std::string ProgressBar::render(double now, const std::map<std::string, double>& metrics) const {
   const double elapsed = now - start_time_;
-  const std::string postfix = format_metrics(metrics);
+  std::string postfix = format_metrics(metrics);
+  if (!note_.empty()) postfix += ", " + note_;
   return is_tty_ ? render_tty(elapsed, postfix) : render_plain(elapsed, postfix);
 }
 

@@ -60,6 +60,8 @@ class ProgressBar {
   void finish(const std::map<std::string, double>& metrics);
   /// Writes a message line; on a terminal the bar is cleared first and redrawn after it.
   void print(const std::string& line);
+  /// Text shown after the metrics on every line from now on ("slow: rank 3 (data)"); "" for none.
+  void set_note(std::string note) { note_ = std::move(note); }
 
   /// Whether the bar redraws in place (the resolved ProgressBarOptions::is_tty).
   bool is_tty() const { return is_tty_; }
@@ -88,6 +90,7 @@ class ProgressBar {
   /// A terminal line is on screen without its newline yet.
   bool line_open_ = false;
   std::string last_line_;
+  std::string note_;
 };
 
 /// The bar a Trainer stage draws to `console` (a terminal's redraws or a log's lines, as the

@@ -30,6 +30,8 @@ class Ddp2Strategy : public Strategy {
   void before_backward(const torch::Tensor& loss, bool synchronize) override {
     ddp_.before_backward(loss, synchronize);
   }
+  void after_backward(bool synchronize) override { ddp_.after_backward(synchronize); }
+  double gradient_sync_wait() const override { return ddp_.gradient_sync_wait(); }
   void reduce(torch::Tensor& values, Reduce op) override { ddp_.reduce(values, op); }
   double reduce(double value, Reduce op) override { return ddp_.reduce(value, op); }
   std::function<double()> reduce_async(double value, Reduce op) override { return ddp_.reduce_async(value, op); }

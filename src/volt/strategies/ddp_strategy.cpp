@@ -3,9 +3,11 @@
 #include <signal.h>
 
 #include <thread>
+#include <torch/csrc/autograd/engine.h>
 #include <torch/csrc/distributed/c10d/ProcessGroup.hpp>
 
 #include "volt/core/error.h"
+#include "volt/core/strings.h"
 #include "volt/distributed/subprocess_launcher.h"
 #include "volt/module/lightning_module.h"
 
@@ -121,7 +123,31 @@ void DdpStrategy::before_forward(LightningModule&) {
 }
 
 void DdpStrategy::before_backward(const torch::Tensor& loss, bool synchronize) {
-  if (synchronize) synchronizer_->prepare_for_backward(loss);
+  if (!synchronize) return;
+  start_sync_clock(loss);
+  synchronizer_->prepare_for_backward(loss);
+}
+
+void DdpStrategy::after_backward(bool synchronize) {
+  if (synchronize) stop_sync_clock();
+}
+
+void DdpStrategy::start_sync_clock(const torch::Tensor& loss) {
+  sync_wait_ = 0;
+  compute_done_ = std::make_shared<std::optional<std::chrono::steady_clock::time_point>>();
+  if (!loss.requires_grad() || loss.is_leaf()) return;
+  // The hook runs as backward starts, on the engine's thread, where callbacks may be queued.
+  loss.register_hook([done = compute_done_](const torch::Tensor&) {
+    torch::autograd::Engine::get_default_engine().queue_callback(
+        [done] { *done = std::chrono::steady_clock::now(); });
+  });
+}
+
+void DdpStrategy::stop_sync_clock() {
+  if (compute_done_ && compute_done_->has_value()) {
+    sync_wait_ = std::chrono::duration<double>(std::chrono::steady_clock::now() - **compute_done_).count();
+  }
+  compute_done_.reset();
 }
 
 void DdpStrategy::reduce(torch::Tensor& values, Reduce op) { process_group().all_reduce(values, op); }
@@ -143,7 +169,7 @@ std::string DdpStrategy::broadcast_string(const std::string& value) { return pro
 std::string DdpStrategy::on_failure(const std::string& message) {
   // Errors of the process group name the rank already ("rank 1 on node2 could not reach ...").
   const std::string prefix = fmt::format("rank {} on {}", topology_.global_rank, topology_.host);
-  const std::string mine = message.rfind(prefix, 0) == 0 ? message : fmt::format("{}: {}", prefix, message);
+  std::string mine = message.rfind(prefix, 0) == 0 ? message : fmt::format("{}: {}", prefix, message);
   // A local rank that died (SIGKILL) cannot report itself: give the launcher's monitor a moment
   // to see its exit status, which is the real first failure.
   std::optional<std::string> launcher_failure;
@@ -156,7 +182,10 @@ std::string DdpStrategy::on_failure(const std::string& message) {
   std::optional<std::string> reported;
   if (group_) {
     reported = group_->reported_failure();
-    if (!reported && !launcher_failure) group_->report_failure(mine);
+    if (!reported && !launcher_failure) {
+      mine = name_missing_ranks(mine);
+      group_->report_failure(mine);
+    }
   }
   if (launcher_) launcher_->terminate_all(std::chrono::seconds(3));
   if (launcher_failure && !reported) {
@@ -168,6 +197,27 @@ std::string DdpStrategy::on_failure(const std::string& message) {
   const std::string who = reported->substr(0, reported->find(':'));
   return fmt::format("rank {} on {}: stopped because {} failed first (its error is printed by that process)",
                      topology_.global_rank, topology_.host, who);
+}
+
+std::string DdpStrategy::name_missing_ranks(const std::string& message) {
+  // Gloo says only that its peer went quiet or away; a rank that hangs (or died under another
+  // launcher) reports nothing itself. Every rank that failed in the collective checks in here:
+  // the ones that never do are the culprits.
+  const std::string lower = to_lower(message);
+  const bool communication = lower.find("timeout") != std::string::npos ||
+                             lower.find("timed out") != std::string::npos ||
+                             lower.find("connection closed") != std::string::npos ||
+                             lower.find("connection reset") != std::string::npos;
+  if (!communication || topology_.world_size < 2) return message;
+  const std::optional<std::vector<int64_t>> absent =
+      group_->absent_ranks("collective-failure", std::chrono::seconds(3));
+  if (!absent || absent->empty()) return message;
+  std::vector<std::string> names;
+  for (const int64_t r : *absent) names.push_back(std::to_string(r));
+  return fmt::format("{} (rank {} never reached the failed collective: it hangs, is stuck outside the collective or "
+                     "is gone. HINT: look at that rank's output, or attach a debugger (gdb -p) to see where it "
+                     "stands.)",
+                     message, join(names, ", rank "));
 }
 
 void DdpStrategy::teardown() {

@@ -1,6 +1,9 @@
 // Distributed data parallel: one model replica per process, gradients averaged by c10d.
 #pragma once
 
+#include <chrono>
+#include <optional>
+
 #include <memory>
 
 #include "volt/core/env.h"
@@ -38,6 +41,8 @@ class DdpStrategy : public Strategy {
   void sync_trainable_parameters(LightningModule& module) override;
   void before_forward(LightningModule& module) override;
   void before_backward(const torch::Tensor& loss, bool synchronize) override;
+  void after_backward(bool synchronize) override;
+  double gradient_sync_wait() const override { return sync_wait_; }
   void reduce(torch::Tensor& values, Reduce op) override;
   double reduce(double value, Reduce op) override;
   std::function<double()> reduce_async(double value, Reduce op) override;
@@ -57,6 +62,13 @@ class DdpStrategy : public Strategy {
   void broadcast_module(LightningModule& module);
   /// The options this strategy was made with.
   const DdpOptions& options() const { return options_; }
+  /// Marks when the coming backward pass of `loss` finishes computing: an autograd final
+  /// callback queued from a hook on `loss`, so it runs before c10d's Reducer waits for its last
+  /// bucket (the Reducer queues its own later, at the first gradient).
+  void start_sync_clock(const torch::Tensor& loss);
+  /// The synchronization is done: gradient_sync_wait() becomes the time since the computation
+  /// ended (0 when start_sync_clock's callback never ran).
+  void stop_sync_clock();
 
  private:
   Topology topology_;
@@ -64,6 +76,9 @@ class DdpStrategy : public Strategy {
   Env env_;
   std::unique_ptr<SubprocessLauncher> launcher_;
   std::shared_ptr<ProcessGroup> group_;
+  /// `message` with the ranks named that did not fail in the same collective (a hung or vanished
+  /// peer), when it is a communication failure; as given otherwise. Waits up to 3 s.
+  std::string name_missing_ranks(const std::string& message);
   /// Builds the gradient synchronizer over `module`'s trainable parameters (its configure_ddp's
   /// or c10d's Reducer) and remembers their names.
   void arm_synchronizer(LightningModule& module);
@@ -72,6 +87,9 @@ class DdpStrategy : public Strategy {
   /// The names of the parameters synchronizer_ covers.
   std::vector<std::string> synchronized_;
   std::vector<torch::Tensor> buffers_;
+  /// When the armed backward's computation ended (set by its final callback).
+  std::shared_ptr<std::optional<std::chrono::steady_clock::time_point>> compute_done_;
+  double sync_wait_ = 0;
 };
 
 }  // namespace volt

@@ -151,6 +151,7 @@ void FsdpStrategy::before_backward(const torch::Tensor& loss, bool synchronize) 
     DdpStrategy::before_backward(loss, synchronize);
     return;
   }
+  if (synchronize) start_sync_clock(loss);
   if (grads_flat_.defined()) return;  // accumulating: the views hold the earlier backwards' sums
   // Backward accumulates each gradient in place into its view of one flat buffer (a parameter
   // left out of the loss keeps its zeros, as in PyTorch's FSDP), so after_backward has nothing to
@@ -166,7 +167,11 @@ void FsdpStrategy::before_backward(const torch::Tensor& loss, bool synchronize) 
 }
 
 void FsdpStrategy::after_backward(bool synchronize) {
-  if (!shard_ || !synchronize) return;
+  if (!shard_) {
+    DdpStrategy::after_backward(synchronize);
+    return;
+  }
+  if (!synchronize) return;
   torch::Tensor flat = std::move(grads_flat_);
   grads_flat_ = torch::Tensor();
   if (!flat.defined()) flat = torch::zeros({layout_->padded()}, entries_.front().param.options());
@@ -193,6 +198,7 @@ void FsdpStrategy::after_backward(bool synchronize) {
       e.piece.mutable_grad() = g.clone();  // its own memory: zero_grad detaches grads in place
     }
   }
+  stop_sync_clock();
 }
 
 void FsdpStrategy::after_optimizer_step() {

@@ -76,6 +76,7 @@ void PipelineDdpStrategy::after_backward(bool synchronize) {
       offset += p.numel();
     }
   }
+  stop_sync_clock();
 }
 
 }  // namespace volt

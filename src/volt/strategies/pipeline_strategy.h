@@ -76,7 +76,9 @@ class PipelineDdpStrategy : public DdpStrategy {
   /// Nothing to re-arm: the gradients are averaged by after_backward, whichever train.
   void sync_trainable_parameters(LightningModule& module) override {}
   /// No Reducer to prepare.
-  void before_backward(const torch::Tensor& loss, bool synchronize) override {}
+  void before_backward(const torch::Tensor& loss, bool synchronize) override {
+    if (synchronize) start_sync_clock(loss);
+  }
   void after_backward(bool synchronize) override;
 
  private:

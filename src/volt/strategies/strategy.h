@@ -63,6 +63,11 @@ class Strategy {
   /// After backward; `synchronize` as in before_backward. fsdp reduce-scatters the gradients here
   /// into the optimizers' pieces and frees the module's whole gradients.
   virtual void after_backward(bool synchronize) {}
+  /// Seconds the latest synchronizing backward pass, through after_backward, waited for its
+  /// gradients' synchronization with the other processes once its own computation was done
+  /// (the profiler's gradient_sync_wait, the straggler report's wait). 0 where nothing
+  /// synchronizes.
+  virtual double gradient_sync_wait() const { return 0.0; }
   /// After the optimizers stepped (or skipped a step): fsdp all-gathers the updated pieces into
   /// the module's parameters, so every process holds the whole model again.
   virtual void after_optimizer_step() {}

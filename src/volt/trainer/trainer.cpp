@@ -21,6 +21,8 @@
 #include "volt/loops/fit_loop.h"
 #include "volt/loops/metric_router.h"
 #include "volt/loops/prediction_loop.h"
+#include "volt/loops/stage_profile.h"
+#include "volt/profiler/profiler.h"
 #include "volt/module/result_collection.h"
 #include "volt/module/run_view.h"
 #include "volt/nn/sync_batch_norm.h"
@@ -36,6 +38,11 @@
 
 namespace volt {
 namespace {
+
+/// The stage's profiler as the plan asks (timing only when it asks for none).
+Profiler make_profiler(const RunPlan& plan) {
+  return Profiler(plan.profiler, plan.profiler_wait, plan.profiler_warmup, plan.profiler_active);
+}
 
 // The module's view of a stage: the plan's topology and device, the strategy's collectives, and
 // the fit loop's progress (or where the last fit ended).
@@ -593,6 +600,10 @@ FitResult Trainer::fit_stage(LightningModule& module, DataLoader train, std::vec
       if (!path.empty()) resume = LoadedCheckpoint{path, checkpointer_->load(path)};
     }
 
+    // The profile and trace go beside the logs (Lightning's trainer.log_dir), else to the root.
+    const std::string profile_dir = info.log_dir.empty() ? plan_.root_dir : info.log_dir;
+    Profiler profiler = make_profiler(plan_);
+    profiler.start_stage("fit", stage_profile_path(profile_dir, "trace", "fit", plan_.topology.global_rank, ".json"));
     FitLoop loop(FitLoopParts{.plan = plan_,
                               .strategy = strategy,
                               .precision = *precision_,
@@ -600,6 +611,7 @@ FitResult Trainer::fit_stage(LightningModule& module, DataLoader train, std::vec
                               .metrics = metrics,
                               .console = console,
                               .callbacks = callbacks,
+                              .profiler = profiler,
                               .config = &options_.config},
                  FitData{.module = module,
                          .train = train,
@@ -629,6 +641,7 @@ FitResult Trainer::fit_stage(LightningModule& module, DataLoader train, std::vec
       const internal::AnomalyModeScope anomaly(plan_.detect_anomaly);
       return loop.run();
     }();
+    finish_stage_profile(profiler, strategy, console, profile_dir);
     fitted_ = loop.progress();
     checkpointer_->remember(fit_result.best_model_path, fit_result.last_model_path);
     return fit_result;
@@ -699,9 +712,13 @@ EvalResult Trainer::evaluate(LightningModule& module, std::vector<DataLoader> lo
         ResultCollection results(/*training=*/false);
         EvalResult out;
         out.stage = stage;
+        Profiler profiler = make_profiler(plan_);
+        profiler.start_stage(stage,
+                             stage_profile_path(plan_.root_dir, "trace", stage, plan_.topology.global_rank, ".json"));
         const EvalCounts counts =
-            EvaluationLoop(strategy(), *precision_, plan_.root_device(), bar.get(), &hooks)
+            EvaluationLoop(strategy(), *precision_, plan_.root_device(), bar.get(), &hooks, &profiler)
                 .run(module, loaders, batches, test ? EvalStage::kTest : EvalStage::kValidation, results);
+        finish_stage_profile(profiler, strategy(), console, plan_.root_dir);
         out.batches = counts.batches;
         out.examples = counts.examples;
         out.metrics = results.epoch_metrics(MetricTarget::kCallback);
@@ -750,7 +767,14 @@ std::vector<torch::Tensor> Trainer::predict(LightningModule& module, DataLoader 
             batches_to_run(data, plan_.limit_predict_batches, "limit_predict_batches");
         // Unsharded loaders (use_distributed_sampler=false) give every rank everything already.
         const bool gather = plan_.use_distributed_sampler && plan_.topology.world_size > 1;
-        return PredictionLoop(strategy(), *precision_, plan_.root_device(), &hooks).run(module, data, batches, gather);
+        Profiler profiler = make_profiler(plan_);
+        profiler.start_stage(
+            "predict", stage_profile_path(plan_.root_dir, "trace", "predict", plan_.topology.global_rank, ".json"));
+        std::vector<torch::Tensor> outputs =
+            PredictionLoop(strategy(), *precision_, plan_.root_device(), &hooks, &profiler)
+                .run(module, data, batches, gather);
+        finish_stage_profile(profiler, strategy(), *rank_console(), plan_.root_dir);
+        return outputs;
       });
     });
   });

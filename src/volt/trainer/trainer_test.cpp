@@ -2,7 +2,14 @@
 // hooks, limits, validation, optimization, metrics, callbacks, errors and precision.
 #include <gtest/gtest.h>
 
+#include <chrono>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <sstream>
+#include <thread>
+
 #include "volt/callbacks/monitors.h"
+#include "volt/core/testing.h"
 #include "volt/trainer/trainer_testing.h"
 
 namespace volt {
@@ -468,6 +475,93 @@ TEST_F(TrainerTest, ThroughputAndDeviceStatsMonitorsLogThroughTheLoggers) {
   }
   EXPECT_EQ(throughput_steps, (std::vector<int64_t>{2, 4}));
   EXPECT_EQ(stats_steps, (std::vector<int64_t>{4}));
+}
+
+/// TinyModule whose training_step takes `forward_ms` longer (a heavy forward pass).
+class SlowForwardModule : public TinyModule {
+ public:
+  SlowForwardModule(TinyOptions options, int forward_ms) : TinyModule(std::move(options)), forward_ms_(forward_ms) {}
+  torch::Tensor training_step(const Batch& batch, int64_t batch_idx) override {
+    std::this_thread::sleep_for(std::chrono::milliseconds(forward_ms_));
+    return TinyModule::training_step(batch, batch_idx);
+  }
+
+ private:
+  int forward_ms_;
+};
+
+/// The percentage on the breakdown line of `part` in a profile report ("  other  0.012 ms  1.3%").
+double breakdown_percent(const std::string& report, const std::string& part) {
+  const size_t table = report.find("Training step breakdown");
+  if (table == std::string::npos) return -1;
+  std::istringstream in(report.substr(table));
+  std::string line;
+  while (std::getline(in, line)) {
+    std::istringstream words(line);
+    std::string name, ms, unit, percent;
+    if (words >> name >> ms >> unit >> percent && name == part) return std::stod(percent);
+  }
+  return -1;
+}
+
+TEST_F(TrainerTest, SimpleProfilerSplitsTheStepIntoPartsThatAddUp) {
+  torch::manual_seed(7);
+  SlowForwardModule module({.train_size = 40, .val_size = 8}, /*forward_ms=*/3);
+  Trainer trainer = make_trainer({.max_epochs = 1, .num_sanity_val_steps = 0, .profiler = ProfilerKind::kSimple});
+  trainer.fit(module);
+  const fs::path path = root_ / "profile-fit-rank0.txt";
+  ASSERT_TRUE(fs::exists(path)) << "no logger: the profile goes to default_root_dir";
+  std::ifstream in(path);
+  const std::string report((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  for (const char* action : {"train_step", "data_fetch", "forward", "backward", "optimizer_step", "validation",
+                             "eval_step", "checkpoint_save"}) {
+    EXPECT_NE(report.find(action), std::string::npos) << action << " missing from\n" << report;
+  }
+  // The parts account for the measured step within 5%: what no part covers is the loop's own.
+  const double other = breakdown_percent(report, "other");
+  ASSERT_GE(std::abs(other), 0.0) << report;
+  EXPECT_LE(std::abs(other), 5.0) << report;
+  // The 3 ms of the slow training_step land in forward, which dominates the step.
+  EXPECT_GT(breakdown_percent(report, "forward"), 50.0) << report;
+  EXPECT_EQ(report.find("gradient_sync_wait"), std::string::npos) << "one process waits for no one:\n" << report;
+  // Validation and test write theirs too, the trace only with profiler="pytorch".
+  trainer.test(module);
+  EXPECT_TRUE(fs::exists(root_ / "profile-test-rank0.txt"));
+  EXPECT_FALSE(fs::exists(root_ / "trace-fit-rank0.json"));
+}
+
+TEST_F(TrainerTest, PytorchProfilerWritesAChromeTraceOfTheScheduledSteps) {
+  auto module = make_module({.train_size = 40, .val_size = 8});
+  Trainer trainer = make_trainer({.max_epochs = 1,
+                                  .num_sanity_val_steps = 0,
+                                  .profiler = ProfilerKind::kPytorch,
+                                  .profiler_wait = 2,
+                                  .profiler_warmup = 1,
+                                  .profiler_active = 2});
+  trainer.fit(*module);
+  const fs::path trace = root_ / "trace-fit-rank0.json";
+  ASSERT_TRUE(fs::exists(trace));
+  std::ifstream in(trace);
+  const std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  const nlohmann::json parsed = nlohmann::json::parse(text, nullptr, /*allow_exceptions=*/false);
+  EXPECT_FALSE(parsed.is_discarded()) << text.substr(0, 300);
+  size_t steps = 0;
+  for (size_t at = text.find("\"volt/train_step\""); at != std::string::npos;
+       at = text.find("\"volt/train_step\"", at + 1))
+    ++steps;
+  EXPECT_EQ(steps, 2u) << "the 2 active steps only";
+  for (const char* range : {"\"volt/forward\"", "\"volt/backward\"", "\"volt/optimizer_step\""}) {
+    EXPECT_NE(text.find(range), std::string::npos) << range;
+  }
+  EXPECT_TRUE(fs::exists(root_ / "profile-fit-rank0.txt")) << "pytorch includes the simple report";
+}
+
+TEST_F(TrainerTest, ProfilerOptionsAreCheckedWithAHint) {
+  const std::string message = volt::testing::error_message([&] {
+    (void)make_trainer({.profiler = ProfilerKind::kPytorch, .profiler_active = 0});
+  });
+  EXPECT_NE(message.find("profiler_active=0"), std::string::npos) << message;
+  EXPECT_NE(message.find("HINT:"), std::string::npos) << message;
 }
 
 // ---- exact resume --------------------------------------------------------------------------------
