@@ -10,6 +10,8 @@
 // always runs first) so machine noise hits all of them alike:
 //   hand             a plain loop: zero_grad, forward, cross_entropy, backward, step
 //   trainer_bare     Trainer without logger, progress bar, checkpointing, summary or sanity steps
+//   trainer_profiled trainer_bare with profiler="simple" (its table goes to a file with stdout):
+//                    what the simple profiler costs, printed as its ratio to trainer_bare (target 2%)
 //   trainer_defaults Trainer as a user gets it: CSV logger, progress bar (stdout not a TTY: it is
 //                    sent to a file during the run), a ModelCheckpoint at epoch end, the summary
 //
@@ -177,7 +179,7 @@ class StdoutToFile {
   int saved_ = -1;
 };
 
-void run_trainer(BenchMlp& model, volt::DataLoader loader, const BenchOptions& o, bool defaults,
+void run_trainer(BenchMlp& model, volt::DataLoader loader, const BenchOptions& o, bool defaults, bool profiled,
                  const std::string& root_dir, StepTimes& times) {
   volt::TrainerOptions options;
   options.num_threads = 1;
@@ -192,10 +194,11 @@ void run_trainer(BenchMlp& model, volt::DataLoader loader, const BenchOptions& o
     options.enable_model_summary = false;
     options.num_sanity_val_steps = 0;
   }
+  if (profiled) options.profiler = volt::ProfilerKind::kSimple;
   volt::Trainer trainer(options);
   std::filesystem::create_directories(root_dir);
   std::unique_ptr<StdoutToFile> redirect;
-  if (defaults) redirect = std::make_unique<StdoutToFile>(root_dir + "/stdout.txt");
+  if (defaults || profiled) redirect = std::make_unique<StdoutToFile>(root_dir + "/stdout.txt");
   times.start = Stamp::now();
   const volt::FitResult result = trainer.fit(model, std::move(loader));
   times.finish = Stamp::now();
@@ -319,10 +322,10 @@ int run(int argc, char** argv) {
   app.add_option("--repeats", o.repeats, "interleaved repetitions of every contender")->capture_default_str();
   app.add_option("--seed", o.seed, "weights and shuffle seed")->capture_default_str();
   app.add_option("--data-dir", o.data_dir, "directory of the Fashion-MNIST IDX files")->capture_default_str();
-  std::vector<std::string> contenders = {"hand", "trainer_bare", "trainer_defaults"};
+  std::vector<std::string> contenders = {"hand", "trainer_bare", "trainer_profiled", "trainer_defaults"};
   app.add_option("--contenders", contenders, "which to run (profiling one alone: --contenders trainer_bare)")
       ->delimiter(',')
-      ->check(CLI::IsMember({"hand", "trainer_bare", "trainer_defaults"}))
+      ->check(CLI::IsMember({"hand", "trainer_bare", "trainer_profiled", "trainer_defaults"}))
       ->capture_default_str();
   bool no_tune = false;
   app.add_flag("--no-tune-allocator", no_tune, "leave glibc malloc's thresholds alone in both contenders");
@@ -356,7 +359,7 @@ int run(int argc, char** argv) {
   if (::mkdtemp(tmp_template.data()) == nullptr) throw std::runtime_error("mkdtemp failed");
   const std::string root_dir = tmp_template;
 
-  const std::vector<std::string> names = {"hand", "trainer_bare", "trainer_defaults"};
+  const std::vector<std::string> names = {"hand", "trainer_bare", "trainer_profiled", "trainer_defaults"};
   std::vector<size_t> selected;  // in the table's order, whatever the flag's
   for (size_t c = 0; c < names.size(); ++c)
     if (std::find(contenders.begin(), contenders.end(), names[c]) != contenders.end()) selected.push_back(c);
@@ -374,7 +377,7 @@ int run(int argc, char** argv) {
       if (c == 0) {
         run_hand(*model, make_loader(dataset, o), o, times);
       } else {
-        run_trainer(*model, make_loader(dataset, o), o, /*defaults=*/c == 2,
+        run_trainer(*model, make_loader(dataset, o), o, /*defaults=*/c == 3, /*profiled=*/c == 2,
                     root_dir + "/" + names[c] + "_" + std::to_string(r), times);
       }
       const double sum = checksum(*model);
@@ -399,6 +402,20 @@ int run(int argc, char** argv) {
   std::vector<std::string> verdicts;
   print_table("wall clock", &Stamp::wall_ms, names, runs, o, verdicts);
   print_table("process CPU time", &Stamp::cpu_ms, names, runs, o, verdicts);
+  // The simple profiler's cost: each repeat's profiled run against the bare run of that repeat.
+  if (!runs[1].empty() && runs[1].size() == runs[2].size()) {
+    for (const auto& [clock_name, clock] :
+         {std::pair{"wall clock", &Stamp::wall_ms}, {"process CPU time", &Stamp::cpu_ms}}) {
+      std::vector<double> ratios;
+      for (size_t r = 0; r < runs[1].size(); ++r) {
+        ratios.push_back(summarize(runs[2][r], o.warmup, clock).mean_step /
+                         summarize(runs[1][r], o.warmup, clock).mean_step);
+      }
+      const double ratio = median(ratios);
+      verdicts.push_back(std::string("trainer_profiled/trainer_bare step time ratio (") + clock_name + "): " +
+                         fixed(ratio, 3) + " median over repeats" + (ratio > 1.02 ? "  ABOVE the 2% target" : ""));
+    }
+  }
   std::cout << "\n";
   for (const auto& line : verdicts) std::cout << line << "\n";
   std::cout << "final parameter checksum: " << std::setprecision(17) << reference_checksum << "\n";

@@ -349,8 +349,7 @@ void FitLoop::run_validation() {
   progress_.validation_pending = false;
   val_results_.reset();
   for (DataLoader& loader : data_.val) loader.set_epoch(0);
-  EvaluationLoop(parts_.strategy, parts_.precision, parts_.plan.root_device(), eval_bar_.get(), this,
-                 &parts_.profiler)
+  EvaluationLoop(parts_.strategy, parts_.precision, parts_.plan.root_device(), eval_bar_.get(), this, &parts_.profiler)
       .run(data_.module, data_.val, data_.counts.num_val_batches, EvalStage::kValidation, val_results_);
   parts_.metrics.publish_epoch(val_results_, progress_.epoch, progress_.global_step);
 }
@@ -415,9 +414,10 @@ void FitLoop::check_stragglers() {
   // without a line per check; said again when it ends.
   for (const Straggler& s : slow) {
     if (s.windows == kStragglerPatience || s.windows % 10 == 0) {
-      parts_.console.warn(fmt::format("Straggler at step {}: {}. The other processes wait for it in every gradient "
-                                      "all-reduce. HINT: check that host's load, GPU clocks and data storage.",
-                                      progress_.global_step, describe(s)));
+      parts_.console.warn(
+          fmt::format("Straggler at step {}: {}. The other processes wait for it in every gradient "
+                      "all-reduce. HINT: check that host's load, GPU clocks and data storage.",
+                      progress_.global_step, describe(s)));
     }
   }
   if (note.empty() && !straggler_note_.empty()) {

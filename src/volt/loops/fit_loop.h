@@ -192,9 +192,9 @@ class FitLoop : public CallbackServices, private EpochHooks {
     size_t optimizer;
     size_t group;
   };
-  std::vector<LearningRateName> lr_names_;  // LearningRateMonitor's names, fixed per run
+  std::vector<LearningRateName> lr_names_;         // LearningRateMonitor's names, fixed per run
   std::unique_ptr<StragglerDetector> stragglers_;  // under ddp with detect_stragglers
-  std::string straggler_note_;                      // the stragglers named now, "" when none
+  std::string straggler_note_;                     // the stragglers named now, "" when none
 };
 
 }  // namespace volt

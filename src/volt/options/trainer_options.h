@@ -271,8 +271,8 @@ struct TrainerOptions {
   /// profiler=kPytorch: steps skipped, then traced and thrown away (warm-up), then kept
   /// (torch.profiler.schedule's wait, warmup, active; Lightning's default 1, 1, 3).
   int64_t profiler_wait = 1;
-  int64_t profiler_warmup = 1;   ///< see profiler_wait
-  int64_t profiler_active = 3;   ///< see profiler_wait
+  int64_t profiler_warmup = 1;  ///< see profiler_wait
+  int64_t profiler_active = 3;  ///< see profiler_wait
   /// Under ddp, every `straggler_every_n_steps` training batches the processes exchange their
   /// step times and gradient-synchronization waits; a process slower than the others' median
   /// by more than `straggler_threshold` (0.2: 20%) in two checks in a row is named, with its

@@ -112,8 +112,10 @@ ProfileStats decode_profile_stats(const std::string& text) {
   std::istringstream in(text);
   for (ActionStats& a : stats.actions) {
     in >> a.count >> a.total >> a.min >> a.max;
-    VOLT_CHECK(!in.fail(), "profiler: another process sent statistics this one cannot read ('{}'). HINT: run the "
-               "same Volt build on every process.", text.substr(0, 80));
+    VOLT_CHECK(!in.fail(),
+               "profiler: another process sent statistics this one cannot read ('{}'). HINT: run the "
+               "same Volt build on every process.",
+               text.substr(0, 80));
   }
   return stats;
 }

@@ -3,6 +3,7 @@
 #include <ATen/record_function.h>
 #include <fmt/format.h>
 #include <torch/csrc/autograd/profiler_legacy.h>
+#include <torch/cuda.h>
 #include <torch/version.h>
 
 #include <algorithm>
@@ -81,7 +82,9 @@ class TraceRecorder {
       namespace impl = torch::profiler::impl;
       const impl::ProfilerConfig config(impl::ProfilerState::KINETO, /*report_input_shapes=*/false,
                                         /*profile_memory=*/false);
-      const std::set<impl::ActivityType> activities = {impl::ActivityType::CPU};
+      std::set<impl::ActivityType> activities = {impl::ActivityType::CPU};
+      // The GPU's kernels and copies too, on a CUDA build that sees a device.
+      if (torch::cuda::is_available()) activities.insert(impl::ActivityType::CUDA);
       torch::autograd::profiler::prepareProfiler(config, activities);
       torch::autograd::profiler::enableProfiler(config, activities);
       kineto_ = true;
@@ -147,8 +150,7 @@ Profiler::Profiler(std::optional<ProfilerKind> kind, int64_t wait, int64_t warmu
 
 Profiler::~Profiler() = default;
 
-Profiler::Scope::Scope(Profiler& profiler, Action action)
-    : profiler_(profiler), action_(action), start_(Clock::now()) {
+Profiler::Scope::Scope(Profiler& profiler, Action action) : profiler_(profiler), action_(action), start_(Clock::now()) {
   if (profiler.tracing_) range_ = std::make_unique<TraceRange>(action);
 }
 

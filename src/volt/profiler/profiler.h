@@ -24,20 +24,20 @@ namespace volt {
 /// bookkeeping. The rest happen around steps (kValidation, the evaluation loop's actions) or
 /// inside one of the parts (kCheckpointSave runs inside kHooks).
 enum class Action : uint8_t {
-  kTrainStep,      ///< "train_step": one training batch, all of it
-  kDataFetch,      ///< "data_fetch": the next batch from the loader (waiting for its workers)
-  kTransfer,       ///< "batch_transfer": the batch to the device (and the transfer hooks)
-  kForward,        ///< "forward": training_step (under autocast)
-  kBackward,       ///< "backward": the backward pass, less its wait for the gradient all-reduce
-  kGradSync,       ///< "gradient_sync_wait": what backward waited for the gradients' synchronization
-  kOptimizerStep,  ///< "optimizer_step": clip, step, zero_grad and step-interval schedulers
-  kHooks,          ///< "hooks": the batch's callbacks and module hooks, the stop agreement
-  kLogging,        ///< "logging": step metrics to the loggers and the progress bar
-  kValidation,     ///< "validation": a whole validation run inside fit
-  kEvalDataFetch,  ///< "eval_data_fetch": the next batch of a validation, test or predict loader
-  kEvalStep,       ///< "eval_step": validation_step, test_step or predict_step
-  kCheckpointSave, ///< "checkpoint_save": writing a checkpoint (inside the hook that asked for it)
-  kCount,          ///< the number of actions (not an action)
+  kTrainStep,       ///< "train_step": one training batch, all of it
+  kDataFetch,       ///< "data_fetch": the next batch from the loader (waiting for its workers)
+  kTransfer,        ///< "batch_transfer": the batch to the device (and the transfer hooks)
+  kForward,         ///< "forward": training_step (under autocast)
+  kBackward,        ///< "backward": the backward pass, less its wait for the gradient all-reduce
+  kGradSync,        ///< "gradient_sync_wait": what backward waited for the gradients' synchronization
+  kOptimizerStep,   ///< "optimizer_step": clip, step, zero_grad and step-interval schedulers
+  kHooks,           ///< "hooks": the batch's callbacks and module hooks, the stop agreement
+  kLogging,         ///< "logging": step metrics to the loggers and the progress bar
+  kValidation,      ///< "validation": a whole validation run inside fit
+  kEvalDataFetch,   ///< "eval_data_fetch": the next batch of a validation, test or predict loader
+  kEvalStep,        ///< "eval_step": validation_step, test_step or predict_step
+  kCheckpointSave,  ///< "checkpoint_save": writing a checkpoint (inside the hook that asked for it)
+  kCount,           ///< the number of actions (not an action)
 };
 /// The number of actions.
 inline constexpr size_t kActionCount = static_cast<size_t>(Action::kCount);
@@ -45,9 +45,8 @@ inline constexpr size_t kActionCount = static_cast<size_t>(Action::kCount);
 const char* to_string(Action action);
 /// The parts of a training step, in the order they happen; their sum is the step up to the
 /// loop's bookkeeping ("other" in the breakdown).
-inline constexpr Action kStepParts[] = {Action::kDataFetch, Action::kTransfer,      Action::kForward,
-                                        Action::kBackward,  Action::kGradSync,      Action::kOptimizerStep,
-                                        Action::kHooks,     Action::kLogging};
+inline constexpr Action kStepParts[] = {Action::kDataFetch, Action::kTransfer,      Action::kForward, Action::kBackward,
+                                        Action::kGradSync,  Action::kOptimizerStep, Action::kHooks,   Action::kLogging};
 
 /// Count, total, fastest and slowest of one action's timings, in seconds.
 struct ActionStats {
@@ -72,9 +71,9 @@ struct ProfileStats {
 
 /// A training step's mean split into its parts (kStepParts), in seconds.
 struct StepBreakdown {
-  double step = 0;                                          ///< the measured step's mean
-  std::vector<std::pair<Action, double>> parts;             ///< each part that ran: its time per step
-  double other = 0;                                         ///< step minus the parts (bookkeeping)
+  double step = 0;                               ///< the measured step's mean
+  std::vector<std::pair<Action, double>> parts;  ///< each part that ran: its time per step
+  double other = 0;                              ///< step minus the parts (bookkeeping)
 };
 /// The breakdown of `stats`' training steps: each part's total over the steps' count (parts
 /// that never ran are left out).

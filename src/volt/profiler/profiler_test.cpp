@@ -1,9 +1,8 @@
 #include "volt/profiler/profiler.h"
 
+#include <fmt/format.h>
 #include <gtest/gtest.h>
 #include <torch/torch.h>
-
-#include <fmt/format.h>
 
 #include <filesystem>
 #include <fstream>

@@ -68,8 +68,7 @@ std::string describe(const Straggler& s) {
                      s.rank, s.host, s.ratio, s.phase, s.phase_ratio, s.windows);
 }
 
-StragglerDetector::StragglerDetector(double threshold, int64_t patience)
-    : threshold_(threshold), patience_(patience) {
+StragglerDetector::StragglerDetector(double threshold, int64_t patience) : threshold_(threshold), patience_(patience) {
   VOLT_CHECK(threshold > 0 && patience >= 1, "straggler report: threshold={} must be > 0 and patience={} >= 1.",
              threshold, patience);
 }

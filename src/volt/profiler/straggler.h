@@ -15,15 +15,15 @@ namespace volt {
 
 /// One process's training steps over a window, in seconds per step.
 struct RankTiming {
-  int64_t rank = 0;     ///< global rank
-  std::string host;     ///< its host
-  int64_t steps = 0;    ///< training steps in the window
-  double step = 0;      ///< the whole step
-  double wait = 0;      ///< waiting for the gradient all-reduce (for the others)
-  double data = 0;      ///< fetching and moving the batch
-  double forward = 0;   ///< training_step
-  double backward = 0;  ///< the backward pass, less the wait
-  double optimizer = 0; ///< the optimizer step
+  int64_t rank = 0;      ///< global rank
+  std::string host;      ///< its host
+  int64_t steps = 0;     ///< training steps in the window
+  double step = 0;       ///< the whole step
+  double wait = 0;       ///< waiting for the gradient all-reduce (for the others)
+  double data = 0;       ///< fetching and moving the batch
+  double forward = 0;    ///< training_step
+  double backward = 0;   ///< the backward pass, less the wait
+  double optimizer = 0;  ///< the optimizer step
   /// The step less its wait: the time this process itself needs, which the others wait for.
   double busy() const { return step - wait; }
 };

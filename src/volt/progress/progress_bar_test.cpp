@@ -58,6 +58,19 @@ TEST(ProgressBar, TerminalLineHasTqdmsLayout) {
   EXPECT_EQ(h.out.str(), "\r" + left + "████▌     " + right + "\x1b[K");
 }
 
+TEST(ProgressBar, ANoteFollowsTheMetricsUntilCleared) {
+  Harness h(plain_options());
+  h.bar.start("Epoch 0", 0, 100);
+  h.bar.set_note("slow: rank 3 (data)");
+  h.now = 31;
+  h.bar.update(10, {{"loss", 0.5}});
+  EXPECT_NE(h.out.str().find("loss=0.5, slow: rank 3 (data)"), std::string::npos) << h.out.str();
+  h.bar.set_note("");
+  h.out.str("");
+  h.bar.finish({{"loss", 0.5}});
+  EXPECT_EQ(h.out.str().find("slow:"), std::string::npos) << h.out.str();
+}
+
 TEST(ProgressBar, StartShowsAnEmptyBarOnATerminal) {
   ProgressBarOptions options = tty_options();
   options.width = 49;  // a bar of 10 columns

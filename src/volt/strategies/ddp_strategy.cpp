@@ -1,9 +1,9 @@
 #include "volt/strategies/ddp_strategy.h"
 
 #include <signal.h>
+#include <torch/csrc/autograd/engine.h>
 
 #include <thread>
-#include <torch/csrc/autograd/engine.h>
 #include <torch/csrc/distributed/c10d/ProcessGroup.hpp>
 
 #include "volt/core/error.h"
@@ -138,8 +138,7 @@ void DdpStrategy::start_sync_clock(const torch::Tensor& loss) {
   if (!loss.requires_grad() || loss.is_leaf()) return;
   // The hook runs as backward starts, on the engine's thread, where callbacks may be queued.
   loss.register_hook([done = compute_done_](const torch::Tensor&) {
-    torch::autograd::Engine::get_default_engine().queue_callback(
-        [done] { *done = std::chrono::steady_clock::now(); });
+    torch::autograd::Engine::get_default_engine().queue_callback([done] { *done = std::chrono::steady_clock::now(); });
   });
 }
 
@@ -183,8 +182,14 @@ std::string DdpStrategy::on_failure(const std::string& message) {
   if (group_) {
     reported = group_->reported_failure();
     if (!reported && !launcher_failure) {
-      mine = name_missing_ranks(mine);
-      group_->report_failure(mine);
+      const std::string named = name_missing_ranks(mine);
+      // The wait gave a rank that failed on its own (and so never checked in) time to say so:
+      // its error is the first one, not this one's.
+      reported = group_->reported_failure();
+      if (!reported) {
+        mine = named;
+        group_->report_failure(mine);
+      }
     }
   }
   if (launcher_) launcher_->terminate_all(std::chrono::seconds(3));
@@ -204,20 +209,20 @@ std::string DdpStrategy::name_missing_ranks(const std::string& message) {
   // launcher) reports nothing itself. Every rank that failed in the collective checks in here:
   // the ones that never do are the culprits.
   const std::string lower = to_lower(message);
-  const bool communication = lower.find("timeout") != std::string::npos ||
-                             lower.find("timed out") != std::string::npos ||
-                             lower.find("connection closed") != std::string::npos ||
-                             lower.find("connection reset") != std::string::npos;
+  const bool communication =
+      lower.find("timeout") != std::string::npos || lower.find("timed out") != std::string::npos ||
+      lower.find("connection closed") != std::string::npos || lower.find("connection reset") != std::string::npos;
   if (!communication || topology_.world_size < 2) return message;
   const std::optional<std::vector<int64_t>> absent =
       group_->absent_ranks("collective-failure", std::chrono::seconds(3));
   if (!absent || absent->empty()) return message;
   std::vector<std::string> names;
   for (const int64_t r : *absent) names.push_back(std::to_string(r));
-  return fmt::format("{} (rank {} never reached the failed collective: it hangs, is stuck outside the collective or "
-                     "is gone. HINT: look at that rank's output, or attach a debugger (gdb -p) to see where it "
-                     "stands.)",
-                     message, join(names, ", rank "));
+  return fmt::format(
+      "{} (rank {} never reached the failed collective: it hangs, is stuck outside the collective or "
+      "is gone. HINT: look at that rank's output, or attach a debugger (gdb -p) to see where it "
+      "stands.)",
+      message, join(names, ", rank "));
 }
 
 void DdpStrategy::teardown() {

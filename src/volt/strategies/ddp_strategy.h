@@ -2,9 +2,8 @@
 #pragma once
 
 #include <chrono>
-#include <optional>
-
 #include <memory>
+#include <optional>
 
 #include "volt/core/env.h"
 #include "volt/distributed/gradient_synchronizer.h"

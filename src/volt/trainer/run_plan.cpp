@@ -439,7 +439,8 @@ RunPlan resolve_run_plan(const TrainerOptions& options, const Env& env, const Ma
   plan.profiler_wait = options.profiler_wait;
   plan.profiler_warmup = options.profiler_warmup;
   plan.profiler_active = options.profiler_active;
-  if (options.detect_stragglers && plan.topology.world_size > 1) plan.straggler_every_n_steps = options.straggler_every_n_steps;
+  if (options.detect_stragglers && plan.topology.world_size > 1)
+    plan.straggler_every_n_steps = options.straggler_every_n_steps;
   plan.straggler_threshold = options.straggler_threshold;
   plan.use_default_logger = options.logger;
   plan.enable_progress_bar = options.enable_progress_bar;

@@ -83,15 +83,15 @@ struct RunPlan {
   uint64_t loader_seed = 0;                                   ///< the shuffle seed of loaders that set none
   DeterministicMode deterministic = DeterministicMode::kOff;  ///< deterministic algorithms: off, only, or warn
 
-  std::string root_dir;                 ///< absolute default_root_dir
-  int64_t log_every_n_steps = 50;       ///< logger cadence
+  std::string root_dir;                  ///< absolute default_root_dir
+  int64_t log_every_n_steps = 50;        ///< logger cadence
   std::optional<ProfilerKind> profiler;  ///< unset: actions timed, nothing reported
   int64_t profiler_wait = 1;             ///< profiler=pytorch: steps skipped before the trace
   int64_t profiler_warmup = 1;           ///< profiler=pytorch: steps traced and thrown away
   int64_t profiler_active = 3;           ///< profiler=pytorch: steps traced and kept
   /// Batches between straggler checks; unset: none (one process, or detect_stragglers=false).
   std::optional<int64_t> straggler_every_n_steps;
-  double straggler_threshold = 0.2;  ///< slower than the others' median by more than this: a straggler
+  double straggler_threshold = 0.2;     ///< slower than the others' median by more than this: a straggler
   bool use_default_logger = true;       ///< add TensorBoard and CSV loggers when none was given
   bool enable_progress_bar = true;      ///< show progress
   bool enable_checkpointing = true;     ///< add a default ModelCheckpoint

@@ -557,9 +557,8 @@ TEST_F(TrainerTest, PytorchProfilerWritesAChromeTraceOfTheScheduledSteps) {
 }
 
 TEST_F(TrainerTest, ProfilerOptionsAreCheckedWithAHint) {
-  const std::string message = volt::testing::error_message([&] {
-    (void)make_trainer({.profiler = ProfilerKind::kPytorch, .profiler_active = 0});
-  });
+  const std::string message = volt::testing::error_message(
+      [&] { (void)make_trainer({.profiler = ProfilerKind::kPytorch, .profiler_active = 0}); });
   EXPECT_NE(message.find("profiler_active=0"), std::string::npos) << message;
   EXPECT_NE(message.find("HINT:"), std::string::npos) << message;
 }
