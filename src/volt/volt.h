@@ -32,3 +32,4 @@
 #include "volt/pipeline/pipeline.h"
 #include "volt/precision/precision_plugin.h"
 #include "volt/trainer/trainer.h"
+#include "volt/tuner/tuner.h"
