@@ -63,6 +63,20 @@ FashionMnistModule::FashionMnistModule(ModuleOptions options)
                         {"val_size", options_.val_size}});
 }
 
+void FashionMnistModule::set_lr(double lr) {
+  options_.lr = lr;
+  nlohmann::json hparams = this->hparams();
+  hparams["lr"] = lr;  // hparams.yaml and checkpoints record the rate that trained
+  save_hyperparameters(std::move(hparams));
+}
+
+void FashionMnistModule::set_batch_size(int64_t batch_size) {
+  options_.batch_size = batch_size;
+  nlohmann::json hparams = this->hparams();
+  hparams["batch_size"] = batch_size;
+  save_hyperparameters(std::move(hparams));
+}
+
 torch::Tensor FashionMnistModule::forward(const torch::Tensor& images) {
   return pipe_ ? pipe_->forward(images) : net_->forward(images);
 }

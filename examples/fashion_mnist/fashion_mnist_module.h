@@ -67,6 +67,10 @@ class FashionMnistModule : public volt::LightningModule {
   }
   /// The image files left out so far (--skip-unreadable-images), each once, with why.
   std::vector<std::string> skipped_images() const;
+  /// Adam's learning rate from the next configure_optimizers() on (the tuner's --auto-lr-find).
+  void set_lr(double lr);
+  /// The training batch size from the next train_dataloader() on (--auto-scale-batch-size).
+  void set_batch_size(int64_t batch_size);
 
  private:
   void load_training_split();

@@ -5,6 +5,8 @@
 //   fashion_mnist --config run.yaml --max-epochs 1    (run.yaml: `fashion_mnist --print-config`)
 //   fashion_mnist --no-train --weights model.ckpt      (test weights from Volt, Lightning or torch.save)
 #include <algorithm>
+#include <filesystem>
+#include <fstream>
 #include <iostream>
 #include <string>
 #include <utility>
@@ -64,6 +66,20 @@ int main(int argc, char** argv) {
     bool device_stats = false;
     app.add_flag("--device-stats-monitor", device_stats,
                  "log memory and CPU share every log_every_n_steps batches (DeviceStatsMonitor)");
+    bool auto_lr_find = false;
+    app.add_flag("--auto-lr-find", auto_lr_find,
+                 "before training, sweep the learning rate (Tuner::lr_find), train with the suggested one and write "
+                 "lr_find.csv beside the logs (draw it: volt plot lr_find.csv --x lr --logx --metrics loss)");
+    std::string auto_scale_batch_size;
+    app.add_option("--auto-scale-batch-size", auto_scale_batch_size,
+                   "before training, find the largest batch size that fits (Tuner::scale_batch_size): power or "
+                   "binsearch")
+        ->check(CLI::IsMember({"power", "binsearch"}));
+    double tune_max_memory_mb = 0;
+    app.add_option("--tune-max-memory-mb", tune_max_memory_mb,
+                   "--auto-scale-batch-size: the most memory (MiB) a batch may add; 0: until it runs out of memory "
+                   "(on a CPU with plenty of memory: the whole data set)")
+        ->check(CLI::NonNegativeNumber);
     bool skip_test = false;
     app.add_flag("--no-test", skip_test, "do not run the test set after training");
     std::string weights;
@@ -133,6 +149,32 @@ int main(int argc, char** argv) {
     module_options.pipelined = trainer_options.strategy == volt::StrategyRequest::kPipeline;
     fashion_mnist::FashionMnistModule model(module_options);
     if (!weights.empty()) volt::load_weights(model, weights);
+    // The seed documents' auto_scale_batch_size and auto_lr_find, in Lightning's order (trainer.tune).
+    if (!skip_training && (auto_lr_find || !auto_scale_batch_size.empty())) {
+      volt::Tuner tuner(trainer_options);
+      if (!auto_scale_batch_size.empty()) {
+        const int64_t size = tuner.scale_batch_size(
+            model,
+            {.mode = volt::parse_batch_size_mode(auto_scale_batch_size),
+             .set_batch_size = [&model](int64_t b) { model.set_batch_size(b); },
+             .max_memory_mb = tune_max_memory_mb > 0 ? std::optional<double>(tune_max_memory_mb) : std::nullopt});
+        std::cout << "auto_scale_batch_size: training with batch size " << size << "\n";
+      }
+      if (auto_lr_find) {
+        const volt::LrFindResult found = tuner.lr_find(model);
+        const std::filesystem::path csv = std::filesystem::path(trainer.plan().root_dir) / "lr_find.csv";
+        std::filesystem::create_directories(csv.parent_path());
+        std::ofstream(csv) << found.to_csv();
+        VOLT_CHECK(found.suggestion().has_value(),
+                   "--auto-lr-find found no learning rate: only {} steps had a finite loss (see {}). HINT: lower "
+                   "the sweep's start or pass --lr yourself.",
+                   found.loss.size(), csv.string());
+        model.set_lr(*found.suggestion());
+        std::cout << "auto_lr_find: training with lr " << *found.suggestion() << " (the sweep is in " << csv.string()
+                  << "; draw it: volt plot " << csv.string() << " --x lr --logx --metrics loss --vline "
+                  << *found.suggestion() << ")\n";
+      }
+    }
     if (skip_training) {
       // Lightning's trainer.test(model, ckpt_path=...): the weights of a checkpoint, or the ones
       // --weights loaded.

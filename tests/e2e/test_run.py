@@ -1,6 +1,7 @@
 """A short run of the example: what it prints, the logs and checkpoints it leaves, and that Python's
 torch reads the checkpoint into exactly the model the binary tested."""
 import gzip
+import json
 import math
 import re
 
@@ -9,8 +10,8 @@ import pytest
 import torch
 import yaml
 
-from volt_e2e import (ALLOWED_GLOBALS, DETERMINISTIC, SHORT, assert_ok, finite, load_checkpoint, pickle_globals, read_metrics_csv,
-                      run_binary)
+from volt_e2e import (ALLOWED_GLOBALS, DETERMINISTIC, SHORT, assert_ok, cluster_free_env, finite, load_checkpoint,
+                      pickle_globals, read_metrics_csv, run_binary)
 
 MLP_SHAPES = {
     "net.1.weight": (256, 784), "net.1.bias": (256,),
@@ -207,3 +208,38 @@ def test_worker_threads_change_nothing_but_when_batches_are_made(binary, dataset
     ours = load_checkpoint(run.version_dir() / "checkpoints" / "last.ckpt")["state_dict"]
     theirs = load_checkpoint(first.version_dir() / "checkpoints" / "last.ckpt")["state_dict"]
     assert all(torch.equal(ours[name], theirs[name]) for name in theirs)
+
+
+def test_auto_scale_batch_size_and_auto_lr_find_tune_before_training(binary, tmp_path):
+    """The seed documents' flags: the batch size under a memory limit, then the learning rate."""
+    run = run_binary(binary, ["--model", "mlp", "--max-epochs", "1", "--auto-scale-batch-size", "binsearch",
+                              "--tune-max-memory-mb", "100", "--auto-lr-find"] + SHORT + DETERMINISTIC, tmp_path)
+    assert_ok(run)
+    size = int(re.search(r"auto_scale_batch_size: training with batch size (\d+)", run.stdout).group(1))
+    lr = float(re.search(r"auto_lr_find: training with lr ([0-9.e+-]+)", run.stdout).group(1))
+    assert 2 <= size < 54000, run  # under the limit, below the whole training split
+    assert 1e-8 < lr < 1, run
+    rows = (tmp_path / "lr_find.csv").read_text().splitlines()
+    assert rows[0] == "step,lr,loss,suggested" and len(rows) > 20, rows[:3]
+    assert sum(row.endswith(",1") for row in rows) == 1
+    hparams = (run.version_dir() / "hparams.yaml").read_text()
+    assert f"batch_size: {size}" in hparams, hparams  # the run trained with what the tuner found
+
+
+def test_the_tuner_refuses_a_distributed_run_with_a_hint(binary, tmp_path):
+    run = run_binary(binary, ["--model", "mlp", "--auto-lr-find", "--devices", "2", "--strategy", "ddp"] + SHORT,
+                     tmp_path, env=cluster_free_env())
+    assert run.returncode == 1, run
+    assert "lr_find runs in one process" in run.stderr and "HINT:" in run.stderr, run
+
+
+def test_profiler_simple_and_pytorch_write_their_reports_beside_the_logs(binary, tmp_path):
+    run = run_binary(binary, ["--model", "mlp", "--max-epochs", "1", "--profiler", "pytorch", "--no-test"] + SHORT,
+                     tmp_path)
+    assert_ok(run)
+    assert "Training step breakdown" in run.stdout, run
+    report = (run.version_dir() / "profile-fit-rank0.txt").read_text()
+    assert "gradient_sync_wait" not in report and "forward" in report, report
+    trace = json.loads((run.version_dir() / "trace-fit-rank0.json").read_text())
+    names = {event.get("name") for event in (trace if isinstance(trace, list) else trace["traceEvents"])}
+    assert {"volt/train_step", "volt/forward", "volt/backward"} <= names, sorted(n for n in names if n)[:40]

@@ -552,7 +552,9 @@ void add_new_and_plot_commands(CLI::App& app, NewFlags& new_flags, PlotOptions& 
       "plot",
       "Draw a run's metrics.csv as a PNG with gnuplot: losses and accuracies in separate panels against the "
       "step. Writes the gnuplot script (data inline) beside the PNG.");
-  draw->footer("Example:\n  volt plot lightning_logs/version_0 --out curves.png --metrics train/loss_step,val/acc");
+  draw->footer(
+      "Examples:\n  volt plot lightning_logs/version_0 --out curves.png --metrics train/loss_step,val/acc\n"
+      "  volt plot lr_find.csv --x lr --logx --metrics loss --vline 0.003 --out lr_find.png");
   draw->add_option("log_dir", plot_options.log_dir,
                    "a run's log folder (lightning_logs/version_N), a folder holding lightning_logs/, or a CSV file")
       ->required();
@@ -563,6 +565,9 @@ void add_new_and_plot_commands(CLI::App& app, NewFlags& new_flags, PlotOptions& 
   draw->add_option("--height", plot_options.height, "the image's height in pixels (0: 350 per panel)")
       ->capture_default_str();
   draw->add_option("--gnuplot", plot_options.gnuplot, "the gnuplot to run")->capture_default_str();
+  draw->add_option("--x", plot_options.x, "the column on the x axis (lr_find.csv: lr)")->capture_default_str();
+  draw->add_flag("--logx", plot_options.logx, "a logarithmic x axis");
+  draw->add_option("--vline", plot_options.vline, "a dashed vertical line at this x (lr_find's suggestion)");
   draw->callback([&] { action = [&] { return plot(plot_options); }; });
 }
 

@@ -109,16 +109,20 @@ std::string find_metrics_csv(const std::string& log_dir) {
 }
 
 std::vector<PlotPanel> plan_panels(const MetricsTable& table, const std::vector<std::string>& metrics,
-                                   const std::string& path) {
-  const auto step = table.column("step");
+                                   const std::string& path, const std::string& x) {
+  const auto step = table.column(x);
   VOLT_CHECK(step.has_value(),
-             "'{}' has no 'step' column (columns: {}). HINT: volt plot reads the metrics.csv of Volt's or "
-             "Lightning's CSVLogger, which logs each row's global step.",
-             path, table.columns.empty() ? "(none)" : join(table.columns, ", "));
+             "'{}' has no '{}' column for the x axis (columns: {}). HINT: volt plot reads the metrics.csv of Volt's "
+             "or Lightning's CSVLogger, which logs each row's global step; --x picks another column (lr_find.csv: "
+             "--x lr).",
+             path, x, table.columns.empty() ? "(none)" : join(table.columns, ", "));
   std::vector<std::size_t> chosen;
   if (metrics.empty()) {
     for (std::size_t i = 0; i < table.columns.size(); ++i) {
-      if (i != *step && kind_of(table.columns[i]) != PanelKind::kOther && table.has_numbers(i)) chosen.push_back(i);
+      if (i != *step && table.columns[i] != "step" && kind_of(table.columns[i]) != PanelKind::kOther &&
+          table.has_numbers(i)) {
+        chosen.push_back(i);
+      }
     }
     VOLT_CHECK(!chosen.empty(),
                "'{}' has no loss or accuracy column with numbers to plot (numeric columns: {}). HINT: pass "
@@ -154,7 +158,8 @@ std::vector<PlotPanel> plan_panels(const MetricsTable& table, const std::vector<
 }
 
 std::string render_gnuplot_script(const std::vector<PlotPanel>& panels, const std::string& png_path, int64_t width,
-                                  int64_t height, const std::string& title) {
+                                  int64_t height, const std::string& title, const std::string& x, bool logx,
+                                  std::optional<double> vline) {
   std::string script = fmt::format(
       "# Written by `volt plot`; `gnuplot <this file>` draws {} again.\n"
       "# noenhanced: metric names such as train/loss_step are shown as they are, not with subscripts.\n"
@@ -179,8 +184,13 @@ std::string render_gnuplot_script(const std::vector<PlotPanel>& panels, const st
       "set key top right opaque box\n"
       "set format y '%g'\n"
       "set offsets 0, 0, graph 0.05, graph 0.05\n"
-      "set xlabel 'step'\n",
-      panels.size(), quoted(title));
+      "set xlabel {}\n",
+      panels.size(), quoted(title), quoted(x));
+  if (logx) script += "set logscale x\nset format x '%.0e'\n";
+  if (vline) {
+    script += fmt::format("set arrow from {:.17g}, graph 0 to {:.17g}, graph 1 nohead dashtype 2 linewidth 1.5\n",
+                          *vline, *vline);
+  }
   // One step axis for every panel, so a validation point lines up with the training step above it;
   // a margin keeps the first and last points off the frame.
   double low = std::numeric_limits<double>::infinity(), high = -low;
@@ -192,7 +202,9 @@ std::string render_gnuplot_script(const std::vector<PlotPanel>& panels, const st
       }
     }
   }
-  if (low < high) {
+  if (low < high && logx && low > 0) {
+    script += fmt::format("set xrange [{:.17g}:{:.17g}]\n", low / 1.1, high * 1.1);
+  } else if (low < high) {
     const double margin = (high - low) * 0.02;
     script += fmt::format("set xrange [{:.17g}:{:.17g}]\n", low - margin, high + margin);
   }
@@ -220,14 +232,25 @@ PlotResult plot_metrics(const PlotOptions& options) {
   const std::string csv = find_metrics_csv(options.log_dir);
   const MetricsTable table = parse_metrics_csv(read_file(csv), csv);
   PlotResult result;
-  result.panels = plan_panels(table, options.metrics, csv);
+  result.panels = plan_panels(table, options.metrics, csv, options.x);
+  if (options.logx) {
+    for (const PlotPanel& panel : result.panels) {
+      for (const PlotSeries& series : panel.series) {
+        for (const auto& point : series.points) {
+          VOLT_CHECK(point.first > 0, "--logx needs positive x values, but '{}' has {}={} in '{}'. HINT: drop --logx.",
+                     csv, options.x, point.first, series.name);
+        }
+      }
+    }
+  }
   const fs::path png = options.out.empty() ? fs::path(csv).parent_path() / "metrics.png" : fs::path(options.out);
   result.png = png.string();
   result.script = fs::path(png).replace_extension(".gp").string();
   VOLT_CHECK(result.script != result.png, "--out '{}' must not end in .gp. HINT: name the PNG, e.g. --out plot.png.",
              options.out);
   const int64_t height = options.height > 0 ? options.height : 350 * static_cast<int64_t>(result.panels.size());
-  const std::string script = render_gnuplot_script(result.panels, result.png, options.width, height, csv);
+  const std::string script = render_gnuplot_script(result.panels, result.png, options.width, height, csv, options.x,
+                                                   options.logx, options.vline);
   {
     std::ofstream out(result.script, std::ios::trunc);
     out << script;

@@ -5,6 +5,7 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -27,9 +28,15 @@ struct PlotOptions {
   int64_t height = 0;
   /// The gnuplot program to run (found on PATH).
   std::string gnuplot = "gnuplot";
+  /// The column on the x axis: "step", or e.g. "lr" for the learning-rate finder's lr_find.csv.
+  std::string x = "step";
+  /// A logarithmic x axis (a learning-rate sweep).
+  bool logx = false;
+  /// A vertical line at this x (the learning-rate finder's suggestion); unset: none.
+  std::optional<double> vline;
 };
 
-/// One curve: a metric's (step, value) points in file order.
+/// One curve: a metric's (x, value) points in file order (x: the step unless --x says otherwise).
 struct PlotSeries {
   /// The column's name, also the curve's key entry.
   std::string name;
@@ -51,16 +58,19 @@ struct PlotPanel {
 std::string find_metrics_csv(const std::string& log_dir);
 
 /// Splits the chosen columns into panels: losses ("loss" in the name), accuracies ("acc"), then
-/// anything else asked for by name. Steps come from the `step` column. Throws volt::Error with a
-/// HINT naming the available columns when a requested one is missing or has no numbers, when
-/// there is no step column, or when nothing is left to draw. `path` names the file in errors.
+/// anything else asked for by name. x values come from the column `x` ("step" unless asked
+/// otherwise). Throws volt::Error with a HINT naming the available columns when a requested one is
+/// missing or has no numbers, when there is no x column, or when nothing is left to draw. `path`
+/// names the file in errors.
 std::vector<PlotPanel> plan_panels(const MetricsTable& table, const std::vector<std::string>& metrics,
-                                   const std::string& path);
+                                   const std::string& path, const std::string& x = "step");
 
 /// The gnuplot script that draws `panels` stacked into a `width` x `height` PNG at `png_path`
 /// (pngcairo when gnuplot has it, else png), with the data inline, so the script alone redraws it.
+/// The x axis is labelled `x`, logarithmic when `logx`, with a dashed vertical line at `vline`.
 std::string render_gnuplot_script(const std::vector<PlotPanel>& panels, const std::string& png_path, int64_t width,
-                                  int64_t height, const std::string& title);
+                                  int64_t height, const std::string& title, const std::string& x = "step",
+                                  bool logx = false, std::optional<double> vline = std::nullopt);
 
 /// What plot_metrics wrote.
 struct PlotResult {

@@ -46,6 +46,7 @@ TEST(PlanPanels, MissingOrEmptyColumnsNameWhatIsThere) {
   const std::string no_step =
       testing::error_message([] { plan_panels(parse_metrics_csv("epoch,loss\n1,0.1\n", "m.csv"), {}, "m.csv"); });
   EXPECT_NE(no_step.find("no 'step' column"), std::string::npos) << no_step;
+  EXPECT_NE(no_step.find("--x"), std::string::npos) << no_step;
 }
 
 TEST(RenderGnuplotScript, InlinesTheDataAndQuotesNames) {
@@ -56,6 +57,19 @@ TEST(RenderGnuplotScript, InlinesTheDataAndQuotesNames) {
   EXPECT_NE(script.find("$s0 << EOD\n1 2.5\n2 2\nEOD\n"), std::string::npos) << script;
   EXPECT_NE(script.find("title 'it''s/loss'"), std::string::npos) << script;
   EXPECT_NE(script.find("set multiplot layout 1,1"), std::string::npos);
+}
+
+TEST(PlanPanels, AnotherColumnMayBeTheXAxis) {
+  // lr_find.csv, as the learning-rate finder writes it.
+  const MetricsTable table = parse_metrics_csv("step,lr,loss,suggested\n0,1e-05,2.5,0\n1,0.001,1.5,1\n", "f.csv");
+  const auto panels = plan_panels(table, {"loss"}, "f.csv", "lr");
+  ASSERT_EQ(panels.size(), 1u);
+  EXPECT_EQ(panels[0].series.at(0).points, (std::vector<std::pair<double, double>>{{1e-5, 2.5}, {0.001, 1.5}}));
+  const std::string script = render_gnuplot_script(panels, "/tmp/f.png", 800, 350, "f.csv", "lr", true, 0.001);
+  EXPECT_NE(script.find("set xlabel 'lr'"), std::string::npos) << script;
+  EXPECT_NE(script.find("set logscale x"), std::string::npos) << script;
+  EXPECT_NE(script.find("set arrow from 0.001, graph 0 to 0.001, graph 1"), std::string::npos) << script;
+  EXPECT_EQ(render_gnuplot_script(panels, "/tmp/f.png", 800, 350, "f.csv").find("logscale"), std::string::npos);
 }
 
 }  // namespace

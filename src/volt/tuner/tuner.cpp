@@ -2,9 +2,8 @@
 
 #include <ATen/CPUGeneratorImpl.h>
 #include <fmt/format.h>
-#include <torch/torch.h>
-
 #include <malloc.h>
+#include <torch/torch.h>
 
 #include <cmath>
 #include <fstream>
@@ -90,7 +89,7 @@ class LrFinderCallback : public Callback {
                "lr_find needs training_step's loss, but training_step returned {}. HINT: return the loss from "
                "training_step (under manual optimization too).",
                context.outputs == nullptr || !context.outputs->defined() ? std::string("nothing")
-                                                                          : c10::str(context.outputs->sizes()));
+                                                                         : c10::str(context.outputs->sizes()));
     const double loss = context.outputs->detach().to(torch::kDouble).item<double>();
     // An exponential average with its start-up bias removed, as Lightning smooths it.
     average_ = kBeta * average_ + (1.0 - kBeta) * loss;
@@ -184,9 +183,10 @@ LrFindMode parse_lr_find_mode(const std::string& text) {
   const std::string t = to_lower(trim(text));
   if (t == "exponential") return LrFindMode::kExponential;
   if (t == "linear") return LrFindMode::kLinear;
-  throw Error(fmt::format("lr_find mode='{}' is not supported; supported: 'exponential', 'linear'. HINT: "
-                          "'exponential' spreads the steps evenly over the orders of magnitude.",
-                          text));
+  throw Error(
+      fmt::format("lr_find mode='{}' is not supported; supported: 'exponential', 'linear'. HINT: "
+                  "'exponential' spreads the steps evenly over the orders of magnitude.",
+                  text));
 }
 
 const char* to_string(BatchSizeMode mode) { return mode == BatchSizeMode::kBinsearch ? "binsearch" : "power"; }
@@ -195,10 +195,11 @@ BatchSizeMode parse_batch_size_mode(const std::string& text) {
   const std::string t = to_lower(trim(text));
   if (t == "power") return BatchSizeMode::kPower;
   if (t == "binsearch") return BatchSizeMode::kBinsearch;
-  throw Error(fmt::format("scale_batch_size mode='{}' is not supported; supported: 'power', 'binsearch'. HINT: "
-                          "'binsearch' also tries the sizes between the last power of two that fit and the first "
-                          "that did not.",
-                          text));
+  throw Error(
+      fmt::format("scale_batch_size mode='{}' is not supported; supported: 'power', 'binsearch'. HINT: "
+                  "'binsearch' also tries the sizes between the last power of two that fit and the first "
+                  "that did not.",
+                  text));
 }
 
 std::optional<double> LrFindResult::suggestion() const {
@@ -259,9 +260,10 @@ int64_t search_batch_size(const BatchSizeOptions& o, const std::function<TrialOu
     if (outcome == TrialOutcome::kTooLarge) {
       too_big = size;
       if (!fits) {
-        throw Error(fmt::format("scale_batch_size: even the first size tried, {}, ran out of memory (or over "
-                                "max_memory_mb). HINT: start lower (init_val=1), or raise max_memory_mb.",
-                                size));
+        throw Error(
+            fmt::format("scale_batch_size: even the first size tried, {}, ran out of memory (or over "
+                        "max_memory_mb). HINT: start lower (init_val=1), or raise max_memory_mb.",
+                        size));
       }
       if (o.mode == BatchSizeMode::kPower) break;
     } else {
@@ -278,8 +280,7 @@ int64_t search_batch_size(const BatchSizeOptions& o, const std::function<TrialOu
   return *fits;
 }
 
-Tuner::Tuner(TrainerOptions options)
-    : Tuner(std::move(options), Env::from_process(), MachineInfo::current()) {}
+Tuner::Tuner(TrainerOptions options) : Tuner(std::move(options), Env::from_process(), MachineInfo::current()) {}
 
 Tuner::Tuner(TrainerOptions options, Env env, MachineInfo machine)
     : options_(std::move(options)), env_(std::move(env)), machine_(std::move(machine)) {}

@@ -28,9 +28,9 @@ LrFindMode parse_lr_find_mode(const std::string& text);
 
 /// Options of the learning-rate finder (Lightning's Tuner.lr_find).
 struct LrFindOptions {
-  double min_lr = 1e-8;         ///< the first step's rate (> 0)
-  double max_lr = 1.0;          ///< the rate the sweep approaches (> min_lr)
-  int64_t num_training = 100;   ///< training steps of the sweep (>= 2)
+  double min_lr = 1e-8;        ///< the first step's rate (> 0)
+  double max_lr = 1.0;         ///< the rate the sweep approaches (> min_lr)
+  int64_t num_training = 100;  ///< training steps of the sweep (>= 2)
   LrFindMode mode = LrFindMode::kExponential;
   /// Stop once the smoothed loss exceeds this many times the best so far (diverged); unset:
   /// run all num_training steps.
@@ -90,9 +90,9 @@ struct BatchSizeOptions {
 
 /// What a trial of one batch size found.
 enum class TrialOutcome {
-  kFits,        ///< trained its steps within the limits
-  kTooLarge,    ///< ran out of memory, or over max_memory_mb
-  kDataTooSmall ///< the loader had fewer batches than steps_per_trial: larger sizes cannot tell more
+  kFits,         ///< trained its steps within the limits
+  kTooLarge,     ///< ran out of memory, or over max_memory_mb
+  kDataTooSmall  ///< the loader had fewer batches than steps_per_trial: larger sizes cannot tell more
 };
 
 /// The search alone: `trial(size)` says whether a size fits. Returns the largest size found to

@@ -1,8 +1,8 @@
 #include "volt/tuner/tuner.h"
 
 #include <ATen/CPUGeneratorImpl.h>
-#include <sys/mman.h>
 #include <gtest/gtest.h>
+#include <sys/mman.h>
 #include <torch/torch.h>
 
 #include <cmath>
@@ -35,8 +35,8 @@ class Regression : public LightningModule {
   torch::Tensor training_step(const Batch& batch, int64_t) override {
     const int64_t size = batch.size();
     if (oom_above && size > *oom_above) {
-      throw std::runtime_error(fmt::format("DefaultCPUAllocator: can't allocate memory: you tried to allocate {} bytes",
-                                           size << 30));
+      throw std::runtime_error(
+          fmt::format("DefaultCPUAllocator: can't allocate memory: you tried to allocate {} bytes", size << 30));
     }
     if (mb_per_example > 0) {
       // Memory the step touches and gives back, mapped apart from the heap so that what the
@@ -185,10 +185,11 @@ TEST(ScaleBatchSize, FindsTheLargestSizeThatDoesNotRunOutOfMemory) {
   EXPECT_EQ(tuner.scale_batch_size(module, {.mode = BatchSizeMode::kBinsearch}), 40);
   EXPECT_TRUE(same(before, values_of(module)));
   int64_t set = 0;
-  EXPECT_EQ(tuner.scale_batch_size(module, {.set_batch_size = [&](int64_t b) {
-                                     set = b;
-                                     module.save_hyperparameters({{"batch_size", b}});
-                                   }}),
+  EXPECT_EQ(tuner.scale_batch_size(module, {.set_batch_size =
+                                                [&](int64_t b) {
+                                                  set = b;
+                                                  module.save_hyperparameters({{"batch_size", b}});
+                                                }}),
             32);
   EXPECT_EQ(set, 32) << "a setter takes the hyperparameter's place";
 }
