@@ -74,7 +74,13 @@ int main(int argc, char** argv) {
     app.add_option("--auto-scale-batch-size", auto_scale_batch_size,
                    "before training, find the largest batch size that fits (Tuner::scale_batch_size): power or "
                    "binsearch")
-        ->check(CLI::IsMember({"power", "binsearch"}));
+        // Empty is what --print-config writes for "not given".
+        ->check(CLI::Validator(
+            [](std::string& text) {
+              if (!text.empty()) (void)volt::parse_batch_size_mode(text);
+              return std::string();
+            },
+            "power|binsearch"));
     double tune_max_memory_mb = 0;
     app.add_option("--tune-max-memory-mb", tune_max_memory_mb,
                    "--auto-scale-batch-size: the most memory (MiB) a batch may add; 0: until it runs out of memory "
