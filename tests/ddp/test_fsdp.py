@@ -106,7 +106,10 @@ def test_a_model_whose_optimizer_state_exceeds_a_memory_limit_trains_with_fsdp_a
     rss_fsdp = max(r["vm_hwm_kb"] for r in ranks(fsdp, 4))
     print(f"peak address space: ddp {peak_ddp} kB, fsdp {peak_fsdp} kB ({peak_fsdp / peak_ddp:.2f}x); peak resident: "
           f"ddp {rss_ddp} kB, fsdp {rss_fsdp} kB ({rss_fsdp / rss_ddp:.2f}x)")
-    assert peak_ddp - peak_fsdp > 200_000, (peak_ddp, peak_fsdp)
+    # The state fsdp does not hold is ~360 MB here, but the address space also counts glibc's
+    # arenas, reserved 64 MiB at a time per thread: LibTorch 2.x measured a 183 MB gap once, so
+    # the margin is 100 MB; the limit below proves the saving either way.
+    assert peak_ddp - peak_fsdp > 100_000, (peak_ddp, peak_fsdp)
     assert rss_ddp - rss_fsdp > 200_000, (rss_ddp, rss_fsdp)
     # A limit between the two, measured in this run: fsdp trains under it, ddp runs out of memory
     # and every process exits non-zero.
