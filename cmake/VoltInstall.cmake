@@ -69,7 +69,7 @@ set(CPACK_DEBIAN_PACKAGE_SECTION libdevel)
 # Users compile against Volt's headers, which include LibTorch's, fmt's, nlohmann-json's, yaml-cpp's
 # and CLI11's, and link the static libraries against the shared ones: the -dev packages bring both.
 set(CPACK_DEBIAN_PACKAGE_DEPENDS
-  "libtorch-dev, libfmt-dev, nlohmann-json3-dev, libyaml-cpp-dev, libcli11-dev, libprotobuf-dev, zlib1g-dev, cmake")
+  "libtorch-dev, libfmt-dev, nlohmann-json3-dev, libyaml-cpp-dev, libcli11-dev, libprotobuf-dev, zlib1g-dev, libpng-dev, libturbojpeg0-dev, libcurl4-openssl-dev, cmake")
 # Fast BLAS for LibTorch, `volt plot`, and the example's data.
 set(CPACK_DEBIAN_PACKAGE_RECOMMENDS "libopenblas0-openmp, gnuplot-nox")
 set(CPACK_DEBIAN_PACKAGE_SUGGESTS "dataset-fashion-mnist")

@@ -14,6 +14,7 @@ packages=(
   libpng-dev libturbojpeg0-dev   # ImageFolder decodes PNG (libpng) and JPEG (libjpeg-turbo)
   libgtest-dev libgmock-dev
   protobuf-compiler libprotobuf-dev   # TensorBoard's event files are protobuf messages
+  libcurl4-openssl-dev    # MLFlowLogger talks to an MLflow tracking server over HTTP
   dataset-fashion-mnist   # the IDX files of the main job, under /usr/share/datasets/fashion-mnist
   gnuplot-nox             # `volt plot` draws metrics.csv curves as PNG
   slurmctld slurmd slurm-client munge   # a throwaway local SLURM cluster for tests/slurm
@@ -59,6 +60,21 @@ if ! PYTHONPATH="$tensorboard_dir" /usr/bin/python3 -c \
   "${sudo_cmd[@]}" /usr/bin/python3 -m pip install -q --disable-pip-version-check \
     --root-user-action=ignore --no-warn-script-location --upgrade \
     --target "$tensorboard_dir" "tensorboard==$tensorboard_version"
+fi
+
+# A real MLflow tracking server and client for tests/e2e/test_mlflow.py, which starts `mlflow server`
+# with this folder on PYTHONPATH. The full `mlflow` package pulls in ~850 MB (scikit-learn, scipy,
+# pyarrow, ...; 23 min to install here once); mlflow-skinny plus what its server imports is ~330 MB
+# in ~25 s. Keep the folder in step with VOLT_MLFLOW_PYTHONPATH in that test.
+mlflow_dir="${VOLT_MLFLOW_PYTHONPATH:-/opt/volt/python-mlflow}"
+mlflow_packages=(mlflow-skinny==3.17.2 flask==3.1.3 flask-cors==6.0.5 alembic==1.20.1 sqlalchemy==2.1.9
+  gunicorn==27.0.1 uvicorn==0.54.0 huey==3.5.4 graphene==3.4.3 aiohttp==3.14.5 pandas==3.1.1)
+if [ "$(cat "$mlflow_dir/.complete" 2>/dev/null)" != "${mlflow_packages[*]}" ]; then
+  echo "setup: installing MLflow's server into $mlflow_dir"
+  "${sudo_cmd[@]}" rm -rf "$mlflow_dir"
+  "${sudo_cmd[@]}" /usr/bin/python3 -m pip install -q --disable-pip-version-check --root-user-action=ignore \
+    --no-warn-script-location --target "$mlflow_dir" "${mlflow_packages[@]}"
+  echo "${mlflow_packages[*]}" | "${sudo_cmd[@]}" tee "$mlflow_dir/.complete" >/dev/null
 fi
 
 # install_folder DIR PACKAGE...: pip-installs exactly these packages (no dependencies) into DIR,

@@ -22,6 +22,7 @@
 #include "volt/datasets/image_folder.h"
 #include "volt/datasets/npy_shards.h"
 #include "volt/loggers/csv_logger.h"
+#include "volt/loggers/mlflow_logger.h"
 #include "volt/loggers/tensorboard_logger.h"
 #include "volt/metrics/metrics.h"
 #include "volt/module/lightning_module.h"

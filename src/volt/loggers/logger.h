@@ -25,6 +25,12 @@ class Logger {
   virtual void log_hyperparams(const nlohmann::json& params) = 0;
   /// Records one set of scalar metrics taken at global step `step`.
   virtual void log_metrics(const std::map<std::string, double>& metrics, int64_t step) = 0;
+  /// Called on global rank 0 after a checkpoint file is complete at `path` (Lightning's
+  /// after_save_checkpoint): a logger that keeps models (MLFlowLogger's log_model) uploads it.
+  virtual void after_save_checkpoint(const std::string& path) {}
+  /// Called after the run's resolved configuration was written to `path` (`config.yaml`), for a
+  /// logger that keeps files with the run.
+  virtual void after_save_config(const std::string& path) {}
   /// Writes anything buffered to storage.
   virtual void save() {}
   /// Called once at the end of a run; `status` is "success", "failed" or "interrupted".
