@@ -128,6 +128,7 @@ void FitLoop::save_checkpoint(const std::string& path) {
       defer_sharded_save(path, parts);
     } else {
       parts_.checkpointer.save(parts, progress_, path);
+      parts_.metrics.after_save_checkpoint(path);
     }
   }
   last_saved_ = path;
@@ -193,6 +194,7 @@ void FitLoop::save_weights_checkpoint(const std::string& path) {
   const Profiler::Scope timed(parts_.profiler, Action::kCheckpointSave);
   if (parts_.strategy.is_global_zero()) {
     parts_.checkpointer.save(training_parts(), progress_, path, CheckpointContents::kWeightsOnly);
+    parts_.metrics.after_save_checkpoint(path);
   }
   last_saved_ = path;
 }

@@ -28,6 +28,10 @@ void MetricRouter::log(const std::map<std::string, double>& metrics, int64_t epo
   for (const auto& logger : loggers_) logger->log_metrics(with_epoch, step);
 }
 
+void MetricRouter::after_save_checkpoint(const std::string& path) {
+  for (const auto& logger : loggers_) logger->after_save_checkpoint(path);
+}
+
 void MetricRouter::save() {
   for (const auto& logger : loggers_) logger->save();
 }

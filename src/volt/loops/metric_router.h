@@ -34,6 +34,8 @@ class MetricRouter {
   /// Values a callback logs itself (LearningRateMonitor), tagged with `epoch` as Lightning does.
   void log(const std::map<std::string, double>& metrics, int64_t epoch, int64_t step);
 
+  /// Tells the loggers a checkpoint file is complete at `path` (MLFlowLogger uploads it).
+  void after_save_checkpoint(const std::string& path);
   /// Flushes the loggers (end of an epoch).
   void save();
   /// Tells the loggers how the run ended: "success", "interrupted", "requeued" or "failed".

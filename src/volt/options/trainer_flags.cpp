@@ -6,6 +6,7 @@
 
 #include "volt/core/error.h"
 #include "volt/core/strings.h"
+#include "volt/loggers/mlflow_rest.h"
 #include "volt/options/cli_config.h"
 
 namespace volt {
@@ -69,6 +70,9 @@ void describe_trainer_flags(CLI::App& app, const TrainerOptions& o) {
       {"--enable-model-summary", [&o] { return bool_text(o.enable_model_summary); }},
       {"--auto-requeue", [&o] { return bool_text(o.auto_requeue); }},
       {"--checkpoint-on-sigterm", [&o] { return bool_text(o.checkpoint_on_sigterm); }},
+      {"--mlflow-tracking-uri", [&o] { return o.mlflow ? o.mlflow->tracking_uri.value_or("") : ""; }},
+      {"--mlflow-experiment-name", [&o] { return o.mlflow ? o.mlflow->experiment_name.value_or("") : ""; }},
+      {"--mlflow-log-model", [&o] { return o.mlflow ? std::string(to_string(o.mlflow->log_model)) : ""; }},
   };
   for (const auto& [name, value] : resolved) {
     CLI::Option* option = app.get_option_no_throw(name);
@@ -91,6 +95,10 @@ void describe_trainer_flags(CLI::App& app, const TrainerOptions& o) {
   }));
   app.get_option("--state-dict-type")->check(parsed_by([](const std::string& text) { parse_state_dict_type(text); }));
   app.get_option("--profiler")->check(parsed_by([](const std::string& text) { parse_profiler_kind(text); }));
+  app.get_option("--mlflow-tracking-uri")->check(parsed_by([](const std::string& text) {
+    (void)mlflow::normalize_tracking_uri(text);
+  }));
+  app.get_option("--mlflow-log-model")->check(parsed_by([](const std::string& text) { parse_log_model(text); }));
   app.get_option("--pipeline-balance")->check(parsed_by([](const std::string& text) { parse_pipeline_balance(text); }));
   app.get_option("--precision")->check(parsed_by([](const std::string& text) { parse_precision(text); }));
   app.get_option("--amp-level")->check(parsed_by([](const std::string& text) { parse_amp_level(text); }));
@@ -215,6 +223,13 @@ void add_trainer_flags(CLI::App& app, TrainerOptions& o, TrainerFlagText& t) {
       ->capture_default_str();
   app.add_flag("--logger,!--no-logger", o.logger,
                "write TensorBoard and CSV logs when no logger is given (default on)");
+  app.add_option("--mlflow-tracking-uri", t.mlflow_tracking_uri,
+                 "also log to this MLflow tracking server, http://HOST:PORT (or MLFLOW_TRACKING_URI with "
+                 "--mlflow-experiment-name)");
+  app.add_option("--mlflow-experiment-name", t.mlflow_experiment_name,
+                 "the MLflow experiment (default: MLFLOW_EXPERIMENT_NAME, else lightning_logs)");
+  app.add_option("--mlflow-log-model", t.mlflow_log_model,
+                 "checkpoints uploaded to MLflow: none, end (the kept ones, when fit ends) or all (each as saved)");
   app.add_flag("--enable-progress-bar,!--no-progress-bar", o.enable_progress_bar, "show progress (default on)");
   app.add_flag("--enable-checkpointing,!--no-checkpointing", o.enable_checkpointing, "save checkpoints (default on)");
   app.add_flag("--enable-model-summary,!--no-model-summary", o.enable_model_summary,
@@ -260,6 +275,13 @@ void apply_trainer_flags(const TrainerFlagText& t, TrainerOptions& o) {
   if (!t.gpus.empty()) o.gpus = DeviceRequest(t.gpus);
   if (!t.gradient_clip_algorithm.empty())
     o.gradient_clip_algorithm = parse_gradient_clip_algorithm(t.gradient_clip_algorithm);
+  if (!t.mlflow_tracking_uri.empty() || !t.mlflow_experiment_name.empty() || !t.mlflow_log_model.empty()) {
+    MLFlowOptions mlflow = o.mlflow.value_or(MLFlowOptions{});
+    if (!t.mlflow_tracking_uri.empty()) mlflow.tracking_uri = t.mlflow_tracking_uri;
+    if (!t.mlflow_experiment_name.empty()) mlflow.experiment_name = t.mlflow_experiment_name;
+    if (!t.mlflow_log_model.empty()) mlflow.log_model = parse_log_model(t.mlflow_log_model);
+    o.mlflow = mlflow;
+  }
   if (t.max_epochs) o.max_epochs = *t.max_epochs;
   if (t.pipeline_chunks) o.pipeline_chunks = *t.pipeline_chunks;
   if (t.max_steps) o.max_steps = *t.max_steps;

@@ -35,6 +35,9 @@ struct TrainerFlagText {
   std::string overfit_batches;              ///< --overfit-batches
   std::string deterministic;                ///< --deterministic (bare: "true"), --deterministic=warn
   std::string max_time;                     ///< --max-time
+  std::string mlflow_tracking_uri;          ///< --mlflow-tracking-uri
+  std::string mlflow_experiment_name;       ///< --mlflow-experiment-name
+  std::string mlflow_log_model;             ///< --mlflow-log-model
   std::optional<int64_t> max_epochs;        ///< --max-epochs (unset: not given)
   std::optional<int64_t> pipeline_chunks;   ///< --pipeline-chunks (unset: not given)
   std::optional<int64_t> max_steps;         ///< --max-steps (unset: not given)

@@ -84,6 +84,24 @@ TEST(TrainerFlags, BadDebuggingValuesNameTheFlag) {
   EXPECT_NE(message.find("--overfit-batches='-2' is out of range"), std::string::npos) << message;
 }
 
+TEST(TrainerFlags, MlflowFlagsFillTheMlflowOptions) {
+  Flags flags;
+  const TrainerOptions& o = flags.parse(
+      {"--mlflow-tracking-uri", "http://h:5000", "--mlflow-experiment-name", "e", "--mlflow-log-model", "all"});
+  ASSERT_TRUE(o.mlflow.has_value());
+  EXPECT_EQ(o.mlflow->tracking_uri, "http://h:5000");
+  EXPECT_EQ(o.mlflow->experiment_name, "e");
+  EXPECT_EQ(o.mlflow->log_model, LogModel::kAll);
+  // The experiment alone turns MLflow on, with the server MLFLOW_TRACKING_URI names.
+  Flags experiment_only;
+  const TrainerOptions& e = experiment_only.parse({"--mlflow-experiment-name", "e"});
+  ASSERT_TRUE(e.mlflow.has_value());
+  EXPECT_FALSE(e.mlflow->tracking_uri.has_value());
+  EXPECT_FALSE(Flags().parse({}).mlflow.has_value());
+  EXPECT_NE(flag_error({"--mlflow-log-model", "best"}).find("log_model='best' is not supported"), std::string::npos);
+  EXPECT_NE(flag_error({"--mlflow-tracking-uri", "mlruns"}).find("HINT"), std::string::npos);
+}
+
 TEST(TrainerFlags, DevicesAndGpusAreDeviceRequests) {
   Flags flags;
   const TrainerOptions& o = flags.parse({"--devices", "0,1", "--gpus", "-1"});

@@ -17,6 +17,7 @@
 #include <string>
 #include <vector>
 
+#include "volt/loggers/mlflow_logger.h"
 #include "volt/options/option_enums.h"
 
 namespace volt {
@@ -284,6 +285,11 @@ struct TrainerOptions {
   bool logger = true;
   /// Loggers to use instead of the default.
   std::vector<std::shared_ptr<Logger>> loggers;
+  /// Also log to an MLflow tracking server: fit adds an MLFlowLogger beside the other loggers, in
+  /// the default loggers' version folder. What is unset comes from MLFLOW_TRACKING_URI and the
+  /// other MLFLOW_* variables, so `mlflow = MLFlowOptions{}` uses the environment's server.
+  /// Unset: no MLflow.
+  std::optional<MLFlowOptions> mlflow;
   /// Callbacks, called in order.
   std::vector<std::shared_ptr<Callback>> callbacks;
   /// Show progress (a bar on a terminal, a line every ~30 s otherwise).

@@ -10,6 +10,7 @@
 #include "volt/base/torch_version.h"
 #include "volt/core/error.h"
 #include "volt/core/strings.h"
+#include "volt/loggers/mlflow_rest.h"
 #include "volt/slurm/hostlist.h"
 #include "volt/trainer/gpu_placement.h"
 
@@ -443,6 +444,14 @@ RunPlan resolve_run_plan(const TrainerOptions& options, const Env& env, const Ma
     plan.straggler_every_n_steps = options.straggler_every_n_steps;
   plan.straggler_threshold = options.straggler_threshold;
   plan.use_default_logger = options.logger;
+  if (options.mlflow) {
+    plan.mlflow = mlflow_options_from_env(*options.mlflow, env);
+    VOLT_CHECK(plan.mlflow->tracking_uri.has_value(),
+               "mlflow is set but names no tracking server, and MLFLOW_TRACKING_URI is not set. HINT: pass "
+               "--mlflow-tracking-uri http://HOST:PORT (TrainerOptions::mlflow->tracking_uri) or export "
+               "MLFLOW_TRACKING_URI; `mlflow server --host 127.0.0.1 --port 5000` starts a local server.");
+    plan.mlflow->tracking_uri = mlflow::normalize_tracking_uri(*plan.mlflow->tracking_uri);
+  }
   plan.enable_progress_bar = options.enable_progress_bar;
   plan.enable_checkpointing = options.enable_checkpointing;
   // Lightning's ModelSummary(max_depth=0) prints nothing.
@@ -473,6 +482,7 @@ RunPlan resolve_run_plan(const TrainerOptions& options, const Env& env, const Ma
     plan.val_check_interval = 1.0;
     plan.check_val_every_n_epoch = 1;
     plan.use_default_logger = false;
+    plan.mlflow.reset();
     plan.enable_checkpointing = false;
     plan.requeue.enabled = false;
     plan.requeue.checkpoint_on_sigterm = false;
@@ -578,6 +588,10 @@ std::string RunPlan::describe() const {
   if (detect_anomaly) line("detect_anomaly", "true");
   line("model summary", enable_model_summary ? fmt::format("max depth {}", model_summary_max_depth) : "off");
   line("root dir", root_dir);
+  if (mlflow) {
+    line("mlflow", fmt::format("{}, experiment {}, log_model {}", *mlflow->tracking_uri,
+                               mlflow->experiment_name.value_or("lightning_logs"), to_string(mlflow->log_model)));
+  }
   line("auto-requeue", requeue.enabled
                            ? fmt::format("on {} (scontrol requeue {})", signal_name(requeue.signal), requeue.job_id)
                            : fmt::format("off ({})", requeue.disabled_reason));

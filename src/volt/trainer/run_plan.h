@@ -101,6 +101,9 @@ struct RunPlan {
   RequeuePolicy requeue;                ///< SLURM auto-requeue and the SIGTERM checkpoint
   std::string hpc_checkpoint_dir;       ///< absolute directory of hpc_ckpt_<N>.ckpt files
   int64_t hpc_checkpoints_to_keep = 2;  ///< HPC checkpoints kept after each save
+  /// Log to this MLflow server too (its URI set and checked, the environment's MLFLOW_* read);
+  /// unset: no MLflow, also under fast_dev_run.
+  std::optional<MLFlowOptions> mlflow;
   /// What resolving changed that the user should know (seed-document flags that were mapped,
   /// e.g. "use_amp=true became precision='16-mixed'"); the Trainer prints them once.
   std::vector<std::string> notes;

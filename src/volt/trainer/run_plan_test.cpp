@@ -65,6 +65,30 @@ TEST(RunPlan, FastDevRunLimitsEverythingAndWritesNothing) {
   EXPECT_EQ(p.num_sanity_val_steps, 0);
 }
 
+TEST(RunPlan, MlflowIsOptInAndTakesWhatIsUnsetFromMlflowsVariables) {
+  TrainerOptions options;
+  options.mlflow = MLFlowOptions{.experiment_name = "mine"};
+  const Env::Vars env = {{"MLFLOW_TRACKING_URI", "http://env:5000/"},
+                         {"MLFLOW_EXPERIMENT_NAME", "theirs"},
+                         {"MLFLOW_TRACKING_TOKEN", "t"}};
+  const RunPlan p = plan(options, env);
+  ASSERT_TRUE(p.mlflow.has_value());
+  EXPECT_EQ(p.mlflow->tracking_uri, "http://env:5000");
+  EXPECT_EQ(p.mlflow->experiment_name, "mine");
+  EXPECT_EQ(p.mlflow->token, "t");
+  EXPECT_NE(p.describe().find("http://env:5000, experiment mine, log_model none"), std::string::npos) << p.describe();
+  // The environment alone does not turn MLflow on.
+  EXPECT_FALSE(plan({}, env).mlflow.has_value());
+  // Set, but no server anywhere.
+  EXPECT_NE(error_of(options).find("HINT: pass --mlflow-tracking-uri"), std::string::npos) << error_of(options);
+  options.mlflow->tracking_uri = "file:./mlruns";
+  EXPECT_NE(error_of(options).find("'file:./mlruns' is not an http(s) server"), std::string::npos);
+  // fast_dev_run writes nothing, MLflow included.
+  options.mlflow->tracking_uri = "http://h:1";
+  options.fast_dev_run = 1;
+  EXPECT_FALSE(plan(options).mlflow.has_value());
+}
+
 TEST(RunPlan, UnsupportedHardwareSaysWhatIsSupported) {
   EXPECT_NE(error_of({.accelerator = AcceleratorRequest::kGpu}).find("LibTorch without CUDA"), std::string::npos);
   EXPECT_NE(error_of({.accelerator = AcceleratorRequest::kGpu}).find("available: cpu"), std::string::npos);

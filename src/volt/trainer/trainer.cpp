@@ -16,6 +16,7 @@
 #include "volt/environments/requeue.h"
 #include "volt/loggers/csv_logger.h"
 #include "volt/loggers/hparams_yaml.h"
+#include "volt/loggers/mlflow_logger.h"
 #include "volt/loggers/tensorboard_logger.h"
 #include "volt/loops/evaluation_loop.h"
 #include "volt/loops/fit_loop.h"
@@ -236,11 +237,13 @@ std::vector<std::shared_ptr<Callback>> fit_callbacks(std::vector<std::shared_ptr
 }
 
 /// The loggers of a fit on global rank 0: the user's, or Lightning's defaults (TensorBoard event
-/// files and the CSV that `volt plot` reads, in one version folder).
+/// files and the CSV that `volt plot` reads, in one version folder); and an MLFlowLogger when the
+/// plan has an MLflow server.
 std::vector<std::shared_ptr<Logger>> fit_loggers(const TrainerOptions& options, const RunPlan& plan) {
   if (!plan.is_global_zero()) return {};
   std::vector<std::shared_ptr<Logger>> loggers = options.loggers;
-  if (!loggers.empty() || !plan.use_default_logger) return loggers;
+  const bool defaults = loggers.empty() && plan.use_default_logger;
+  if (!defaults && !plan.mlflow) return loggers;
   LoggerOptions logger_options;
   logger_options.save_dir = plan.root_dir;
   if (!plan.requeue.job_id.empty()) {
@@ -251,8 +254,12 @@ std::vector<std::shared_ptr<Logger>> fit_loggers(const TrainerOptions& options, 
     // Resolved once, so both loggers get the same folder.
     logger_options.version = resolve_version(logger_options);
   }
-  loggers.push_back(std::make_shared<TensorBoardLogger>(logger_options));
-  loggers.push_back(std::make_shared<CSVLogger>(logger_options));
+  if (defaults) {
+    loggers.push_back(std::make_shared<TensorBoardLogger>(logger_options));
+    loggers.push_back(std::make_shared<CSVLogger>(logger_options));
+  }
+  // MLflow beside the others, its local files (the run's id, anything undelivered) in their folder.
+  if (plan.mlflow) loggers.push_back(std::make_shared<MLFlowLogger>(logger_options, *plan.mlflow));
   return loggers;
 }
 
@@ -633,7 +640,9 @@ FitResult Trainer::fit_stage(LightningModule& module, DataLoader train, std::vec
     // folder records how it was started.
     if (!options_.config.is_null() && info.is_global_zero && !info.log_dir.empty()) {
       fs::create_directories(info.log_dir);
-      save_hparams_to_yaml((fs::path(info.log_dir) / kConfigFileName).string(), options_.config);
+      const std::string config_path = (fs::path(info.log_dir) / kConfigFileName).string();
+      save_hparams_to_yaml(config_path, options_.config);
+      for (const auto& logger : metrics.loggers()) logger->after_save_config(config_path);
     }
 
     FitResult fit_result = [&] {
