@@ -1,0 +1,201 @@
+"""MLFlowLogger against a real `mlflow server` (PyPI's, installed by scripts/setup.sh), read back with
+MLflow's own Python client: metrics equal metrics.csv value for value, params, tags, the run's status,
+the config and checkpoints as artifacts; a server that comes up late still gets everything."""
+import json
+import os
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from pathlib import Path
+
+import pytest
+
+from volt_e2e import DETERMINISTIC, SHORT, assert_ok, cluster_free_env, read_metrics_csv, run_binary
+
+MLFLOW_PYTHONPATH = os.environ.get("VOLT_MLFLOW_PYTHONPATH", "/opt/volt/python-mlflow")
+READER = Path(__file__).with_name("mlflow_read.py")
+RUN_FLAGS = ["--model", "mlp", "--max-epochs", "2", "--log-every-n-steps", "5", "--no-test"] + SHORT + DETERMINISTIC
+
+
+def mlflow_env():
+    env = cluster_free_env(PYTHONPATH=MLFLOW_PYTHONPATH, PYTHONDONTWRITEBYTECODE="1")
+    for name in [k for k in env if k.startswith("MLFLOW_")]:
+        del env[name]
+    return env
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class Server:
+    """`mlflow server` on 127.0.0.1:port, runs in SQLite, artifacts served (MLflow's default)."""
+
+    def __init__(self, root, port):
+        self.root, self.port = Path(root), port
+        self.uri = f"http://127.0.0.1:{port}"
+        self.log = open(self.root / f"server-{port}.log", "w")
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "mlflow", "server", "--host", "127.0.0.1", "--port", str(port), "--workers", "1",
+             "--backend-store-uri", f"sqlite:///{self.root}/mlflow.db", "--artifacts-destination",
+             str(self.root / "artifacts")],
+            cwd=self.root, env=mlflow_env(), stdout=self.log, stderr=subprocess.STDOUT, start_new_session=True)
+
+    def wait_up(self, seconds=90):
+        deadline = time.monotonic() + seconds
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                pytest.fail(f"mlflow server exited with {self.proc.returncode}:\n"
+                            f"{(self.root / f'server-{self.port}.log').read_text()[-3000:]}")
+            try:
+                with urllib.request.urlopen(self.uri + "/health", timeout=1) as answer:
+                    if answer.status == 200:
+                        return self
+            except OSError:
+                time.sleep(0.2)
+        pytest.fail(f"mlflow server did not answer on {self.uri} within {seconds} s")
+
+    def stop(self):
+        os.killpg(self.proc.pid, 15)
+        try:
+            self.proc.wait(20)
+        except subprocess.TimeoutExpired:
+            os.killpg(self.proc.pid, 9)
+            self.proc.wait()
+        self.log.close()
+
+    def read(self, experiment, download=None):
+        args = [sys.executable, str(READER), self.uri, experiment] + ([str(download)] if download else [])
+        out = subprocess.run(args, capture_output=True, text=True, env=mlflow_env(), timeout=120)
+        assert out.returncode == 0, out.stderr
+        return json.loads(out.stdout)
+
+
+@pytest.fixture(scope="module")
+def mlflow_installed():
+    probe = subprocess.run([sys.executable, "-c", "import mlflow.server"], env=mlflow_env(), capture_output=True)
+    if probe.returncode != 0:
+        pytest.skip(f"MLflow is not installed in {MLFLOW_PYTHONPATH} (scripts/setup.sh installs it): "
+                    f"{probe.stderr.decode()[-300:]}")
+
+
+@pytest.fixture(scope="module")
+def server(mlflow_installed, tmp_path_factory):
+    started = Server(tmp_path_factory.mktemp("mlflow"), free_port()).wait_up()
+    yield started
+    started.stop()
+
+
+def assert_metrics_match_csv(run, version_dir):
+    """Every value of metrics.csv is in MLflow at its step, and MLflow has nothing else. Compared as
+    sets: MLflow stores a value logged twice at the same step and millisecond once (its key), as
+    happens to `epoch`, which the step, validation and epoch-end rows of one step all carry."""
+    columns, rows = read_metrics_csv(version_dir / "metrics.csv")
+    expected = {}
+    for row in rows:
+        for name in columns:
+            if name != "step" and row[name] != "":
+                expected.setdefault(name, []).append([int(row["step"]), float(row[name])])
+    got = {name: {tuple(point) for point in history} for name, history in run["metrics"].items()}
+    assert got == {name: {tuple(point) for point in history} for name, history in expected.items()}
+
+
+def test_a_fit_is_one_mlflow_run_with_every_metric_param_and_checkpoint(server, binary, dataset, tmp_path):
+    run = run_binary(binary, RUN_FLAGS + ["--mlflow-tracking-uri", server.uri, "--mlflow-experiment-name", "fit",
+                                          "--mlflow-log-model", "end"], tmp_path, env=cluster_free_env())
+    assert_ok(run)
+    assert "MLFlowLogger" not in run.stderr, run.stderr
+    found = server.read("fit", download=tmp_path / "downloaded")
+    assert len(found["runs"]) == 1, found
+    mlflow_run = found["runs"][0]
+    version_dir = run.version_dir(0)
+    assert mlflow_run["status"] == "FINISHED"
+    assert mlflow_run["run_name"] == "version_0"
+    assert mlflow_run["end_time"] >= mlflow_run["start_time"]
+    assert mlflow_run["tags"]["volt.log_dir"] == str(version_dir.resolve())
+    assert mlflow_run["params"]["model"] == "mlp"
+    assert float(mlflow_run["params"]["lr"]) == pytest.approx(1e-3)
+    assert_metrics_match_csv(mlflow_run, version_dir)
+    assert len(mlflow_run["metrics"]["train/loss_step"]) == 8  # every 5th of 40 steps
+    # The config and the checkpoints ModelCheckpoint kept (last + best), byte for byte.
+    kept = sorted(p.name for p in (version_dir / "checkpoints").iterdir())
+    assert mlflow_run["artifacts"] == sorted(["config.yaml"] + [f"checkpoints/{name}" for name in kept])
+    for name in kept:
+        assert (tmp_path / "downloaded" / "checkpoints" / name).read_bytes() == \
+            (version_dir / "checkpoints" / name).read_bytes()
+    assert (tmp_path / "downloaded" / "config.yaml").read_bytes() == (version_dir / "config.yaml").read_bytes()
+    run_file = json.loads((version_dir / "mlflow-run.json").read_text())
+    assert run_file["run_id"] == mlflow_run["run_id"]
+
+
+def test_a_server_that_comes_up_late_still_gets_everything(mlflow_installed, binary, dataset, tmp_path):
+    port = free_port()
+    uri = f"http://127.0.0.1:{port}"
+    # The run starts with nothing listening; the server comes up while it trains (or while fit's
+    # end waits for it): the buffered values are sent then.
+    proc = subprocess.Popen([binary] + RUN_FLAGS + ["--mlflow-tracking-uri", uri, "--mlflow-experiment-name", "late",
+                                                    "--default-root-dir", str(tmp_path)],
+                            cwd=tmp_path, env=cluster_free_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True)
+    late = Server(tmp_path, port)
+    try:
+        stdout, stderr = proc.communicate(timeout=240)
+        late.wait_up()
+        assert proc.returncode == 0, stderr
+        assert "keeping the metrics and trying again" in stderr, stderr
+        assert "did not take" not in stderr, stderr
+        found = late.read("late")
+    finally:
+        late.stop()
+    assert len(found["runs"]) == 1, found
+    version_dir = tmp_path / "lightning_logs" / "version_0"
+    assert found["runs"][0]["status"] == "FINISHED"
+    assert_metrics_match_csv(found["runs"][0], version_dir)
+    assert not (version_dir / "mlflow-undelivered.jsonl").exists()
+
+
+def docs_send_undelivered(tmp_path):
+    """The ```python block of docs/loggers.md that sends an undelivered file, as a script."""
+    page = (Path(__file__).resolve().parents[2] / "docs" / "loggers.md").read_text()
+    block = page.split("```python\n", 1)[1].split("```", 1)[0]
+    script = tmp_path / "send_undelivered.py"
+    script.write_text(block)
+    return script
+
+
+def test_a_server_that_never_answers_costs_a_bounded_wait_and_loses_nothing(server, binary, dataset, tmp_path):
+    uri = f"http://127.0.0.1:{free_port()}"  # nothing listens there
+    run = run_binary(binary, RUN_FLAGS + ["--mlflow-tracking-uri", uri], tmp_path, env=cluster_free_env())
+    assert_ok(run)
+    version_dir = run.version_dir(0)
+    undelivered = version_dir / "mlflow-undelivered.jsonl"
+    assert f"{uri} did not take" in run.stderr and str(undelivered) in run.stderr, run.stderr
+    lines = [json.loads(line) for line in undelivered.read_text().splitlines()]
+    metrics = {}
+    for line in lines:
+        if line["type"] == "metric":
+            metrics.setdefault(line["key"], []).append([line["step"], line["value"]])
+    assert_metrics_match_csv({"metrics": metrics}, version_dir)
+    assert {"type": "param", "key": "model", "value": "mlp"} in lines
+    assert [line["status"] for line in lines if line["type"] == "status"] == ["FINISHED"]
+    assert run.seconds < 120, run
+    # docs/loggers.md's way of sending the file once a server answers: MLflow then holds it all.
+    sent = subprocess.run([sys.executable, str(docs_send_undelivered(tmp_path)), str(version_dir), server.uri],
+                          capture_output=True, text=True, env=mlflow_env(), timeout=120)
+    assert sent.returncode == 0, sent.stderr
+    found = server.read("lightning_logs")
+    assert len(found["runs"]) == 1, found
+    assert found["runs"][0]["status"] == "FINISHED"
+    assert found["runs"][0]["params"]["model"] == "mlp"
+    assert_metrics_match_csv(found["runs"][0], version_dir)
+
+
+def test_a_bad_tracking_uri_is_refused_before_training(binary, tmp_path):
+    run = run_binary(binary, ["--mlflow-tracking-uri", "file:./mlruns"], tmp_path, env=cluster_free_env())
+    assert run.returncode != 0
+    assert "file:./mlruns" in run.stderr and "HINT:" in run.stderr, run.stderr
+    assert not (tmp_path / "lightning_logs").exists()
