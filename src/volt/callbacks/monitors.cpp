@@ -3,8 +3,10 @@
 #include <sys/resource.h>
 #include <unistd.h>
 
+#include <cstdlib>
 #include <fstream>
 #include <map>
+#include <string>
 
 #include "volt/core/error.h"
 #include "volt/module/lightning_module.h"
@@ -69,12 +71,16 @@ Decision ThroughputMonitor::on_train_batch_end(const CallbackContext& context, C
 
 ProcessStats read_process_stats() {
   ProcessStats stats;
-  std::ifstream statm("/proc/self/statm");
-  int64_t size_pages = 0, resident_pages = 0;
-  if (statm >> size_pages >> resident_pages) stats.rss_bytes = resident_pages * sysconf(_SC_PAGESIZE);
+  std::ifstream status("/proc/self/status");
+  for (std::string line; std::getline(status, line);) {
+    // "VmRSS:     123456 kB"
+    int64_t* field = line.rfind("VmRSS:", 0) == 0 ? &stats.rss_bytes
+                     : line.rfind("VmHWM:", 0) == 0 ? &stats.peak_rss_bytes
+                                                    : nullptr;
+    if (field != nullptr) *field = std::strtoll(line.c_str() + 6, nullptr, 10) * 1024;
+  }
   rusage usage{};
   if (getrusage(RUSAGE_SELF, &usage) == 0) {
-    stats.peak_rss_bytes = static_cast<int64_t>(usage.ru_maxrss) * 1024;  // Linux reports kB
     stats.cpu_seconds = static_cast<double>(usage.ru_utime.tv_sec + usage.ru_stime.tv_sec) +
                         static_cast<double>(usage.ru_utime.tv_usec + usage.ru_stime.tv_usec) / 1e6;
   }

@@ -57,13 +57,14 @@ class ThroughputMonitor : public Callback {
 struct ProcessStats {
   /// Resident memory now, bytes.
   int64_t rss_bytes = 0;
-  /// The largest resident memory so far, bytes.
+  /// The largest resident memory so far (the kernel's high-water mark, which writing 5 to
+  /// /proc/self/clear_refs resets), bytes.
   int64_t peak_rss_bytes = 0;
   /// CPU time used so far (user and system, all threads), seconds.
   double cpu_seconds = 0.0;
 };
 
-/// This process's stats from /proc/self/statm and getrusage.
+/// This process's stats from /proc/self/status (VmRSS, VmHWM) and getrusage (CPU time).
 ProcessStats read_process_stats();
 
 /// Options of DeviceStatsMonitor.

@@ -6,6 +6,7 @@
 
 #include "volt/core/error.h"
 #include "volt/profiler/profiler.h"
+#include "volt/profiler/straggler.h"
 
 namespace volt {
 namespace {
@@ -13,13 +14,6 @@ namespace {
 constexpr size_t kSideBySideRanks = 8;  // past this, min / median / max columns
 
 std::string ms(double seconds) { return fmt::format("{:.3f}", seconds * 1e3); }
-
-double median(std::vector<double> values) {
-  if (values.empty()) return 0;
-  std::sort(values.begin(), values.end());
-  const size_t n = values.size();
-  return n % 2 == 1 ? values[n / 2] : 0.5 * (values[n / 2 - 1] + values[n / 2]);
-}
 
 }  // namespace
 

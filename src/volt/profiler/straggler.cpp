@@ -16,16 +16,20 @@ double median_of_others(const std::vector<double>& values, size_t skip) {
   for (size_t i = 0; i < values.size(); ++i) {
     if (i != skip) others.push_back(values[i]);
   }
-  if (others.empty()) return 0;
-  std::sort(others.begin(), others.end());
-  const size_t n = others.size();
-  return n % 2 == 1 ? others[n / 2] : 0.5 * (others[n / 2 - 1] + others[n / 2]);
+  return median(std::move(others));
 }
 
 // Below this a phase's excess is noise (a clock read, a cache miss), not a slow phase.
 constexpr double kNoiseSeconds = 20e-6;
 
 }  // namespace
+
+double median(std::vector<double> values) {
+  if (values.empty()) return 0;
+  std::sort(values.begin(), values.end());
+  const size_t n = values.size();
+  return n % 2 == 1 ? values[n / 2] : 0.5 * (values[n / 2 - 1] + values[n / 2]);
+}
 
 RankTiming rank_timing(const ProfileStats& window, int64_t rank, const std::string& host) {
   RankTiming t;

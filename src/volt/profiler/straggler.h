@@ -13,6 +13,10 @@
 
 namespace volt {
 
+/// The median of `values` (the mean of the middle two for an even count; 0 for none): what the
+/// straggler report compares each process with, and the ranks table's middle column.
+double median(std::vector<double> values);
+
 /// One process's training steps over a window, in seconds per step.
 struct RankTiming {
   int64_t rank = 0;      ///< global rank

@@ -11,6 +11,7 @@
 #include <sstream>
 
 #include "volt/callbacks/callback.h"
+#include "volt/callbacks/monitors.h"
 #include "volt/core/error.h"
 #include "volt/core/strings.h"
 #include "volt/data/data_loader.h"
@@ -122,20 +123,6 @@ bool is_out_of_memory(const std::string& message) {
          lower.find("cannot allocate memory") != std::string::npos || lower.find("bad_alloc") != std::string::npos;
 }
 
-/// A value of /proc/self/status in bytes ("VmHWM", "VmRSS"); 0 where there is none.
-int64_t status_bytes(const std::string& field) {
-  std::ifstream in("/proc/self/status");
-  std::string line;
-  while (std::getline(in, line)) {
-    if (line.rfind(field + ":", 0) != 0) continue;
-    std::istringstream words(line.substr(field.size() + 1));
-    int64_t kb = 0;
-    words >> kb;
-    return kb * 1024;
-  }
-  return 0;
-}
-
 /// The memory a trial needs at its peak over what the process held when it began: on a GPU the
 /// caching allocator's peak; on the CPU the peak resident set. On the CPU the heap first gives
 /// back what earlier trials freed (malloc_trim: with tune_allocator glibc keeps it), or a trial
@@ -156,7 +143,7 @@ class PeakMemory {
     ::malloc_trim(0);
     // "5" resets the peak resident set (Linux >= 4.0); where that fails the peak is the process's.
     std::ofstream("/proc/self/clear_refs") << "5";
-    baseline_ = status_bytes("VmRSS");
+    baseline_ = read_process_stats().rss_bytes;
   }
   /// MiB over the baseline at the peak since start_trial().
   double added_mb() const {
@@ -167,7 +154,7 @@ class PeakMemory {
       return static_cast<double>(peak - baseline_) / kMiB;
     }
 #endif
-    return static_cast<double>(status_bytes("VmHWM") - baseline_) / kMiB;
+    return static_cast<double>(read_process_stats().peak_rss_bytes - baseline_) / kMiB;
   }
 
  private:
