@@ -74,7 +74,7 @@ ProcessStats read_process_stats() {
   std::ifstream status("/proc/self/status");
   for (std::string line; std::getline(status, line);) {
     // "VmRSS:     123456 kB"
-    int64_t* field = line.rfind("VmRSS:", 0) == 0 ? &stats.rss_bytes
+    int64_t* field = line.rfind("VmRSS:", 0) == 0   ? &stats.rss_bytes
                      : line.rfind("VmHWM:", 0) == 0 ? &stats.peak_rss_bytes
                                                     : nullptr;
     if (field != nullptr) *field = std::strtoll(line.c_str() + 6, nullptr, 10) * 1024;
