@@ -29,9 +29,11 @@ constexpr const char* kOptionsHint =
 c10::List<double> to_list(const std::vector<double>& values) { return c10::List<double>(values); }
 
 /// Reads a list of one number per param group.
+/// `key`'s list of one value per param group. Groups added after the scheduler was made
+/// (BaseFinetuning's) may have none yet: fewer values than groups are accepted, not more.
 std::optional<std::vector<double>> per_group(FieldReader& reader, const char* key, size_t groups) {
   auto values = reader.numbers(key);
-  if (values && values->size() != groups) {
+  if (values && (values->empty() || values->size() > groups)) {
     reader.problem(fmt::format("{} has {} value(s); the optimizer has {} param group(s)", reader.name(key),
                                values->size(), groups));
     return std::nullopt;
@@ -69,9 +71,15 @@ void LRScheduler::initial_step() { advance(); }
 void LRScheduler::advance() {
   ++last_epoch_;
   ++step_count_;
-  const std::vector<double> lrs = compute_lrs();
-  VOLT_INTERNAL_ASSERT(lrs.size() == group_count(), "{} computed {} lrs for {} groups", name(), lrs.size(),
-                       group_count());
+  std::vector<double> lrs = compute_lrs();
+  VOLT_INTERNAL_ASSERT(!lrs.empty() && lrs.size() <= group_count(), "{} computed {} lrs for {} groups", name(),
+                       lrs.size(), group_count());
+  if (lrs.size() < group_count()) {
+    // Groups added since construction: their lr now times this step's factor for the first group.
+    const std::vector<double> now = current_lrs();
+    const double factor = !last_lr_.empty() && last_lr_[0] != 0.0 ? lrs[0] / last_lr_[0] : 1.0;
+    for (size_t g = lrs.size(); g < now.size(); ++g) lrs.push_back(now[g] * factor);
+  }
   set_lrs(lrs);
   last_lr_ = lrs;
 }
@@ -405,6 +413,8 @@ void ReduceLROnPlateau::observe(double metric) {
 
 std::vector<double> ReduceLROnPlateau::compute_lrs() {
   std::vector<double> lrs = current_lrs();
+  // A group added since construction gets the min_lr the scheduler was made with.
+  if (min_lrs_.size() < lrs.size()) min_lrs_.resize(lrs.size(), options_.min_lr);
   if (!reduce_) return lrs;
   reduce_ = false;
   for (size_t i = 0; i < lrs.size(); ++i) {

@@ -42,6 +42,10 @@ inline constexpr const char* kSchedulerKindKey = "volt_scheduler";
 ///
 /// Like PyTorch's, a scheduler takes each group's lr at construction as its base lr and performs
 /// step 0 when constructed (last_epoch() becomes 0). The optimizer must outlive the scheduler.
+/// A param group added later (BaseFinetuning's unfrozen backbone) has no base lr: each step
+/// multiplies its current lr by the step's factor for the first group (the new lr over the last),
+/// which is what PyTorch's chainable step() does for the multiplicative schedules, and keeps
+/// what a callback set it to in between.
 class LRScheduler {
  public:
   /// Schedules `optimizer`'s param groups, starting from their current lrs.
@@ -78,7 +82,8 @@ class LRScheduler {
   void load_state_dict(const c10::Dict<std::string, c10::IValue>& state);
 
  protected:
-  /// The lr of each param group for the current last_epoch(); called by step() after it
+  /// The lr of each param group the scheduler was made with (or, for a scheduler that reads the
+  /// current lrs, of every group) for the current last_epoch(); called by step() after it
   /// advanced last_epoch().
   virtual std::vector<double> compute_lrs() = 0;
   /// Receives step()'s metric before compute_lrs(); called only when needs_metric() is true.

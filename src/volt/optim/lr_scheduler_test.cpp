@@ -250,7 +250,7 @@ TEST(LRScheduler, LoadingListsEveryProblemAndChangesNothing) {
   StepLR scheduler(sgd.optimizer, 3, 0.5);
   for (int i = 0; i < 5; ++i) scheduler.step();
   StateDict state = scheduler.state_dict();
-  state.insert_or_assign("base_lrs", c10::List<double>({0.1}));
+  state.insert_or_assign("base_lrs", c10::List<double>({0.1, 0.05, 0.2}));
   state.insert_or_assign("gamma", "half");
   EXPECT_EQ(state.erase("step_size"), 1u);
 
@@ -259,7 +259,7 @@ TEST(LRScheduler, LoadingListsEveryProblemAndChangesNothing) {
   target.step();
   const StateDict before = target.state_dict();
   const std::string message = checkpoint_error([&] { target.load_state_dict(state); });
-  EXPECT_NE(message.find("'base_lrs'] has 1 value(s); the optimizer has 2 param group(s)"), std::string::npos)
+  EXPECT_NE(message.find("'base_lrs'] has 3 value(s); the optimizer has 2 param group(s)"), std::string::npos)
       << message;
   EXPECT_NE(message.find("['gamma'] is a String; expected a number"), std::string::npos) << message;
   EXPECT_NE(message.find("['step_size'] is missing"), std::string::npos) << message;
@@ -267,6 +267,61 @@ TEST(LRScheduler, LoadingListsEveryProblemAndChangesNothing) {
   EXPECT_EQ(after.at("last_epoch").toInt(), before.at("last_epoch").toInt());
   EXPECT_EQ(after.at("step_size").toInt(), 4);
   EXPECT_EQ(after.at("gamma").toDouble(), 0.25);
+}
+
+/// Values from PyTorch 1.13 (StepLR(step_size=2, gamma=0.5) over SGD lr 0.1; a group of lr 0.04
+/// added after the first step, set to 0.03 by hand after the second): its chainable step()
+/// multiplies every group's current lr, the added one's too.
+TEST(LRScheduler, AGroupAddedLaterFollowsTheScheduleFromItsCurrentLr) {
+  torch::Tensor a = torch::ones({1}, torch::requires_grad());
+  torch::Tensor b = torch::ones({1}, torch::requires_grad());
+  torch::optim::SGD optimizer({torch::optim::OptimizerParamGroup({a})}, torch::optim::SGDOptions(0.1));
+  StepLR scheduler(optimizer, 2, 0.5);
+  const auto lrs = [&optimizer] {
+    std::vector<double> out;
+    for (const auto& group : optimizer.param_groups()) out.push_back(group.options().get_lr());
+    return out;
+  };
+  scheduler.step();
+  EXPECT_EQ(lrs(), std::vector<double>({0.1}));
+  // BaseFinetuning's unfreeze_and_add_param_group.
+  optimizer.add_param_group(torch::optim::OptimizerParamGroup({b}, std::make_unique<torch::optim::SGDOptions>(0.04)));
+  scheduler.step();
+  EXPECT_EQ(lrs(), std::vector<double>({0.05, 0.02}));
+  optimizer.param_groups()[1].options().set_lr(0.03);  // BackboneFinetuning's ramp, between steps
+  scheduler.step();
+  EXPECT_EQ(lrs(), std::vector<double>({0.05, 0.03}));
+  const StateDict saved = scheduler.state_dict();
+  scheduler.step();
+  const std::vector<double> expected = {0.025, 0.015};
+  EXPECT_EQ(lrs(), expected);
+  EXPECT_EQ(scheduler.get_last_lr(), expected);
+
+  // A resumed run: the optimizer has both groups again (BaseFinetuning restores them), the
+  // state's base_lrs only the first's; the next step sets what the uninterrupted one did.
+  torch::Tensor c = torch::ones({1}, torch::requires_grad());
+  torch::Tensor d = torch::ones({1}, torch::requires_grad());
+  torch::optim::SGD resumed({torch::optim::OptimizerParamGroup({c}),
+                             torch::optim::OptimizerParamGroup({d}, std::make_unique<torch::optim::SGDOptions>(0.04))},
+                            torch::optim::SGDOptions(0.1));
+  StepLR again(resumed, 2, 0.5);
+  again.load_state_dict(saved);
+  resumed.param_groups()[0].options().set_lr(0.05);  // the optimizer's own state brings its lrs back
+  resumed.param_groups()[1].options().set_lr(0.03);
+  again.step();
+  EXPECT_EQ(again.get_last_lr(), expected);
+}
+
+TEST(ReduceLROnPlateau, AGroupAddedLaterIsReducedDownToTheMinLr) {
+  torch::Tensor a = torch::ones({1}, torch::requires_grad());
+  torch::Tensor b = torch::ones({1}, torch::requires_grad());
+  torch::optim::SGD optimizer({torch::optim::OptimizerParamGroup({a})}, torch::optim::SGDOptions(1.0));
+  ReduceLROnPlateau scheduler(optimizer, ReduceLROnPlateauOptions{.factor = 0.5, .patience = 0, .min_lr = 0.3});
+  optimizer.add_param_group(torch::optim::OptimizerParamGroup({b}, std::make_unique<torch::optim::SGDOptions>(0.4)));
+  scheduler.step(1.0);
+  scheduler.step(2.0);  // no improvement: reduce
+  EXPECT_EQ(scheduler.get_last_lr(), std::vector<double>({0.5, 0.3}));
+  EXPECT_EQ(scheduler.state_dict().at("min_lrs").toDoubleList().size(), 2u);
 }
 
 TEST(MultiStepLR, LoadsPytorchsCounterOfMilestones) {
