@@ -146,6 +146,37 @@ def test_a_resumed_shard_grad_op_run_ends_bit_identical_to_an_uninterrupted_one(
         assert flat_params(resumed) == flat_params(whole)
 
 
+def test_a_backbone_unfrozen_mid_run_is_laid_out_again_and_matches_ddp_and_one_process(tmp_path):
+    """BackboneFinetuning freezes the hidden layer, then adds it as a param group at epoch 1 (12
+    steps an epoch): fsdp lays out the new set, keeping Adam's state of the layers that trained."""
+    fine_tune = ADAM + ["--max-epochs", "3", "--unfreeze-hidden-at", "1"]
+    one, _ = fit(tmp_path, "one", fine_tune + ["--batch-size", "16"])
+    common = fine_tune + ["--devices", "2", "--batch-size", "8"]
+    ddp, _ = fit(tmp_path, "ddp", common + ["--strategy", "ddp"])
+    fsdp, _ = fit(tmp_path, "fsdp", common + ["--strategy", "fsdp"])
+    reference = ranks(one, 1)[0]
+    results = ranks(fsdp, 2)
+    for r, d in zip(results, ranks(ddp, 2)):
+        assert r["global_step"] == 36
+        assert_close(flat_params(r), flat_params(d), TOLERANCE)
+        assert_close(flat_params(r), flat_params(reference), TOLERANCE)
+    assert flat_params(results[0]) == flat_params(results[1])
+    # The hidden layer trained after the unfreeze: now every trained value is sharded.
+    assert sum(r["optimizer_state_numel"] for r in results) == ranks(ddp, 2)[0]["optimizer_state_numel"]
+
+
+def test_a_fine_tuning_run_resumed_after_the_unfreeze_ends_bit_identical(tmp_path):
+    common = ADAM + ["--strategy", "fsdp", "--devices", "2", "--batch-size", "8", "--max-epochs", "3",
+                     "--unfreeze-hidden-at", "1"]
+    straight, _ = fit(tmp_path, "straight", common)
+    checkpoint = checkpoint_after(tmp_path, "first", common, 15)  # inside epoch 1, after the unfreeze
+    second, _ = fit(tmp_path, "second", common + ["--ckpt-path", str(checkpoint), "--default-root-dir",
+                                                   str(tmp_path / "root2")])
+    for whole, resumed in zip(ranks(straight, 2), ranks(second, 2)):
+        assert resumed["global_step"] == whole["global_step"] == 36
+        assert flat_params(resumed) == flat_params(whole)
+
+
 @pytest.mark.parametrize("first,second", [
     (["--strategy", "fsdp", "--devices", "2", "--batch-size", "8"], ["--batch-size", "16"]),
     (["--strategy", "ddp", "--devices", "2", "--batch-size", "8"],
@@ -314,10 +345,9 @@ def test_a_hung_rank_under_fsdp_fails_the_others_at_the_collective_timeout(tmp_p
     (["--strategy", "fsdp", "--sharding-strategy", "full_shard"], "not built yet"),
     (["--strategy", "ddp", "--sharding-strategy", "no_shard"], "an option of strategy='fsdp'"),
     (["--strategy", "fsdp", "--sharding-strategy", "zero3"], "sharding_strategy='zero3' is not supported"),
-    (["--strategy", "fsdp", "--unfreeze-hidden-at", "1", "--max-epochs", "2"], "laid out the"),
     (["--strategy", "ddp", "--state-dict-type", "sharded"], "state_dict_type='sharded' is an option of"),
     (["--strategy", "fsdp", "--sharding-strategy", "no_shard", "--state-dict-type", "sharded"], "shards nothing"),
-], ids=["full-shard", "not-fsdp", "unknown", "unfreeze", "sharded-not-fsdp", "sharded-no-shard"])
+], ids=["full-shard", "not-fsdp", "unknown", "sharded-not-fsdp", "sharded-no-shard"])
 def test_what_fsdp_cannot_run_is_refused_with_a_hint(tmp_path, args, expected):
     proc = run(["--devices", "2", "--max-steps", "8"] + args, tmp_path, timeout=110)
     assert proc.returncode != 0

@@ -93,6 +93,11 @@ void DdpStrategy::arm_synchronizer(LightningModule& module) {
 }
 
 void DdpStrategy::sync_trainable_parameters(LightningModule& module) {
+  if (agreed_trainable_parameters(module) == synchronized_) return;
+  arm_synchronizer(module);
+}
+
+std::vector<std::string> DdpStrategy::agreed_trainable_parameters(LightningModule& module) {
   std::vector<std::string> trainable;
   int64_t numel = 0;
   for (const auto& item : module.named_parameters(true)) {
@@ -112,8 +117,7 @@ void DdpStrategy::sync_trainable_parameters(LightningModule& module) {
              "{} tensors / {} values). HINT: freeze and unfreeze layers on every process at the same epoch, e.g. in "
              "on_train_epoch_start by the epoch number alone.",
              topology_.global_rank, trainable.size(), numel, shape[0].item<double>(), shape[1].item<double>());
-  if (trainable == synchronized_) return;
-  arm_synchronizer(module);
+  return trainable;
 }
 
 void DdpStrategy::before_forward(LightningModule&) {

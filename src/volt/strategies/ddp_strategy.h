@@ -56,6 +56,10 @@ class DdpStrategy : public Strategy {
   ProcessGroup& process_group();
 
  protected:
+  /// The names of `module`'s parameters that require grad, after checking that every rank trains
+  /// as many tensors and values (a collective: every rank calls it, every epoch). Throws
+  /// volt::Error naming this rank when another trains a different set.
+  std::vector<std::string> agreed_trainable_parameters(LightningModule& module);
   /// Checks that every rank holds a module of the same shape and broadcasts rank 0's parameters
   /// and buffers; remembers the buffers for before_forward.
   void broadcast_module(LightningModule& module);

@@ -48,6 +48,7 @@ void FsdpStrategy::setup_module(LightningModule& module) {
 void FsdpStrategy::setup_optimizers(LightningModule& module,
                                     const std::vector<std::shared_ptr<torch::optim::Optimizer>>& optimizers) {
   if (!shard_) return;
+  module_ = &module;
   std::map<const c10::TensorImpl*, std::string> names;
   trainable_.clear();
   for (const auto& item : module.named_parameters(true)) {
@@ -129,21 +130,40 @@ void FsdpStrategy::sync_trainable_parameters(LightningModule& module) {
     DdpStrategy::sync_trainable_parameters(module);
     return;
   }
-  std::vector<std::string> trainable;
-  for (const auto& item : module.named_parameters(true))
-    if (item.value().requires_grad()) trainable.push_back(item.key());
-  size_t held = 0;
-  for (const auto& optimizer : optimizers_)
-    for (const auto& group : optimizer->param_groups()) held += group.params().size();
-  size_t laid_out = 0;
-  for (const auto& ids : ids_) laid_out += ids.size();
-  // Each process checks alone: every one of them changed the same way or fails the same way.
-  VOLT_CHECK(trainable == trainable_ && held == laid_out,
-             "strategy='fsdp' (shard_grad_op) laid out the {} parameters that trained when fit started, but now {} "
-             "parameters train and the optimizers hold {} (a callback such as BackboneFinetuning froze, unfroze or "
-             "added parameters). HINT: use strategy='ddp' for a fine-tuning schedule, or train every layer from the "
-             "start.",
-             trainable_.size(), trainable.size(), held);
+  // Every rank agrees on the set first: a rank that alone re-laid out would pair its pieces with
+  // other ranks' different ones in every collective after.
+  if (agreed_trainable_parameters(module) != trainable_ || !layout_current()) relayout(module);
+}
+
+bool FsdpStrategy::layout_current() const {
+  for (size_t k = 0; k < optimizers_.size(); ++k) {
+    size_t held = 0;
+    for (const auto& group : optimizers_[k]->param_groups()) held += group.params().size();
+    if (held != ids_[k].size()) return false;
+  }
+  return true;
+}
+
+void FsdpStrategy::relayout(LightningModule& module) {
+  // A callback froze or unfroze parameters, or added a param group (BackboneFinetuning): the
+  // flat layout covers the old set. Every process gathers the whole optimizer state, the
+  // optimizers get the whole parameters back, the new set is laid out, and the state is cut
+  // again: as if the run had resumed from a full checkpoint into the new layout.
+  VOLT_INTERNAL_ASSERT(!grads_flat_.defined(), "fsdp re-laid out its parameters between a backward and its step");
+  const std::vector<c10::IValue> whole = whole_optimizer_states(/*everyone=*/true);
+  for (size_t k = 0; k < optimizers_.size(); ++k) {
+    size_t id = 0;
+    for (auto& group : optimizers_[k]->param_groups()) {
+      for (torch::Tensor& p : group.params()) {
+        // The whole parameters view params_flat_, complete since the last all-gather;
+        // setup_optimizers copies them into the new buffer.
+        if (id < ids_[k].size() && ids_[k][id]) p = entries_[*ids_[k][id]].param;
+        ++id;
+      }
+    }
+  }
+  setup_optimizers(module, optimizers_);
+  for (size_t k = 0; k < optimizers_.size(); ++k) load_whole_optimizer_state(k, whole[k]);
 }
 
 void FsdpStrategy::before_backward(const torch::Tensor& loss, bool synchronize) {
@@ -215,17 +235,22 @@ std::vector<c10::IValue> FsdpStrategy::gather_optimizer_states(
   if (!shard_) return DdpStrategy::gather_optimizer_states(optimizers);
   VOLT_INTERNAL_ASSERT(optimizers.size() == optimizers_.size(), "gather of {} optimizers, {} laid out",
                        optimizers.size(), optimizers_.size());
-  const bool root = is_global_zero();
+  return whole_optimizer_states(/*everyone=*/false);
+}
+
+std::vector<c10::IValue> FsdpStrategy::whole_optimizer_states(bool everyone) {
+  const bool root = everyone || is_global_zero();
   std::vector<c10::IValue> out;
-  for (size_t k = 0; k < optimizers.size(); ++k) {
-    const GenericDict top = optimizer_state_dict(*optimizers[k]).toGenericDict();
+  for (size_t k = 0; k < optimizers_.size(); ++k) {
+    const GenericDict top = optimizer_state_dict(*optimizers_[k]).toGenericDict();
     const GenericDict state = top.at("state").toGenericDict();
     // The elementwise entries of the sharded parameters, by name: id -> tensor.
     std::map<std::string, std::map<int64_t, torch::Tensor>> pieces;
     std::string signature;
     for (const auto& entry : state) {
       const int64_t id = entry.key().toInt();
-      if (!ids_[k].at(id)) continue;
+      // Beyond the layout: a group added since, whose parameters have no state yet.
+      if (static_cast<size_t>(id) >= ids_[k].size() || !ids_[k][id]) continue;
       for (const auto& field : entry.value().toGenericDict()) {
         const std::string key = field.key().toStringRef();
         if (!is_elementwise_state(key) || !field.value().isTensor()) continue;
@@ -303,6 +328,9 @@ void FsdpStrategy::load_optimizer_state(torch::optim::Optimizer& optimizer, cons
     DdpStrategy::load_optimizer_state(optimizer, state);
     return;
   }
+  // A resumed fine-tuning run: BaseFinetuning added its groups back (and set requires_grad) after
+  // the layout was made; lay them out before the state, which holds them, is cut.
+  if (!layout_current()) relayout(*module_);
   const size_t k = optimizer_index(optimizer);
   if (auto [marker, own] = split_shard_marker(state); marker) {
     // A sharded checkpoint's piece: it must be this process's, of parameters laid out as here.
@@ -325,13 +353,17 @@ void FsdpStrategy::load_optimizer_state(torch::optim::Optimizer& optimizer, cons
     load_optimizer_state_dict(optimizer, own);
     return;
   }
+  load_whole_optimizer_state(k, state);
+}
+
+void FsdpStrategy::load_whole_optimizer_state(size_t k, const c10::IValue& state) {
   std::vector<std::optional<ShardPiece>> pieces;
   std::vector<int64_t> numels;
   for (const auto& index : ids_[k]) {
     pieces.push_back(index ? std::optional<ShardPiece>(entries_[*index].range) : std::nullopt);
     numels.push_back(index ? entries_[*index].param.numel() : 0);
   }
-  load_optimizer_state_dict(optimizer, shard_optimizer_state(state, pieces, numels));
+  load_optimizer_state_dict(*optimizers_[k], shard_optimizer_state(state, pieces, numels));
 }
 
 TrainingMemory training_memory(const torch::nn::Module& module,

@@ -41,6 +41,8 @@ TrainingMemory training_memory(const torch::nn::Module& module,
 /// that each process receives the gradients of its chunk (and frees the whole ones), the
 /// optimizers update only this process's pieces (views of its chunk), and after_optimizer_step
 /// all-gathers the chunks into the flat buffer so every process holds the updated model.
+/// When the trained set changes (a callback unfreezes a layer, BackboneFinetuning adds a param
+/// group), sync_trainable_parameters lays out the new set, keeping the optimizers' state.
 /// Checkpoints hold the whole optimizer state, gathered on rank 0, in the layout one process
 /// writes, so a run resumes under any strategy and process count.
 class FsdpStrategy : public DdpStrategy {
@@ -76,6 +78,15 @@ class FsdpStrategy : public DdpStrategy {
   };
   /// The index of `optimizer` in optimizers_ (an internal error when fsdp did not lay it out).
   size_t optimizer_index(const torch::optim::Optimizer& optimizer) const;
+  /// Whether the layout covers every parameter the optimizers hold (no group added since).
+  bool layout_current() const;
+  /// Lays out the parameters that train now, keeping the optimizers' state (a collective).
+  void relayout(LightningModule& module);
+  /// Each optimizer's whole state (its pieces all-gathered), on every process when `everyone`,
+  /// else on rank 0 (the others get none). A collective.
+  std::vector<c10::IValue> whole_optimizer_states(bool everyone);
+  /// Loads optimizer `k`'s whole `state` cut to this process's pieces.
+  void load_whole_optimizer_state(size_t k, const c10::IValue& state);
 
   bool shard_;
   std::vector<Entry> entries_;
@@ -89,8 +100,10 @@ class FsdpStrategy : public DdpStrategy {
   /// For each optimizer, its parameter numbers (across groups) -> index into entries_ (nullopt:
   /// a parameter that does not train, kept whole).
   std::vector<std::vector<std::optional<size_t>>> ids_;
-  /// The names of the parameters that trained at setup.
+  /// The names of the parameters laid out (that trained at setup or the last relayout).
   std::vector<std::string> trainable_;
+  /// The module laid out, for a relayout while a checkpoint loads.
+  LightningModule* module_ = nullptr;
 };
 
 }  // namespace volt
