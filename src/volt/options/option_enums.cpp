@@ -22,6 +22,7 @@ constexpr ShardingStrategy kShardingStrategies[] = {ShardingStrategy::kFullShard
                                                     ShardingStrategy::kNoShard};
 constexpr StateDictType kStateDictTypes[] = {StateDictType::kFull, StateDictType::kSharded};
 constexpr ProfilerKind kProfilerKinds[] = {ProfilerKind::kSimple, ProfilerKind::kPytorch};
+constexpr PipelineSchedule kPipelineSchedules[] = {PipelineSchedule::kGPipe, PipelineSchedule::k1F1B};
 constexpr Precision kPrecisions[] = {Precision::k32True,    Precision::k64True, Precision::k16Mixed,
                                      Precision::kBf16Mixed, Precision::k16True, Precision::kBf16True};
 constexpr AmpLevel kAmpLevels[] = {AmpLevel::kO0, AmpLevel::kO1, AmpLevel::kO2, AmpLevel::kO3};
@@ -263,6 +264,22 @@ ProfilerKind parse_profiler_kind(const std::string& text) {
   return parse_named(text, kProfilerKinds, "profiler", quoted_names(kProfilerKinds),
                      "'simple' prints the time per action at the end of each stage; 'pytorch' also writes a Chrome "
                      "trace of a few steps per process; leave it unset for no profiler.");
+}
+
+const char* to_string(PipelineSchedule schedule) {
+  switch (schedule) {
+    case PipelineSchedule::kGPipe:
+      return "gpipe";
+    case PipelineSchedule::k1F1B:
+      return "1f1b";
+  }
+  return "?";
+}
+
+PipelineSchedule parse_pipeline_schedule(const std::string& text) {
+  return parse_named(text, kPipelineSchedules, "pipeline_schedule", quoted_names(kPipelineSchedules),
+                     "'gpipe' runs every forward before the backwards; '1f1b' keeps fewer activations alive (the "
+                     "module's loss must come from Pipe::train_step).");
 }
 
 std::optional<std::vector<int64_t>> parse_pipeline_balance(const std::string& text) {

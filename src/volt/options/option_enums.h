@@ -118,6 +118,17 @@ const char* to_string(ProfilerKind kind);
 /// Parses "simple" or "pytorch", in any case.
 ProfilerKind parse_profiler_kind(const std::string& text);
 
+/// The order in which each pipeline stage runs its micro-batches' forward and backward passes
+/// (TrainerOptions::pipeline_schedule, volt::Pipeline::train_step).
+enum class PipelineSchedule {
+  kGPipe,  ///< "gpipe": every forward, then every backward in reverse order (fill-drain)
+  k1F1B,   ///< "1f1b": stage s runs k - s - 1 forwards, then one forward and one backward in turn
+};
+/// "gpipe" or "1f1b".
+const char* to_string(PipelineSchedule schedule);
+/// Parses "gpipe" or "1f1b" (any case); throws volt::Error with the supported names.
+PipelineSchedule parse_pipeline_schedule(const std::string& text);
+
 /// Parses --pipeline-balance: "auto" (nullopt) or layer counts per stage, "2,1,3"; throws
 /// volt::Error with a HINT for anything else (a count below 1, a word).
 std::optional<std::vector<int64_t>> parse_pipeline_balance(const std::string& text);

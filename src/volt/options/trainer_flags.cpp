@@ -39,6 +39,7 @@ void describe_trainer_flags(CLI::App& app, const TrainerOptions& o) {
       {"--detect-stragglers", [&o] { return bool_text(o.detect_stragglers); }},
       {"--pipeline-balance", [&o] { return to_string_pipeline_balance(o.pipeline_balance); }},
       {"--pipeline-chunks", [&o] { return o.pipeline_chunks ? std::to_string(*o.pipeline_chunks) : ""; }},
+      {"--pipeline-schedule", [&o] { return o.pipeline_schedule ? to_string(*o.pipeline_schedule) : ""; }},
       {"--precision", [&o] { return std::string(to_string(o.precision)); }},
       {"--amp-level", [&o] { return o.amp_level ? std::string(to_string(*o.amp_level)) : ""; }},
       {"--process-group-backend", [&o] { return std::string(to_string(o.process_group_backend)); }},
@@ -100,6 +101,9 @@ void describe_trainer_flags(CLI::App& app, const TrainerOptions& o) {
   }));
   app.get_option("--mlflow-log-model")->check(parsed_by([](const std::string& text) { parse_log_model(text); }));
   app.get_option("--pipeline-balance")->check(parsed_by([](const std::string& text) { parse_pipeline_balance(text); }));
+  app.get_option("--pipeline-schedule")->check(parsed_by([](const std::string& text) {
+    parse_pipeline_schedule(text);
+  }));
   app.get_option("--precision")->check(parsed_by([](const std::string& text) { parse_precision(text); }));
   app.get_option("--amp-level")->check(parsed_by([](const std::string& text) { parse_amp_level(text); }));
   app.get_option("--process-group-backend")->check(parsed_by([](const std::string& text) {
@@ -152,6 +156,8 @@ void add_trainer_flags(CLI::App& app, TrainerOptions& o, TrainerFlagText& t) {
   app.add_option("--pipeline-balance", t.pipeline_balance,
                  "pipeline: layers per stage (e.g. 2,1,3), or auto (measured on the first batch)");
   app.add_option("--pipeline-chunks", t.pipeline_chunks, "pipeline: micro-batches per batch (default 8)");
+  app.add_option("--pipeline-schedule", t.pipeline_schedule,
+                 "pipeline: gpipe or 1f1b, the micro-batches' order in Pipe::train_step (default gpipe)");
   app.add_flag("--find-unused-parameters", o.find_unused_parameters, "ddp: allow parameters without gradients");
   app.add_flag("--sync-batchnorm", o.sync_batchnorm, "ddp: BatchNorm statistics over the global batch (SyncBatchNorm)");
   app.add_option("--bucket-cap-mb", o.bucket_cap_mb, "ddp: gradient bucket size in MiB")->capture_default_str();
@@ -284,6 +290,7 @@ void apply_trainer_flags(const TrainerFlagText& t, TrainerOptions& o) {
   }
   if (t.max_epochs) o.max_epochs = *t.max_epochs;
   if (t.pipeline_chunks) o.pipeline_chunks = *t.pipeline_chunks;
+  if (!t.pipeline_schedule.empty()) o.pipeline_schedule = parse_pipeline_schedule(t.pipeline_schedule);
   if (t.max_steps) o.max_steps = *t.max_steps;
   if (!t.max_time.empty()) o.max_time = parse_duration(t.max_time, "--max-time");
   if (t.num_threads) {

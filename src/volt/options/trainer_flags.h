@@ -20,6 +20,7 @@ struct TrainerFlagText {
   std::string state_dict_type;              ///< --state-dict-type
   std::string profiler;                     ///< --profiler
   std::string pipeline_balance;             ///< --pipeline-balance ("auto" or "2,1,3")
+  std::string pipeline_schedule;            ///< --pipeline-schedule
   std::string precision;                    ///< --precision
   std::string amp_level;                    ///< --amp-level
   std::string process_group_backend;        ///< --process-group-backend

@@ -162,6 +162,10 @@ struct TrainerOptions {
   std::optional<std::vector<int64_t>> pipeline_balance;
   /// strategy=kPipeline: micro-batches each batch is cut into. Unset: 8 (Lightning's pipe plugin).
   std::optional<int64_t> pipeline_chunks;
+  /// strategy=kPipeline: the micro-batches' order in a step that the module runs through
+  /// `Pipe::train_step` (its loss per micro-batch): GPipe's fill-drain or 1F1B (fewer activations
+  /// alive). A loss from `Pipe::forward` always runs GPipe's order. Unset: kGPipe.
+  std::optional<PipelineSchedule> pipeline_schedule;
   /// k32True (default), k64True, k16Mixed, kBf16Mixed, k16True or kBf16True. The mixed modes run
   /// the steps under autocast (16-mixed also scales the loss); a CPU build with LibTorch 1.13 runs
   /// 32-true, 64-true, bf16-mixed and bf16-true.

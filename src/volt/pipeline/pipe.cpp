@@ -81,6 +81,18 @@ void PipeImpl::build(const torch::Tensor& sample) {
   }
 }
 
+torch::Tensor PipeImpl::train_step(const torch::Tensor& x, const Pipeline::MicroBatchLoss& loss) {
+  if (!options_ || !torch::GradMode::is_enabled()) return loss(layers->forward(x), 0, x.size(0));
+  VOLT_CHECK(!options_->loss_scaling,
+             "Pipe::train_step runs each micro-batch's backward itself, which 16-mixed's loss scaling cannot reach. "
+             "HINT: use precision='bf16-mixed' or '32-true', or compute the loss from Pipe::forward (GPipe's order).");
+  if (!pipeline_) build(x);
+  const torch::Tensor total = pipeline_->train_step(x, options_->chunks, options_->schedule, loss).to(x.device());
+  // The layers' gradients are complete: the caller's backward of this loss must add nothing to
+  // them, so it ends in a leaf of its own.
+  return total + torch::zeros({}, total.options().requires_grad(true));
+}
+
 torch::Tensor PipeImpl::forward(const torch::Tensor& x) {
   if (!options_) return layers->forward(x);
   if (!pipeline_) build(x);

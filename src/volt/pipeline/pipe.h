@@ -14,9 +14,9 @@
 #include <string>
 #include <vector>
 
-namespace volt {
+#include "volt/pipeline/pipeline.h"
 
-class Pipeline;
+namespace volt {
 
 /// How a Pipe splits and runs its layers under strategy="pipeline" (the Trainer sets them).
 struct PipeOptions {
@@ -27,6 +27,11 @@ struct PipeOptions {
   std::vector<torch::Device> devices;
   /// Micro-batches per batch.
   int64_t chunks = 1;
+  /// The micro-batches' order in train_step.
+  PipelineSchedule schedule = PipelineSchedule::kGPipe;
+  /// The run scales its loss before backward (16-mixed): train_step, which seeds the backward
+  /// itself, refuses to run.
+  bool loss_scaling = false;
   /// Told once, with describe_balance's text, when the partition is chosen.
   std::function<void(const std::string&)> report;
 };
@@ -54,6 +59,24 @@ class PipeImpl : public torch::nn::Module {
   /// with a graph whose backward runs on the stage threads), else the Sequential's. The output
   /// is on `x`'s device.
   torch::Tensor forward(const torch::Tensor& x);
+
+  /// A training step's loss of `x` through the layers, `loss` giving each micro-batch's (as
+  /// Pipeline::train_step: its output and its rows [begin, end) of the batch, weighted by its
+  /// share of the rows for a mean). Pipelined, the forward and backward passes run here, in the
+  /// schedule PipeOptions names (1F1B or GPipe), and the returned loss (the micro-batches' sum)
+  /// carries a graph whose backward adds nothing: the layers' gradients are complete already,
+  /// so training_step returns it as any loss. Otherwise (another strategy, or no grad mode) it is
+  /// `loss(layers(x), 0, rows)` with its graph.
+  ///
+  /// Example (in training_step):
+  /// ```
+  /// const int64_t rows = batch.data.size(0);
+  /// return layers_->train_step(batch.data, [&](const torch::Tensor& out, int64_t begin, int64_t end) {
+  ///   const torch::Tensor target = batch.target.slice(0, begin, end).to(out.device());
+  ///   return torch::mse_loss(out, target) * (static_cast<double>(end - begin) / rows);
+  /// });
+  /// ```
+  torch::Tensor train_step(const torch::Tensor& x, const Pipeline::MicroBatchLoss& loss);
 
   /// Runs the layers as a pipeline from the next forward on (strategy="pipeline").
   void enable(PipeOptions options);

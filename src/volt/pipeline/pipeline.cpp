@@ -110,26 +110,6 @@ std::vector<std::pair<int64_t, int64_t>> chunk_rows(int64_t rows, int64_t chunks
 
 }  // namespace
 
-const char* to_string(PipelineSchedule schedule) {
-  switch (schedule) {
-    case PipelineSchedule::kGPipe:
-      return "gpipe";
-    case PipelineSchedule::k1F1B:
-      return "1f1b";
-  }
-  return "?";
-}
-
-PipelineSchedule parse_pipeline_schedule(const std::string& text) {
-  const std::string name = to_lower(trim(text));
-  if (name == "gpipe") return PipelineSchedule::kGPipe;
-  if (name == "1f1b") return PipelineSchedule::k1F1B;
-  throw Error(
-      fmt::format("pipeline_schedule='{}' is not supported; supported: 'gpipe', '1f1b'. HINT: 'gpipe' runs "
-                  "every forward before the backwards; '1f1b' keeps fewer activations alive.",
-                  text));
-}
-
 double PipelineStepStats::bubble() const {
   if (busy.empty() || seconds <= 0) return 0;
   double sum = 0;

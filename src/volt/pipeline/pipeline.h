@@ -13,17 +13,9 @@
 #include <string>
 #include <vector>
 
-namespace volt {
+#include "volt/options/option_enums.h"  // PipelineSchedule
 
-/// The order in which each stage runs its micro-batches' forward and backward passes.
-enum class PipelineSchedule {
-  kGPipe,  ///< "gpipe": every forward, then every backward in reverse order (fill-drain)
-  k1F1B,   ///< "1f1b": stage s runs k - s - 1 forwards, then one forward and one backward in turn
-};
-/// "gpipe" or "1f1b".
-const char* to_string(PipelineSchedule schedule);
-/// Parses "gpipe" or "1f1b" (any case); throws volt::Error with the supported names.
-PipelineSchedule parse_pipeline_schedule(const std::string& text);
+namespace volt {
 
 /// What one pipelined step measured.
 struct PipelineStepStats {

@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include "volt/core/console.h"
+#include "volt/core/testing.h"
 #include "volt/pipeline/pipe.h"
 #include "volt/trainer/trainer_testing.h"
 
@@ -29,10 +30,20 @@ class PipedModule : public LightningModule {
   }
   torch::Tensor forward(const torch::Tensor& x) { return pipe_ ? pipe_->forward(x) : plain_->forward(x); }
   torch::Tensor training_step(const Batch& batch, int64_t) override {
-    torch::Tensor loss = torch::mse_loss(forward(batch.data), batch.target);
+    torch::Tensor loss;
+    if (per_micro_batch_ && pipe_) {
+      const auto rows = static_cast<double>(batch.data.size(0));
+      loss = pipe_->train_step(batch.data, [&](const torch::Tensor& out, int64_t begin, int64_t end) {
+        return torch::mse_loss(out, batch.target.slice(0, begin, end)) * (static_cast<double>(end - begin) / rows);
+      });
+    } else {
+      loss = torch::mse_loss(forward(batch.data), batch.target);
+    }
     log("train/loss", loss);
     return loss;
   }
+  /// The loss from Pipe::train_step (per micro-batch, in the plan's schedule), not Pipe::forward.
+  bool per_micro_batch_ = false;
   OptimizerConfig configure_optimizers() override {
     return std::make_shared<torch::optim::Adam>(parameters(), torch::optim::AdamOptions(0.01));
   }
@@ -77,6 +88,46 @@ TEST_F(PipelineTrainerTest, TwoAndThreeStagesTrainLikeOneDevice) {
     });
     EXPECT_TRUE(reported) << "no partition line among " << console->infos.size() << " lines";
   }
+}
+
+TEST_F(PipelineTrainerTest, OneFOneBThroughTrainStepTrainsLikeOneDeviceAndLikeGPipe) {
+  PipedModule one;
+  make_trainer({.max_epochs = 2, .seed = 1, .enable_checkpointing = false}).fit(one);
+  for (const int64_t stages : {2, 3}) {
+    for (const int64_t chunks : {1, 4}) {
+      std::vector<std::vector<torch::Tensor>> ends;
+      for (const PipelineSchedule schedule : {PipelineSchedule::k1F1B, PipelineSchedule::kGPipe}) {
+        PipedModule piped;
+        piped.per_micro_batch_ = true;
+        make_trainer({.devices = DeviceRequest(stages),
+                      .strategy = StrategyRequest::kPipeline,
+                      .pipeline_chunks = chunks,
+                      .pipeline_schedule = schedule,
+                      .max_epochs = 2,
+                      .seed = 1,
+                      .enable_checkpointing = false})
+            .fit(piped);
+        ends.push_back(weights(piped));
+      }
+      const auto b = weights(one);
+      for (size_t i = 0; i < b.size(); ++i) {
+        EXPECT_TRUE(torch::allclose(ends[0][i], b[i], 1e-5, 1e-6)) << stages << " stages, " << chunks << ": " << i;
+        // The same sums per micro-batch, accumulated in another order.
+        EXPECT_TRUE(torch::allclose(ends[0][i], ends[1][i], 1e-6, 1e-7))
+            << stages << " stages, " << chunks << ": " << i;
+      }
+    }
+  }
+}
+
+TEST_F(PipelineTrainerTest, TrainStepUnder16MixedIsRefusedWithAHint) {
+  PipeImpl pipe(torch::nn::Sequential(torch::nn::Linear(2, 2), torch::nn::Linear(2, 1)));
+  pipe.enable({.devices = {torch::kCPU, torch::kCPU}, .chunks = 2, .loss_scaling = true});
+  const std::string message = volt::testing::error_message([&] {
+    (void)pipe.train_step(torch::ones({4, 2}), [](const torch::Tensor& out, int64_t, int64_t) { return out.sum(); });
+  });
+  EXPECT_NE(message.find("16-mixed"), std::string::npos) << message;
+  EXPECT_NE(message.find("HINT"), std::string::npos) << message;
 }
 
 TEST_F(PipelineTrainerTest, AResumedPipelineEndsBitIdenticalAndKeepsItsPartition) {

@@ -319,14 +319,17 @@ RunPlan resolve_run_plan(const TrainerOptions& options, const Env& env, const Ma
              "sharding_strategy='{}' is an option of strategy='fsdp', but the strategy is '{}'. HINT: set "
              "strategy='fsdp', or leave sharding_strategy unset.",
              to_string(options.sharding_strategy.value_or(ShardingStrategy::kNoShard)), to_string(plan.strategy));
-  VOLT_CHECK((!options.pipeline_balance && !options.pipeline_chunks) || plan.strategy == StrategyKind::kPipeline,
-             "pipeline_balance and pipeline_chunks are options of strategy='pipeline', but the strategy is '{}'. "
+  VOLT_CHECK((!options.pipeline_balance && !options.pipeline_chunks && !options.pipeline_schedule) ||
+                 plan.strategy == StrategyKind::kPipeline,
+             "pipeline_balance, pipeline_chunks and pipeline_schedule are options of strategy='pipeline', but the "
+             "strategy is '{}'. "
              "HINT: set strategy='pipeline', or leave them unset.",
              to_string(plan.strategy));
   if (plan.strategy == StrategyKind::kPipeline) {
     plan.pipeline_chunks = options.pipeline_chunks.value_or(8);
     VOLT_CHECK(plan.pipeline_chunks >= 1, "pipeline_chunks={} must be >= 1. HINT: 1 runs each batch whole.",
                plan.pipeline_chunks);
+    plan.pipeline_schedule = options.pipeline_schedule.value_or(PipelineSchedule::kGPipe);
     plan.pipeline_balance = options.pipeline_balance.value_or(std::vector<int64_t>{});
     VOLT_CHECK(plan.pipeline_balance.empty() || static_cast<int64_t>(plan.pipeline_balance.size()) == plan.devices,
                "pipeline_balance has {} stages, but devices={} makes {}. HINT: give one layer count per device, or "
@@ -549,9 +552,9 @@ std::string RunPlan::describe() const {
        fmt::format("global {} / local {} / node {}", topology.global_rank, topology.local_rank, topology.node_rank));
   if (strategy == StrategyKind::kPipeline) {
     line("pipeline",
-         fmt::format("{} stages (one per device), balance {}, {} micro-batches per batch", devices,
+         fmt::format("{} stages (one per device), balance {}, {} micro-batches per batch, schedule {}", devices,
                      pipeline_balance.empty() ? std::string("auto") : to_string_pipeline_balance(pipeline_balance),
-                     pipeline_chunks));
+                     pipeline_chunks, to_string(pipeline_schedule)));
   }
   if (replicas_per_process > 1 || strategy == StrategyKind::kDp || strategy == StrategyKind::kDdp2) {
     line("replicas per process",

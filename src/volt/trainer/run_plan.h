@@ -50,6 +50,8 @@ struct RunPlan {
   std::vector<int64_t> pipeline_balance;
   /// pipeline: micro-batches per batch.
   int64_t pipeline_chunks = 1;
+  /// pipeline: the order of a Pipe::train_step's micro-batches.
+  PipelineSchedule pipeline_schedule = PipelineSchedule::kGPipe;
   bool sync_batchnorm = false;          ///< SyncBatchNorm layers synchronize
   int64_t bucket_cap_mb = 25;           ///< ddp reducer option
   bool use_distributed_sampler = true;  ///< shard loaders across processes

@@ -321,7 +321,12 @@ Strategy& Trainer::strategy() {
     strategy_ = std::make_unique<SingleDeviceStrategy>(plan_.topology);
     return *strategy_;
   }
-  PipeOptions pipe{.balance = plan_.pipeline_balance, .chunks = plan_.pipeline_chunks};
+  // 16-mixed scales the loss before its backward; Pipe::train_step seeds its micro-batches'
+  // backwards itself, which that scale cannot reach: train_step refuses to run then.
+  PipeOptions pipe{.balance = plan_.pipeline_balance,
+                   .chunks = plan_.pipeline_chunks,
+                   .schedule = plan_.pipeline_schedule,
+                   .loss_scaling = plan_.precision == Precision::k16Mixed};
   if (plan_.strategy == StrategyKind::kPipeline) {
     // One stage per device: the selected GPUs, or stage threads sharing the CPU.
     if (plan_.cuda_devices.empty()) pipe.devices.assign(static_cast<size_t>(plan_.devices), torch::kCPU);
