@@ -51,6 +51,8 @@ class LoopbackPort {
   LoopbackPort(const LoopbackPort&) = delete;
   LoopbackPort& operator=(const LoopbackPort&) = delete;
   std::string uri() const { return "http://127.0.0.1:" + std::to_string(port_); }
+  /// The listening socket (-1 when closed).
+  int fd() const { return fd_; }
 
  private:
   int fd_ = -1;
@@ -62,31 +64,21 @@ class LoopbackPort {
 class ScriptedServer {
  public:
   explicit ScriptedServer(std::string response) : response_(std::move(response)) {
-    fd_ = ::socket(AF_INET, SOCK_STREAM, 0);
-    sockaddr_in address{};
-    address.sin_family = AF_INET;
-    address.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    EXPECT_EQ(::bind(fd_, reinterpret_cast<sockaddr*>(&address), sizeof(address)), 0);
-    socklen_t size = sizeof(address);
-    EXPECT_EQ(::getsockname(fd_, reinterpret_cast<sockaddr*>(&address), &size), 0);
-    port_ = ntohs(address.sin_port);
-    EXPECT_EQ(::listen(fd_, 16), 0);
     thread_ = std::thread([this] { serve(); });
   }
   ~ScriptedServer() {
-    ::shutdown(fd_, SHUT_RDWR);  // ends accept()
+    ::shutdown(port_.fd(), SHUT_RDWR);  // ends accept()
     thread_.join();
-    ::close(fd_);
   }
   ScriptedServer(const ScriptedServer&) = delete;
   ScriptedServer& operator=(const ScriptedServer&) = delete;
-  std::string uri() const { return "http://127.0.0.1:" + std::to_string(port_); }
+  std::string uri() const { return port_.uri(); }
   int requests() const { return requests_; }
 
  private:
   void serve() {
     while (true) {
-      const int client = ::accept(fd_, nullptr, nullptr);
+      const int client = ::accept(port_.fd(), nullptr, nullptr);
       if (client < 0) return;
       // Reads the headers and a Content-Length body, answers, closes: one request a connection.
       std::string request;
@@ -109,9 +101,8 @@ class ScriptedServer {
     }
   }
 
+  LoopbackPort port_{/*listen_forever=*/true};
   std::string response_;
-  int fd_ = -1;
-  int port_ = 0;
   std::atomic<int> requests_{0};
   std::thread thread_;
 };
