@@ -34,6 +34,7 @@ int64_t rank_from_env() {
 struct ProbeOptions {
   std::string out;
   bool pipe = false;               // the layers as a volt::Pipe (strategy='pipeline' splits them)
+  bool micro_batch_loss = false;   // with --pipe: the loss per micro-batch through Pipe::train_step
   bool skip_params = false;        // large models: no parameter values in rank<N>.json
   std::string consolidate;         // a sharded checkpoint to write in one file (<path>.whole.ckpt), then exit
   std::string fail_mode = "none";  // none | throw | internal | kill | nojoin | hang | data
@@ -267,6 +268,15 @@ class Probe : public volt::LightningModule {
       std::this_thread::sleep_for(std::chrono::milliseconds(options_.step_sleep_ms));
     }
     const Parts p = parts(batch);
+    if (pipe_ && options_.micro_batch_loss) {
+      // The loss per micro-batch (1F1B can run it): each one's mean weighted by its share of rows.
+      const auto rows = static_cast<double>(p.x.size(0));
+      const torch::Tensor loss = pipe_->train_step(p.x, [&](const torch::Tensor& out, int64_t begin, int64_t end) {
+        return torch::mse_loss(out, p.y.slice(0, begin, end)) * (static_cast<double>(end - begin) / rows);
+      });
+      log("train/loss", loss, {.prog_bar = true});
+      return loss;
+    }
     const torch::Tensor prediction = forward(p.x);
     const torch::Tensor loss = torch::mse_loss(prediction, p.y);
     log("train/loss", loss, {.prog_bar = true});
@@ -518,6 +528,8 @@ int main(int argc, char** argv) {
     app.add_option("--step-lr-gamma", probe.step_lr_gamma, "> 0: StepLR(step_size=1, gamma) per optimizer step");
     app.add_option("--width", probe.width, "the hidden layer's width");
     app.add_flag("--pipe", probe.pipe, "hold the layers in a volt::Pipe (for strategy='pipeline')");
+  app.add_flag("--micro-batch-loss", probe.micro_batch_loss,
+               "with --pipe: the loss per micro-batch through Pipe::train_step (--pipeline-schedule 1f1b)");
     app.add_flag("--skip-params", probe.skip_params, "leave the parameter values out of rank<N>.json (large models)");
     app.add_option("--consolidate", probe.consolidate,
                    "write this sharded checkpoint in one file, <path>.whole.ckpt, and exit (no training)");

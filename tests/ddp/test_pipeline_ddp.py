@@ -31,8 +31,11 @@ def nodes(args, out, count=2, timeout=120):
     return results
 
 
-@pytest.mark.parametrize("stages,chunks", [(2, 1), (2, 4), (3, 8)])
-def test_two_pipeline_replicas_match_ddp_and_one_process_on_the_global_batch(tmp_path, stages, chunks):
+@pytest.mark.parametrize("stages,chunks,schedule", [(2, 1, []), (2, 4, []), (3, 8, []),
+                                                    (2, 4, ["--pipeline-schedule", "1f1b", "--micro-batch-loss"]),
+                                                    (3, 8, ["--pipeline-schedule", "1f1b", "--micro-batch-loss"])],
+                         ids=["2x1", "2x4", "3x8", "2x4-1f1b", "3x8-1f1b"])
+def test_two_pipeline_replicas_match_ddp_and_one_process_on_the_global_batch(tmp_path, stages, chunks, schedule):
     steps = 4
     one = tmp_path / "one"
     one.mkdir()
@@ -44,8 +47,9 @@ def test_two_pipeline_replicas_match_ddp_and_one_process_on_the_global_batch(tmp
     proc = run(ADAM + ["--strategy", "ddp", "--devices", "2", "--batch-size", "8", "--max-steps", str(steps)], ddp)
     assert proc.returncode == 0, proc.stderr
     out = tmp_path / "pipeline"
-    for code, err, _ in nodes(ADAM + ["--strategy", "pipeline", "--devices", str(stages), "--pipeline-chunks",
-                                      str(chunks), "--batch-size", "8", "--max-steps", str(steps)], out):
+    for code, err, _ in nodes(ADAM + schedule + ["--strategy", "pipeline", "--devices", str(stages),
+                                                 "--pipeline-chunks", str(chunks), "--batch-size", "8", "--max-steps",
+                                                 str(steps)], out):
         assert code == 0, err
     results = ranks(out, 2)  # one process per node: ranks are nodes
     assert not set(results[0]["seen"]) & set(results[1]["seen"])  # the sampler shards by replica
