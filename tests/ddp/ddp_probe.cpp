@@ -528,8 +528,8 @@ int main(int argc, char** argv) {
     app.add_option("--step-lr-gamma", probe.step_lr_gamma, "> 0: StepLR(step_size=1, gamma) per optimizer step");
     app.add_option("--width", probe.width, "the hidden layer's width");
     app.add_flag("--pipe", probe.pipe, "hold the layers in a volt::Pipe (for strategy='pipeline')");
-  app.add_flag("--micro-batch-loss", probe.micro_batch_loss,
-               "with --pipe: the loss per micro-batch through Pipe::train_step (--pipeline-schedule 1f1b)");
+    app.add_flag("--micro-batch-loss", probe.micro_batch_loss,
+                 "with --pipe: the loss per micro-batch through Pipe::train_step (--pipeline-schedule 1f1b)");
     app.add_flag("--skip-params", probe.skip_params, "leave the parameter values out of rank<N>.json (large models)");
     app.add_option("--consolidate", probe.consolidate,
                    "write this sharded checkpoint in one file, <path>.whole.ckpt, and exit (no training)");
