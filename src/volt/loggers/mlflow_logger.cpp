@@ -605,8 +605,9 @@ struct MLFlowLogger::Impl {
 MLFlowLogger::MLFlowLogger(const LoggerOptions& options, MLFlowOptions mlflow) : impl_(std::make_unique<Impl>()) {
   Impl& impl = *impl_;
   VOLT_CHECK(mlflow.tracking_uri.has_value(),
-             "MLFlowLogger has no tracking URI. HINT: pass MLFlowOptions::tracking_uri (--mlflow-tracking-uri) or "
-             "set MLFLOW_TRACKING_URI, e.g. http://127.0.0.1:5000 for `mlflow server --host 127.0.0.1 --port 5000`.");
+             "MLFlowLogger has no tracking URI. HINT: set MLFlowOptions::tracking_uri (--mlflow-tracking-uri), e.g. "
+             "http://127.0.0.1:5000 for `mlflow server --host 127.0.0.1 --port 5000`, or fill the options from "
+             "MLFLOW_TRACKING_URI with volt::mlflow_options_from_env(options, volt::Env::from_process()).");
   VOLT_CHECK(
       mlflow.flush_interval_s > 0 && mlflow.request_timeout_s > 0 && mlflow.finalize_timeout_s >= 0 &&
           mlflow.max_retry_interval_s > 0,

@@ -27,15 +27,17 @@ const char* to_string(LogModel mode);
 LogModel parse_log_model(const std::string& text);
 
 /// What MLFlowLogger sends where. The local folder (for the run-id file and anything the server
-/// never received) is LoggerOptions'.
+/// never received) is LoggerOptions'. MLFlowLogger reads no environment itself:
+/// mlflow_options_from_env fills what is unset from MLflow's variables (the Trainer does this for
+/// TrainerOptions::mlflow).
 ///
 /// Example: `MLFlowOptions mlflow{.tracking_uri = "http://127.0.0.1:5000", .experiment_name = "mnist"};`
 struct MLFlowOptions {
-  /// The tracking server, "http://host:port" or "https://..." (a path prefix is kept). Unset:
-  /// MLFLOW_TRACKING_URI (mlflow_options_from_env).
+  /// The tracking server, "http://host:port" or "https://..." (a path prefix is kept); required
+  /// by MLFlowLogger (mlflow_options_from_env takes MLFLOW_TRACKING_URI for an unset one).
   std::optional<std::string> tracking_uri;
-  /// The experiment the run goes into, created when missing. Unset: MLFLOW_EXPERIMENT_NAME, else
-  /// LoggerOptions::name ("lightning_logs", Lightning's default).
+  /// The experiment the run goes into, created when missing. Unset: LoggerOptions::name
+  /// ("lightning_logs", Lightning's default; mlflow_options_from_env takes MLFLOW_EXPERIMENT_NAME).
   std::optional<std::string> experiment_name;
   /// Log into this existing run instead of creating one (Lightning's `run_id`).
   std::optional<std::string> run_id;
