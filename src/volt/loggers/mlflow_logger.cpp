@@ -112,7 +112,6 @@ MLFlowOptions mlflow_options_from_env(MLFlowOptions options, const Env& env) {
 struct MLFlowLogger::Impl {
   // Fixed at construction.
   MLFlowOptions options;
-  std::string name;
   std::string log_dir;
   std::string version;
   std::string tracking_uri;
@@ -145,14 +144,14 @@ struct MLFlowLogger::Impl {
   bool warned_param_change = false;
   /// delivery.metrics_saved when finalize() last reported, so a second fit reports only its own.
   int64_t metrics_saved_reported = 0;
+  /// The `.resending` file holds records this logger queued: finalize() removes it.
+  bool owns_resending = false;
 
   // The sender thread's own.
   std::string artifact_uri;
   int64_t failures = 0;
   bool reported_unreachable = false;
   bool reported_no_uploads = false;
-  /// The `.resending` file holds records this logger queued: finalize() removes it.
-  bool owns_resending = false;
 
   std::string api(const std::string& endpoint) const { return tracking_uri + "/api/2.0/mlflow/" + endpoint; }
   std::string undelivered_path() const { return (fs::path(log_dir) / kUndeliveredFileName).string(); }
@@ -615,7 +614,6 @@ MLFlowLogger::MLFlowLogger(const LoggerOptions& options, MLFlowOptions mlflow) :
       "expected positive seconds (finalize_timeout_s may be 0). HINT: leave them at their defaults.",
       mlflow.flush_interval_s, mlflow.request_timeout_s, mlflow.finalize_timeout_s, mlflow.max_retry_interval_s);
   impl.tracking_uri = mlflow::normalize_tracking_uri(*mlflow.tracking_uri);
-  impl.name = options.name;
   impl.experiment_name = mlflow.experiment_name.value_or(options.name.empty() ? "Default" : options.name);
   impl.version = resolve_version(options);
   impl.log_dir = (fs::path(options.save_dir) / options.name / impl.version).string();
