@@ -235,6 +235,68 @@ def test_a_rank_that_never_joins_is_named(tmp_path, missing):
     assert f"rank {missing}" in err and "never joined" in err, err
 
 
+class NotAStore:
+    """A listener on `port` that accepts and at once drops every connection, as another job's Gloo
+    listener on that ephemeral port would (the case that once made rank 1 report a c10d socket
+    error instead of naming rank 0)."""
+
+    def __init__(self, port):
+        import threading
+        self.sock = socket.socket()
+        self.sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        self.sock.bind(("127.0.0.1", port))
+        self.sock.listen(16)
+        self.sock.settimeout(0.1)
+        self.open = True
+        self.thread = threading.Thread(target=self.serve, daemon=True)
+        self.thread.start()
+
+    def serve(self):
+        while self.open:
+            try:
+                conn, _ = self.sock.accept()
+            except OSError:
+                continue
+            conn.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, b"\x01\x00\x00\x00\x00\x00\x00\x00")
+            conn.close()  # a reset, not a store's answer
+
+    def close(self):
+        self.open = False
+        self.thread.join()
+        self.sock.close()
+
+
+def test_a_missing_rank_0_is_named_when_something_else_answers_at_its_port(tmp_path):
+    port = free_port()
+    squatter = NotAStore(port)
+    try:
+        args = ["--out", str(tmp_path), "--strategy", "ddp", "--devices", "2", "--max-steps", "2", "--join-timeout", "5"]
+        start = time.monotonic()
+        run = subprocess.run([PROBE] + args, env=external_env("torchrun", 1, 2, 2, port), capture_output=True,
+                             text=True, timeout=90)
+        elapsed = time.monotonic() - start
+    finally:
+        squatter.close()
+    assert run.returncode != 0
+    assert elapsed < 45, elapsed
+    assert "rank 0 never joined" in run.stderr and "not a rendezvous answered there" in run.stderr, run.stderr
+
+
+def test_a_rendezvous_that_opens_after_something_else_left_its_port_is_joined(tmp_path):
+    port = free_port()
+    squatter = NotAStore(port)
+    args = ["--out", str(tmp_path), "--strategy", "ddp", "--devices", "2", "--max-steps", "2", "--join-timeout", "30"]
+    client = subprocess.Popen([PROBE] + args, env=external_env("torchrun", 1, 2, 2, port), stdout=subprocess.PIPE,
+                              stderr=subprocess.PIPE, text=True)
+    time.sleep(2)  # rank 1 meets the squatter first
+    squatter.close()
+    server = subprocess.run([PROBE] + args, env=external_env("torchrun", 0, 2, 2, port), capture_output=True,
+                            text=True, timeout=90)
+    _, err = client.communicate(timeout=90)
+    assert server.returncode == 0, server.stderr
+    assert client.returncode == 0, err
+
+
 def catches(pid, signum):
     """Whether process `pid` has a handler for `signum` (the SigCgt mask in /proc/<pid>/status)."""
     try:

@@ -3,12 +3,15 @@
 #include <netdb.h>
 #include <poll.h>
 #include <sys/socket.h>
+#include <sys/time.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <cerrno>
 #include <chrono>
+#include <cstdint>
 #include <cstring>
+#include <stdexcept>
 #include <thread>
 #include <torch/csrc/distributed/c10d/PrefixStore.hpp>
 #include <torch/csrc/distributed/c10d/ProcessGroupGloo.hpp>
@@ -58,6 +61,44 @@ bool port_accepts(const std::string& host, int port) {
   freeaddrinfo(found);
   return accepted;
 }
+
+#if !VOLT_TORCH_2
+/// Whether the listener at host:port answers a c10d TCPStore CHECK request as LibTorch 1.13's
+/// store does (one byte: READY 0 or NOT_READY 1). LibTorch 1.13's TCPStore client starts a thread
+/// that calls std::terminate when its peer drops the connection, so a client must not be made
+/// against something that is not a store; 2.x validates in its constructor and throws instead.
+bool answers_like_a_store(const std::string& host, int port) {
+  addrinfo hints{};
+  hints.ai_family = AF_UNSPEC;
+  hints.ai_socktype = SOCK_STREAM;
+  addrinfo* found = nullptr;
+  if (getaddrinfo(host.c_str(), std::to_string(port).c_str(), &hints, &found) != 0) return false;
+  bool answered = false;
+  for (addrinfo* a = found; a != nullptr && !answered; a = a->ai_next) {
+    const int fd = socket(a->ai_family, a->ai_socktype | SOCK_CLOEXEC, a->ai_protocol);
+    if (fd < 0) continue;
+    timeval limit{1, 0};
+    setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &limit, sizeof(limit));
+    setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &limit, sizeof(limit));
+    if (connect(fd, a->ai_addr, a->ai_addrlen) == 0) {
+      // QueryType::CHECK (4), one key: the key's length and bytes, lengths as 64-bit host order.
+      const std::string key = "volt/probe";
+      std::string request(1, '\x04');
+      const uint64_t count = 1;
+      const uint64_t length = key.size();
+      request.append(reinterpret_cast<const char*>(&count), sizeof(count));
+      request.append(reinterpret_cast<const char*>(&length), sizeof(length));
+      request += key;
+      uint8_t reply = 0xff;
+      answered = send(fd, request.data(), request.size(), MSG_NOSIGNAL) == static_cast<ssize_t>(request.size()) &&
+                 recv(fd, &reply, 1, 0) == 1 && reply <= 1;
+    }
+    close(fd);
+  }
+  freeaddrinfo(found);
+  return answered;
+}
+#endif
 
 std::string seconds(std::chrono::milliseconds d) { return fmt::format("{:.1f} s", d.count() / 1000.0); }
 
@@ -114,52 +155,76 @@ ProcessGroup::ProcessGroup(const Topology& topology, const ProcessGroupOptions& 
                               topology_.global_rank, topology_.host, where, seconds(waited()), *reason));
     }
   };
-  // The clients first wait until the server's port accepts connections, checking for an abort
-  // between short probes: c10d's client would block for its whole timeout, and a client made
-  // with a short timeout keeps it for every later request on its socket.
-  if (!store_options.isServer) {
-    while (!port_accepts(topology_.main_address, topology_.main_port)) {
-      check_abort();
-      if (std::chrono::steady_clock::now() >= deadline) {
-        if (launcher_store) {
-          throw Error(fmt::format(
-              "rank {} on {} could not reach {} at {} in {} (join_timeout {}). HINT: the launcher set "
-              "TORCHELASTIC_USE_AGENT_STORE=True and MASTER_ADDR/MASTER_PORT; check that its agent is running "
-              "and that MASTER_ADDR is reachable from this host.",
-              topology_.global_rank, topology_.host, server, where, seconds(waited()), seconds(options_.join_timeout)));
-        }
-        throw Error(fmt::format(
-            "rank {} on {} could not reach rank 0's rendezvous at {} in {} (join_timeout {}): rank 0 never joined "
-            "(expected on {}). HINT: check rank 0's log for an earlier error, and that MASTER_ADDR is reachable "
-            "from this host.",
-            topology_.global_rank, topology_.host, where, seconds(waited()), seconds(options_.join_timeout),
-            topology_.expected_host(0)));
-      }
-      std::this_thread::sleep_for(std::chrono::milliseconds(50));
-    }
-  }
   store_options.timeout = options_.join_timeout;
-  try {
+  const auto connect = [&] {
     c10::intrusive_ptr<c10d::Store> tcp = c10::make_intrusive<c10d::TCPStore>(topology_.main_address, store_options);
     // A launcher's store outlives a group that it restarts: each attempt keeps its own keys.
     store_ = tcp;
     if (launcher_store) store_ = c10::make_intrusive<c10d::PrefixStore>(topology_.store_key_prefix, tcp);
-  } catch (const std::exception& e) {
-    if (store_options.isServer) {
+    // Announcing is part of joining: under LibTorch 1.13 a client learns only at its first request
+    // whether the process that accepted it is a store at all.
+    store_->set(kJoinedPrefix + std::to_string(topology_.global_rank), bytes_of(topology_.host));
+  };
+  if (store_options.isServer) {
+    try {
+      connect();
+    } catch (const std::exception& e) {
       throw Error(
           fmt::format("rank 0 on {} could not open the rendezvous at {}: {}. HINT: another job may use port "
                       "{}; set MASTER_PORT to a free port (under torchrun: --master-port).",
                       topology_.host, where, e.what(), topology_.main_port));
     }
-    throw Error(fmt::format(
-        "rank {} on {} could not join {} at {} after {}: {}. HINT: check {} log for an earlier error, and that "
-        "MASTER_ADDR is reachable from this host.",
-        topology_.global_rank, topology_.host, server, where, seconds(waited()), e.what(),
-        launcher_store ? "the launcher's" : "rank 0's"));
+  }
+  // The clients first wait until the server's port accepts connections, checking for an abort
+  // between short probes: c10d's client would block for its whole timeout, and a client made
+  // with a short timeout keeps it for every later request on its socket. Something else may
+  // accept there before the store does (another job's Gloo listener on that ephemeral port, or
+  // the probe's own socket connected to itself): a failed connection is tried again until the
+  // deadline, so that a rank 0 which never came is still named as such.
+  const auto never_came = [&](const std::string& not_a_store) {
+    // c10d's messages carry a backtrace after their first line.
+    const std::string answered = not_a_store.empty()
+                                     ? std::string()
+                                     : fmt::format(" (something that is not a rendezvous answered there: {})",
+                                                   not_a_store.substr(0, not_a_store.find('\n')));
+    if (launcher_store) {
+      return Error(
+          fmt::format("rank {} on {} could not reach {} at {} in {} (join_timeout {}){}. HINT: the launcher set "
+                      "TORCHELASTIC_USE_AGENT_STORE=True and MASTER_ADDR/MASTER_PORT; check that its agent is running "
+                      "and that MASTER_ADDR is reachable from this host.",
+                      topology_.global_rank, topology_.host, server, where, seconds(waited()),
+                      seconds(options_.join_timeout), answered));
+    }
+    return Error(fmt::format(
+        "rank {} on {} could not reach rank 0's rendezvous at {} in {} (join_timeout {}): rank 0 never joined "
+        "(expected on {}){}. HINT: check rank 0's log for an earlier error, and that MASTER_ADDR is reachable "
+        "from this host.",
+        topology_.global_rank, topology_.host, where, seconds(waited()), seconds(options_.join_timeout),
+        topology_.expected_host(0), answered));
+  };
+  while (!store_options.isServer) {
+    while (!port_accepts(topology_.main_address, topology_.main_port)) {
+      check_abort();
+      if (std::chrono::steady_clock::now() >= deadline) throw never_came("");
+      std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    }
+    try {
+#if !VOLT_TORCH_2
+      if (!answers_like_a_store(topology_.main_address, topology_.main_port)) {
+        throw std::runtime_error("the connection was dropped or a store's CHECK request went unanswered");
+      }
+#endif
+      connect();
+      break;
+    } catch (const std::exception& e) {
+      store_.reset();
+      check_abort();
+      if (std::chrono::steady_clock::now() >= deadline) throw never_came(e.what());
+      std::this_thread::sleep_for(std::chrono::milliseconds(200));
+    }
   }
 
-  // Rendezvous with a deadline: every rank announces itself, then waits for all the others.
-  store_->set(kJoinedPrefix + std::to_string(topology_.global_rank), bytes_of(topology_.host));
+  // Rendezvous with a deadline: every rank has announced itself, and now waits for all the others.
   store_->add(kJoinedCount, 1);
   while (store_->add(kJoinedCount, 0) < topology_.world_size) {
     check_abort();
