@@ -32,5 +32,6 @@
 #include "volt/pipeline/pipe.h"
 #include "volt/pipeline/pipeline.h"
 #include "volt/precision/precision_plugin.h"
+#include "volt/strategies/fsdp_unit.h"
 #include "volt/trainer/trainer.h"
 #include "volt/tuner/tuner.h"

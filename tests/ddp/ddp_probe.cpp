@@ -7,6 +7,7 @@
 #include <atomic>
 #include <chrono>
 #include <fstream>
+#include <map>
 #include <mutex>
 #include <nlohmann/json.hpp>
 #include <thread>
@@ -17,6 +18,7 @@
 #include "volt/distributed/gradient_synchronizer.h"
 #include "volt/distributed/process_group.h"
 #include "volt/optim/optimizer_state.h"
+#include "volt/strategies/fsdp_strategy.h"  // training_memory
 #include "volt/strategies/shard_layout.h"
 #include "volt/volt.h"
 
@@ -64,6 +66,8 @@ struct ProbeOptions {
   std::string optimizer = "sgd";    // sgd | adam (lr / 10, so both move the model about as far)
   double step_lr_gamma = 0;         // > 0: a StepLR stepping every optimizer step with this gamma
   int64_t width = 4;                // the hidden layer's width (wider: more state to shard)
+  std::string fsdp_units;           // "" | hidden | all | nested: the layers in volt::FsdpUnit (all:
+                                    // --with-unused-parameter's layer too)
 };
 
 /// The probe's examples as a stream: `shards` consecutive shards of uneven sizes (shard k holds
@@ -207,12 +211,34 @@ class Probe : public volt::LightningModule {
       torch::nn::Linear hidden(8, options_.width);
       torch::nn::Linear out(options_.width, 1);
       pipe_ = register_module("pipe", volt::Pipe(torch::nn::Sequential(hidden, torch::nn::ReLU(), out)));
+    } else if (options_.fsdp_units == "nested") {
+      // A unit around a Sequential that holds another unit: full_shard makes two units.
+      torch::nn::Linear hidden(8, options_.width);
+      torch::nn::Linear out(options_.width, 1);
+      body_ = register_module("body",
+                              volt::FsdpUnit(torch::nn::Sequential(volt::FsdpUnit(hidden), torch::nn::ReLU(), out)));
+    } else if (!options_.fsdp_units.empty()) {
+      VOLT_CHECK(options_.fsdp_units == "hidden" || options_.fsdp_units == "all", "--fsdp-units {}",
+                 options_.fsdp_units);
+      // The same layers drawn in the same order, so the parameters equal the plain model's.
+      torch::nn::Linear hidden(8, options_.width);
+      torch::nn::Linear out(options_.width, 1);
+      hidden_unit_ = register_module("hidden", volt::FsdpUnit(hidden));
+      if (options_.fsdp_units == "all") {
+        out_unit_ = register_module("out", volt::FsdpUnit(out));
+      } else {
+        out_ = register_module("out", out);
+      }
     } else {
       hidden_ = register_module("hidden", torch::nn::Linear(8, options_.width));
       out_ = register_module("out", torch::nn::Linear(options_.width, 1));
     }
     // A layer that never takes part in the loss: ddp must be told (find_unused_parameters).
-    if (options_.with_unused) unused_ = register_module("unused", torch::nn::Linear(options_.width, 1));
+    if (options_.with_unused && options_.fsdp_units == "all") {
+      unused_unit_ = register_module("unused", volt::FsdpUnit(torch::nn::Linear(options_.width, 1)));
+    } else if (options_.with_unused) {
+      unused_ = register_module("unused", torch::nn::Linear(options_.width, 1));
+    }
     if (options_.batchnorm) {
       norm_ = register_module("norm", volt::SyncBatchNorm(torch::nn::BatchNormOptions(options_.width)));
     }
@@ -231,9 +257,19 @@ class Probe : public volt::LightningModule {
   /// The model's output for inputs `x`.
   torch::Tensor forward(const torch::Tensor& x) {
     if (pipe_) return pipe_(x);
-    torch::Tensor h = hidden_(x);
+    if (body_) return body_(x);
+    torch::Tensor h = hidden_unit_ ? hidden_unit_(x) : hidden_(x);
     if (options_.batchnorm) h = norm_(h);
-    return out_(torch::relu(h));
+    if (!out_unit_) return out_(torch::relu(h));
+    // What full_shard leaves whole: hidden's parameters once its forward is done, and out's once
+    // its backward is done (when the gradient reaches hidden's output).
+    unit_numels_["hidden_after_its_forward"] = hidden_unit_->parameters()[0].numel();
+    if (h.requires_grad()) {
+      h.register_hook([this](const torch::Tensor&) {
+        unit_numels_["out_after_its_backward"] = out_unit_->parameters()[0].numel();
+      });
+    }
+    return out_unit_(torch::relu(h));
   }
 
   /// Inputs, targets and example indices, from the plain or the named layout.
@@ -288,6 +324,8 @@ class Probe : public volt::LightningModule {
 
   void on_train_batch_end(const torch::Tensor&, const volt::Batch& batch, int64_t) override {
     if (options_.streaming) record(batch);
+    // What the process holds between steps (after the step, before the next zero_grad).
+    if (optimizer_) memory_ = volt::training_memory(*this, {optimizer_});
     // After the step's all-reduce: the others go on to the step's later collectives (a straggler
     // check) and wait there.
     if (options_.fail_mode == "hang-batch-end" && rank_from_env() == options_.fail_rank &&
@@ -430,6 +468,10 @@ class Probe : public volt::LightningModule {
             state_numel += field.value().toTensor().numel();
     }
     out["optimizer_state_numel"] = state_numel;
+    out["unit_numels"] = unit_numels_;
+    out["memory"] = {{"parameters", memory_.parameters},
+                     {"gradients", memory_.gradients},
+                     {"optimizer_state", memory_.optimizer_state}};
     std::ofstream(options_.out + "/rank" + std::to_string(rank) + ".json") << out.dump();
   }
 
@@ -439,6 +481,12 @@ class Probe : public volt::LightningModule {
   torch::nn::Linear out_{nullptr};
   torch::nn::Linear unused_{nullptr};
   volt::Pipe pipe_{nullptr};
+  volt::FsdpUnit hidden_unit_{nullptr};
+  volt::FsdpUnit out_unit_{nullptr};
+  volt::FsdpUnit body_{nullptr};
+  volt::FsdpUnit unused_unit_{nullptr};
+  volt::TrainingMemory memory_;
+  std::map<std::string, int64_t> unit_numels_;
   volt::SyncBatchNorm norm_{nullptr};
   volt::MeanSquaredError train_mse_;
   volt::MeanSquaredError val_mse_;
@@ -527,6 +575,9 @@ int main(int argc, char** argv) {
     app.add_option("--optimizer", probe.optimizer, "sgd or adam");
     app.add_option("--step-lr-gamma", probe.step_lr_gamma, "> 0: StepLR(step_size=1, gamma) per optimizer step");
     app.add_option("--width", probe.width, "the hidden layer's width");
+    app.add_option("--fsdp-units", probe.fsdp_units,
+                   "the layers in volt::FsdpUnit: hidden, all (hidden and out) or nested (a unit around both, "
+                   "hidden a unit in it)");
     app.add_flag("--pipe", probe.pipe, "hold the layers in a volt::Pipe (for strategy='pipeline')");
     app.add_flag("--micro-batch-loss", probe.micro_batch_loss,
                  "with --pipe: the loss per micro-batch through Pipe::train_step (--pipeline-schedule 1f1b)");

@@ -342,12 +342,11 @@ def test_a_hung_rank_under_fsdp_fails_the_others_at_the_collective_timeout(tmp_p
 
 
 @pytest.mark.parametrize("args,expected", [
-    (["--strategy", "fsdp", "--sharding-strategy", "full_shard"], "not built yet"),
     (["--strategy", "ddp", "--sharding-strategy", "no_shard"], "an option of strategy='fsdp'"),
     (["--strategy", "fsdp", "--sharding-strategy", "zero3"], "sharding_strategy='zero3' is not supported"),
     (["--strategy", "ddp", "--state-dict-type", "sharded"], "state_dict_type='sharded' is an option of"),
     (["--strategy", "fsdp", "--sharding-strategy", "no_shard", "--state-dict-type", "sharded"], "shards nothing"),
-], ids=["full-shard", "not-fsdp", "unknown", "sharded-not-fsdp", "sharded-no-shard"])
+], ids=["not-fsdp", "unknown", "sharded-not-fsdp", "sharded-no-shard"])
 def test_what_fsdp_cannot_run_is_refused_with_a_hint(tmp_path, args, expected):
     proc = run(["--devices", "2", "--max-steps", "8"] + args, tmp_path, timeout=110)
     assert proc.returncode != 0

@@ -102,6 +102,12 @@ c10::IValue mark_shard(const c10::IValue& optimizer_state, const ShardMarker& ma
   dict.insert("world_size", marker.world_size);
   dict.insert("shapes", shapes);
   dict.insert("elementwise", keys);
+  std::vector<int64_t> pieces;
+  for (const auto& [begin, end] : marker.pieces) {
+    pieces.push_back(begin);
+    pieces.push_back(end);
+  }
+  dict.insert("pieces", pieces);
   GenericDict marked = optimizer_state.toGenericDict().copy();
   marked.insert_or_assign(kShardMarkerKey, dict);
   return marked;
@@ -125,6 +131,11 @@ std::pair<std::optional<ShardMarker>, c10::IValue> split_shard_marker(const c10:
     marker.shapes.emplace_back(std::move(sizes));
   }
   for (const c10::IValue& key : dict.at("elementwise").toListRef()) marker.elementwise.push_back(key.toStringRef());
+  if (dict.contains("pieces")) {
+    const auto& pieces = dict.at("pieces").toListRef();
+    for (size_t i = 0; i + 1 < pieces.size(); i += 2)
+      marker.pieces.emplace_back(pieces[i].toInt(), pieces[i + 1].toInt());
+  }
   return {std::move(marker), state};
 }
 

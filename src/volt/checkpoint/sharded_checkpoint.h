@@ -65,6 +65,10 @@ struct ShardMarker {
   std::vector<std::optional<std::vector<int64_t>>> shapes;
   /// The state fields cut element by element (exp_avg, momentum_buffer, ...).
   std::vector<std::string> elementwise;
+  /// Each parameter's elements [begin, end) that this process holds ({0, 0} for one kept whole),
+  /// which depend on how the parameters were grouped (shard_grad_op's one flat buffer, full_shard's
+  /// one per unit). Empty in shards written before Volt recorded it: not checked then.
+  std::vector<std::pair<int64_t, int64_t>> pieces;
 };
 
 /// `optimizer_state` (an optimizer.state_dict() layout) with `marker` added.

@@ -35,6 +35,8 @@ void describe_trainer_flags(CLI::App& app, const TrainerOptions& o) {
       {"--strategy", [&o] { return std::string(to_string(o.strategy)); }},
       {"--sharding-strategy", [&o] { return o.sharding_strategy ? to_string(*o.sharding_strategy) : ""; }},
       {"--state-dict-type", [&o] { return o.state_dict_type ? to_string(*o.state_dict_type) : ""; }},
+      {"--fsdp-min-unit-params",
+       [&o] { return o.fsdp_min_unit_params ? std::to_string(*o.fsdp_min_unit_params) : ""; }},
       {"--profiler", [&o] { return o.profiler ? to_string(*o.profiler) : ""; }},
       {"--detect-stragglers", [&o] { return bool_text(o.detect_stragglers); }},
       {"--pipeline-balance", [&o] { return to_string_pipeline_balance(o.pipeline_balance); }},
@@ -149,7 +151,12 @@ void add_trainer_flags(CLI::App& app, TrainerOptions& o, TrainerFlagText& t) {
   app.add_option("--strategy,--distributed-backend", t.strategy,
                  "auto, single_device, ddp, ddp_find_unused_parameters_true, dp, ddp2 or fsdp (--distributed-backend: "
                  "the old name)");
-  app.add_option("--sharding-strategy", t.sharding_strategy, "fsdp: shard_grad_op (default) or no_shard");
+  app.add_option("--sharding-strategy", t.sharding_strategy,
+                 "fsdp: shard_grad_op (default), full_shard (also the parameters of the volt::FsdpUnit layers) or "
+                 "no_shard");
+  app.add_option("--fsdp-min-unit-params", t.fsdp_min_unit_params,
+                 "fsdp full_shard: a volt::FsdpUnit with fewer parameter elements is not a unit of its own "
+                 "(default 0)");
   app.add_option("--state-dict-type", t.state_dict_type,
                  "fsdp: checkpoints' optimizer state gathered into one file (full, default) or a file per process "
                  "(sharded)");
@@ -271,6 +278,7 @@ void apply_trainer_flags(const TrainerFlagText& t, TrainerOptions& o) {
   if (!t.strategy.empty()) o.strategy = parse_strategy_request(t.strategy);
   if (!t.sharding_strategy.empty()) o.sharding_strategy = parse_sharding_strategy(t.sharding_strategy);
   if (!t.state_dict_type.empty()) o.state_dict_type = parse_state_dict_type(t.state_dict_type);
+  if (t.fsdp_min_unit_params) o.fsdp_min_unit_params = *t.fsdp_min_unit_params;
   if (!t.profiler.empty()) o.profiler = parse_profiler_kind(t.profiler);
   if (!t.pipeline_balance.empty()) o.pipeline_balance = parse_pipeline_balance(t.pipeline_balance);
   if (!t.precision.empty()) o.precision = parse_precision(t.precision);

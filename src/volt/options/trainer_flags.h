@@ -14,37 +14,38 @@ namespace volt {
 /// Flags whose values need parsing after CLI11 has run (limits, devices, the option enums) or
 /// that stay unset unless given. Empty text and unset values leave TrainerOptions as it was.
 struct TrainerFlagText {
-  std::string accelerator;                  ///< --accelerator
-  std::string strategy;                     ///< --strategy (--distributed-backend)
-  std::string sharding_strategy;            ///< --sharding-strategy
-  std::string state_dict_type;              ///< --state-dict-type
-  std::string profiler;                     ///< --profiler
-  std::string pipeline_balance;             ///< --pipeline-balance ("auto" or "2,1,3")
-  std::string pipeline_schedule;            ///< --pipeline-schedule
-  std::string precision;                    ///< --precision
-  std::string amp_level;                    ///< --amp-level
-  std::string process_group_backend;        ///< --process-group-backend
-  std::string requeue_signal;               ///< --requeue-signal
-  std::string limit_train_batches;          ///< --limit-train-batches
-  std::string limit_val_batches;            ///< --limit-val-batches
-  std::string limit_test_batches;           ///< --limit-test-batches
-  std::string limit_predict_batches;        ///< --limit-predict-batches
-  std::string val_check_interval;           ///< --val-check-interval
-  std::string devices;                      ///< --devices
-  std::string gpus;                         ///< --gpus (the seed documents' GPU request)
-  std::string gradient_clip_algorithm;      ///< --gradient-clip-algorithm
-  std::string overfit_batches;              ///< --overfit-batches
-  std::string deterministic;                ///< --deterministic (bare: "true"), --deterministic=warn
-  std::string max_time;                     ///< --max-time
-  std::string mlflow_tracking_uri;          ///< --mlflow-tracking-uri
-  std::string mlflow_experiment_name;       ///< --mlflow-experiment-name
-  std::string mlflow_log_model;             ///< --mlflow-log-model
-  std::optional<int64_t> max_epochs;        ///< --max-epochs (unset: not given)
-  std::optional<int64_t> pipeline_chunks;   ///< --pipeline-chunks (unset: not given)
-  std::optional<int64_t> max_steps;         ///< --max-steps (unset: not given)
-  std::optional<int64_t> num_threads;       ///< --num-threads (unset: not given; 0: automatic)
-  std::optional<int64_t> seed;              ///< --seed (unset: not given)
-  std::optional<double> gradient_clip_val;  ///< --gradient-clip-val (unset: not given)
+  std::string accelerator;                      ///< --accelerator
+  std::string strategy;                         ///< --strategy (--distributed-backend)
+  std::string sharding_strategy;                ///< --sharding-strategy
+  std::string state_dict_type;                  ///< --state-dict-type
+  std::optional<int64_t> fsdp_min_unit_params;  ///< --fsdp-min-unit-params (unset: not given)
+  std::string profiler;                         ///< --profiler
+  std::string pipeline_balance;                 ///< --pipeline-balance ("auto" or "2,1,3")
+  std::string pipeline_schedule;                ///< --pipeline-schedule
+  std::string precision;                        ///< --precision
+  std::string amp_level;                        ///< --amp-level
+  std::string process_group_backend;            ///< --process-group-backend
+  std::string requeue_signal;                   ///< --requeue-signal
+  std::string limit_train_batches;              ///< --limit-train-batches
+  std::string limit_val_batches;                ///< --limit-val-batches
+  std::string limit_test_batches;               ///< --limit-test-batches
+  std::string limit_predict_batches;            ///< --limit-predict-batches
+  std::string val_check_interval;               ///< --val-check-interval
+  std::string devices;                          ///< --devices
+  std::string gpus;                             ///< --gpus (the seed documents' GPU request)
+  std::string gradient_clip_algorithm;          ///< --gradient-clip-algorithm
+  std::string overfit_batches;                  ///< --overfit-batches
+  std::string deterministic;                    ///< --deterministic (bare: "true"), --deterministic=warn
+  std::string max_time;                         ///< --max-time
+  std::string mlflow_tracking_uri;              ///< --mlflow-tracking-uri
+  std::string mlflow_experiment_name;           ///< --mlflow-experiment-name
+  std::string mlflow_log_model;                 ///< --mlflow-log-model
+  std::optional<int64_t> max_epochs;            ///< --max-epochs (unset: not given)
+  std::optional<int64_t> pipeline_chunks;       ///< --pipeline-chunks (unset: not given)
+  std::optional<int64_t> max_steps;             ///< --max-steps (unset: not given)
+  std::optional<int64_t> num_threads;           ///< --num-threads (unset: not given; 0: automatic)
+  std::optional<int64_t> seed;                  ///< --seed (unset: not given)
+  std::optional<double> gradient_clip_val;      ///< --gradient-clip-val (unset: not given)
 };
 
 /// The CLI11 group of the Trainer flags, which makes them the `trainer:` section of a config file.

@@ -133,6 +133,15 @@ TEST(TrainerFlags, MaxStepsAndThreadsAreOptional) {
   EXPECT_NE(message.find("HINT:"), std::string::npos) << message;
 }
 
+TEST(TrainerFlags, FsdpFlagsFillTheShardingOptions) {
+  Flags flags;
+  const TrainerOptions& o =
+      flags.parse({"--strategy", "fsdp", "--sharding-strategy", "full_shard", "--fsdp-min-unit-params", "5000"});
+  EXPECT_EQ(o.sharding_strategy, ShardingStrategy::kFullShard);
+  EXPECT_EQ(o.fsdp_min_unit_params, 5000);
+  EXPECT_FALSE(Flags().parse({"--strategy", "fsdp"}).fsdp_min_unit_params.has_value());
+}
+
 TEST(TrainerFlags, InvalidValuesAreErrorsNamingTheValueWithAHint) {
   const std::vector<std::pair<std::vector<std::string>, std::string>> cases = {
       {{"--strategy", "dpp"}, "strategy='dpp' is not supported"},

@@ -151,11 +151,18 @@ struct TrainerOptions {
   /// across nodes) or kFsdp (ddp with gradients and optimizer state sharded over the processes).
   /// The flag's old name `--distributed-backend` is the seed documents'.
   StrategyRequest strategy = StrategyRequest::kAuto;
-  /// What strategy=kFsdp shards. Unset: shard_grad_op (Lightning's default, full_shard, is not
-  /// built yet). Refused with any other strategy.
+  /// What strategy=kFsdp shards. Unset: shard_grad_op (full_shard, Lightning's default, shards
+  /// only the parameters of the layers the module wraps in volt::FsdpUnit). Refused with any
+  /// other strategy.
   std::optional<ShardingStrategy> sharding_strategy;
+  /// sharding_strategy=full_shard's wrapping policy: a volt::FsdpUnit holding fewer parameter
+  /// elements than this is not a unit of its own (its parameters go with the enclosing unit, or
+  /// stay whole like the model's outside every unit), since each unit costs two all-gathers and a
+  /// reduce-scatter per step. Unset: 0, every FsdpUnit. Refused without full_shard.
+  std::optional<int64_t> fsdp_min_unit_params;
   /// strategy=kFsdp: how checkpoints hold the sharded optimizer state. Unset: full (gathered on
-  /// rank 0 into one file). Sharded needs shard_grad_op; refused with any other strategy.
+  /// rank 0 into one file). Sharded needs shard_grad_op or full_shard; refused with any other
+  /// strategy.
   std::optional<StateDictType> state_dict_type;
   /// strategy=kPipeline: layers per stage of the module's volt::Pipe, one count per device.
   /// Unset: "auto", balanced by the layers' times measured on the first batch.

@@ -1,6 +1,9 @@
 #include "volt/strategies/fsdp_strategy.h"
 
 #include <fmt/ranges.h>
+#include <torch/csrc/autograd/function.h>
+#include <torch/csrc/autograd/function_hook.h>
+#include <torch/csrc/autograd/variable.h>
 #include <torch/torch.h>
 
 #include <map>
@@ -33,8 +36,86 @@ int64_t tensor_bytes(const c10::IValue& value) {
 
 }  // namespace
 
-FsdpStrategy::FsdpStrategy(Topology topology, DdpOptions options, Env env, bool shard)
-    : DdpStrategy(std::move(topology), std::move(options), std::move(env)), shard_(shard) {}
+/// What a full_shard unit calls around its forward, and autograd after each of its gradients:
+/// forwarded to the strategy until detach() (a unit or an autograd graph may outlive it).
+class FsdpStrategy::UnitHooks : public FsdpUnitHooks, public std::enable_shared_from_this<UnitHooks> {
+ public:
+  UnitHooks(FsdpStrategy* strategy, size_t group) : strategy_(strategy), group_(group) {}
+
+  void before_forward() override {
+    if (strategy_) strategy_->gather_unit(group_);
+  }
+
+  void after_forward(const torch::Tensor& output) override {
+    if (!strategy_) return;
+    if (torch::GradMode::is_enabled() && output.defined() && output.requires_grad()) {
+      // The unit's backward needs its parameters whole again: the gradient reaching its output
+      // comes before any of its own backward nodes run.
+      std::weak_ptr<UnitHooks> self = weak_from_this();
+      output.register_hook([self](const torch::Tensor&) {
+        if (auto hooks = self.lock(); hooks && hooks->strategy_) hooks->strategy_->gather_unit(hooks->group_);
+      });
+    }
+    // PyTorch's reshard_after_forward: only the units in flight are whole.
+    strategy_->release_unit(group_);
+  }
+
+  void accumulated() {
+    if (strategy_) strategy_->on_unit_gradient(group_);
+  }
+
+  void detach() { strategy_ = nullptr; }
+
+ private:
+  FsdpStrategy* strategy_;
+  size_t group_;
+};
+
+namespace {
+
+/// Runs after autograd accumulated one parameter's gradient (a post hook on its AccumulateGrad).
+class AccumulatedHook : public torch::autograd::FunctionPostHook {
+ public:
+  explicit AccumulatedHook(std::function<void()> on_accumulated) : on_accumulated_(std::move(on_accumulated)) {}
+  torch::autograd::variable_list operator()(const torch::autograd::variable_list& outputs,
+                                            const torch::autograd::variable_list& /*inputs*/) override {
+    on_accumulated_();
+    return outputs;
+  }
+
+ private:
+  std::function<void()> on_accumulated_;
+};
+
+}  // namespace
+
+FsdpStrategy::FsdpStrategy(Topology topology, DdpOptions options, Env env, FsdpOptions fsdp)
+    : DdpStrategy(std::move(topology), std::move(options), std::move(env)),
+      shard_(fsdp.sharding != ShardingStrategy::kNoShard),
+      fsdp_(fsdp) {}
+
+FsdpStrategy::~FsdpStrategy() { detach_units(); }
+
+std::vector<std::shared_ptr<FsdpUnitImpl>> FsdpStrategy::find_units(LightningModule& module) const {
+  std::vector<std::shared_ptr<FsdpUnitImpl>> units;
+  if (fsdp_.sharding != ShardingStrategy::kFullShard) return units;
+  // modules() is depth first, so a unit comes before the units nested in it.
+  for (const auto& m : module.modules(/*include_self=*/false)) {
+    if (auto unit = std::dynamic_pointer_cast<FsdpUnitImpl>(m); unit && unit->numel() >= fsdp_.min_unit_params) {
+      units.push_back(std::move(unit));
+    }
+  }
+  return units;
+}
+
+void FsdpStrategy::detach_units() {
+  for (const auto& hooks : hooks_) hooks->detach();
+  hooks_.clear();
+  for (Group& group : groups_) {
+    if (group.unit) group.unit->attach(nullptr);
+    group.accumulators.clear();
+  }
+}
 
 void FsdpStrategy::setup_module(LightningModule& module) {
   if (!shard_) {
@@ -49,12 +130,24 @@ void FsdpStrategy::setup_optimizers(LightningModule& module,
                                     const std::vector<std::shared_ptr<torch::optim::Optimizer>>& optimizers) {
   if (!shard_) return;
   module_ = &module;
+  detach_units();
   std::map<const c10::TensorImpl*, std::string> names;
   trainable_.clear();
   for (const auto& item : module.named_parameters(true)) {
     names.emplace(item.value().unsafeGetTensorImpl(), item.key());
     if (item.value().requires_grad()) trainable_.push_back(item.key());
   }
+  // full_shard: each parameter goes to the innermost unit that holds it (later in depth-first
+  // order), the rest to group 0. A unit gets a group with its first trained parameter (one whose
+  // parameters are all frozen has nothing to shard), so groups follow the optimizers' order.
+  groups_.clear();
+  groups_.emplace_back();
+  const std::vector<std::shared_ptr<FsdpUnitImpl>> units = find_units(module);
+  std::map<const c10::TensorImpl*, size_t> owner;  // parameter -> index into units
+  for (size_t u = 0; u < units.size(); ++u) {
+    for (const torch::Tensor& p : units[u]->parameters(/*recurse=*/true)) owner[p.unsafeGetTensorImpl()] = u;
+  }
+  std::map<size_t, size_t> group_of_unit;
   entries_.clear();
   ids_.assign(optimizers.size(), {});
   optimizers_ = optimizers;
@@ -87,8 +180,16 @@ void FsdpStrategy::setup_optimizers(LightningModule& module,
                    name->second, c10::toString(p.scalar_type()), p.device().str(),
                    p.is_contiguous() ? "" : " (not contiguous)", entries_.empty() ? name->second : entries_[0].name,
                    c10::toString(first.scalar_type()), first.device().str());
+        size_t g = 0;
+        if (const auto found = owner.find(p.unsafeGetTensorImpl()); found != owner.end()) {
+          const auto [it, added] = group_of_unit.emplace(found->second, groups_.size());
+          if (added) groups_.push_back(Group{.unit = units[found->second]});
+          g = it->second;
+        }
         ids_[k].push_back(entries_.size());
-        entries_.push_back(Entry{.name = name->second, .param = p, .piece = {}, .range = {}});
+        groups_[g].entries.push_back(entries_.size());
+        entries_.push_back(
+            Entry{.name = name->second, .param = p, .piece = {}, .range = {}, .group = g, .shape = p.sizes().vec()});
       }
     }
   }
@@ -96,25 +197,40 @@ void FsdpStrategy::setup_optimizers(LightningModule& module,
              "{}'s optimizers hold no parameter that requires grad; strategy='fsdp' has nothing to shard. HINT: "
              "unfreeze the layers to train, or use strategy='ddp'.",
              module.name());
-  std::vector<int64_t> numels;
-  for (const Entry& e : entries_) numels.push_back(e.param.numel());
-  layout_.emplace(std::move(numels), topology().world_size, topology().global_rank);
-  {
-    // The trained parameters move into one flat buffer (FSDP's flat parameter), each becoming a
-    // view of its place: the all-gather after a step writes straight into them.
+  const torch::TensorOptions options = entries_.front().param.options();
+  for (size_t g = 0; g < groups_.size(); ++g) {
+    Group& group = groups_[g];
+    std::vector<int64_t> numels;
+    for (const size_t i : group.entries) numels.push_back(entries_[i].param.numel());
+    group.layout.emplace(std::move(numels), topology().world_size, topology().global_rank);
+    // The group's parameters move into one flat buffer (FSDP's flat parameter), each becoming a
+    // view of its place: an all-gather writes straight into them.
     torch::NoGradGuard no_grad;
-    params_flat_ = torch::zeros({layout_->padded()}, entries_.front().param.options());
-    for (size_t i = 0; i < entries_.size(); ++i) {
-      Entry& e = entries_[i];
-      torch::Tensor place = layout_->view(params_flat_, i, e.param.sizes());
+    group.full = torch::zeros({group.layout->padded()}, options);
+    for (size_t slot = 0; slot < group.entries.size(); ++slot) {
+      Entry& e = entries_[group.entries[slot]];
+      torch::Tensor place = group.layout->view(group.full, slot, e.param.sizes());
       place.copy_(e.param.detach());
       e.param.set_data(place);
-      e.range = layout_->piece(i);
-      // A view of the parameter's own storage: the optimizer's update of the piece is the
-      // parameter's update, and whatever loads into the parameter (a checkpoint) is the piece's.
-      e.piece = e.param.detach().view({-1}).narrow(0, e.range.begin, e.range.numel());
+      e.range = group.layout->piece(slot);
+      group.views.push_back(place);
     }
+    const int64_t chunk = group.layout->chunk();
+    if (g == 0) {
+      // A view of the parameters' own storage: the optimizer's update of the piece is the
+      // parameter's update, and whatever loads into the parameter (a checkpoint) is the piece's.
+      group.shard = group.full.narrow(0, topology().global_rank * chunk, chunk);
+    } else {
+      group.shard = group.full.narrow(0, topology().global_rank * chunk, chunk).clone();
+    }
+    for (const size_t i : group.entries) {
+      Entry& e = entries_[i];
+      e.piece = group.shard.narrow(0, e.range.chunk_offset, e.range.numel());
+    }
+    group.gathered = true;  // whole until the first training forward, so a checkpoint loads into it
   }
+  layout_ = groups_.front().layout;
+  params_flat_ = groups_.front().full;
   for (size_t k = 0; k < optimizers.size(); ++k) {
     size_t id = 0;
     for (auto& group : optimizers[k]->param_groups()) {
@@ -122,6 +238,22 @@ void FsdpStrategy::setup_optimizers(LightningModule& module,
         if (const auto index = ids_[k][id++]) p = entries_[*index].piece;
       }
     }
+  }
+  for (size_t g = 1; g < groups_.size(); ++g) {
+    Group& group = groups_[g];
+    auto hooks = std::make_shared<UnitHooks>(this, g);
+    for (const size_t i : group.entries) {
+      // The accumulator made now, while the parameter is whole, expects whole gradients; held
+      // here, it (and the hook on it) serves every step.
+      std::shared_ptr<torch::autograd::Node> accumulator = torch::autograd::impl::grad_accumulator(entries_[i].param);
+      std::weak_ptr<UnitHooks> weak = hooks;
+      accumulator->add_post_hook(std::make_unique<AccumulatedHook>([weak] {
+        if (auto h = weak.lock()) h->accumulated();
+      }));
+      group.accumulators.push_back(std::move(accumulator));
+    }
+    group.unit->attach(hooks);
+    hooks_.push_back(std::move(hooks));
   }
 }
 
@@ -151,12 +283,13 @@ void FsdpStrategy::relayout(LightningModule& module) {
   // again: as if the run had resumed from a full checkpoint into the new layout.
   VOLT_INTERNAL_ASSERT(!grads_flat_.defined(), "fsdp re-laid out its parameters between a backward and its step");
   const std::vector<c10::IValue> whole = whole_optimizer_states(/*everyone=*/true);
+  gather_all_units();
   for (size_t k = 0; k < optimizers_.size(); ++k) {
     size_t id = 0;
     for (auto& group : optimizers_[k]->param_groups()) {
       for (torch::Tensor& p : group.params()) {
-        // The whole parameters view params_flat_, complete since the last all-gather;
-        // setup_optimizers copies them into the new buffer.
+        // The whole parameters view their groups' buffers, complete since the last all-gather;
+        // setup_optimizers copies them into the new ones.
         if (id < ids_[k].size() && ids_[k][id]) p = entries_[*ids_[k][id]].param;
         ++id;
       }
@@ -166,21 +299,34 @@ void FsdpStrategy::relayout(LightningModule& module) {
   for (size_t k = 0; k < optimizers_.size(); ++k) load_whole_optimizer_state(k, whole[k]);
 }
 
+void FsdpStrategy::before_forward(LightningModule& module) {
+  DdpStrategy::before_forward(module);
+  if (!shard_) return;
+  // Units made whole for a checkpoint or a load keep this process's chunk of them (what a load
+  // wrote) and are freed: each forward gathers its own.
+  for (size_t g = 1; g < groups_.size(); ++g) release_unit(g);
+}
+
 void FsdpStrategy::before_backward(const torch::Tensor& loss, bool synchronize) {
   if (!shard_) {
     DdpStrategy::before_backward(loss, synchronize);
     return;
   }
   if (synchronize) start_sync_clock(loss);
-  if (grads_flat_.defined()) return;  // accumulating: the views hold the earlier backwards' sums
+  for (Group& group : groups_) {
+    group.accumulated = 0;
+    group.reduced = false;
+  }
+  const Group& root = groups_.front();
+  if (grads_flat_.defined() || root.entries.empty()) return;  // accumulating: the views hold the earlier sums
   // Backward accumulates each gradient in place into its view of one flat buffer (a parameter
   // left out of the loss keeps its zeros, as in PyTorch's FSDP), so after_backward has nothing to
   // copy and no second buffer of the model's size is ever alive.
   torch::NoGradGuard no_grad;
-  grads_flat_ = torch::zeros({layout_->padded()}, entries_.front().param.options());
-  for (size_t i = 0; i < entries_.size(); ++i) {
-    Entry& e = entries_[i];
-    torch::Tensor place = layout_->view(grads_flat_, i, e.param.sizes());
+  grads_flat_ = torch::zeros({layout_->padded()}, root.full.options());
+  for (size_t slot = 0; slot < root.entries.size(); ++slot) {
+    Entry& e = entries_[root.entries[slot]];
+    torch::Tensor place = layout_->view(grads_flat_, slot, e.param.sizes());
     if (e.param.grad().defined()) place.copy_(e.param.grad());
     e.param.mutable_grad() = place;
   }
@@ -191,17 +337,27 @@ void FsdpStrategy::after_backward(bool synchronize) {
     DdpStrategy::after_backward(synchronize);
     return;
   }
+  // Units that autograd did not reach whole (a parameter left out of the loss, a unit not run):
+  // every process reduces them here, in the same order, so the collectives pair up.
+  for (size_t g = 1; g < groups_.size(); ++g) {
+    if (!groups_[g].reduced) reduce_unit(g);
+  }
   if (!synchronize) return;
+  const Group& root = groups_.front();
   torch::Tensor flat = std::move(grads_flat_);
   grads_flat_ = torch::Tensor();
-  if (!flat.defined()) flat = torch::zeros({layout_->padded()}, entries_.front().param.options());
+  if (root.entries.empty()) {
+    stop_sync_clock();
+    return;
+  }
+  if (!flat.defined()) flat = torch::zeros({layout_->padded()}, root.full.options());
   {
     torch::NoGradGuard no_grad;
-    for (size_t i = 0; i < entries_.size(); ++i) {
-      Entry& e = entries_[i];
+    for (size_t slot = 0; slot < root.entries.size(); ++slot) {
+      Entry& e = entries_[root.entries[slot]];
       // A gradient that is not the view before_backward installed (a hook set it to none and
       // backward made a new one) holds everything since: it replaces the slot.
-      torch::Tensor place = layout_->view(flat, i, e.param.sizes());
+      torch::Tensor place = layout_->view(flat, slot, e.param.sizes());
       const torch::Tensor& grad = e.param.grad();
       if (grad.defined() && grad.data_ptr() != place.data_ptr()) place.copy_(grad);
       // Only the flat buffer holds the whole gradients now, and it goes into the collective as
@@ -209,8 +365,23 @@ void FsdpStrategy::after_backward(bool synchronize) {
       e.param.mutable_grad() = torch::Tensor();
     }
   }
-  const torch::Tensor mine = process_group().reduce_scatter(std::move(flat), Reduce::kMean);
-  for (Entry& e : entries_) {
+  add_to_pieces(process_group().reduce_scatter(std::move(flat), Reduce::kMean), root);
+  stop_sync_clock();
+}
+
+void FsdpStrategy::after_optimizer_step() {
+  if (!shard_ || groups_.front().entries.empty()) return;
+  torch::NoGradGuard no_grad;
+  // The pieces are this process's chunk of the flat parameters, updated in place by the step:
+  // every process's chunk lands in its place of everyone's buffer, which the parameters view.
+  // (A unit's pieces are its chunk alone; its next forward gathers them.)
+  process_group().all_gather_into(params_flat_.narrow(0, topology().global_rank * layout_->chunk(), layout_->chunk()),
+                                  params_flat_);
+}
+
+void FsdpStrategy::add_to_pieces(const torch::Tensor& mine, const Group& group) {
+  for (const size_t i : group.entries) {
+    Entry& e = entries_[i];
     const torch::Tensor g = mine.narrow(0, e.range.chunk_offset, e.range.numel());
     if (e.piece.grad().defined()) {
       e.piece.mutable_grad().add_(g);
@@ -218,16 +389,72 @@ void FsdpStrategy::after_backward(bool synchronize) {
       e.piece.mutable_grad() = g.clone();  // its own memory: zero_grad detaches grads in place
     }
   }
-  stop_sync_clock();
 }
 
-void FsdpStrategy::after_optimizer_step() {
-  if (!shard_) return;
+void FsdpStrategy::gather_unit(size_t g) {
+  Group& group = groups_[g];
+  if (group.gathered) return;
   torch::NoGradGuard no_grad;
-  // The pieces are this process's chunk of the flat parameters, updated in place by the step:
-  // every process's chunk lands in its place of everyone's buffer, which the parameters view.
-  process_group().all_gather_into(params_flat_.narrow(0, topology().global_rank * layout_->chunk(), layout_->chunk()),
-                                  params_flat_);
+  // The same storage object gets memory again: the views autograd saved in the forward (a
+  // weight's transpose) see the gathered values.
+  c10::StorageImpl* storage = group.full.storage().unsafeGetStorageImpl();
+  const size_t bytes = static_cast<size_t>(group.full.numel()) * group.full.element_size();
+  storage->set_data_ptr_noswap(storage->allocator()->allocate(bytes));
+  storage->set_nbytes(bytes);
+  process_group().all_gather_into(group.shard, group.full);
+  for (size_t slot = 0; slot < group.entries.size(); ++slot)
+    entries_[group.entries[slot]].param.set_data(group.views[slot]);
+  group.gathered = true;
+}
+
+void FsdpStrategy::release_unit(size_t g) {
+  Group& group = groups_[g];
+  if (!group.gathered) return;
+  torch::NoGradGuard no_grad;
+  const int64_t chunk = group.layout->chunk();
+  group.shard.copy_(group.full.narrow(0, topology().global_rank * chunk, chunk));
+  for (const size_t i : group.entries) {
+    // An empty tensor, not freed memory, is what code reading the parameter between gathers sees.
+    entries_[i].param.set_data(torch::empty({0}, group.full.options()));
+  }
+  c10::StorageImpl* storage = group.full.storage().unsafeGetStorageImpl();
+  storage->set_data_ptr_noswap(at::DataPtr(nullptr, group.full.device()));
+  storage->set_nbytes(0);
+  group.gathered = false;
+}
+
+void FsdpStrategy::gather_all_units() {
+  for (size_t g = 1; g < groups_.size(); ++g) gather_unit(g);
+}
+
+void FsdpStrategy::on_unit_gradient(size_t g) {
+  Group& group = groups_[g];
+  if (++group.accumulated == group.entries.size() && !group.reduced) reduce_unit(g);
+}
+
+void FsdpStrategy::reduce_unit(size_t g) {
+  Group& group = groups_[g];
+  torch::Tensor flat = torch::zeros({group.layout->padded()}, group.full.options());
+  {
+    torch::NoGradGuard no_grad;
+    for (size_t slot = 0; slot < group.entries.size(); ++slot) {
+      Entry& e = entries_[group.entries[slot]];
+      if (e.param.grad().defined()) group.layout->view(flat, slot, e.shape).copy_(e.param.grad());
+      e.param.mutable_grad() = torch::Tensor();
+    }
+  }
+  // Every backward reduces (also when only accumulating): the whole gradients never outlive the
+  // unit's backward, and the pieces sum the averages, which is the average of the sums.
+  add_to_pieces(process_group().reduce_scatter(std::move(flat), Reduce::kMean), group);
+  group.reduced = true;
+  release_unit(g);
+}
+
+void FsdpStrategy::finish_fit(LightningModule& module, bool completed) {
+  if (!shard_) return;
+  // The module is the user's again: whole, and running as it would without fsdp.
+  if (completed) gather_all_units();
+  detach_units();
 }
 
 std::vector<c10::IValue> FsdpStrategy::gather_optimizer_states(
@@ -235,6 +462,7 @@ std::vector<c10::IValue> FsdpStrategy::gather_optimizer_states(
   if (!shard_) return DdpStrategy::gather_optimizer_states(optimizers);
   VOLT_INTERNAL_ASSERT(optimizers.size() == optimizers_.size(), "gather of {} optimizers, {} laid out",
                        optimizers.size(), optimizers_.size());
+  gather_all_units();
   return whole_optimizer_states(/*everyone=*/false);
 }
 
@@ -270,18 +498,28 @@ std::vector<c10::IValue> FsdpStrategy::whole_optimizer_states(bool everyone) {
     }
     GenericDict full_state = state.copy();
     for (const auto& [key, by_id] : pieces) {
-      torch::Tensor chunk = torch::zeros({layout_->chunk()}, by_id.begin()->second.options());
-      for (const auto& [id, tensor] : by_id) {
-        const Entry& e = entries_[*ids_[k][id]];
-        if (e.range.numel() > 0) chunk.narrow(0, e.range.chunk_offset, e.range.numel()).copy_(tensor.reshape({-1}));
-      }
-      const torch::Tensor flat = process_group().all_gather_flat(chunk);
-      if (!root) continue;
-      for (const auto& [id, tensor] : by_id) {
-        const size_t index = *ids_[k][id];
-        GenericDict param_state = full_state.at(id).toGenericDict().copy();
-        param_state.insert_or_assign(key, layout_->view(flat, index, entries_[index].param.sizes()).clone());
-        full_state.insert_or_assign(id, param_state);
+      // One all-gather per group that holds this state: each group has its own chunks.
+      for (size_t g = 0; g < groups_.size(); ++g) {
+        const Group& group = groups_[g];
+        torch::Tensor chunk;
+        for (const auto& [id, tensor] : by_id) {
+          const Entry& e = entries_[*ids_[k][id]];
+          if (e.group != g) continue;
+          if (!chunk.defined()) chunk = torch::zeros({group.layout->chunk()}, tensor.options());
+          if (e.range.numel() > 0) chunk.narrow(0, e.range.chunk_offset, e.range.numel()).copy_(tensor.reshape({-1}));
+        }
+        if (!chunk.defined()) continue;  // the same on every process: their signatures match
+        const torch::Tensor flat = process_group().all_gather_flat(chunk);
+        if (!root) continue;
+        for (size_t slot = 0; slot < group.entries.size(); ++slot) {
+          const size_t index = group.entries[slot];
+          for (const auto& [id, tensor] : by_id) {
+            if (*ids_[k][id] != index) continue;
+            GenericDict param_state = full_state.at(id).toGenericDict().copy();
+            param_state.insert_or_assign(key, group.layout->view(flat, slot, entries_[index].shape).clone());
+            full_state.insert_or_assign(id, param_state);
+          }
+        }
       }
     }
     if (!root) {
@@ -305,6 +543,7 @@ size_t FsdpStrategy::optimizer_index(const torch::optim::Optimizer& optimizer) c
 std::vector<c10::IValue> FsdpStrategy::local_optimizer_states(
     const std::vector<std::shared_ptr<torch::optim::Optimizer>>& optimizers) {
   if (!shard_) return Strategy::local_optimizer_states(optimizers);
+  gather_all_units();
   std::vector<c10::IValue> out;
   for (const auto& optimizer : optimizers) {
     const size_t k = optimizer_index(*optimizer);
@@ -316,7 +555,9 @@ std::vector<c10::IValue> FsdpStrategy::local_optimizer_states(
         if (is_elementwise_state(field.key().toStringRef())) elementwise.insert(field.key().toStringRef());
     marker.elementwise.assign(elementwise.begin(), elementwise.end());
     for (const auto& index : ids_[k]) {
-      marker.shapes.push_back(index ? std::optional(entries_[*index].param.sizes().vec()) : std::nullopt);
+      marker.shapes.push_back(index ? std::optional(entries_[*index].shape) : std::nullopt);
+      marker.pieces.push_back(index ? std::pair(entries_[*index].range.begin, entries_[*index].range.end)
+                                    : std::pair<int64_t, int64_t>(0, 0));
     }
     out.push_back(mark_shard(state, marker));
   }
@@ -339,8 +580,21 @@ void FsdpStrategy::load_optimizer_state(torch::optim::Optimizer& optimizer, cons
     };
     std::vector<std::string> shapes, expected;
     for (const auto& shape : marker->shapes) shapes.push_back(describe(shape));
+    std::vector<std::pair<int64_t, int64_t>> pieces;
     for (const auto& index : ids_[k]) {
-      expected.push_back(describe(index ? std::optional(entries_[*index].param.sizes().vec()) : std::nullopt));
+      expected.push_back(describe(index ? std::optional(entries_[*index].shape) : std::nullopt));
+      pieces.push_back(index ? std::pair(entries_[*index].range.begin, entries_[*index].range.end)
+                             : std::pair<int64_t, int64_t>(0, 0));
+    }
+    if (!marker->pieces.empty() && marker->pieces != pieces && shapes == expected &&
+        marker->rank == topology().global_rank && marker->world_size == topology().world_size) {
+      throw CheckpointError(fmt::format(
+          "optimizer {}'s sharded state was cut at other places than this run cuts it: the parameters were "
+          "grouped differently (sharding_strategy full_shard lays out each volt::FsdpUnit on its own, "
+          "shard_grad_op all parameters together, and fsdp_min_unit_params changes which units there are). "
+          "HINT: resume with the sharding_strategy and fsdp_min_unit_params that wrote it, or consolidate it into "
+          "one file (volt::consolidate_sharded_checkpoint) first.",
+          k));
     }
     if (marker->rank != topology().global_rank || marker->world_size != topology().world_size || shapes != expected) {
       throw CheckpointError(fmt::format(
@@ -361,7 +615,7 @@ void FsdpStrategy::load_whole_optimizer_state(size_t k, const c10::IValue& state
   std::vector<int64_t> numels;
   for (const auto& index : ids_[k]) {
     pieces.push_back(index ? std::optional<ShardPiece>(entries_[*index].range) : std::nullopt);
-    numels.push_back(index ? entries_[*index].param.numel() : 0);
+    numels.push_back(index ? c10::multiply_integers(entries_[*index].shape) : 0);
   }
   load_optimizer_state_dict(*optimizers_[k], shard_optimizer_state(state, pieces, numels));
 }
@@ -374,13 +628,24 @@ TrainingMemory training_memory(const torch::nn::Module& module,
     if (!p.grad().defined() || !counted.insert(p.unsafeGetTensorImpl()).second) return;
     memory.gradients += p.grad().numel() * static_cast<int64_t>(p.grad().element_size());
   };
+  // Parameters by storage: under fsdp the optimizers' pieces are parts of the module's flat
+  // buffer (shard_grad_op) or a unit's own chunk (full_shard), whose module parameters are empty.
+  std::set<const c10::StorageImpl*> storages;
+  const auto add_param = [&memory, &storages](const torch::Tensor& p) {
+    if (!p.has_storage() || !storages.insert(p.storage().unsafeGetStorageImpl()).second) return;
+    memory.parameters += static_cast<int64_t>(p.storage().nbytes());
+  };
   for (const torch::Tensor& p : module.parameters()) {
-    memory.parameters += p.numel() * static_cast<int64_t>(p.element_size());
+    add_param(p);
     add_grad(p);
   }
   for (const auto& optimizer : optimizers) {
-    for (const auto& group : optimizer->param_groups())
-      for (const torch::Tensor& p : group.params()) add_grad(p);
+    for (const auto& group : optimizer->param_groups()) {
+      for (const torch::Tensor& p : group.params()) {
+        add_param(p);
+        add_grad(p);
+      }
+    }
     memory.optimizer_state += tensor_bytes(optimizer_state_dict(*optimizer).toGenericDict().at("state"));
   }
   return memory;

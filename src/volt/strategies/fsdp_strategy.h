@@ -1,6 +1,8 @@
-// Fully sharded data parallel, shard_grad_op (ZeRO-2): every process holds the whole model for
+// Fully sharded data parallel. shard_grad_op (ZeRO-2): every process holds the whole model for
 // forward and backward, but gradients and optimizer state are split evenly over the processes,
-// so the optimizer's memory (Adam: twice the parameters) shrinks to 1/N per process.
+// so the optimizer's memory (Adam: twice the parameters) shrinks to 1/N per process. full_shard
+// (ZeRO-3): the parameters of each volt::FsdpUnit are split too, and gathered for the unit's
+// forward and backward only.
 #pragma once
 
 #include <memory>
@@ -8,18 +10,24 @@
 #include <string>
 #include <vector>
 
+#include "volt/options/option_enums.h"
 #include "volt/strategies/ddp_strategy.h"
+#include "volt/strategies/fsdp_unit.h"
 #include "volt/strategies/shard_layout.h"
 
 namespace torch::nn {
 class Module;
 }  // namespace torch::nn
+namespace torch::autograd {
+struct Node;
+}  // namespace torch::autograd
 
 namespace volt {
 
 /// Bytes a process holds for training: what fsdp shards and ddp replicates.
 struct TrainingMemory {
-  /// The module's parameters (whole under ddp and shard_grad_op).
+  /// The module's parameters (whole under ddp and shard_grad_op; full_shard: the units' shards),
+  /// each storage counted once.
   int64_t parameters = 0;
   /// Gradients: the module's parameters' and, under fsdp, the optimizers' pieces'.
   int64_t gradients = 0;
@@ -32,8 +40,17 @@ struct TrainingMemory {
 TrainingMemory training_memory(const torch::nn::Module& module,
                                const std::vector<std::shared_ptr<torch::optim::Optimizer>>& optimizers);
 
-/// Lightning's `strategy="fsdp"` with sharding_strategy `shard_grad_op` (or `no_shard`, which
-/// is ddp under this name).
+/// What the fsdp strategy shards and how it groups parameters.
+struct FsdpOptions {
+  /// full_shard, shard_grad_op, or no_shard (ddp under this name).
+  ShardingStrategy sharding = ShardingStrategy::kShardGradOp;
+  /// full_shard's wrapping policy: a volt::FsdpUnit holding fewer parameter elements than this
+  /// is not a unit of its own; its parameters go with the unit around it (or the model's).
+  int64_t min_unit_params = 0;
+};
+
+/// Lightning's `strategy="fsdp"` with sharding_strategy `full_shard`, `shard_grad_op` or
+/// `no_shard` (ddp under this name).
 ///
 /// The trained parameters live in one flat buffer (each module parameter a view of its place).
 /// Each step: backward accumulates whole gradients locally into views of a second flat buffer
@@ -45,22 +62,37 @@ TrainingMemory training_memory(const torch::nn::Module& module,
 /// group), sync_trainable_parameters lays out the new set, keeping the optimizers' state.
 /// Checkpoints hold the whole optimizer state, gathered on rank 0, in the layout one process
 /// writes, so a run resumes under any strategy and process count.
+///
+/// full_shard: the parameters of each volt::FsdpUnit (after the min_unit_params policy) get a
+/// flat layout of their own. Each process keeps only its chunk (the optimizer's pieces view it);
+/// the unit's hooks all-gather the whole into a buffer for its forward and free that buffer after,
+/// a hook on the forward's output gathers it again before the unit's backward, and once autograd
+/// has accumulated every gradient of the unit they are reduce-scattered into the pieces and the
+/// buffer is freed (so at most the units in flight are whole). Parameters outside every unit train
+/// as under shard_grad_op. Between gathers a unit's parameters are empty tensors; the strategy
+/// makes them whole for checkpoints and for whatever follows the fit.
 class FsdpStrategy : public DdpStrategy {
  public:
-  /// `shard` false is no_shard: exactly DdpStrategy.
-  FsdpStrategy(Topology topology, DdpOptions options, Env env, bool shard);
+  /// `fsdp.sharding` no_shard is exactly DdpStrategy.
+  FsdpStrategy(Topology topology, DdpOptions options, Env env, FsdpOptions fsdp);
+  ~FsdpStrategy() override;
 
   std::string name() const override { return "fsdp"; }
   void setup_module(LightningModule& module) override;
   void setup_optimizers(LightningModule& module,
                         const std::vector<std::shared_ptr<torch::optim::Optimizer>>& optimizers) override;
   void sync_trainable_parameters(LightningModule& module) override;
+  void before_forward(LightningModule& module) override;
   void before_backward(const torch::Tensor& loss, bool synchronize) override;
   void after_backward(bool synchronize) override;
   void after_optimizer_step() override;
+  void finish_fit(LightningModule& module, bool completed) override;
   bool shards_optimizer_state() const override { return shard_; }
+  /// Also makes every unit's parameters whole (full_shard), so the checkpoint reads the model.
   std::vector<c10::IValue> gather_optimizer_states(
       const std::vector<std::shared_ptr<torch::optim::Optimizer>>& optimizers) override;
+  /// Also makes every unit's parameters whole (full_shard; a collective), so rank 0's checkpoint
+  /// file holds the whole model.
   std::vector<c10::IValue> local_optimizer_states(
       const std::vector<std::shared_ptr<torch::optim::Optimizer>>& optimizers) override;
   /// Cuts a whole state to this process's pieces; a state marked by local_optimizer_states (a
@@ -69,12 +101,42 @@ class FsdpStrategy : public DdpStrategy {
   void load_optimizer_state(torch::optim::Optimizer& optimizer, const c10::IValue& state) override;
 
  private:
+  class UnitHooks;
   /// One optimized parameter: the module's tensor and this process's piece of it.
   struct Entry {
     std::string name;
     torch::Tensor param;
     torch::Tensor piece;
+    /// The piece's place in its group's layout.
     ShardPiece range;
+    /// Its group: 0 for the parameters outside every unit, else 1 + the unit's index.
+    size_t group = 0;
+    /// The parameter's shape (a unit's parameter is empty between gathers).
+    std::vector<int64_t> shape;
+  };
+  /// Parameters laid out together: the model's outside every unit (group 0, whole on every
+  /// process) or one full_shard unit's (whole only while gathered).
+  struct Group {
+    /// The unit; null for group 0.
+    std::shared_ptr<FsdpUnitImpl> unit;
+    /// Indexes into entries_.
+    std::vector<size_t> entries;
+    std::optional<ShardLayout> layout;
+    /// The padded whole, each parameter a view of its place while gathered. A unit's keeps its
+    /// storage object (autograd's saved views of the parameters point into it) but holds memory
+    /// only while gathered.
+    torch::Tensor full;
+    /// A unit's chunk, owned (the pieces view it); group 0's chunk is a view of `full`.
+    torch::Tensor shard;
+    /// Each entry's view of `full`, shaped like its parameter (units).
+    std::vector<torch::Tensor> views;
+    /// Whether `full` holds the whole parameters now.
+    bool gathered = true;
+    /// The units' autograd accumulators, held so the hooks added to them stay for every step.
+    std::vector<std::shared_ptr<torch::autograd::Node>> accumulators;
+    /// Gradients accumulated in this backward, and whether they were reduce-scattered already.
+    size_t accumulated = 0;
+    bool reduced = false;
   };
   /// The index of `optimizer` in optimizers_ (an internal error when fsdp did not lay it out).
   size_t optimizer_index(const torch::optim::Optimizer& optimizer) const;
@@ -87,11 +149,33 @@ class FsdpStrategy : public DdpStrategy {
   std::vector<c10::IValue> whole_optimizer_states(bool everyone);
   /// Loads optimizer `k`'s whole `state` cut to this process's pieces.
   void load_whole_optimizer_state(size_t k, const c10::IValue& state);
+  /// The units of `module` that full_shard lays out (after the min_unit_params policy), outermost
+  /// first.
+  std::vector<std::shared_ptr<FsdpUnitImpl>> find_units(LightningModule& module) const;
+  /// Makes unit group `g`'s parameters whole (an all-gather of the chunks); nothing when they are.
+  void gather_unit(size_t g);
+  /// Frees unit group `g`'s whole parameters, first keeping this process's chunk of them (what a
+  /// checkpoint loaded while they were whole is kept).
+  void release_unit(size_t g);
+  /// Makes every unit whole (a collective), until the next training forward.
+  void gather_all_units();
+  /// Adds `mine` (this process's reduced chunk of `group`'s gradients) to its pieces' gradients.
+  void add_to_pieces(const torch::Tensor& mine, const Group& group);
+  /// Reduce-scatters unit group `g`'s gradients into its pieces and frees its parameters.
+  void reduce_unit(size_t g);
+  /// Called when autograd accumulated a gradient of unit group `g`.
+  void on_unit_gradient(size_t g);
+  /// Detaches the hooks from every unit laid out.
+  void detach_units();
 
   bool shard_;
+  FsdpOptions fsdp_;
   std::vector<Entry> entries_;
+  /// Group 0 (outside every unit), then the units in the order find_units gives.
+  std::vector<Group> groups_;
+  /// Group 0's layout (all trained parameters under shard_grad_op).
   std::optional<ShardLayout> layout_;
-  /// The trained parameters end to end (padded); each module parameter is a view of its place.
+  /// Group 0's parameters end to end (padded); each module parameter is a view of its place.
   torch::Tensor params_flat_;
   /// Between before_backward and the synchronizing after_backward: the whole gradients, each
   /// module parameter's .grad a view of its place; undefined between steps.
@@ -104,6 +188,8 @@ class FsdpStrategy : public DdpStrategy {
   std::vector<std::string> trainable_;
   /// The module laid out, for a relayout while a checkpoint loads.
   LightningModule* module_ = nullptr;
+  /// The hooks attached to the units; they hold a pointer to this strategy until detached.
+  std::vector<std::shared_ptr<UnitHooks>> hooks_;
 };
 
 }  // namespace volt

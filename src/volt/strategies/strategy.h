@@ -71,6 +71,10 @@ class Strategy {
   /// After the optimizers stepped (or skipped a step): fsdp all-gathers the updated pieces into
   /// the module's parameters, so every process holds the whole model again.
   virtual void after_optimizer_step() {}
+  /// After the fit loop; `completed` is false when it threw. fsdp's full_shard makes the
+  /// module's parameters whole again (a collective, only when completed) and detaches its hooks,
+  /// so the module is whole for evaluation, saving or another fit.
+  virtual void finish_fit(LightningModule& module, bool completed) {}
   /// True when each process's optimizers hold only its shard of the state and gradients (fsdp):
   /// clipping by norm sums over every process, and a checkpoint needs
   /// gather_optimizer_states.

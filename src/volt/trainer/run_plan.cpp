@@ -319,6 +319,10 @@ RunPlan resolve_run_plan(const TrainerOptions& options, const Env& env, const Ma
              "sharding_strategy='{}' is an option of strategy='fsdp', but the strategy is '{}'. HINT: set "
              "strategy='fsdp', or leave sharding_strategy unset.",
              to_string(options.sharding_strategy.value_or(ShardingStrategy::kNoShard)), to_string(plan.strategy));
+  VOLT_CHECK(!options.fsdp_min_unit_params || plan.strategy == StrategyKind::kFsdp,
+             "fsdp_min_unit_params={} is an option of strategy='fsdp' with sharding_strategy='full_shard', but the "
+             "strategy is '{}'. HINT: set strategy='fsdp', or leave fsdp_min_unit_params unset.",
+             options.fsdp_min_unit_params.value_or(0), to_string(plan.strategy));
   VOLT_CHECK((!options.pipeline_balance && !options.pipeline_chunks && !options.pipeline_schedule) ||
                  plan.strategy == StrategyKind::kPipeline,
              "pipeline_balance, pipeline_chunks and pipeline_schedule are options of strategy='pipeline', but the "
@@ -338,15 +342,20 @@ RunPlan resolve_run_plan(const TrainerOptions& options, const Env& env, const Ma
   }
   if (plan.strategy == StrategyKind::kFsdp) {
     plan.sharding_strategy = options.sharding_strategy.value_or(ShardingStrategy::kShardGradOp);
-    VOLT_CHECK(plan.sharding_strategy != ShardingStrategy::kFullShard,
-               "sharding_strategy='full_shard' (parameters gathered per wrapped unit for forward and backward) is not "
-               "built yet. HINT: use sharding_strategy='shard_grad_op' (gradients and optimizer state sharded, the "
-               "default), which saves the optimizer's memory.");
+    VOLT_CHECK(!options.fsdp_min_unit_params || plan.sharding_strategy == ShardingStrategy::kFullShard,
+               "fsdp_min_unit_params={} is full_shard's wrapping policy, but sharding_strategy is '{}', which keeps "
+               "every parameter whole. HINT: set sharding_strategy='full_shard', or leave fsdp_min_unit_params unset.",
+               options.fsdp_min_unit_params.value_or(0), to_string(plan.sharding_strategy));
+    plan.fsdp_min_unit_params = options.fsdp_min_unit_params.value_or(0);
+    VOLT_CHECK(plan.fsdp_min_unit_params >= 0,
+               "fsdp_min_unit_params={} must be >= 0. HINT: 0 makes every "
+               "volt::FsdpUnit a unit.",
+               plan.fsdp_min_unit_params);
     plan.state_dict_type = options.state_dict_type.value_or(StateDictType::kFull);
-    VOLT_CHECK(plan.state_dict_type == StateDictType::kFull || plan.sharding_strategy == ShardingStrategy::kShardGradOp,
+    VOLT_CHECK(plan.state_dict_type == StateDictType::kFull || plan.sharding_strategy != ShardingStrategy::kNoShard,
                "state_dict_type='sharded' writes each process's shard of the optimizer state, but "
-               "sharding_strategy='{}' shards nothing. HINT: use sharding_strategy='shard_grad_op', or "
-               "state_dict_type='full'.",
+               "sharding_strategy='{}' shards nothing. HINT: use sharding_strategy='shard_grad_op' or 'full_shard', "
+               "or state_dict_type='full'.",
                to_string(plan.sharding_strategy));
   }
   VOLT_CHECK(!options.state_dict_type || plan.strategy == StrategyKind::kFsdp,
@@ -539,10 +548,15 @@ std::string RunPlan::describe() const {
                              strategy == StrategyKind::kFsdp || (strategy == StrategyKind::kPipeline && num_nodes > 1);
   if (process_group) line("process group backend", process_group_backend);
   if (strategy == StrategyKind::kFsdp) {
-    line("sharding strategy", fmt::format("{}{}", to_string(sharding_strategy),
-                                          sharding_strategy == ShardingStrategy::kShardGradOp
-                                              ? " (gradients and optimizer state split over the processes)"
-                                              : " (gradients all-reduced, as ddp)"));
+    line("sharding strategy",
+         fmt::format("{}{}", to_string(sharding_strategy),
+                     sharding_strategy == ShardingStrategy::kShardGradOp
+                         ? " (gradients and optimizer state split over the processes)"
+                     : sharding_strategy == ShardingStrategy::kFullShard
+                         ? fmt::format(" (also the parameters of each volt::FsdpUnit with >= {} elements, gathered "
+                                       "for its forward and backward)",
+                                       fsdp_min_unit_params)
+                         : std::string(" (gradients all-reduced, as ddp)")));
     line("checkpoints", state_dict_type == StateDictType::kFull
                             ? "full (optimizer state gathered on rank 0 into one file)"
                             : "sharded (each process writes its optimizer shard beside rank 0's index file)");

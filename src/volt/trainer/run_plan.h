@@ -41,8 +41,11 @@ struct RunPlan {
   std::chrono::milliseconds process_group_timeout{120000};  ///< collective timeout (ddp)
   std::chrono::milliseconds join_timeout{60000};            ///< rendezvous deadline (ddp)
   bool find_unused_parameters = false;                      ///< ddp reducer option
-  /// fsdp: what is sharded (shard_grad_op or no_shard); no_shard under every other strategy.
+  /// fsdp: what is sharded (full_shard, shard_grad_op or no_shard); no_shard under every other
+  /// strategy.
   ShardingStrategy sharding_strategy = ShardingStrategy::kNoShard;
+  /// fsdp full_shard: the fewest parameter elements a volt::FsdpUnit needs to be a unit (0: all).
+  int64_t fsdp_min_unit_params = 0;
   /// fsdp: checkpoints' optimizer state in one gathered file (full) or a file per process
   /// (sharded); full under every other strategy.
   StateDictType state_dict_type = StateDictType::kFull;

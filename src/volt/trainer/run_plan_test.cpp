@@ -115,6 +115,35 @@ TEST(RunPlan, SeveralDevicesMeanDdpLaunchedByVolt) {
   EXPECT_EQ(p.topology.host, "host0");
 }
 
+TEST(RunPlan, FsdpShardsGradientsAndStateByDefaultAndFullShardTakesAWrappingPolicy) {
+  const RunPlan sharded = plan({.devices = 2, .strategy = StrategyRequest::kFsdp});
+  EXPECT_EQ(sharded.sharding_strategy, ShardingStrategy::kShardGradOp);
+  EXPECT_EQ(sharded.fsdp_min_unit_params, 0);
+  const RunPlan full = plan({.devices = 2,
+                             .strategy = StrategyRequest::kFsdp,
+                             .sharding_strategy = ShardingStrategy::kFullShard,
+                             .fsdp_min_unit_params = 1000});
+  EXPECT_EQ(full.sharding_strategy, ShardingStrategy::kFullShard);
+  EXPECT_EQ(full.fsdp_min_unit_params, 1000);
+  EXPECT_NE(full.describe().find("volt::FsdpUnit with >= 1000 elements"), std::string::npos) << full.describe();
+  // The policy belongs to full_shard alone.
+  EXPECT_NE(error_of({.devices = 2,
+                      .strategy = StrategyRequest::kFsdp,
+                      .sharding_strategy = ShardingStrategy::kShardGradOp,
+                      .fsdp_min_unit_params = 10})
+                .find("full_shard's wrapping policy"),
+            std::string::npos);
+  EXPECT_NE(error_of({.devices = 2, .strategy = StrategyRequest::kDdp, .fsdp_min_unit_params = 10})
+                .find("an option of strategy='fsdp'"),
+            std::string::npos);
+  EXPECT_NE(error_of({.devices = 2,
+                      .strategy = StrategyRequest::kFsdp,
+                      .sharding_strategy = ShardingStrategy::kFullShard,
+                      .fsdp_min_unit_params = -1})
+                .find("must be >= 0"),
+            std::string::npos);
+}
+
 TEST(RunPlan, DpIsOneProcessWithAReplicaPerDevice) {
   const RunPlan p = plan({.devices = DeviceRequest("0, 1"), .strategy = StrategyRequest::kDp});
   EXPECT_EQ(p.strategy, StrategyKind::kDp);

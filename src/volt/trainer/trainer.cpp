@@ -378,8 +378,9 @@ Strategy& Trainer::strategy() {
     return *strategy_;
   }
   if (plan_.strategy == StrategyKind::kFsdp) {
-    strategy_ = std::make_unique<FsdpStrategy>(plan_.topology, ddp, std::move(child_env),
-                                               plan_.sharding_strategy == ShardingStrategy::kShardGradOp);
+    strategy_ = std::make_unique<FsdpStrategy>(
+        plan_.topology, ddp, std::move(child_env),
+        FsdpOptions{.sharding = plan_.sharding_strategy, .min_unit_params = plan_.fsdp_min_unit_params});
     return *strategy_;
   }
   strategy_ = std::make_unique<DdpStrategy>(plan_.topology, ddp, std::move(child_env));
@@ -653,8 +654,14 @@ FitResult Trainer::fit_stage(LightningModule& module, DataLoader train, std::vec
     FitResult fit_result = [&] {
       // Anomaly mode is the process's: on for this fit only (Lightning wraps its fit loop alike).
       const internal::AnomalyModeScope anomaly(plan_.detect_anomaly);
-      return loop.run();
+      try {
+        return loop.run();
+      } catch (...) {
+        strategy.finish_fit(module, /*completed=*/false);
+        throw;
+      }
     }();
+    strategy.finish_fit(module, /*completed=*/true);
     finish_stage_profile(profiler, strategy, console, profile_dir);
     fitted_ = loop.progress();
     checkpointer_->remember(fit_result.best_model_path, fit_result.last_model_path);

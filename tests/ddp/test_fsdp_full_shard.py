@@ -1,0 +1,196 @@
+"""Multi-process tests of strategy='fsdp' with sharding_strategy='full_shard' on CPU (Gloo): the
+probe's layers wrapped in volt::FsdpUnit (--fsdp-units) have their parameters sharded too. Against
+ddp and one process on the same model, what each process holds between steps, checkpoints, exact
+resume, and the wrapping policy. Runs tests/ddp/ddp_probe.cpp (VOLT_DDP_PROBE) like test_fsdp.py.
+"""
+import pytest
+
+from test_ddp import PROBE, TOLERANCE, assert_close, flat_params, ranks, run
+from test_fsdp import ADAM, SHARDED, checkpoint_after, fit, shard_files, slurm_job
+
+pytestmark = pytest.mark.skipif(not PROBE, reason="VOLT_DDP_PROBE is not set (run through ctest)")
+
+FULL = ["--strategy", "fsdp", "--sharding-strategy", "full_shard"]
+# ADAM's model: hidden 8 -> 16 (144 values), out 16 -> 1 (17 values).
+HIDDEN, OUT = 144, 17
+
+
+def padded(numel, processes):
+    return -(-numel // processes) * processes
+
+
+@pytest.mark.parametrize("processes", [2, 3, 4])
+@pytest.mark.parametrize("units", ["all", "hidden", "nested"])
+def test_full_shard_matches_ddp_and_one_process_with_adam_a_scheduler_and_clipping(tmp_path, processes, units):
+    steps = 3
+    model = ADAM + ["--fsdp-units", units]
+    one, _ = fit(tmp_path, "one", model + ["--batch-size", str(8 * processes), "--max-steps", str(steps)])
+    common = model + ["--devices", str(processes), "--batch-size", "8", "--max-steps", str(steps)]
+    ddp, _ = fit(tmp_path, "ddp", common + ["--strategy", "ddp"])
+    fsdp, _ = fit(tmp_path, "fsdp", common + FULL)
+    reference = ranks(one, 1)[0]
+    ddp_results = ranks(ddp, processes)
+    results = ranks(fsdp, processes)
+    for r in results:
+        assert r["global_step"] == steps
+        assert_close(flat_params(r), flat_params(reference), TOLERANCE)
+        assert_close(flat_params(r), flat_params(ddp_results[0]), TOLERANCE)
+        # Made whole at the fit's end from the same chunks: every process holds the same model.
+        assert flat_params(r) == flat_params(results[0])
+    # Between steps (on_train_batch_end) each process holds its chunk of every unit's parameters,
+    # gradients and Adam state; parameters outside every unit (units=hidden: out) stay whole.
+    whole = ddp_results[0]["memory"]
+    assert whole["parameters"] == whole["gradients"] == 4 * (HIDDEN + OUT)
+    if units == "hidden":
+        # Two groups: hidden's chunk, and out's flat buffer whole (padded).
+        expected = 4 * (padded(HIDDEN, processes) // processes + padded(OUT, processes))
+        assert all(r["memory"]["parameters"] == expected for r in results), [r["memory"] for r in results]
+    else:
+        # Every parameter is in a unit: a process holds ~1/N of each.
+        chunks = (padded(HIDDEN, processes) + padded(OUT, processes)) // processes
+        assert all(r["memory"]["parameters"] == 4 * chunks for r in results), [r["memory"] for r in results]
+    for r in results:
+        assert r["memory"]["gradients"] <= whole["gradients"] / processes + 4 * 2
+        # Adam's exp_avg and exp_avg_sq (8 bytes per value) are cut; its step counts are not.
+        assert r["memory"]["optimizer_state"] <= (whole["optimizer_state"] - 8 * (HIDDEN + OUT)) + (
+            8 * (HIDDEN + OUT) / processes + 8 * 2)
+    assert sum(r["optimizer_state_numel"] for r in results) == ddp_results[0]["optimizer_state_numel"]
+    if units == "all":
+        # Inside the step: a unit's parameters are freed once its forward is done, and once its
+        # backward is done (ddp keeps them: 128 values in hidden's weight, 16 in out's).
+        assert ddp_results[0]["unit_numels"] == {"hidden_after_its_forward": 128, "out_after_its_backward": 16}
+        assert all(r["unit_numels"] == {"hidden_after_its_forward": 0, "out_after_its_backward": 0}
+                   for r in results), [r["unit_numels"] for r in results]
+
+
+@pytest.mark.parametrize("extra", [["--accumulate-grad-batches", "2"], ["--precision", "bf16-mixed"]],
+                         ids=["accumulation", "bf16-mixed"])
+def test_full_shard_with_accumulation_or_bf16_mixed_matches_ddp(tmp_path, extra):
+    # Accumulating, every backward still reduce-scatters the units' gradients (nothing whole is
+    # kept between backward passes); bf16 compute under autocast on the float32 master shards.
+    common = ADAM + ["--fsdp-units", "all", "--devices", "2", "--batch-size", "8", "--max-steps", "3"] + extra
+    ddp, _ = fit(tmp_path, "ddp", common + ["--strategy", "ddp"])
+    fsdp, _ = fit(tmp_path, "fsdp", common + FULL)
+    for a, b in zip(ranks(fsdp, 2), ranks(ddp, 2)):
+        assert a["global_step"] == 3
+        assert_close(flat_params(a), flat_params(b), TOLERANCE)
+
+
+def test_a_unit_left_out_of_the_loss_still_trains_like_ddp(tmp_path):
+    # --with-unused-parameter adds a layer no loss reaches: wrapped with the others it is a unit whose
+    # gradients autograd never accumulates, so every process reduces it after backward.
+    common = ADAM + ["--fsdp-units", "all", "--with-unused-parameter", "--devices", "2", "--batch-size", "8",
+                     "--max-steps", "3"]
+    ddp, _ = fit(tmp_path, "ddp", common + ["--strategy", "ddp_find_unused_parameters_true"])
+    fsdp, _ = fit(tmp_path, "fsdp", common + FULL)
+    for a, b in zip(ranks(fsdp, 2), ranks(ddp, 2)):
+        assert_close(flat_params(a), flat_params(b), TOLERANCE)
+
+
+def test_the_wrapping_policy_keeps_small_units_whole(tmp_path):
+    # out (17 values) is under the policy's minimum: not a unit, so it stays whole like the model's
+    # parameters outside every unit, and the run equals --fsdp-units hidden.
+    common = ADAM + ["--devices", "2", "--batch-size", "8", "--max-steps", "3"] + FULL
+    policy, _ = fit(tmp_path, "policy", common + ["--fsdp-units", "all", "--fsdp-min-unit-params", "100"])
+    hidden, _ = fit(tmp_path, "hidden", common + ["--fsdp-units", "hidden"])
+    for a, b in zip(ranks(policy, 2), ranks(hidden, 2)):
+        assert a["memory"] == b["memory"]
+        assert flat_params(a) == flat_params(b)
+
+
+def test_a_resumed_full_shard_run_ends_bit_identical_to_an_uninterrupted_one(tmp_path):
+    common = ADAM + FULL + ["--fsdp-units", "hidden", "--devices", "2", "--batch-size", "8", "--max-epochs", "2"]
+    straight, _ = fit(tmp_path, "straight", common)
+    checkpoint = checkpoint_after(tmp_path, "first", common, 5)  # inside epoch 0 (12 steps)
+    second, _ = fit(tmp_path, "second", common + ["--ckpt-path", str(checkpoint), "--default-root-dir",
+                                                   str(tmp_path / "root2")])
+    for whole, resumed in zip(ranks(straight, 2), ranks(second, 2)):
+        assert resumed["global_step"] == whole["global_step"] == 24
+        assert flat_params(resumed) == flat_params(whole)
+
+
+@pytest.mark.parametrize("first,second", [
+    (FULL + ["--devices", "2", "--batch-size", "8"], ["--batch-size", "16"]),
+    (["--strategy", "ddp", "--devices", "2", "--batch-size", "8"], FULL + ["--devices", "2", "--batch-size", "8"]),
+    (FULL + ["--devices", "2", "--batch-size", "8"], ["--strategy", "fsdp", "--devices", "2", "--batch-size", "8"]),
+], ids=["full-shard-to-one-process", "ddp-to-full-shard", "full-shard-to-shard-grad-op"])
+def test_a_full_shard_checkpoint_holds_the_whole_model_and_moves_between_strategies(tmp_path, first, second):
+    common = ADAM + ["--fsdp-units", "all", "--max-epochs", "1"]
+    straight, _ = fit(tmp_path, "straight", common + first)
+    checkpoint = checkpoint_after(tmp_path, "first", common + first, 3)
+    resumed, _ = fit(tmp_path, "second", common + second + ["--ckpt-path", str(checkpoint), "--default-root-dir",
+                                                             str(tmp_path / "root2")])
+    whole = ranks(straight, 1)[0]
+    after = ranks(resumed, 1)[0]
+    assert after["global_step"] == whole["global_step"] == 12
+    assert_close(flat_params(after), flat_params(whole), TOLERANCE)
+
+
+def test_a_sharded_full_shard_checkpoint_resumes_bit_identical_and_not_under_shard_grad_op(tmp_path):
+    common = ADAM + ["--fsdp-units", "hidden", "--devices", "2", "--batch-size", "8", "--max-epochs", "2"]
+    straight, _ = fit(tmp_path, "straight", common + FULL)
+    checkpoint = checkpoint_after(tmp_path, "first", common + FULL + SHARDED, 5)
+    assert len(shard_files(checkpoint)) == 2
+    second, _ = fit(tmp_path, "second", common + FULL + SHARDED + ["--ckpt-path", str(checkpoint),
+                                                                    "--default-root-dir", str(tmp_path / "root2")])
+    for whole, resumed in zip(ranks(straight, 2), ranks(second, 2)):
+        assert resumed["global_step"] == whole["global_step"] == 24
+        assert flat_params(resumed) == flat_params(whole)
+    # shard_grad_op on as many processes cuts the same parameters elsewhere: refused, not misread.
+    out = tmp_path / "refused"
+    out.mkdir()
+    proc = run(common + ["--strategy", "fsdp", "--ckpt-path", str(checkpoint), "--default-root-dir", str(out)], out)
+    assert proc.returncode != 0
+    assert "cut at other places" in proc.stderr and "HINT" in proc.stderr, proc.stderr
+
+
+def test_sigterm_under_full_shard_saves_an_hpc_checkpoint_that_the_restarted_job_resumes_bit_identical(tmp_path):
+    common = ADAM + FULL + ["--fsdp-units", "all", "--devices", "2", "--batch-size", "8", "--max-epochs", "20",
+                            "--step-sleep-ms", "25", "--no-auto-requeue", "--checkpoint-on-sigterm", "--logger",
+                            "--log-every-n-steps", "1"]
+    straight = slurm_job(common, tmp_path / "straight", tmp_path / "straight_root")
+    root = tmp_path / "root"
+    stopped = slurm_job(common, tmp_path / "stopped", root, stop=True)
+    assert 0 < stopped[0]["global_step"] == stopped[1]["global_step"] < 240
+    resumed = slurm_job(common, tmp_path / "resumed", root)
+    for whole, again in zip(straight, resumed):
+        assert again["global_step"] == whole["global_step"] == 240
+        assert flat_params(again) == flat_params(whole)
+
+
+def test_a_backbone_unfrozen_mid_run_under_full_shard_matches_ddp(tmp_path):
+    fine_tune = ADAM + ["--fsdp-units", "all", "--max-epochs", "3", "--unfreeze-hidden-at", "1", "--devices", "2",
+                        "--batch-size", "8"]
+    ddp, _ = fit(tmp_path, "ddp", fine_tune + ["--strategy", "ddp"])
+    fsdp, _ = fit(tmp_path, "fsdp", fine_tune + FULL)
+    for r, d in zip(ranks(fsdp, 2), ranks(ddp, 2)):
+        assert r["global_step"] == 36
+        assert_close(flat_params(r), flat_params(d), TOLERANCE)
+
+
+def test_a_rank_killed_under_full_shard_stops_every_process(tmp_path):
+    proc = run(ADAM + FULL + ["--fsdp-units", "all", "--devices", "2", "--max-steps", "20", "--fail-mode", "kill",
+                              "--fail-rank", "1", "--fail-step", "3"], tmp_path, timeout=110)
+    assert proc.returncode != 0
+    assert proc.elapsed < 60
+    assert "local rank 1" in proc.stderr and "signal 9" in proc.stderr, proc.stderr
+
+
+def test_a_hung_rank_under_full_shard_fails_the_others_at_the_collective_timeout(tmp_path):
+    proc = run(ADAM + FULL + ["--fsdp-units", "all", "--devices", "2", "--max-steps", "20", "--fail-mode", "hang",
+                              "--fail-rank", "1", "--fail-step", "2", "--process-group-timeout", "5"], tmp_path,
+               timeout=110)
+    assert proc.returncode != 0
+    assert proc.elapsed < 60, proc.stderr
+
+
+@pytest.mark.parametrize("args,expected", [
+    (["--strategy", "ddp", "--fsdp-min-unit-params", "10"], "an option of strategy='fsdp'"),
+    (["--strategy", "fsdp", "--fsdp-min-unit-params", "10"], "full_shard's wrapping policy"),
+    (FULL + ["--fsdp-min-unit-params", "-1"], "must be >= 0"),
+], ids=["not-fsdp", "not-full-shard", "negative"])
+def test_what_full_shard_cannot_run_is_refused_with_a_hint(tmp_path, args, expected):
+    proc = run(["--devices", "2", "--max-steps", "8"] + args, tmp_path, timeout=110)
+    assert proc.returncode != 0
+    assert expected in proc.stderr, proc.stderr
+    assert "HINT" in proc.stderr
