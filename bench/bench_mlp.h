@@ -16,11 +16,21 @@ namespace volt::bench {
 /// The benchmark MLP over `data` (images [N, 1, 28, 28] or [N, 784]), loaded with `loader`.
 class BenchMlp : public LightningModule {
  public:
-  BenchMlp(std::shared_ptr<const Dataset> data, DataLoaderOptions loader)
+  /// `fsdp_units`: each Linear in a volt::FsdpUnit (what sharding_strategy full_shard shards).
+  BenchMlp(std::shared_ptr<const Dataset> data, DataLoaderOptions loader, bool fsdp_units = false)
       : LightningModule("BenchMlp"), data_(std::move(data)), loader_(std::move(loader)) {
-    net_ = register_module(
-        "net", torch::nn::Sequential(torch::nn::Flatten(), torch::nn::Linear(784, 256), torch::nn::ReLU(),
-                                     torch::nn::Linear(256, 256), torch::nn::ReLU(), torch::nn::Linear(256, 10)));
+    namespace nn = torch::nn;
+    const auto layer = [fsdp_units](nn::Linear linear) {
+      return fsdp_units ? nn::AnyModule(FsdpUnit(linear)) : nn::AnyModule(linear);
+    };
+    nn::Sequential net;
+    net->push_back(nn::Flatten());
+    net->push_back(layer(nn::Linear(784, 256)));
+    net->push_back(nn::ReLU());
+    net->push_back(layer(nn::Linear(256, 256)));
+    net->push_back(nn::ReLU());
+    net->push_back(layer(nn::Linear(256, 10)));
+    net_ = register_module("net", net);
   }
   torch::Tensor training_step(const Batch& batch, int64_t) override {
     return torch::nn::functional::cross_entropy(net_->forward(batch.data), batch.target);

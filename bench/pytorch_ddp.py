@@ -41,8 +41,13 @@ def worker(rank, world, port, args):
                                 torch.nn.Linear(256, 256), torch.nn.ReLU(), torch.nn.Linear(256, 10))
     if args.fsdp:
         from torch.distributed.fsdp import FullyShardedDataParallel, ShardingStrategy
+        # full_shard: each Linear a unit of its own, as Volt's benchmark wraps each in a volt::FsdpUnit.
+        policy = None
+        if args.fsdp == "full_shard":
+            from torch.distributed.fsdp.wrap import ModuleWrapPolicy
+            policy = ModuleWrapPolicy({torch.nn.Linear})
         ddp = FullyShardedDataParallel(model, sharding_strategy=ShardingStrategy[args.fsdp.upper()],
-                                       device_id=torch.device("cpu"))
+                                       device_id=torch.device("cpu"), auto_wrap_policy=policy)
     else:
         ddp = torch.nn.parallel.DistributedDataParallel(model) if world > 1 else model
     if args.zero:

@@ -33,6 +33,9 @@ struct ModuleOptions {
   /// Hold the net in a volt::Pipe, which strategy="pipeline" splits into stages (main sets it for
   /// --strategy pipeline). Its checkpoints name the layers net.layers.N and add net.balance.
   bool pipelined = false;
+  /// Wrap each Linear and Conv2d in a volt::FsdpUnit, the units sharding_strategy="full_shard"
+  /// shards (main sets it for --sharding-strategy full_shard). The layers keep their names.
+  bool fsdp_units = false;
   /// With an image folder: leave out images that cannot be decoded (counted, reported at the end)
   /// instead of failing the run.
   bool skip_unreadable = false;

@@ -153,6 +153,7 @@ int main(int argc, char** argv) {
     VOLT_CHECK(!skip_training || !skip_test, "--no-train and --no-test leave nothing to do. HINT: drop one of them.");
     // The Trainer seeded LibTorch (seed_everything), so the weights drawn here are reproducible.
     module_options.pipelined = trainer_options.strategy == volt::StrategyRequest::kPipeline;
+    module_options.fsdp_units = trainer_options.sharding_strategy == volt::ShardingStrategy::kFullShard;
     fashion_mnist::FashionMnistModule model(module_options);
     if (!weights.empty()) volt::load_weights(model, weights);
     // The seed documents' auto_scale_batch_size and auto_lr_find, in Lightning's order (trainer.tune).

@@ -245,12 +245,12 @@ void FsdpStrategy::setup_optimizers(LightningModule& module,
     for (const size_t i : group.entries) {
       // The accumulator made now, while the parameter is whole, expects whole gradients; held
       // here, it (and the hook on it) serves every step.
-      std::shared_ptr<torch::autograd::Node> accumulator = torch::autograd::impl::grad_accumulator(entries_[i].param);
+      auto accumulator = torch::autograd::impl::grad_accumulator(entries_[i].param);
       std::weak_ptr<UnitHooks> weak = hooks;
       accumulator->add_post_hook(std::make_unique<AccumulatedHook>([weak] {
         if (auto h = weak.lock()) h->accumulated();
       }));
-      group.accumulators.push_back(std::move(accumulator));
+      group.accumulators.push_back(std::make_shared<decltype(accumulator)>(std::move(accumulator)));
     }
     group.unit->attach(hooks);
     hooks_.push_back(std::move(hooks));

@@ -18,9 +18,6 @@
 namespace torch::nn {
 class Module;
 }  // namespace torch::nn
-namespace torch::autograd {
-struct Node;
-}  // namespace torch::autograd
 
 namespace volt {
 
@@ -132,8 +129,9 @@ class FsdpStrategy : public DdpStrategy {
     std::vector<torch::Tensor> views;
     /// Whether `full` holds the whole parameters now.
     bool gathered = true;
-    /// The units' autograd accumulators, held so the hooks added to them stay for every step.
-    std::vector<std::shared_ptr<torch::autograd::Node>> accumulators;
+    /// The units' autograd accumulators (each a pointer to its AccumulateGrad node: a shared_ptr,
+    /// or an intrusive_ptr in newer LibTorch), held so the hooks added to them stay for every step.
+    std::vector<std::shared_ptr<void>> accumulators;
     /// Gradients accumulated in this backward, and whether they were reduce-scattered already.
     size_t accumulated = 0;
     bool reduced = false;
