@@ -387,6 +387,20 @@ Strategy& Trainer::strategy() {
   return *strategy_;
 }
 
+namespace {
+
+/// Whether `module` holds a volt::FsdpUnit that full_shard makes a unit (fsdp_min_unit_params).
+bool has_fsdp_unit(LightningModule& module, int64_t min_unit_params) {
+  for (const auto& m : module.modules(/*include_self=*/false)) {
+    if (const auto unit = std::dynamic_pointer_cast<FsdpUnitImpl>(m); unit && unit->numel() >= min_unit_params) {
+      return true;
+    }
+  }
+  return false;
+}
+
+}  // namespace
+
 template <typename Stage>
 auto Trainer::run_stage(Stage&& stage) {
   // The console replaced by set_console() is the one the notes go to, so print them here.
@@ -575,6 +589,16 @@ FitResult Trainer::fit_stage(LightningModule& module, DataLoader train, std::vec
     for (const auto& optimizer : optimization.optimizers) optimizer->zero_grad();
     strategy.setup_module(module);
     strategy.setup_optimizers(module, optimization.optimizers);
+    if (plan_.strategy == StrategyKind::kFsdp && plan_.sharding_strategy == ShardingStrategy::kFullShard &&
+        !has_fsdp_unit(module, plan_.fsdp_min_unit_params)) {
+      console.warn(fmt::format(
+          "sharding_strategy='full_shard', but {} holds no volt::FsdpUnit{}: every parameter stays whole on every "
+          "process, as under shard_grad_op. HINT: wrap the large layers in volt::FsdpUnit (see "
+          "docs/strategies.md), or use sharding_strategy='shard_grad_op'.",
+          module.name(),
+          plan_.fsdp_min_unit_params > 0 ? fmt::format(" with >= {} parameter elements", plan_.fsdp_min_unit_params)
+                                         : std::string()));
+    }
     // Each fsdp process sees its shard of the gradients: the loss scaler's inf/NaN check must be
     // every process's, or one would skip a step the others take (PyTorch's ShardedGradScaler).
     if (GradScaler* scaler = precision_->scaler()) {
