@@ -98,6 +98,16 @@ def test_the_wrapping_policy_keeps_small_units_whole(tmp_path):
         assert flat_params(a) == flat_params(b)
 
 
+def test_full_shard_without_units_warns_and_trains_as_shard_grad_op(tmp_path):
+    common = ADAM + ["--devices", "2", "--batch-size", "8", "--max-steps", "3"]
+    full, proc = fit(tmp_path, "full", common + FULL)
+    grad_op, _ = fit(tmp_path, "grad_op", common + ["--strategy", "fsdp"])
+    assert "holds no volt::FsdpUnit" in proc.stderr and "HINT" in proc.stderr, proc.stderr
+    for a, b in zip(ranks(full, 2), ranks(grad_op, 2)):
+        assert a["memory"] == b["memory"]
+        assert flat_params(a) == flat_params(b)
+
+
 def test_a_resumed_full_shard_run_ends_bit_identical_to_an_uninterrupted_one(tmp_path):
     common = ADAM + FULL + ["--fsdp-units", "hidden", "--devices", "2", "--batch-size", "8", "--max-epochs", "2"]
     straight, _ = fit(tmp_path, "straight", common)
