@@ -40,7 +40,8 @@ def test_full_shard_matches_ddp_and_one_process_with_adam_a_scheduler_and_clippi
     # Between steps (on_train_batch_end) each process holds its chunk of every unit's parameters,
     # gradients and Adam state; parameters outside every unit (units=hidden: out) stay whole.
     whole = ddp_results[0]["memory"]
-    assert whole["parameters"] == whole["gradients"] == 4 * (HIDDEN + OUT)
+    # (Gradients: LibTorch 2.x's zero_grad frees them, so ddp's may read 0 after the step too.)
+    assert whole["parameters"] == 4 * (HIDDEN + OUT)
     if units == "hidden":
         # Two groups: hidden's chunk, and out's flat buffer whole (padded).
         expected = 4 * (padded(HIDDEN, processes) // processes + padded(OUT, processes))
@@ -50,7 +51,7 @@ def test_full_shard_matches_ddp_and_one_process_with_adam_a_scheduler_and_clippi
         chunks = (padded(HIDDEN, processes) + padded(OUT, processes)) // processes
         assert all(r["memory"]["parameters"] == 4 * chunks for r in results), [r["memory"] for r in results]
     for r in results:
-        assert r["memory"]["gradients"] <= whole["gradients"] / processes + 4 * 2
+        assert r["memory"]["gradients"] <= whole["parameters"] / processes + 4 * 2
         # Adam's exp_avg and exp_avg_sq (8 bytes per value) are cut; its step counts are not.
         assert r["memory"]["optimizer_state"] <= (whole["optimizer_state"] - 8 * (HIDDEN + OUT)) + (
             8 * (HIDDEN + OUT) / processes + 8 * 2)
