@@ -66,6 +66,7 @@ struct ProbeOptions {
   std::string optimizer = "sgd";    // sgd | adam (lr / 10, so both move the model about as far)
   double step_lr_gamma = 0;         // > 0: a StepLR stepping every optimizer step with this gamma
   int64_t width = 4;                // the hidden layer's width (wider: more state to shard)
+  int64_t depth = 1;                // hidden layers: 1 + (depth - 1) of width x width, after the first
   std::string fsdp_units;           // "" | hidden | all | nested: the layers in volt::FsdpUnit (all:
                                     // --with-unused-parameter's layer too)
 };
@@ -234,6 +235,17 @@ class Probe : public volt::LightningModule {
       out_ = register_module("out", torch::nn::Linear(options_.width, 1));
     }
     // A layer that never takes part in the loss: ddp must be told (find_unused_parameters).
+    // Deeper models (the memory tests): more width x width layers after the first, each a unit
+    // under --fsdp-units all (drawn after out, so depth 1 draws what it always drew).
+    for (int64_t i = 1; i < options_.depth; ++i) {
+      torch::nn::Linear layer(options_.width, options_.width);
+      const std::string name = "deep" + std::to_string(i);
+      if (options_.fsdp_units == "all") {
+        deep_units_.push_back(register_module(name, volt::FsdpUnit(layer)));
+      } else {
+        deep_.push_back(register_module(name, layer));
+      }
+    }
     if (options_.with_unused && options_.fsdp_units == "all") {
       unused_unit_ = register_module("unused", volt::FsdpUnit(torch::nn::Linear(options_.width, 1)));
     } else if (options_.with_unused) {
@@ -260,6 +272,8 @@ class Probe : public volt::LightningModule {
     if (body_) return body_(x);
     torch::Tensor h = hidden_unit_ ? hidden_unit_(x) : hidden_(x);
     if (options_.batchnorm) h = norm_(h);
+    for (auto& layer : deep_) h = layer(torch::relu(h));
+    for (auto& unit : deep_units_) h = unit(torch::relu(h));
     if (!out_unit_) return out_(torch::relu(h));
     // What full_shard leaves whole: hidden's parameters once its forward is done, and out's once
     // its backward is done (when the gradient reaches hidden's output).
@@ -485,6 +499,8 @@ class Probe : public volt::LightningModule {
   volt::FsdpUnit out_unit_{nullptr};
   volt::FsdpUnit body_{nullptr};
   volt::FsdpUnit unused_unit_{nullptr};
+  std::vector<torch::nn::Linear> deep_;
+  std::vector<volt::FsdpUnit> deep_units_;
   volt::TrainingMemory memory_;
   std::map<std::string, int64_t> unit_numels_;
   volt::SyncBatchNorm norm_{nullptr};
@@ -575,6 +591,7 @@ int main(int argc, char** argv) {
     app.add_option("--optimizer", probe.optimizer, "sgd or adam");
     app.add_option("--step-lr-gamma", probe.step_lr_gamma, "> 0: StepLR(step_size=1, gamma) per optimizer step");
     app.add_option("--width", probe.width, "the hidden layer's width");
+    app.add_option("--depth", probe.depth, "hidden layers (the ones after the first are width x width)");
     app.add_option("--fsdp-units", probe.fsdp_units,
                    "the layers in volt::FsdpUnit: hidden, all (hidden and out) or nested (a unit around both, "
                    "hidden a unit in it)");

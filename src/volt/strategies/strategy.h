@@ -52,7 +52,8 @@ class Strategy {
   /// c10d's Reducer covers only the parameters that trained when it was built. Every process must
   /// change the same parameters at the same epoch (hooks that depend on the epoch alone do).
   virtual void sync_trainable_parameters(LightningModule& module) {}
-  /// Before each training forward pass (ddp broadcasts buffers such as BatchNorm statistics).
+  /// Before each training forward pass (ddp broadcasts buffers such as BatchNorm statistics; fsdp's
+  /// full_shard frees the units a checkpoint made whole).
   virtual void before_forward(LightningModule& module) {}
   /// Runs one training step and returns the loss to back-propagate. The default calls
   /// module.training_step on the whole batch and passes its loss through training_step_end;
@@ -87,7 +88,8 @@ class Strategy {
   /// This process's own optimizer states, for a sharded checkpoint (state_dict_type='sharded'):
   /// under fsdp its pieces, each state marked (kShardMarkerKey) with the process and the
   /// parameters' shapes, so a load checks them and consolidate_sharded_checkpoint reassembles
-  /// them. No collective. The default is each optimizer's state, unmarked.
+  /// them. The default is each optimizer's state, unmarked; no collective (fsdp's full_shard also
+  /// makes its units whole for the checkpoint, a collective: call it at the same point on every process).
   virtual std::vector<c10::IValue> local_optimizer_states(
       const std::vector<std::shared_ptr<torch::optim::Optimizer>>& optimizers);
   /// Loads `state` (as gather_optimizer_states returns it, or a checkpoint of an unsharded run)
