@@ -19,6 +19,15 @@ def padded(numel, processes):
     return -(-numel // processes) * processes
 
 
+def assert_full_shard_matches_ddp(tmp_path, common, steps, ddp=("--strategy", "ddp")):
+    """Runs `common` under ddp and under full_shard on 2 processes: the same model after `steps`."""
+    ddp_out, _ = fit(tmp_path, "ddp", common + list(ddp))
+    fsdp_out, _ = fit(tmp_path, "fsdp", common + FULL)
+    for a, b in zip(ranks(fsdp_out, 2), ranks(ddp_out, 2)):
+        assert a["global_step"] == steps
+        assert_close(flat_params(a), flat_params(b), TOLERANCE)
+
+
 @pytest.mark.parametrize("processes", [2, 3, 4])
 @pytest.mark.parametrize("units", ["all", "hidden", "nested"])
 def test_full_shard_matches_ddp_and_one_process_with_adam_a_scheduler_and_clipping(tmp_path, processes, units):
@@ -112,11 +121,7 @@ def test_full_shard_with_accumulation_or_bf16_mixed_matches_ddp(tmp_path, extra)
     # Accumulating, every backward still reduce-scatters the units' gradients (nothing whole is
     # kept between backward passes); bf16 compute under autocast on the float32 master shards.
     common = ADAM + ["--fsdp-units", "all", "--devices", "2", "--batch-size", "8", "--max-steps", "3"] + extra
-    ddp, _ = fit(tmp_path, "ddp", common + ["--strategy", "ddp"])
-    fsdp, _ = fit(tmp_path, "fsdp", common + FULL)
-    for a, b in zip(ranks(fsdp, 2), ranks(ddp, 2)):
-        assert a["global_step"] == 3
-        assert_close(flat_params(a), flat_params(b), TOLERANCE)
+    assert_full_shard_matches_ddp(tmp_path, common, 3)
 
 
 def test_a_unit_left_out_of_the_loss_still_trains_like_ddp(tmp_path):
@@ -124,10 +129,7 @@ def test_a_unit_left_out_of_the_loss_still_trains_like_ddp(tmp_path):
     # gradients autograd never accumulates, so every process reduces it after backward.
     common = ADAM + ["--fsdp-units", "all", "--with-unused-parameter", "--devices", "2", "--batch-size", "8",
                      "--max-steps", "3"]
-    ddp, _ = fit(tmp_path, "ddp", common + ["--strategy", "ddp_find_unused_parameters_true"])
-    fsdp, _ = fit(tmp_path, "fsdp", common + FULL)
-    for a, b in zip(ranks(fsdp, 2), ranks(ddp, 2)):
-        assert_close(flat_params(a), flat_params(b), TOLERANCE)
+    assert_full_shard_matches_ddp(tmp_path, common, 3, ddp=("--strategy", "ddp_find_unused_parameters_true"))
 
 
 def test_the_wrapping_policy_keeps_small_units_whole(tmp_path):
@@ -214,11 +216,7 @@ def test_sigterm_under_full_shard_saves_an_hpc_checkpoint_that_the_restarted_job
 def test_a_backbone_unfrozen_mid_run_under_full_shard_matches_ddp(tmp_path):
     fine_tune = ADAM + ["--fsdp-units", "all", "--max-epochs", "3", "--unfreeze-hidden-at", "1", "--devices", "2",
                         "--batch-size", "8"]
-    ddp, _ = fit(tmp_path, "ddp", fine_tune + ["--strategy", "ddp"])
-    fsdp, _ = fit(tmp_path, "fsdp", fine_tune + FULL)
-    for r, d in zip(ranks(fsdp, 2), ranks(ddp, 2)):
-        assert r["global_step"] == 36
-        assert_close(flat_params(r), flat_params(d), TOLERANCE)
+    assert_full_shard_matches_ddp(tmp_path, fine_tune, 36)
 
 
 def test_a_rank_killed_under_full_shard_stops_every_process(tmp_path):

@@ -37,29 +37,36 @@ bool is_loopback(const std::string& address) {
   return address == "localhost" || address.rfind("127.", 0) == 0 || address == "::1";
 }
 
-/// Whether a TCP connection to `host`:`port` is accepted within 200 ms (closed at once).
-bool port_accepts(const std::string& host, int port) {
+/// Tries `attempt(fd, address)` on a fresh socket (`flags` added to its type) for each address of
+/// host:port, closing each, until one returns true; false when none did or the name did not resolve.
+template <typename Attempt>
+bool any_address(const std::string& host, int port, int flags, Attempt attempt) {
   addrinfo hints{};
   hints.ai_family = AF_UNSPEC;
   hints.ai_socktype = SOCK_STREAM;
   addrinfo* found = nullptr;
   if (getaddrinfo(host.c_str(), std::to_string(port).c_str(), &hints, &found) != 0) return false;
-  bool accepted = false;
-  for (addrinfo* a = found; a != nullptr && !accepted; a = a->ai_next) {
-    const int fd = socket(a->ai_family, a->ai_socktype | SOCK_NONBLOCK | SOCK_CLOEXEC, a->ai_protocol);
+  bool done = false;
+  for (addrinfo* a = found; a != nullptr && !done; a = a->ai_next) {
+    const int fd = socket(a->ai_family, a->ai_socktype | flags | SOCK_CLOEXEC, a->ai_protocol);
     if (fd < 0) continue;
-    if (connect(fd, a->ai_addr, a->ai_addrlen) == 0) {
-      accepted = true;
-    } else if (errno == EINPROGRESS) {
-      pollfd p{fd, POLLOUT, 0};
-      int error = 0;
-      socklen_t length = sizeof(error);
-      accepted = poll(&p, 1, 200) == 1 && getsockopt(fd, SOL_SOCKET, SO_ERROR, &error, &length) == 0 && error == 0;
-    }
+    done = attempt(fd, *a);
     close(fd);
   }
   freeaddrinfo(found);
-  return accepted;
+  return done;
+}
+
+/// Whether a TCP connection to `host`:`port` is accepted within 200 ms (closed at once).
+bool port_accepts(const std::string& host, int port) {
+  return any_address(host, port, SOCK_NONBLOCK, [](int fd, const addrinfo& a) {
+    if (connect(fd, a.ai_addr, a.ai_addrlen) == 0) return true;
+    if (errno != EINPROGRESS) return false;
+    pollfd p{fd, POLLOUT, 0};
+    int error = 0;
+    socklen_t length = sizeof(error);
+    return poll(&p, 1, 200) == 1 && getsockopt(fd, SOL_SOCKET, SO_ERROR, &error, &length) == 0 && error == 0;
+  });
 }
 
 #if !VOLT_TORCH_2
@@ -68,35 +75,23 @@ bool port_accepts(const std::string& host, int port) {
 /// that calls std::terminate when its peer drops the connection, so a client must not be made
 /// against something that is not a store; 2.x validates in its constructor and throws instead.
 bool answers_like_a_store(const std::string& host, int port) {
-  addrinfo hints{};
-  hints.ai_family = AF_UNSPEC;
-  hints.ai_socktype = SOCK_STREAM;
-  addrinfo* found = nullptr;
-  if (getaddrinfo(host.c_str(), std::to_string(port).c_str(), &hints, &found) != 0) return false;
-  bool answered = false;
-  for (addrinfo* a = found; a != nullptr && !answered; a = a->ai_next) {
-    const int fd = socket(a->ai_family, a->ai_socktype | SOCK_CLOEXEC, a->ai_protocol);
-    if (fd < 0) continue;
+  return any_address(host, port, 0, [](int fd, const addrinfo& a) {
     timeval limit{1, 0};
     setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &limit, sizeof(limit));
     setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &limit, sizeof(limit));
-    if (connect(fd, a->ai_addr, a->ai_addrlen) == 0) {
-      // QueryType::CHECK (4), one key: the key's length and bytes, lengths as 64-bit host order.
-      const std::string key = "volt/probe";
-      std::string request(1, '\x04');
-      const uint64_t count = 1;
-      const uint64_t length = key.size();
-      request.append(reinterpret_cast<const char*>(&count), sizeof(count));
-      request.append(reinterpret_cast<const char*>(&length), sizeof(length));
-      request += key;
-      uint8_t reply = 0xff;
-      answered = send(fd, request.data(), request.size(), MSG_NOSIGNAL) == static_cast<ssize_t>(request.size()) &&
-                 recv(fd, &reply, 1, 0) == 1 && reply <= 1;
-    }
-    close(fd);
-  }
-  freeaddrinfo(found);
-  return answered;
+    if (connect(fd, a.ai_addr, a.ai_addrlen) != 0) return false;
+    // QueryType::CHECK (4), one key: the key's length and bytes, lengths as 64-bit host order.
+    const std::string key = "volt/probe";
+    std::string request(1, '\x04');
+    const uint64_t count = 1;
+    const uint64_t length = key.size();
+    request.append(reinterpret_cast<const char*>(&count), sizeof(count));
+    request.append(reinterpret_cast<const char*>(&length), sizeof(length));
+    request += key;
+    uint8_t reply = 0xff;
+    return send(fd, request.data(), request.size(), MSG_NOSIGNAL) == static_cast<ssize_t>(request.size()) &&
+           recv(fd, &reply, 1, 0) == 1 && reply <= 1;
+  });
 }
 #endif
 
