@@ -67,7 +67,8 @@ class FsdpUnitImpl : public torch::nn::Module {
 
   /// The wrapped module.
   torch::nn::Module& module() const { return *inner_; }
-  /// The number of parameter elements the unit holds whole (its own and nested units').
+  /// The number of parameter elements of the unit (its own and nested units'); 0 for those that
+  /// full_shard holds sharded at the moment (between gathers).
   int64_t numel() const;
 
   /// Switches the wrapped module too: it is not registered as a child (its parts are), so
