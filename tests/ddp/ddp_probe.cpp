@@ -13,7 +13,6 @@
 #include <thread>
 #include <torch/csrc/distributed/c10d/ProcessGroup.hpp>
 
-#include "volt/base/torch_version.h"
 #include "volt/cli/trainer_flags.h"
 #include "volt/core/error.h"
 #include "volt/distributed/gradient_synchronizer.h"
@@ -484,7 +483,6 @@ class Probe : public volt::LightningModule {
     }
     out["optimizer_state_numel"] = state_numel;
     out["unit_numels"] = unit_numels_;
-    out["libtorch_major"] = VOLT_TORCH_2 ? 2 : 1;
     out["memory"] = {{"parameters", memory_.parameters},
                      {"gradients", memory_.gradients},
                      {"optimizer_state", memory_.optimizer_state}};
