@@ -231,7 +231,8 @@ const char* to_string(ShardingStrategy strategy) {
 
 ShardingStrategy parse_sharding_strategy(const std::string& text) {
   return parse_named(text, kShardingStrategies, "sharding_strategy", quoted_names(kShardingStrategies),
-                     "'shard_grad_op' shards gradients and optimizer state; 'no_shard' is ddp.");
+                     "'shard_grad_op' shards gradients and optimizer state; 'full_shard' also the parameters of "
+                     "each volt::FsdpUnit; 'no_shard' is ddp.");
 }
 
 const char* to_string(StateDictType type) {

@@ -86,7 +86,7 @@ ProcessGroupBackend parse_process_group_backend(const std::string& text);
 
 /// What strategy='fsdp' shards over the processes (PyTorch's ShardingStrategy, lower case).
 enum class ShardingStrategy {
-  kFullShard,    ///< "full_shard": parameters too, gathered per unit for forward and backward (not yet)
+  kFullShard,    ///< "full_shard": each volt::FsdpUnit's parameters too, gathered for its forward and backward
   kShardGradOp,  ///< "shard_grad_op": gradients and optimizer state; whole parameters (ZeRO-2)
   kNoShard,      ///< "no_shard": nothing; gradients all-reduced as under ddp
 };

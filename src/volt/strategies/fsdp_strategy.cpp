@@ -97,15 +97,8 @@ FsdpStrategy::FsdpStrategy(Topology topology, DdpOptions options, Env env, FsdpO
 FsdpStrategy::~FsdpStrategy() { detach_units(); }
 
 std::vector<std::shared_ptr<FsdpUnitImpl>> FsdpStrategy::find_units(LightningModule& module) const {
-  std::vector<std::shared_ptr<FsdpUnitImpl>> units;
-  if (fsdp_.sharding != ShardingStrategy::kFullShard) return units;
-  // modules() is depth first, so a unit comes before the units nested in it.
-  for (const auto& m : module.modules(/*include_self=*/false)) {
-    if (auto unit = std::dynamic_pointer_cast<FsdpUnitImpl>(m); unit && unit->numel() >= fsdp_.min_unit_params) {
-      units.push_back(std::move(unit));
-    }
-  }
-  return units;
+  if (fsdp_.sharding != ShardingStrategy::kFullShard) return {};
+  return find_fsdp_units(module, fsdp_.min_unit_params);
 }
 
 void FsdpStrategy::detach_units() {
@@ -187,9 +180,14 @@ void FsdpStrategy::setup_optimizers(LightningModule& module,
           g = it->second;
         }
         ids_[k].push_back(entries_.size());
-        groups_[g].entries.push_back(entries_.size());
-        entries_.push_back(
-            Entry{.name = name->second, .param = p, .piece = {}, .range = {}, .group = g, .shape = p.sizes().vec()});
+        entries_.push_back(Entry{.name = name->second,
+                                 .param = p,
+                                 .piece = {},
+                                 .range = {},
+                                 .group = g,
+                                 .slot = groups_[g].entries.size(),
+                                 .shape = p.sizes().vec()});
+        groups_[g].entries.push_back(entries_.size() - 1);
       }
     }
   }
@@ -228,9 +226,8 @@ void FsdpStrategy::setup_optimizers(LightningModule& module,
       e.piece = group.shard.narrow(0, e.range.chunk_offset, e.range.numel());
     }
     group.gathered = true;  // whole until the first training forward, so a checkpoint loads into it
+    group.handed_out = true;
   }
-  layout_ = groups_.front().layout;
-  params_flat_ = groups_.front().full;
   for (size_t k = 0; k < optimizers.size(); ++k) {
     size_t id = 0;
     for (auto& group : optimizers[k]->param_groups()) {
@@ -323,10 +320,10 @@ void FsdpStrategy::before_backward(const torch::Tensor& loss, bool synchronize) 
   // left out of the loss keeps its zeros, as in PyTorch's FSDP), so after_backward has nothing to
   // copy and no second buffer of the model's size is ever alive.
   torch::NoGradGuard no_grad;
-  grads_flat_ = torch::zeros({layout_->padded()}, root.full.options());
+  grads_flat_ = torch::zeros({root.layout->padded()}, root.full.options());
   for (size_t slot = 0; slot < root.entries.size(); ++slot) {
     Entry& e = entries_[root.entries[slot]];
-    torch::Tensor place = layout_->view(grads_flat_, slot, e.param.sizes());
+    torch::Tensor place = root.layout->view(grads_flat_, slot, e.param.sizes());
     if (e.param.grad().defined()) place.copy_(e.param.grad());
     e.param.mutable_grad() = place;
   }
@@ -350,14 +347,14 @@ void FsdpStrategy::after_backward(bool synchronize) {
     stop_sync_clock();
     return;
   }
-  if (!flat.defined()) flat = torch::zeros({layout_->padded()}, root.full.options());
+  if (!flat.defined()) flat = torch::zeros({root.layout->padded()}, root.full.options());
   {
     torch::NoGradGuard no_grad;
     for (size_t slot = 0; slot < root.entries.size(); ++slot) {
       Entry& e = entries_[root.entries[slot]];
       // A gradient that is not the view before_backward installed (a hook set it to none and
       // backward made a new one) holds everything since: it replaces the slot.
-      torch::Tensor place = layout_->view(flat, slot, e.param.sizes());
+      torch::Tensor place = root.layout->view(flat, slot, e.param.sizes());
       const torch::Tensor& grad = e.param.grad();
       if (grad.defined() && grad.data_ptr() != place.data_ptr()) place.copy_(grad);
       // Only the flat buffer holds the whole gradients now, and it goes into the collective as
@@ -375,8 +372,8 @@ void FsdpStrategy::after_optimizer_step() {
   // The pieces are this process's chunk of the flat parameters, updated in place by the step:
   // every process's chunk lands in its place of everyone's buffer, which the parameters view.
   // (A unit's pieces are its chunk alone; its next forward gathers them.)
-  process_group().all_gather_into(params_flat_.narrow(0, topology().global_rank * layout_->chunk(), layout_->chunk()),
-                                  params_flat_);
+  Group& root = groups_.front();
+  process_group().all_gather_into(root.shard, root.full);
 }
 
 void FsdpStrategy::add_to_pieces(const torch::Tensor& mine, const Group& group) {
@@ -411,8 +408,11 @@ void FsdpStrategy::release_unit(size_t g) {
   Group& group = groups_[g];
   if (!group.gathered) return;
   torch::NoGradGuard no_grad;
-  const int64_t chunk = group.layout->chunk();
-  group.shard.copy_(group.full.narrow(0, topology().global_rank * chunk, chunk));
+  if (group.handed_out) {
+    const int64_t chunk = group.layout->chunk();
+    group.shard.copy_(group.full.narrow(0, topology().global_rank * chunk, chunk));
+    group.handed_out = false;
+  }
   for (const size_t i : group.entries) {
     // An empty tensor, not freed memory, is what code reading the parameter between gathers sees.
     entries_[i].param.set_data(torch::empty({0}, group.full.options()));
@@ -424,7 +424,10 @@ void FsdpStrategy::release_unit(size_t g) {
 }
 
 void FsdpStrategy::gather_all_units() {
-  for (size_t g = 1; g < groups_.size(); ++g) gather_unit(g);
+  for (size_t g = 1; g < groups_.size(); ++g) {
+    gather_unit(g);
+    groups_[g].handed_out = true;
+  }
 }
 
 void FsdpStrategy::on_unit_gradient(size_t g) {
@@ -434,14 +437,13 @@ void FsdpStrategy::on_unit_gradient(size_t g) {
 
 void FsdpStrategy::reduce_unit(size_t g) {
   Group& group = groups_[g];
-  torch::Tensor flat = torch::zeros({group.layout->padded()}, group.full.options());
+  torch::Tensor flat;
   {
     torch::NoGradGuard no_grad;
-    for (size_t slot = 0; slot < group.entries.size(); ++slot) {
-      Entry& e = entries_[group.entries[slot]];
-      if (e.param.grad().defined()) group.layout->view(flat, slot, e.shape).copy_(e.param.grad());
-      e.param.mutable_grad() = torch::Tensor();
-    }
+    std::vector<torch::Tensor> grads;
+    for (const size_t i : group.entries) grads.push_back(entries_[i].param.grad());
+    flat = group.layout->flatten(grads, group.full.options());  // a missing gradient counts as zeros
+    for (const size_t i : group.entries) entries_[i].param.mutable_grad() = torch::Tensor();
   }
   // Every backward reduces (also when only accumulating): the whole gradients never outlive the
   // unit's backward, and the pieces sum the averages, which is the average of the sums.
@@ -511,14 +513,12 @@ std::vector<c10::IValue> FsdpStrategy::whole_optimizer_states(bool everyone) {
         if (!chunk.defined()) continue;  // the same on every process: their signatures match
         const torch::Tensor flat = process_group().all_gather_flat(chunk);
         if (!root) continue;
-        for (size_t slot = 0; slot < group.entries.size(); ++slot) {
-          const size_t index = group.entries[slot];
-          for (const auto& [id, tensor] : by_id) {
-            if (*ids_[k][id] != index) continue;
-            GenericDict param_state = full_state.at(id).toGenericDict().copy();
-            param_state.insert_or_assign(key, group.layout->view(flat, slot, entries_[index].shape).clone());
-            full_state.insert_or_assign(id, param_state);
-          }
+        for (const auto& [id, tensor] : by_id) {
+          const Entry& e = entries_[*ids_[k][id]];
+          if (e.group != g) continue;
+          GenericDict param_state = full_state.at(id).toGenericDict().copy();
+          param_state.insert_or_assign(key, group.layout->view(flat, e.slot, e.shape).clone());
+          full_state.insert_or_assign(id, param_state);
         }
       }
     }

@@ -108,6 +108,8 @@ class FsdpStrategy : public DdpStrategy {
     ShardPiece range;
     /// Its group: 0 for the parameters outside every unit, else 1 + the unit's index.
     size_t group = 0;
+    /// Its place in the group's layout (the index into Group::entries).
+    size_t slot = 0;
     /// The parameter's shape (a unit's parameter is empty between gathers).
     std::vector<int64_t> shape;
   };
@@ -129,6 +131,10 @@ class FsdpStrategy : public DdpStrategy {
     std::vector<torch::Tensor> views;
     /// Whether `full` holds the whole parameters now.
     bool gathered = true;
+    /// Whether the whole was handed out for more than a forward or backward (after setup, for a
+    /// checkpoint, a load or the end of fit), so that what was written into it must go back to the
+    /// chunk when it is freed.
+    bool handed_out = true;
     /// The units' autograd accumulators (each a pointer to its AccumulateGrad node: a shared_ptr,
     /// or an intrusive_ptr in newer LibTorch), held so the hooks added to them stay for every step.
     std::vector<std::shared_ptr<void>> accumulators;
@@ -152,8 +158,8 @@ class FsdpStrategy : public DdpStrategy {
   std::vector<std::shared_ptr<FsdpUnitImpl>> find_units(LightningModule& module) const;
   /// Makes unit group `g`'s parameters whole (an all-gather of the chunks); nothing when they are.
   void gather_unit(size_t g);
-  /// Frees unit group `g`'s whole parameters, first keeping this process's chunk of them (what a
-  /// checkpoint loaded while they were whole is kept).
+  /// Frees unit group `g`'s whole parameters, first keeping this process's chunk of them when they
+  /// were handed out (what a checkpoint loaded while they were whole is kept).
   void release_unit(size_t g);
   /// Makes every unit whole (a collective), until the next training forward.
   void gather_all_units();
@@ -171,10 +177,6 @@ class FsdpStrategy : public DdpStrategy {
   std::vector<Entry> entries_;
   /// Group 0 (outside every unit), then the units in the order find_units gives.
   std::vector<Group> groups_;
-  /// Group 0's layout (all trained parameters under shard_grad_op).
-  std::optional<ShardLayout> layout_;
-  /// Group 0's parameters end to end (padded); each module parameter is a view of its place.
-  torch::Tensor params_flat_;
   /// Between before_backward and the synchronizing after_backward: the whole gradients, each
   /// module parameter's .grad a view of its place; undefined between steps.
   torch::Tensor grads_flat_;

@@ -55,6 +55,16 @@ std::shared_ptr<torch::nn::Module> FsdpUnitImpl::clone(const c10::optional<torch
   return std::make_shared<FsdpUnitImpl>(any_.clone(device));
 }
 
+std::vector<std::shared_ptr<FsdpUnitImpl>> find_fsdp_units(torch::nn::Module& module, int64_t min_params) {
+  std::vector<std::shared_ptr<FsdpUnitImpl>> units;
+  for (const auto& m : module.modules(/*include_self=*/false)) {
+    if (auto unit = std::dynamic_pointer_cast<FsdpUnitImpl>(m); unit && unit->numel() >= min_params) {
+      units.push_back(std::move(unit));
+    }
+  }
+  return units;
+}
+
 void FsdpUnitImpl::pretty_print(std::ostream& stream) const {
   stream << "volt::FsdpUnit(";
   inner_->pretty_print(stream);

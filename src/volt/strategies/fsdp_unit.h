@@ -104,4 +104,8 @@ class FsdpUnitImpl : public torch::nn::Module {
 /// The ModuleHolder of FsdpUnitImpl (as torch::nn::Sequential is of SequentialImpl).
 TORCH_MODULE(FsdpUnit);
 
+/// The FsdpUnits inside `module` that hold at least `min_params` parameter elements (full_shard's
+/// wrapping policy), outermost first (depth-first order, so a unit comes before those it nests).
+std::vector<std::shared_ptr<FsdpUnitImpl>> find_fsdp_units(torch::nn::Module& module, int64_t min_params);
+
 }  // namespace volt

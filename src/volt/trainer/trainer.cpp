@@ -387,20 +387,6 @@ Strategy& Trainer::strategy() {
   return *strategy_;
 }
 
-namespace {
-
-/// Whether `module` holds a volt::FsdpUnit that full_shard makes a unit (fsdp_min_unit_params).
-bool has_fsdp_unit(LightningModule& module, int64_t min_unit_params) {
-  for (const auto& m : module.modules(/*include_self=*/false)) {
-    if (const auto unit = std::dynamic_pointer_cast<FsdpUnitImpl>(m); unit && unit->numel() >= min_unit_params) {
-      return true;
-    }
-  }
-  return false;
-}
-
-}  // namespace
-
 template <typename Stage>
 auto Trainer::run_stage(Stage&& stage) {
   // The console replaced by set_console() is the one the notes go to, so print them here.
@@ -590,7 +576,7 @@ FitResult Trainer::fit_stage(LightningModule& module, DataLoader train, std::vec
     strategy.setup_module(module);
     strategy.setup_optimizers(module, optimization.optimizers);
     if (plan_.strategy == StrategyKind::kFsdp && plan_.sharding_strategy == ShardingStrategy::kFullShard &&
-        !has_fsdp_unit(module, plan_.fsdp_min_unit_params)) {
+        find_fsdp_units(module, plan_.fsdp_min_unit_params).empty()) {
       console.warn(fmt::format(
           "sharding_strategy='full_shard', but {} holds no volt::FsdpUnit{}: every parameter stays whole on every "
           "process, as under shard_grad_op. HINT: wrap the large layers in volt::FsdpUnit (see "
