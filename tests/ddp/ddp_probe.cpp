@@ -39,6 +39,8 @@ struct ProbeOptions {
   bool micro_batch_loss = false;   // with --pipe: the loss per micro-batch through Pipe::train_step
   bool skip_params = false;        // large models: no parameter values in rank<N>.json
   std::string consolidate;         // a sharded checkpoint to write in one file (<path>.whole.ckpt), then exit
+  std::string inspect;             // a checkpoint whose contents to describe in <path>.json, then exit
+  bool save_weights_only = false;  // also a weights-only ModelCheckpoint saving every epoch to weights_ckpt
   std::string fail_mode = "none";  // none | throw | internal | kill | nojoin | hang | data
   int64_t fail_rank = -1;
   int64_t fail_step = 0;
@@ -601,6 +603,11 @@ int main(int argc, char** argv) {
     app.add_flag("--skip-params", probe.skip_params, "leave the parameter values out of rank<N>.json (large models)");
     app.add_option("--consolidate", probe.consolidate,
                    "write this sharded checkpoint in one file, <path>.whole.ckpt, and exit (no training)");
+    app.add_option("--inspect", probe.inspect,
+                   "describe this checkpoint file in <path>.json (its state_dict's values, the parameters it lists "
+                   "as sharded, whether it holds optimizer states or a shard index) and exit");
+    app.add_flag("--save-weights-only", probe.save_weights_only,
+                 "also a ModelCheckpoint(save_weights_only) saving every epoch to weights_ckpt");
     app.add_option(
         "--checkpoint-every-ms", probe.checkpoint_every_ms,
         "ModelCheckpoint(train_time_interval) with a clock 1 + rank times as fast; saves to time_ckpt<rank>");
@@ -616,6 +623,23 @@ int main(int argc, char** argv) {
                                  probe.consolidate + ".whole.ckpt");
       return 0;
     }
+    if (!probe.inspect.empty()) {
+      const c10::impl::GenericDict top = volt::load_checkpoint_file(probe.inspect).toGenericDict();
+      nlohmann::json out{{"state_dict", nlohmann::json::object()},
+                         {"sharded_parameters", nlohmann::json::array()},
+                         {"optimizer_states", top.contains("optimizer_states")},
+                         {"shard_index", top.contains(volt::kShardIndexKey)}};
+      for (const auto& item : top.at("state_dict").toGenericDict()) {
+        const torch::Tensor t = item.value().toTensor().to(torch::kDouble).reshape({-1}).contiguous();
+        out["state_dict"][item.key().toStringRef()] =
+            std::vector<double>(t.data_ptr<double>(), t.data_ptr<double>() + t.numel());
+      }
+      if (top.contains(volt::kShardedParametersKey))
+        for (const c10::IValue& name : top.at(volt::kShardedParametersKey).toListRef())
+          out["sharded_parameters"].push_back(name.toStringRef());
+      std::ofstream(probe.inspect + ".json") << out.dump();
+      return 0;
+    }
     if (probe.out.empty()) probe.out = options.default_root_dir;
     if (probe.out.empty()) throw volt::Error("ddp_probe needs --out or --default-root-dir. HINT: pass --out DIR.");
     if (probe.unfreeze_hidden_at >= 0 && (probe.unfreeze_rank < 0 || probe.unfreeze_rank == rank_from_env())) {
@@ -624,6 +648,11 @@ int main(int argc, char** argv) {
     }
     if (probe.stop_rank >= 0)
       options.callbacks.push_back(std::make_shared<StopOnOneRank>(probe.stop_rank, probe.stop_step));
+    if (probe.save_weights_only) {
+      options.enable_checkpointing = true;  // the probe turns it off by default
+      options.callbacks.push_back(std::make_shared<volt::ModelCheckpoint>(volt::ModelCheckpointOptions{
+          .dirpath = probe.out + "/weights_ckpt", .save_top_k = -1, .save_weights_only = true}));
+    }
     if (probe.checkpoint_every_ms > 0) {
       // Each rank's clock runs at its own speed: only rank 0's may decide, or the ranks would
       // save at different steps.

@@ -3,6 +3,8 @@ probe's layers wrapped in volt::FsdpUnit (--fsdp-units) have their parameters sh
 ddp and one process on the same model, what each process holds between steps, checkpoints, exact
 resume, and the wrapping policy. Runs tests/ddp/ddp_probe.cpp (VOLT_DDP_PROBE) like test_fsdp.py.
 """
+import json
+
 import pytest
 
 from test_ddp import PROBE, TOLERANCE, assert_close, flat_params, ranks, run
@@ -204,18 +206,88 @@ def test_a_sharded_full_shard_checkpoint_resumes_bit_identical_and_not_under_sha
     assert "cut at other places" in proc.stderr and "HINT" in proc.stderr, proc.stderr
 
 
-def test_sigterm_under_full_shard_saves_an_hpc_checkpoint_that_the_restarted_job_resumes_bit_identical(tmp_path):
+def describe(checkpoint):
+    """What the probe's --inspect reads in `checkpoint`: its state_dict's values, the parameters it
+    lists as sharded, whether it holds optimizer states and a shard index."""
+    proc = run(["--inspect", str(checkpoint)], checkpoint.parent)
+    assert proc.returncode == 0, proc.stderr
+    return json.loads((checkpoint.parent / (checkpoint.name + ".json")).read_text())
+
+
+def consolidated(checkpoint):
+    proc = run(["--consolidate", str(checkpoint)], checkpoint.parent)
+    assert proc.returncode == 0, proc.stderr
+    return checkpoint.parent / (checkpoint.name + ".whole.ckpt")
+
+
+def test_a_sharded_full_shard_checkpoint_keeps_each_units_weights_in_the_shards_and_consolidates_whole(tmp_path):
+    """For a model too large to gather: rank 0's file holds only the parameters outside every unit,
+    each process's shard its pieces of the units' (full checkpoints and weights-only ones alike)."""
+    common = ADAM + ["--fsdp-units", "hidden", "--devices", "2", "--batch-size", "8", "--max-epochs", "2"]
+    straight, _ = fit(tmp_path, "straight", common + FULL)
+    reference = describe(checkpoint_after(tmp_path, "full", common + FULL, 12))
+    assert reference["sharded_parameters"] == [] and reference["optimizer_states"]
+    full = checkpoint_after(tmp_path, "sharded", common + FULL + SHARDED, 12)
+    out, _ = fit(tmp_path, "weights", common + FULL + SHARDED + ["--max-steps", "12", "--save-weights-only",
+                                                                 "--default-root-dir", str(tmp_path / "w_root")])
+    [weights] = sorted((out / "weights_ckpt").glob("*.ckpt"))
+    for checkpoint in (full, weights):
+        assert len(shard_files(checkpoint)) == 2
+        own = describe(checkpoint)
+        assert own["sharded_parameters"] == ["hidden.bias", "hidden.weight"]
+        assert sorted(own["state_dict"]) == ["out.bias", "out.weight"]
+        assert own["shard_index"] and not own["optimizer_states"]
+        whole = describe(consolidated(checkpoint))
+        assert whole["sharded_parameters"] == [] and not whole["shard_index"]
+        assert whole["optimizer_states"] == (checkpoint == full)
+        # The same weights as the full checkpoint of a run that gathered them.
+        assert whole["state_dict"] == reference["state_dict"]
+    # Consolidated, it resumes on one process like a full checkpoint.
+    resumed, _ = fit(tmp_path, "one", ADAM + ["--max-epochs", "2", "--batch-size", "16", "--ckpt-path",
+                                              str(consolidated(full)), "--default-root-dir", str(tmp_path / "r1")])
+    after = ranks(resumed, 1)[0]
+    assert after["global_step"] == 24
+    assert_close(flat_params(after), flat_params(ranks(straight, 2)[0]), TOLERANCE)
+    # Unconsolidated, a weights-only load names the shards and the way out.
+    (tmp_path / "r2").mkdir()
+    proc = run(ADAM + FULL + ["--fsdp-units", "hidden", "--devices", "2", "--ckpt-path", str(weights),
+                              "--default-root-dir", str(tmp_path / "r2")], tmp_path / "r2")
+    assert proc.returncode != 0
+    assert "holds only the module's weights" in proc.stderr and "HINT" in proc.stderr, proc.stderr
+
+
+@pytest.mark.parametrize("state_dict_type", ["full", "sharded"])
+def test_sigterm_under_full_shard_saves_an_hpc_checkpoint_that_the_restarted_job_resumes_bit_identical(
+        tmp_path, state_dict_type):
     common = ADAM + FULL + ["--fsdp-units", "all", "--devices", "2", "--batch-size", "8", "--max-epochs", "20",
                             "--step-sleep-ms", "25", "--no-auto-requeue", "--checkpoint-on-sigterm", "--logger",
-                            "--log-every-n-steps", "1"]
+                            "--log-every-n-steps", "1", "--state-dict-type", state_dict_type]
     straight = slurm_job(common, tmp_path / "straight", tmp_path / "straight_root")
     root = tmp_path / "root"
     stopped = slurm_job(common, tmp_path / "stopped", root, stop=True)
     assert 0 < stopped[0]["global_step"] == stopped[1]["global_step"] < 240
+    [hpc] = list(root.rglob("hpc_ckpt_*.ckpt"))
+    # Sharded: the units' weights are in the shards, each process's piece in its own file.
+    assert len(describe(hpc)["sharded_parameters"]) == (4 if state_dict_type == "sharded" else 0)
     resumed = slurm_job(common, tmp_path / "resumed", root)
     for whole, again in zip(straight, resumed):
         assert again["global_step"] == whole["global_step"] == 240
         assert flat_params(again) == flat_params(whole)
+
+
+def test_a_fine_tuning_run_resumed_from_a_sharded_checkpoint_after_the_unfreeze_ends_bit_identical(tmp_path):
+    """The unfrozen layer's unit is laid out again only once the resume has added its param group
+    back; its pieces load after that."""
+    common = ADAM + FULL + SHARDED + ["--fsdp-units", "all", "--devices", "2", "--batch-size", "8", "--max-epochs",
+                                      "3", "--unfreeze-hidden-at", "1"]
+    straight, _ = fit(tmp_path, "straight", common)
+    checkpoint = checkpoint_after(tmp_path, "first", common, 15)  # inside epoch 1, after the unfreeze
+    assert describe(checkpoint)["sharded_parameters"] == ["hidden.bias", "hidden.weight", "out.bias", "out.weight"]
+    second, _ = fit(tmp_path, "second", common + ["--ckpt-path", str(checkpoint), "--default-root-dir",
+                                                   str(tmp_path / "root2")])
+    for whole, resumed in zip(ranks(straight, 2), ranks(second, 2)):
+        assert resumed["global_step"] == whole["global_step"] == 36
+        assert flat_params(resumed) == flat_params(whole)
 
 
 def test_a_backbone_unfrozen_mid_run_under_full_shard_matches_ddp(tmp_path):

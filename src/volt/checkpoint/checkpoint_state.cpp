@@ -4,6 +4,7 @@
 #include <torch/cuda.h>
 
 #include <nlohmann/json.hpp>
+#include <set>
 
 #include "volt/base/state_dict.h"
 #include "volt/callbacks/callback.h"
@@ -199,12 +200,21 @@ void insert_resume_state(StateDict& checkpoint, const TrainingParts& parts) {
 
 }  // namespace
 
-StateDict module_state_dict(const torch::nn::Module& module) {
+namespace {
+
+// The module's state_dict without `sharded` (names whose values lie in the shard files).
+StateDict module_state_dict_without(const torch::nn::Module& module, const std::vector<std::string>& sharded) {
+  const std::set<std::string> skip(sharded.begin(), sharded.end());
   StateDict out = make_state_dict();
-  for (const auto& item : module.named_parameters(/*recurse=*/true)) out.insert(item.key(), item.value().detach());
+  for (const auto& item : module.named_parameters(/*recurse=*/true))
+    if (!skip.count(item.key())) out.insert(item.key(), item.value().detach());
   for (const auto& item : module.named_buffers(/*recurse=*/true)) out.insert(item.key(), item.value().detach());
   return out;
 }
+
+}  // namespace
+
+StateDict module_state_dict(const torch::nn::Module& module) { return module_state_dict_without(module, {}); }
 
 StateDict make_checkpoint(const TrainingParts& parts, const FitProgress& progress, CheckpointContents contents) {
   VOLT_INTERNAL_ASSERT(parts.module != nullptr && parts.optimization != nullptr && parts.callbacks != nullptr);
@@ -214,7 +224,14 @@ StateDict make_checkpoint(const TrainingParts& parts, const FitProgress& progres
   checkpoint.insert("volt_version", std::string(kVoltVersion));
   checkpoint.insert("volt_checkpoint_version", kCheckpointVersion);
   checkpoint.insert("pytorch-lightning_version", std::string(kLightningLayoutVersion));
-  checkpoint.insert("state_dict", module_state_dict(*parts.module));
+  if (parts.sharded_parameters != nullptr && !parts.sharded_parameters->empty()) {
+    checkpoint.insert("state_dict", module_state_dict_without(*parts.module, *parts.sharded_parameters));
+    c10::impl::GenericList names(c10::StringType::get());
+    for (const std::string& name : *parts.sharded_parameters) names.push_back(name);
+    checkpoint.insert(kShardedParametersKey, names);
+  } else {
+    checkpoint.insert("state_dict", module_state_dict(*parts.module));
+  }
   // Lightning's save_weights_only leaves out what only a resume needs.
   const bool full = contents == CheckpointContents::kFull;
   if (full) {
@@ -263,8 +280,22 @@ StateDict make_checkpoint(const TrainingParts& parts, const FitProgress& progres
   return checkpoint;
 }
 
-void load_module_weights(const c10::IValue& checkpoint, LightningModule& module, const std::string& path) {
+void load_module_weights(const c10::IValue& checkpoint, LightningModule& module, const std::string& path,
+                         bool skip_sharded) {
   const StateDict top = as_dict(checkpoint, "", path);
+  std::set<std::string> sharded;
+  if (top.contains(kShardedParametersKey) && top.at(kShardedParametersKey).isList()) {
+    for (const c10::IValue& name : top.at(kShardedParametersKey).toListRef())
+      if (name.isString()) sharded.insert(name.toStringRef());
+  }
+  if (!sharded.empty() && !skip_sharded) {
+    throw CheckpointError(fmt::format(
+        "checkpoint '{}' holds {} of its parameters ('{}', ...) in its shard files, a piece per process "
+        "(strategy='fsdp' with sharding_strategy='full_shard' and state_dict_type='sharded'), not in the file "
+        "itself. HINT: resume it with Trainer::fit under that strategy on as many processes, or write it in one "
+        "file first (volt::consolidate_sharded_checkpoint) to load it anywhere.",
+        path, sharded.size(), *sharded.begin()));
+  }
   // A plain state dict (torch.save(model.state_dict())) holds the tensors at its top level.
   const bool plain = !top.contains("state_dict") && !top.empty() &&
                      std::all_of(top.begin(), top.end(), [](const auto& e) { return e.value().isTensor(); });
@@ -272,6 +303,7 @@ void load_module_weights(const c10::IValue& checkpoint, LightningModule& module,
   std::vector<std::string> problems;
   std::vector<std::pair<torch::Tensor, torch::Tensor>> copies;
   const auto expect = [&](const std::string& name, const torch::Tensor& target) {
+    if (sharded.count(name)) return;  // the caller loads it from the shards
     if (!weights.contains(name)) {
       problems.push_back(fmt::format("missing: '{}' (shape {})", name, c10::str(target.sizes())));
       return;
@@ -363,7 +395,7 @@ FitProgress restore_checkpoint(const c10::IValue& checkpoint, const TrainingPart
                     "written with save_weights_only=false.",
                     path, path));
   }
-  load_module_weights(checkpoint, *parts.module, path);
+  load_module_weights(checkpoint, *parts.module, path, parts.loads_sharded_parameters);
 
   const std::string callbacks_at = key_path("", "callbacks");
   const StateDict callbacks = as_dict(entry(top, "callbacks", path), callbacks_at, path);

@@ -88,6 +88,14 @@ struct TrainingParts {
   /// Loads a checkpoint's optimizer state into an optimizer when the strategy shards them (fsdp
   /// cuts it to this process's pieces); unset: load_optimizer_state_dict.
   std::function<void(torch::optim::Optimizer&, const c10::IValue&)> load_optimizer_state;
+  /// Saving a sharded checkpoint: the parameters each process writes its piece of into its shard
+  /// (fsdp full_shard's units), left out of "state_dict" and listed under kShardedParametersKey;
+  /// nullptr: none.
+  const std::vector<std::string>* sharded_parameters = nullptr;
+  /// Restoring: the caller loads the parameters a checkpoint lists under kShardedParametersKey
+  /// from its shards (fsdp), so they are not expected in "state_dict"; false: such a checkpoint is
+  /// refused with a HINT.
+  bool loads_sharded_parameters = false;
 };
 
 /// What a checkpoint holds.
@@ -115,8 +123,10 @@ FitProgress restore_checkpoint(const c10::IValue& checkpoint, const TrainingPart
 /// Loads only the module's weights (validate/test/predict from a checkpoint, fine-tuning) from a
 /// Volt or Lightning checkpoint (its "state_dict") or a plain state dict (Python's
 /// `torch.save(model.state_dict())`: names to tensors). Throws volt::CheckpointError listing
-/// missing, unexpected and mis-shaped entries.
-void load_module_weights(const c10::IValue& checkpoint, LightningModule& module, const std::string& path);
+/// missing, unexpected and mis-shaped entries, and for a sharded checkpoint whose parameters lie
+/// partly in its shard files (kShardedParametersKey) unless `skip_sharded` (the caller loads those).
+void load_module_weights(const c10::IValue& checkpoint, LightningModule& module, const std::string& path,
+                         bool skip_sharded = false);
 
 /// Reads the file `path` and loads its weights into `module` (see load_module_weights): Lightning's
 /// `load_from_checkpoint` for a module the program already built.

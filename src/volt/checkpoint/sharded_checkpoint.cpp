@@ -3,6 +3,7 @@
 #include <ATen/ATen.h>
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <filesystem>
 #include <random>
 #include <regex>
@@ -51,11 +52,13 @@ std::string new_save_id() {
   return fmt::format("{:016x}", id);
 }
 
-c10::IValue make_shard_index(const std::string& path, const std::string& save_id, int64_t world_size) {
+c10::IValue make_shard_index(const std::string& path, const std::string& save_id, int64_t world_size,
+                             bool optimizer_states) {
   GenericDict index = new_dict();
   index.insert("volt_shard_version", kShardVersion);
   index.insert("save_id", save_id);
   index.insert("world_size", world_size);
+  index.insert("optimizer_states", optimizer_states);
   GenericList files(c10::StringType::get());
   for (int64_t r = 0; r < world_size; ++r) files.push_back(fs::path(shard_path(path, save_id, r)).filename().string());
   index.insert("files", files);
@@ -86,6 +89,11 @@ std::optional<ShardIndex> read_shard_index(const c10::IValue& checkpoint, const 
   for (const c10::IValue& file : index.at("files").toListRef()) {
     if (!file.isString()) throw malformed(path, "a file name is not a string");
     out.files.push_back(file.toStringRef());
+  }
+  // Absent in indexes written before weights-only checkpoints could be sharded: those held them.
+  if (index.contains("optimizer_states")) {
+    if (!index.at("optimizer_states").isBool()) throw malformed(path, "optimizer_states is not a bool");
+    out.optimizer_states = index.at("optimizer_states").toBool();
   }
   if (out.world_size < 1 || static_cast<int64_t>(out.files.size()) != out.world_size)
     throw malformed(path, fmt::format("{} files for world_size {}", out.files.size(), out.world_size));
@@ -139,8 +147,59 @@ std::pair<std::optional<ShardMarker>, c10::IValue> split_shard_marker(const c10:
   return {std::move(marker), state};
 }
 
-c10::IValue make_shard(const std::vector<c10::IValue>& optimizer_states, const std::string& save_id, int64_t rank,
-                       int64_t world_size) {
+c10::IValue make_parameter_pieces(const ParameterPieces& pieces) {
+  GenericDict out = new_dict();
+  for (const auto& [name, piece] : pieces) {
+    GenericDict entry = new_dict();
+    entry.insert("values", piece.values);
+    entry.insert("shape", piece.shape);
+    entry.insert("begin", piece.begin);
+    entry.insert("end", piece.end);
+    out.insert(name, entry);
+  }
+  return out;
+}
+
+ParameterPieces read_parameter_pieces(const c10::IValue& value, const std::string& file) {
+  const auto bad = [&file](const std::string& what) {
+    return CheckpointError(
+        fmt::format("shard file '{}' holds malformed parameter pieces: {}. HINT: it was not written "
+                    "by Volt's sharded checkpointing, or was edited; resume from another checkpoint.",
+                    file, what));
+  };
+  ParameterPieces out;
+  if (value.isNone()) return out;
+  if (!value.isGenericDict()) throw bad("not a dict");
+  for (const auto& item : value.toGenericDict()) {
+    if (!item.key().isString() || !item.value().isGenericDict()) throw bad("an entry is not name -> dict");
+    const std::string& name = item.key().toStringRef();
+    const GenericDict entry = item.value().toGenericDict();
+    for (const char* key : {"values", "shape", "begin", "end"}) {
+      if (!entry.contains(key)) throw bad(fmt::format("'{}' has no '{}'", name, key));
+    }
+    if (!entry.at("values").isTensor() || !entry.at("shape").isList() || !entry.at("begin").isInt() ||
+        !entry.at("end").isInt())
+      throw bad(fmt::format("'{}' has a field of the wrong type", name));
+    ParameterPiece piece{.values = entry.at("values").toTensor(),
+                         .shape = {},
+                         .begin = entry.at("begin").toInt(),
+                         .end = entry.at("end").toInt()};
+    // A loaded list is Any-typed: read it element by element.
+    for (const c10::IValue& size : entry.at("shape").toListRef()) {
+      if (!size.isInt()) throw bad(fmt::format("'{}' has a shape that is not a list of integers", name));
+      piece.shape.push_back(size.toInt());
+    }
+    if (piece.begin < 0 || piece.end < piece.begin || piece.end > c10::multiply_integers(piece.shape) ||
+        piece.values.numel() != piece.end - piece.begin)
+      throw bad(fmt::format("'{}' holds {} values for elements [{}, {}) of shape {}", name, piece.values.numel(),
+                            piece.begin, piece.end, c10::str(c10::IntArrayRef(piece.shape))));
+    out.emplace(name, std::move(piece));
+  }
+  return out;
+}
+
+c10::IValue make_shard(const std::vector<c10::IValue>& optimizer_states, const c10::IValue& parameters,
+                       const std::string& save_id, int64_t rank, int64_t world_size) {
   GenericDict shard = new_dict();
   shard.insert("volt_shard_version", kShardVersion);
   shard.insert("save_id", save_id);
@@ -149,10 +208,11 @@ c10::IValue make_shard(const std::vector<c10::IValue>& optimizer_states, const s
   GenericList states(c10::AnyType::get());
   for (const c10::IValue& state : optimizer_states) states.push_back(state);
   shard.insert("optimizer_states", states);
+  shard.insert("parameters", parameters);
   return shard;
 }
 
-std::vector<c10::IValue> load_shard(CheckpointIO& io, const std::string& path, const ShardIndex& index, int64_t rank) {
+Shard load_shard(CheckpointIO& io, const std::string& path, const ShardIndex& index, int64_t rank) {
   VOLT_CHECK(rank >= 0 && rank < index.world_size,
              "rank {} has no shard in checkpoint '{}', which {} processes wrote. HINT: resume with {} processes, or "
              "consolidate it into one file (volt::consolidate_sharded_checkpoint).",
@@ -194,7 +254,11 @@ std::vector<c10::IValue> load_shard(CheckpointIO& io, const std::string& path, c
                     file));
   }
   const auto list = states.toListRef();
-  return std::vector<c10::IValue>(list.begin(), list.end());
+  Shard shard{.optimizer_states = std::vector<c10::IValue>(list.begin(), list.end()), .parameters = {}};
+  // Shards written before full_shard's parameters were sharded hold none.
+  if (value.toGenericDict().contains("parameters"))
+    shard.parameters = read_parameter_pieces(value.toGenericDict().at("parameters"), file);
+  return shard;
 }
 
 void remove_shards(CheckpointIO& io, const std::string& path, const std::string& keep_save_id) {
@@ -209,25 +273,22 @@ void remove_shards(CheckpointIO& io, const std::string& path, const std::string&
   }
 }
 
-c10::IValue consolidate_sharded_checkpoint(CheckpointIO& io, const std::string& path) {
-  const c10::IValue checkpoint = io.load(path);
-  const std::optional<ShardIndex> index = read_shard_index(checkpoint, path);
-  VOLT_CHECK(index.has_value(),
-             "checkpoint '{}' is not sharded: it holds its optimizer states itself. HINT: use it as it is.", path);
-  std::vector<std::vector<c10::IValue>> shards;
-  for (int64_t r = 0; r < index->world_size; ++r) shards.push_back(load_shard(io, path, *index, r));
-  const size_t optimizers = shards.front().size();
+namespace {
+
+// Each optimizer's state with every rank's elementwise pieces concatenated back into whole tensors.
+GenericList consolidate_optimizer_states(const std::vector<Shard>& shards, const std::string& path) {
+  const size_t optimizers = shards.front().optimizer_states.size();
   GenericList whole(c10::AnyType::get());
   for (size_t k = 0; k < optimizers; ++k) {
     // Every rank's state of optimizer k, unmarked, and rank 0's marker.
     std::vector<GenericDict> states;
     std::optional<ShardMarker> marker;
-    for (int64_t r = 0; r < index->world_size; ++r) {
-      VOLT_CHECK(shards[r].size() == optimizers,
+    for (size_t r = 0; r < shards.size(); ++r) {
+      VOLT_CHECK(shards[r].optimizer_states.size() == optimizers,
                  "shard {} of checkpoint '{}' holds {} optimizer states, rank 0's {}. HINT: the set is mixed up; "
                  "resume from another checkpoint.",
-                 r, path, shards[r].size(), optimizers);
-      auto [rank_marker, state] = split_shard_marker(shards[r][k]);
+                 r, path, shards[r].optimizer_states.size(), optimizers);
+      auto [rank_marker, state] = split_shard_marker(shards[r].optimizer_states[k]);
       VOLT_CHECK(rank_marker.has_value(),
                  "shard {} of checkpoint '{}' holds optimizer {}'s state without Volt's shard marker. HINT: resume "
                  "from another checkpoint.",
@@ -262,13 +323,79 @@ c10::IValue consolidate_sharded_checkpoint(CheckpointIO& io, const std::string& 
       }
       state.insert_or_assign(key_id, param_state);
     }
-    GenericDict out = split_shard_marker(shards[0][k]).second.toGenericDict().copy();
+    GenericDict out = split_shard_marker(shards[0].optimizer_states[k]).second.toGenericDict().copy();
     out.insert_or_assign("state", state);
     whole.push_back(out);
   }
+  return whole;
+}
+
+// Parameter `name` whole from every rank's piece: the pieces must tile its elements in order.
+at::Tensor consolidate_parameter(const std::vector<Shard>& shards, const std::string& name, const std::string& path) {
+  std::vector<const ParameterPiece*> pieces;
+  for (size_t r = 0; r < shards.size(); ++r) {
+    const auto found = shards[r].parameters.find(name);
+    if (found == shards[r].parameters.end()) {
+      throw CheckpointError(
+          fmt::format("checkpoint '{}' lists parameter '{}' as sharded, but shard {} holds no piece of it. HINT: the "
+                      "set is incomplete or mixed up; resume from another checkpoint.",
+                      path, name, r));
+    }
+    pieces.push_back(&found->second);
+  }
+  std::stable_sort(pieces.begin(), pieces.end(), [](const auto* a, const auto* b) { return a->begin < b->begin; });
+  const std::vector<int64_t>& shape = pieces.front()->shape;
+  std::vector<at::Tensor> values;
+  int64_t next = 0;
+  for (const ParameterPiece* piece : pieces) {
+    if (piece->begin == piece->end) continue;  // a process that holds none of it
+    if (piece->shape != shape || piece->begin != next) {
+      throw CheckpointError(fmt::format(
+          "the shards of checkpoint '{}' do not tile parameter '{}' (shape {}): a piece of shape {} covers elements "
+          "[{}, {}) where element {} comes next. HINT: the set is mixed up; resume from another checkpoint.",
+          path, name, c10::str(c10::IntArrayRef(shape)), c10::str(c10::IntArrayRef(piece->shape)), piece->begin,
+          piece->end, next));
+    }
+    values.push_back(piece->values.reshape({-1}));
+    next = piece->end;
+  }
+  const int64_t numel = c10::multiply_integers(shape);
+  if (next != numel) {
+    throw CheckpointError(
+        fmt::format("the shards of checkpoint '{}' hold elements [0, {}) of parameter '{}', which has {}. HINT: the "
+                    "set is incomplete or mixed up; resume from another checkpoint.",
+                    path, next, name, numel));
+  }
+  return values.empty() ? at::empty(shape, pieces.front()->values.options()) : at::cat(values).view(shape);
+}
+
+}  // namespace
+
+c10::IValue consolidate_sharded_checkpoint(CheckpointIO& io, const std::string& path) {
+  const c10::IValue checkpoint = io.load(path);
+  const std::optional<ShardIndex> index = read_shard_index(checkpoint, path);
+  VOLT_CHECK(index.has_value(),
+             "checkpoint '{}' is not sharded: it holds its optimizer states itself. HINT: use it as it is.", path);
+  std::vector<Shard> shards;
+  for (int64_t r = 0; r < index->world_size; ++r) shards.push_back(load_shard(io, path, *index, r));
   GenericDict top = checkpoint.toGenericDict().copy();
+  if (top.contains(kShardedParametersKey)) {
+    if (!top.contains("state_dict") || !top.at("state_dict").isGenericDict() ||
+        !top.at(kShardedParametersKey).isList()) {
+      throw CheckpointError(
+          fmt::format("checkpoint '{}' lists sharded parameters but holds no state_dict. HINT: it was not written by "
+                      "Volt; resume from another checkpoint.",
+                      path));
+    }
+    GenericDict weights = top.at("state_dict").toGenericDict().copy();
+    for (const c10::IValue& name : top.at(kShardedParametersKey).toListRef()) {
+      weights.insert_or_assign(name.toStringRef(), consolidate_parameter(shards, name.toStringRef(), path));
+    }
+    top.insert_or_assign("state_dict", weights);
+    (void)top.erase(kShardedParametersKey);
+  }
   (void)top.erase(kShardIndexKey);
-  top.insert("optimizer_states", whole);
+  if (index->optimizer_states) top.insert("optimizer_states", consolidate_optimizer_states(shards, path));
   return top;
 }
 

@@ -1,8 +1,8 @@
 // The sharded checkpoint form (strategy='fsdp', state_dict_type='sharded'): every process writes
-// its own shard of the optimizer state to a file of its own, in parallel, and rank 0 then writes
-// the checkpoint file itself with everything else and an index of the shards in place of
-// "optimizer_states". Nothing is gathered on one process, so a model whose optimizer state does
-// not fit one process still checkpoints.
+// its own shard of the optimizer state (and, under full_shard, its pieces of the units'
+// parameters) to a file of its own, in parallel, and rank 0 then writes the checkpoint file itself
+// with everything else and an index of the shards in place of "optimizer_states". Nothing is
+// gathered on one process, so a model whose state does not fit one process still checkpoints.
 //
 // Complete or absent as a set: shard files are named after their save (a random id), all of them
 // are on disk before rank 0 renames the checkpoint file into place (the commit), and a reader
@@ -14,6 +14,7 @@
 #include <ATen/core/ivalue.h>
 
 #include <cstdint>
+#include <map>
 #include <optional>
 #include <string>
 #include <utility>
@@ -25,6 +26,9 @@ class CheckpointIO;
 
 /// The checkpoint key of the shard index (it replaces "optimizer_states").
 inline constexpr const char* kShardIndexKey = "sharded_optimizer_states";
+/// The checkpoint key listing the parameters whose values lie in the shard files (fsdp
+/// full_shard's units, each process's piece in its own file) instead of in "state_dict".
+inline constexpr const char* kShardedParametersKey = "volt_sharded_parameters";
 /// The key of the marker a process's optimizer state carries in a shard (which process's piece
 /// of which parameters, and which state fields are elementwise).
 inline constexpr const char* kShardMarkerKey = "volt_shard";
@@ -43,10 +47,14 @@ struct ShardIndex {
   int64_t world_size = 0;
   /// The shard files' names, relative to the checkpoint's directory, by rank.
   std::vector<std::string> files;
+  /// Whether the shards hold the optimizer states (false: a weights-only checkpoint's).
+  bool optimizer_states = true;
 };
 
-/// The index rank 0 writes into the checkpoint at `path` for `world_size` shards of `save_id`.
-c10::IValue make_shard_index(const std::string& path, const std::string& save_id, int64_t world_size);
+/// The index rank 0 writes into the checkpoint at `path` for `world_size` shards of `save_id`;
+/// `optimizer_states` false for a weights-only checkpoint, whose shards hold only parameters.
+c10::IValue make_shard_index(const std::string& path, const std::string& save_id, int64_t world_size,
+                             bool optimizer_states = true);
 
 /// The shard index of `checkpoint`, or nullopt when it holds its optimizer states itself. Throws
 /// volt::CheckpointError naming `path` when the index is malformed.
@@ -78,23 +86,54 @@ c10::IValue mark_shard(const c10::IValue& optimizer_state, const ShardMarker& ma
 /// (whole) state, returned as it is.
 std::pair<std::optional<ShardMarker>, c10::IValue> split_shard_marker(const c10::IValue& optimizer_state);
 
-/// A shard file's contents: `rank`'s optimizer states (one per optimizer, each carrying its
-/// kShardMarkerKey) for save `save_id` of `world_size` processes.
-c10::IValue make_shard(const std::vector<c10::IValue>& optimizer_states, const std::string& save_id, int64_t rank,
-                       int64_t world_size);
+/// A process's piece of one parameter in a shard: its elements [begin, end) in row-major order.
+struct ParameterPiece {
+  /// The elements, flat (empty when this process holds none of the parameter).
+  at::Tensor values;
+  /// The whole parameter's shape.
+  std::vector<int64_t> shape;
+  /// Which elements of the whole these are.
+  int64_t begin = 0;
+  int64_t end = 0;
+};
 
-/// `rank`'s optimizer states from the shard files of the checkpoint at `path` (whose index is
-/// `index`), read through `io`. Throws volt::CheckpointError with a HINT when the file is missing,
-/// unreadable, or belongs to another save, rank or process count.
-std::vector<c10::IValue> load_shard(CheckpointIO& io, const std::string& path, const ShardIndex& index, int64_t rank);
+/// Parameters' pieces by name, as a shard holds them.
+using ParameterPieces = std::map<std::string, ParameterPiece>;
+
+/// `pieces` as a shard file holds them (a dict by name).
+c10::IValue make_parameter_pieces(const ParameterPieces& pieces);
+
+/// The pieces a shard file (`file`) holds; an empty map for none. Throws volt::CheckpointError
+/// with a HINT when they are malformed.
+ParameterPieces read_parameter_pieces(const c10::IValue& value, const std::string& file);
+
+/// A shard file's contents: `rank`'s optimizer states (one per optimizer, each carrying its
+/// kShardMarkerKey) and its pieces of the sharded parameters (make_parameter_pieces; an empty dict
+/// when none are) for save `save_id` of `world_size` processes.
+c10::IValue make_shard(const std::vector<c10::IValue>& optimizer_states, const c10::IValue& parameters,
+                       const std::string& save_id, int64_t rank, int64_t world_size);
+
+/// What one process's shard file holds.
+struct Shard {
+  /// Its optimizer states, one per optimizer (none in a weights-only checkpoint's shard).
+  std::vector<c10::IValue> optimizer_states;
+  /// Its pieces of the parameters listed under kShardedParametersKey (none under shard_grad_op).
+  ParameterPieces parameters;
+};
+
+/// `rank`'s shard of the checkpoint at `path` (whose index is `index`), read through `io`. Throws
+/// volt::CheckpointError with a HINT when the file is missing, unreadable, or belongs to another
+/// save, rank or process count.
+Shard load_shard(CheckpointIO& io, const std::string& path, const ShardIndex& index, int64_t rank);
 
 /// Removes the shard files of `path` except those of `keep_save_id` ("" removes all of them).
 /// Needs CheckpointIO::list; an IO that lists nothing leaves them.
 void remove_shards(CheckpointIO& io, const std::string& path, const std::string& keep_save_id);
 
-/// The sharded checkpoint at `path` in Volt's one-file form: every shard read through `io` and
-/// each optimizer's elementwise state (exp_avg, momentum_buffer, ...) concatenated back into whole
-/// tensors, as strategy='fsdp' with state_dict_type='full' would have written it. So a run resumes
+/// The sharded checkpoint at `path` in Volt's one-file form: every shard read through `io`, each
+/// optimizer's elementwise state (exp_avg, momentum_buffer, ...) and each sharded parameter
+/// concatenated back into whole tensors, as strategy='fsdp' with state_dict_type='full' would
+/// have written it. So a run resumes
 /// it under any strategy and process count, and Python reads its optimizer states. Needs memory
 /// for the whole state: run it where that fits. Throws volt::CheckpointError for a shard missing
 /// or not matching.

@@ -141,11 +141,15 @@ TrainingParts FitLoop::parts_for_save(const std::string& path, std::optional<Sta
   return parts;
 }
 
-void FitLoop::defer_sharded_save(const std::string& path, const TrainingParts& parts) {
-  StateDict checkpoint = make_checkpoint(parts, progress_, CheckpointContents::kFull);
-  (void)checkpoint.erase("optimizer_states");  // each process's shard holds its part
-  std::erase_if(pending_saves_, [&path](const auto& pending) { return pending.first == path; });
-  pending_saves_.emplace_back(path, std::move(checkpoint));
+void FitLoop::defer_sharded_save(const std::string& path, TrainingParts parts, CheckpointContents contents) {
+  VOLT_INTERNAL_ASSERT(local_shard_.has_value(), "a sharded save of '{}' outside a gather point", path);
+  // Each process's shard holds its part of the optimizer states and of the parameters in pieces.
+  parts.sharded_parameters = &local_shard_->parameter_names;
+  StateDict checkpoint = make_checkpoint(parts, progress_, contents);
+  (void)checkpoint.erase("optimizer_states");
+  std::erase_if(pending_saves_, [&path](const PendingSave& pending) { return pending.path == path; });
+  pending_saves_.push_back(PendingSave{
+      .path = path, .checkpoint = std::move(checkpoint), .weights_only = contents != CheckpointContents::kFull});
 }
 
 bool FitLoop::sharded_checkpoints() const {
@@ -153,12 +157,13 @@ bool FitLoop::sharded_checkpoints() const {
 }
 
 void FitLoop::commit_sharded_saves() {
-  if (!local_optimizer_states_) return;  // every process gathered at the same point, or none did
+  if (!local_shard_) return;  // every process gathered at the same point, or none did
   Strategy& strategy = parts_.strategy;
   std::vector<std::string> announced;
   if (strategy.is_global_zero() && !pending_saves_.empty()) {
     announced.push_back(new_save_id());
-    for (const auto& [path, checkpoint] : pending_saves_) announced.push_back(path);
+    // Each path after a letter: 'F' for a full checkpoint, 'W' for weights only.
+    for (const PendingSave& save : pending_saves_) announced.push_back((save.weights_only ? "W" : "F") + save.path);
   }
   // Rank 0's save id and paths reach every process: each writes its shard of every save, in parallel.
   announced = split(strategy.broadcast_string(join(announced, "\n")), '\n');
@@ -167,17 +172,22 @@ void FitLoop::commit_sharded_saves() {
     const int64_t rank = strategy.topology().global_rank;
     const int64_t world = strategy.topology().world_size;
     CheckpointIO& io = parts_.checkpointer.io();
+    const c10::IValue parameters = make_parameter_pieces(local_shard_->parameters);
     for (size_t i = 1; i < announced.size(); ++i) {
-      io.save(make_shard(*local_optimizer_states_, save_id, rank, world), shard_path(announced[i], save_id, rank));
+      const bool weights_only = announced[i].front() == 'W';
+      io.save(make_shard(weights_only ? std::vector<c10::IValue>{} : local_shard_->optimizer_states, parameters,
+                         save_id, rank, world),
+              shard_path(announced[i].substr(1), save_id, rank));
     }
     // Every shard is on disk before rank 0 commits: a kill before the commit leaves the previous
     // checkpoint (and its shards) in place, after it the complete new set.
     strategy.barrier();
     if (strategy.is_global_zero()) {
-      for (auto& [path, checkpoint] : pending_saves_) {
-        checkpoint.insert_or_assign(kShardIndexKey, make_shard_index(path, save_id, world));
-        io.save(checkpoint, path);
-        remove_shards(io, path, save_id);  // the previous save's, and those of saves never committed
+      for (PendingSave& save : pending_saves_) {
+        save.checkpoint.insert_or_assign(kShardIndexKey,
+                                         make_shard_index(save.path, save_id, world, !save.weights_only));
+        io.save(save.checkpoint, save.path);
+        remove_shards(io, save.path, save_id);  // the previous save's, and those of saves never committed
       }
     }
   }
@@ -187,14 +197,20 @@ void FitLoop::commit_sharded_saves() {
     for (const std::string& path : pending_removals_) parts_.checkpointer.remove(path);
   pending_saves_.clear();
   pending_removals_.clear();
-  local_optimizer_states_.reset();
+  local_shard_.reset();
 }
 
 void FitLoop::save_weights_checkpoint(const std::string& path) {
   const Profiler::Scope timed(parts_.profiler, Action::kCheckpointSave);
+  // full_shard's units are whole (or their pieces taken) only at a gather point.
+  if (parts_.strategy.shards_parameters()) check_gathered_for_save(path);
   if (parts_.strategy.is_global_zero()) {
-    parts_.checkpointer.save(training_parts(), progress_, path, CheckpointContents::kWeightsOnly);
-    parts_.metrics.after_save_checkpoint(path);
+    if (sharded_checkpoints() && parts_.strategy.shards_parameters()) {
+      defer_sharded_save(path, training_parts(), CheckpointContents::kWeightsOnly);
+    } else {
+      parts_.checkpointer.save(training_parts(), progress_, path, CheckpointContents::kWeightsOnly);
+      parts_.metrics.after_save_checkpoint(path);
+    }
   }
   last_saved_ = path;
 }
@@ -233,21 +249,30 @@ void FitLoop::gather_checkpoint_states() {
     metric_states_ = std::move(states);
   }
   if (sharded_checkpoints()) {
-    local_optimizer_states_ = parts_.strategy.local_optimizer_states(data_.optimization.optimizers);
+    LocalShard shard{.optimizer_states = parts_.strategy.local_optimizer_states(data_.optimization.optimizers),
+                     .parameters = parts_.strategy.local_parameter_pieces(),
+                     .parameter_names = {}};
+    for (const auto& [name, piece] : shard.parameters) shard.parameter_names.push_back(name);
+    local_shard_ = std::move(shard);
   } else if (parts_.strategy.shards_optimizer_state()) {
     optimizer_states_ = parts_.strategy.gather_optimizer_states(data_.optimization.optimizers);
   }
 }
 
-const std::vector<c10::IValue>* FitLoop::optimizer_states_for_save(const std::string& path) const {
-  if (!parts_.strategy.shards_optimizer_state()) return nullptr;
-  VOLT_CHECK(optimizer_states_.has_value() || local_optimizer_states_.has_value(),
-             "cannot save checkpoint '{}' at step {}: strategy='{}' shards the optimizer state over the processes, "
+void FitLoop::check_gathered_for_save(const std::string& path) const {
+  VOLT_CHECK(optimizer_states_.has_value() || local_shard_.has_value(),
+             "cannot save checkpoint '{}' at step {}: strategy='{}' shards the optimizer state{} over the processes, "
              "and it is gathered for a checkpoint only before on_validation_end, on_train_epoch_end, on_train_end, "
              "an HPC save, and an on_train_batch_end at which a callback's saves_checkpoint_at_train_batch_end() "
              "is true. HINT: have the callback that saves override saves_checkpoint_at_train_batch_end, or save at "
              "those hooks.",
-             path, progress_.global_step, parts_.strategy.name());
+             path, progress_.global_step, parts_.strategy.name(),
+             parts_.strategy.shards_parameters() ? " and the units' parameters" : "");
+}
+
+const std::vector<c10::IValue>* FitLoop::optimizer_states_for_save(const std::string& path) const {
+  if (!parts_.strategy.shards_optimizer_state()) return nullptr;
+  check_gathered_for_save(path);
   // Sharded: the checkpoint file holds none; each process writes its own at the commit.
   return optimizer_states_ ? &*optimizer_states_ : nullptr;
 }
@@ -300,10 +325,10 @@ void FitLoop::restore_metric_states(const c10::IValue& checkpoint, const std::st
 void FitLoop::remove_checkpoint(const std::string& path) {
   if (!parts_.strategy.is_global_zero()) return;
   const auto pending = std::find_if(pending_saves_.begin(), pending_saves_.end(),
-                                    [&path](const auto& save) { return save.first == path; });
+                                    [&path](const PendingSave& save) { return save.path == path; });
   if (pending != pending_saves_.end()) {
     pending_saves_.erase(pending);  // saved and dropped in the same hook: never written
-  } else if (local_optimizer_states_ && !pending_saves_.empty()) {
+  } else if (local_shard_ && !pending_saves_.empty()) {
     pending_removals_.push_back(path);  // after the commit of the saves that replace it
     return;
   }
@@ -502,6 +527,7 @@ void FitLoop::reload_dataloaders_if_due() {
 
 void FitLoop::restore(const LoadedCheckpoint& checkpoint) {
   c10::IValue value = checkpoint.value;
+  std::optional<ParameterPieces> sharded_parameters;  // this process's pieces of them
   if (const std::optional<ShardIndex> index = read_shard_index(value, checkpoint.path)) {
     const Topology& topology = parts_.strategy.topology();
     if (!parts_.strategy.shards_optimizer_state() || topology.world_size != index->world_size) {
@@ -512,15 +538,22 @@ void FitLoop::restore(const LoadedCheckpoint& checkpoint) {
           checkpoint.path, index->world_size, parts_.strategy.name(), topology.world_size, index->world_size));
     }
     StateDict top = value.toGenericDict().copy();
-    c10::impl::GenericList states(c10::AnyType::get());
-    for (const c10::IValue& state :
-         load_shard(parts_.checkpointer.io(), checkpoint.path, *index, topology.global_rank)) {
-      states.push_back(state);
+    Shard shard = load_shard(parts_.checkpointer.io(), checkpoint.path, *index, topology.global_rank);
+    if (index->optimizer_states) {
+      c10::impl::GenericList states(c10::AnyType::get());
+      for (const c10::IValue& state : shard.optimizer_states) states.push_back(state);
+      top.insert_or_assign("optimizer_states", states);
+    } else {
+      (void)top.erase(kShardIndexKey);  // weights only: refused as such below
     }
-    top.insert_or_assign("optimizer_states", states);
+    if (top.contains(kShardedParametersKey)) sharded_parameters = std::move(shard.parameters);
     value = top;
   }
-  progress_ = restore_checkpoint(value, training_parts(), checkpoint.path);
+  TrainingParts parts = training_parts();
+  parts.loads_sharded_parameters = sharded_parameters.has_value();
+  progress_ = restore_checkpoint(value, parts, checkpoint.path);
+  // After the optimizers' states: a relayout they caused (a fine-tuning run's groups) came first.
+  if (sharded_parameters) parts_.strategy.load_parameter_pieces(*sharded_parameters, checkpoint.path);
   restore_metric_states(checkpoint.value, checkpoint.path);
   check_stream_layout(checkpoint.path);
   if (progress_.epoch_done) {

@@ -11,6 +11,7 @@
 
 #include "volt/callbacks/callback.h"
 #include "volt/checkpoint/checkpointer.h"
+#include "volt/checkpoint/sharded_checkpoint.h"
 #include "volt/loops/fit_result.h"
 #include "volt/loops/stop_controller.h"
 #include "volt/loops/training_epoch_loop.h"
@@ -146,8 +147,13 @@ class FitLoop : public CallbackServices, private EpochHooks {
   /// they are sharded into files).
   TrainingParts parts_for_save(const std::string& path, std::optional<StateDict>& local);
   /// Rank 0, sharded checkpoints: builds the checkpoint of `parts` for `path`, without optimizer
-  /// states, to be committed by commit_sharded_saves.
-  void defer_sharded_save(const std::string& path, const TrainingParts& parts);
+  /// states and the parameters the strategy keeps in pieces, to be committed by
+  /// commit_sharded_saves.
+  void defer_sharded_save(const std::string& path, TrainingParts parts,
+                          CheckpointContents contents = CheckpointContents::kFull);
+  /// Throws volt::Error naming `path` when a checkpoint saved now would need states that the
+  /// strategy gathers (or takes for the shards) only at a gather point, and none came before it.
+  void check_gathered_for_save(const std::string& path) const;
   /// Whether checkpoints are sharded (strategy='fsdp' with state_dict_type='sharded').
   bool sharded_checkpoints() const;
   /// Under sharded checkpoints, after the dispatch a gather point prepared (and after an HPC
@@ -181,10 +187,20 @@ class FitLoop : public CallbackServices, private EpochHooks {
   // The optimizers' whole states (fsdp), gathered with metric_states_; reset at the next gather
   // point, so a checkpoint never holds the state of an earlier step.
   std::optional<std::vector<c10::IValue>> optimizer_states_;
-  // Sharded checkpoints: this process's own optimizer states, taken at the gather point for the
-  // shards of the saves that follow; and on rank 0 those saves, built but not yet committed.
-  std::optional<std::vector<c10::IValue>> local_optimizer_states_;
-  std::vector<std::pair<std::string, StateDict>> pending_saves_;
+  // Sharded checkpoints: this process's shard, taken at the gather point for the saves that follow.
+  struct LocalShard {
+    std::vector<c10::IValue> optimizer_states;
+    ParameterPieces parameters;
+    std::vector<std::string> parameter_names;  // the keys of `parameters`
+  };
+  std::optional<LocalShard> local_shard_;
+  // Rank 0, sharded checkpoints: the saves since the gather point, built but not yet committed.
+  struct PendingSave {
+    std::string path;
+    StateDict checkpoint;
+    bool weights_only = false;  // its shards hold only the parameters' pieces
+  };
+  std::vector<PendingSave> pending_saves_;
   // Rank 0, sharded checkpoints: checkpoints to remove once pending_saves_ are committed.
   std::vector<std::string> pending_removals_;
   struct LearningRateName {

@@ -543,7 +543,6 @@ size_t FsdpStrategy::optimizer_index(const torch::optim::Optimizer& optimizer) c
 std::vector<c10::IValue> FsdpStrategy::local_optimizer_states(
     const std::vector<std::shared_ptr<torch::optim::Optimizer>>& optimizers) {
   if (!shard_) return Strategy::local_optimizer_states(optimizers);
-  gather_all_units();
   std::vector<c10::IValue> out;
   for (const auto& optimizer : optimizers) {
     const size_t k = optimizer_index(*optimizer);
@@ -562,6 +561,74 @@ std::vector<c10::IValue> FsdpStrategy::local_optimizer_states(
     out.push_back(mark_shard(state, marker));
   }
   return out;
+}
+
+ParameterPieces FsdpStrategy::local_parameter_pieces() {
+  ParameterPieces out;
+  torch::NoGradGuard no_grad;
+  for (size_t g = 1; g < groups_.size(); ++g) {
+    Group& group = groups_[g];
+    if (group.gathered && group.handed_out) {
+      // Made whole for more than a forward (setup, a load): what was written into it is the newest.
+      const int64_t chunk = group.layout->chunk();
+      group.shard.copy_(group.full.narrow(0, topology().global_rank * chunk, chunk));
+    }
+    for (const size_t i : group.entries) {
+      const Entry& e = entries_[i];
+      out.emplace(
+          e.name,
+          ParameterPiece{
+              .values = e.piece.detach().clone(), .shape = e.shape, .begin = e.range.begin, .end = e.range.end});
+    }
+  }
+  return out;
+}
+
+void FsdpStrategy::load_parameter_pieces(const ParameterPieces& pieces, const std::string& path) {
+  if (!shard_) {
+    DdpStrategy::load_parameter_pieces(pieces, path);
+    return;
+  }
+  // They must be this process's pieces of exactly the parameters laid out in units here.
+  std::vector<std::string> problems;
+  size_t expected = 0;
+  for (size_t g = 1; g < groups_.size(); ++g) {
+    for (const size_t i : groups_[g].entries) {
+      const Entry& e = entries_[i];
+      ++expected;
+      const auto found = pieces.find(e.name);
+      if (found == pieces.end()) {
+        problems.push_back(fmt::format("'{}': no piece", e.name));
+      } else if (found->second.shape != e.shape || found->second.begin != e.range.begin ||
+                 found->second.end != e.range.end || found->second.values.scalar_type() != e.piece.scalar_type()) {
+        problems.push_back(fmt::format(
+            "'{}': elements [{}, {}) of {} {}, here [{}, {}) of {} {}", e.name, found->second.begin, found->second.end,
+            c10::str(c10::IntArrayRef(found->second.shape)), c10::toString(found->second.values.scalar_type()),
+            e.range.begin, e.range.end, c10::str(c10::IntArrayRef(e.shape)), c10::toString(e.piece.scalar_type())));
+      }
+    }
+  }
+  if (pieces.size() != expected || !problems.empty()) {
+    std::vector<std::string> names;
+    for (const auto& [name, piece] : pieces) names.push_back(name);
+    throw CheckpointError(fmt::format(
+        "checkpoint '{}' holds this process's pieces of the parameters [{}], which do not fit the units laid out "
+        "here (rank {} of {}):\n  {}\nHINT: resume a sharded checkpoint with the module, units "
+        "(sharding_strategy='full_shard', fsdp_min_unit_params) and processes that wrote it, or write it in one "
+        "file first (volt::consolidate_sharded_checkpoint).",
+        path, fmt::join(names, ", "), topology().global_rank, topology().world_size,
+        problems.empty() ? std::string("other parameters than here") : fmt::format("{}", fmt::join(problems, "\n  "))));
+  }
+  torch::NoGradGuard no_grad;
+  for (size_t g = 1; g < groups_.size(); ++g) {
+    Group& group = groups_[g];
+    for (const size_t i : group.entries) {
+      Entry& e = entries_[i];
+      e.piece.copy_(pieces.at(e.name).values.reshape({-1}));
+    }
+    // Whole since setup: every process gathers the loaded chunks, so the whole agrees with them.
+    if (group.gathered) process_group().all_gather_into(group.shard, group.full);
+  }
 }
 
 void FsdpStrategy::load_optimizer_state(torch::optim::Optimizer& optimizer, const c10::IValue& state) {

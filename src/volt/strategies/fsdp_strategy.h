@@ -57,8 +57,8 @@ struct FsdpOptions {
 /// all-gathers the chunks into the flat buffer so every process holds the updated model.
 /// When the trained set changes (a callback unfreezes a layer, BackboneFinetuning adds a param
 /// group), sync_trainable_parameters lays out the new set, keeping the optimizers' state.
-/// Checkpoints hold the whole optimizer state, gathered on rank 0, in the layout one process
-/// writes, so a run resumes under any strategy and process count.
+/// Full checkpoints hold the whole optimizer state, gathered on rank 0, in the layout one process
+/// writes, so a run resumes under any strategy and process count; sharded ones a piece per process.
 ///
 /// full_shard: the parameters of each volt::FsdpUnit (after the min_unit_params policy) get a
 /// flat layout of their own. Each process keeps only its chunk (the optimizer's pieces view it);
@@ -67,7 +67,8 @@ struct FsdpOptions {
 /// has accumulated every gradient of the unit they are reduce-scattered into the pieces and the
 /// buffer is freed (so at most the units in flight are whole). Parameters outside every unit train
 /// as under shard_grad_op. Between gathers a unit's parameters are empty tensors; the strategy
-/// makes them whole for checkpoints and for whatever follows the fit.
+/// makes them whole for full checkpoints and for whatever follows the fit, while a sharded
+/// checkpoint takes each process's pieces as they are.
 class FsdpStrategy : public DdpStrategy {
  public:
   /// `fsdp.sharding` no_shard is exactly DdpStrategy.
@@ -88,10 +89,17 @@ class FsdpStrategy : public DdpStrategy {
   /// Also makes every unit's parameters whole (full_shard), so the checkpoint reads the model.
   std::vector<c10::IValue> gather_optimizer_states(
       const std::vector<std::shared_ptr<torch::optim::Optimizer>>& optimizers) override;
-  /// Also makes every unit's parameters whole (full_shard; a collective), so rank 0's checkpoint
-  /// file holds the whole model.
+  /// Each optimizer's pieces, marked with this process and the parameters' shapes and ranges.
   std::vector<c10::IValue> local_optimizer_states(
       const std::vector<std::shared_ptr<torch::optim::Optimizer>>& optimizers) override;
+  /// full_shard with at least one unit.
+  bool shards_parameters() const override { return groups_.size() > 1; }
+  /// Each unit parameter's piece in this process's chunk (copies, so the next step does not
+  /// change what is being saved).
+  ParameterPieces local_parameter_pieces() override;
+  /// Writes the pieces straight into the units' chunks (nothing is gathered to load them); units
+  /// that are whole now (after setup) are gathered again from the loaded chunks.
+  void load_parameter_pieces(const ParameterPieces& pieces, const std::string& path) override;
   /// Cuts a whole state to this process's pieces; a state marked by local_optimizer_states (a
   /// sharded checkpoint's) is loaded as it is, after checking it is this process's pieces of
   /// parameters shaped as here.

@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "volt/base/collectives.h"
+#include "volt/checkpoint/sharded_checkpoint.h"
 #include "volt/data/dataset.h"
 #include "volt/distributed/topology.h"
 #include "volt/module/log_options.h"
@@ -88,10 +89,21 @@ class Strategy {
   /// This process's own optimizer states, for a sharded checkpoint (state_dict_type='sharded'):
   /// under fsdp its pieces, each state marked (kShardMarkerKey) with the process and the
   /// parameters' shapes, so a load checks them and consolidate_sharded_checkpoint reassembles
-  /// them. The default is each optimizer's state, unmarked; no collective (fsdp's full_shard also
-  /// makes its units whole for the checkpoint, a collective: call it at the same point on every process).
+  /// them. The default is each optimizer's state, unmarked. No collective.
   virtual std::vector<c10::IValue> local_optimizer_states(
       const std::vector<std::shared_ptr<torch::optim::Optimizer>>& optimizers);
+  /// True when some trained parameters are only this process's piece between steps (fsdp
+  /// full_shard's units): the module's weights can be read for a checkpoint only at a gather point,
+  /// where they are made whole (gather_optimizer_states) or each process takes its pieces.
+  virtual bool shards_parameters() const { return false; }
+  /// This process's pieces of the parameters that shards_parameters keeps in pieces, for its shard
+  /// of a sharded checkpoint (rank 0's file leaves them out); none by default. No collective.
+  virtual ParameterPieces local_parameter_pieces() { return {}; }
+  /// Loads `pieces` (this process's shard of checkpoint `path`, as local_parameter_pieces took
+  /// them) into the parameters. Throws volt::CheckpointError with a HINT when they are not this
+  /// process's pieces of the parameters laid out here (by default: when there are any). A
+  /// collective under fsdp's full_shard: call it on every process.
+  virtual void load_parameter_pieces(const ParameterPieces& pieces, const std::string& path);
   /// Loads `state` (as gather_optimizer_states returns it, or a checkpoint of an unsharded run)
   /// into `optimizer`; fsdp cuts it to this process's pieces first. No collective.
   virtual void load_optimizer_state(torch::optim::Optimizer& optimizer, const c10::IValue& state);

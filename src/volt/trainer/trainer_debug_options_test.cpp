@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 #include <torch/csrc/autograd/anomaly_mode.h>
 
+#include "volt/checkpoint/sharded_checkpoint.h"
 #include "volt/core/console.h"
 #include "volt/core/testing.h"
 #include "volt/trainer/trainer_testing.h"
@@ -230,6 +231,42 @@ TEST_F(TrainerTest, SaveWeightsOnlyCheckpointsHoldWeightsAndRefuseToResume) {
   EXPECT_TRUE(bit_identical(parameters_of(*fresh), before));
   load_module_weights(io->load(path), *fresh, path);
   EXPECT_TRUE(bit_identical(parameters_of(*fresh), parameters_of(*module)));
+}
+
+TEST_F(TrainerTest, WeightsInShardFilesAreNamedUnlessTheCallerLoadsThem) {
+  auto module = make_module();
+  auto io = std::make_shared<RecordingCheckpointIO>();
+  Trainer trainer = make_trainer(
+      {.max_epochs = 1, .callbacks = {std::make_shared<ModelCheckpoint>(ModelCheckpointOptions{.dirpath = "/ck"})}});
+  trainer.set_checkpoint_io(io);
+  trainer.fit(*module);
+  ASSERT_EQ(io->paths().size(), 1U);
+  // As fsdp full_shard's sharded checkpoint lays it out: one parameter only in the shards.
+  StateDict top = load_dict(*io, io->paths().front()).copy();
+  StateDict weights = top.at("state_dict").toGenericDict().copy();
+  const std::string sharded = weights.begin()->key().toStringRef();
+  (void)weights.erase(sharded);
+  top.insert_or_assign("state_dict", weights);
+  c10::impl::GenericList names(c10::StringType::get());
+  names.push_back(sharded);
+  top.insert(kShardedParametersKey, names);
+
+  auto fresh = make_module({}, /*init_seed=*/99);
+  const auto before = parameters_of(*fresh);
+  const std::string message = volt::testing::error_message([&] { load_module_weights(top, *fresh, "s.ckpt"); });
+  EXPECT_NE(message.find("checkpoint 's.ckpt' holds 1 of its parameters ('" + sharded + "', ...) in its shard files"),
+            std::string::npos)
+      << message;
+  EXPECT_NE(message.find("HINT"), std::string::npos) << message;
+  EXPECT_NE(message.find("consolidate_sharded_checkpoint"), std::string::npos) << message;
+  EXPECT_TRUE(bit_identical(parameters_of(*fresh), before));
+  // A caller that loads the shards itself (fsdp's fit) gets the rest loaded and that one left.
+  load_module_weights(top, *fresh, "s.ckpt", /*skip_sharded=*/true);
+  const auto after = parameters_of(*fresh);
+  const auto trained = parameters_of(*module);
+  for (const auto& [name, value] : after) {
+    EXPECT_TRUE(torch::equal(value, name == sharded ? before.at(name) : trained.at(name))) << name;
+  }
 }
 
 TEST_F(TrainerTest, TrainTimeIntervalSavesOnTheClockOfTheRun) {
