@@ -30,8 +30,9 @@ for p in "${counts[@]}"; do
         [ "$side" = ptfull ] && mode=full_shard
         out=$(PYTHONPATH="$torch2" /usr/bin/python3 "$root/bench/pytorch_ddp.py" --fsdp "$mode" --processes "$p" \
               --steps "$steps" --warmup 50) ;;
+      # --tune-allocator: full_shard leaves the thresholds alone unless asked; every side runs with them pinned.
       full) out=$("$build/bench/bench_ddp_throughput" --strategy fsdp --sharding-strategy full_shard --devices "$p" \
-                  --max-steps "$steps" --warmup 50) ;;
+                  --tune-allocator --max-steps "$steps" --warmup 50) ;;
       *) out=$("$build/bench/bench_ddp_throughput" --strategy "$side" --devices "$p" --max-steps "$steps" --warmup 50) ;;
     esac
     grep '^memory' <<<"$out" | sort | sed "s/^/$side /"

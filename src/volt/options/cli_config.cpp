@@ -95,7 +95,11 @@ json typed_value(const CLI::Option& option, const std::string& text) {
 json resolved_value(CLI::Option& option) {
   if (option.count() == 0) option.capture_default_str();
   const std::string fallback = option.get_default_str();
-  if (!flag_words(option).empty()) return word_value(option.count() > 0 ? option.as<std::string>() : fallback);
+  if (!flag_words(option).empty()) {
+    const std::string text = option.count() > 0 ? option.as<std::string>() : fallback;
+    // Empty: a tri-state flag left unset (tune_allocator); null reads back as unset, not as false.
+    return text.empty() ? json(nullptr) : word_value(text);
+  }
   if (is_flag(option)) {
     if (option.count() > 0) return option.as<bool>();
     bool value = false;

@@ -14,6 +14,18 @@ namespace {
 
 const char* bool_text(bool value) { return value ? "true" : "false"; }
 
+/// --tune-allocator's value: the flag gives "true", its negation "false"; `--tune-allocator=X` and
+/// a config file may say yes/no, on/off or 1/0 as for any flag. Anything else is an error.
+bool parse_tune_allocator(const std::string& text) {
+  const std::string word = to_lower(trim(text));
+  if (word == "true" || word == "yes" || word == "on" || word == "1") return true;
+  if (word == "false" || word == "no" || word == "off" || word == "0") return false;
+  throw Error(
+      fmt::format("tune_allocator='{}' is not a switch; expected true or false. HINT: pass --tune-allocator or "
+                  "--no-tune-allocator, or leave both out (on, except under strategy='fsdp' with full_shard).",
+                  text));
+}
+
 /// A CLI11 check that runs one of Volt's parsers: on the command line its volt::Error ends the
 /// run as before (exit 1); in a config file it is reported with the file and the key. Empty text
 /// is what --print-config writes for an unset option (`gpus: ''`): it keeps the default.
@@ -63,7 +75,7 @@ void describe_trainer_flags(CLI::App& app, const TrainerOptions& o) {
       {"--find-unused-parameters", [&o] { return bool_text(o.find_unused_parameters); }},
       {"--sync-batchnorm", [&o] { return bool_text(o.sync_batchnorm); }},
       {"--use-distributed-sampler", [&o] { return bool_text(o.use_distributed_sampler); }},
-      {"--tune-allocator", [&o] { return bool_text(o.tune_allocator); }},
+      {"--tune-allocator", [&o] { return o.tune_allocator ? std::string(bool_text(*o.tune_allocator)) : ""; }},
       {"--deterministic", [&o] { return std::string(o.deterministic.to_string()); }},
       {"--overfit-batches", [&o] { return o.overfit_batches ? o.overfit_batches->to_string() : ""; }},
       {"--detect-anomaly", [&o] { return bool_text(o.detect_anomaly); }},
@@ -123,6 +135,7 @@ void describe_trainer_flags(CLI::App& app, const TrainerOptions& o) {
                "OMP_NUM_THREADS, SLURM_CPUS_PER_TASK or the cores divided among the node's processes.",
                text);
   }));
+  app.get_option("--tune-allocator")->check(parsed_by([](const std::string& text) { parse_tune_allocator(text); }));
   app.get_option("--seed")->check(parsed_by([](const std::string& text) {
     const auto seed = parse_int(text);
     VOLT_CHECK(!seed || *seed >= 0,
@@ -183,7 +196,10 @@ void add_trainer_flags(CLI::App& app, TrainerOptions& o, TrainerFlagText& t) {
   app.add_option("--num-nodes,--nb-gpu-nodes", o.num_nodes, "nodes in the job (--nb-gpu-nodes: the old name)")
       ->capture_default_str();
   app.add_option("--num-threads", t.num_threads, "intra-op threads per process (0 or unset: automatic)");
-  app.add_flag("--tune-allocator,!--no-tune-allocator", o.tune_allocator, "pin glibc malloc thresholds (default on)");
+  // Unset is a third state (the plan decides), so it prints as null: a word flag, like --deterministic.
+  app.add_flag("--tune-allocator,!--no-tune-allocator", t.tune_allocator,
+               "pin glibc malloc thresholds (unset: on, except under fsdp full_shard)")
+      ->type_name("true|false");
   app.add_option("--max-epochs", t.max_epochs, "stop after this many epochs (-1: no limit)");
   app.add_option("--min-epochs", o.min_epochs, "train at least this many epochs")->capture_default_str();
   app.add_option("--max-steps", t.max_steps, "stop after this many optimizer steps (-1 or unset: no limit)");
@@ -274,6 +290,7 @@ void apply_trainer_flags(const TrainerFlagText& t, TrainerOptions& o) {
     o.val_check_interval = BatchLimit::parse(t.val_check_interval, "--val-check-interval");
   if (!t.overfit_batches.empty()) o.overfit_batches = BatchLimit::parse(t.overfit_batches, "--overfit-batches");
   if (!t.deterministic.empty()) o.deterministic = Deterministic(t.deterministic);
+  if (!t.tune_allocator.empty()) o.tune_allocator = parse_tune_allocator(t.tune_allocator);
   if (!t.accelerator.empty()) o.accelerator = parse_accelerator_request(t.accelerator);
   if (!t.strategy.empty()) o.strategy = parse_strategy_request(t.strategy);
   if (!t.sharding_strategy.empty()) o.sharding_strategy = parse_sharding_strategy(t.sharding_strategy);

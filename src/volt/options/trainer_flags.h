@@ -36,6 +36,7 @@ struct TrainerFlagText {
   std::string gradient_clip_algorithm;          ///< --gradient-clip-algorithm
   std::string overfit_batches;                  ///< --overfit-batches
   std::string deterministic;                    ///< --deterministic (bare: "true"), --deterministic=warn
+  std::string tune_allocator;                   ///< --tune-allocator ("true"), --no-tune-allocator ("false")
   std::string max_time;                         ///< --max-time
   std::string mlflow_tracking_uri;              ///< --mlflow-tracking-uri
   std::string mlflow_experiment_name;           ///< --mlflow-experiment-name

@@ -142,6 +142,23 @@ TEST(TrainerFlags, FsdpFlagsFillTheShardingOptions) {
   EXPECT_FALSE(Flags().parse({"--strategy", "fsdp"}).fsdp_min_unit_params.has_value());
 }
 
+TEST(TrainerFlags, TuneAllocatorIsUnsetUnlessGivenEitherWay) {
+  EXPECT_FALSE(Flags().parse({}).tune_allocator.has_value());
+  EXPECT_EQ(Flags().parse({"--tune-allocator"}).tune_allocator, true);
+  EXPECT_EQ(Flags().parse({"--no-tune-allocator"}).tune_allocator, false);
+  // Printed unset, it reads back unset; printed set, it reads back as it was.
+  for (const std::vector<std::string>& args :
+       {std::vector<std::string>{}, std::vector<std::string>{"--no-tune-allocator"},
+        std::vector<std::string>{"--tune-allocator"}}) {
+    Flags first;
+    const std::optional<bool> given = first.parse(args).tune_allocator;
+    const nlohmann::json printed = resolved_config(first.app);
+    Flags second;
+    const TrainerOptions& o = second.parse({"--config", write_file("tune.yaml", to_hparams_yaml(printed))});
+    EXPECT_EQ(o.tune_allocator, given) << to_hparams_yaml(printed);
+  }
+}
+
 TEST(TrainerFlags, InvalidValuesAreErrorsNamingTheValueWithAHint) {
   const std::vector<std::pair<std::vector<std::string>, std::string>> cases = {
       {{"--strategy", "dpp"}, "strategy='dpp' is not supported"},
@@ -154,6 +171,7 @@ TEST(TrainerFlags, InvalidValuesAreErrorsNamingTheValueWithAHint) {
       {{"--gpus", "-3"}, "devices=-3 is invalid"},
       {{"--limit-train-batches", "1.5"}, "--limit-train-batches='1.5' is out of range"},
       {{"--seed", "-1"}, "--seed=-1 must be >= 0"},
+      {{"--tune-allocator=maybe"}, "tune_allocator='maybe' is not a switch"},
   };
   for (const auto& [args, expected] : cases) {
     const std::string message = flag_error(args);

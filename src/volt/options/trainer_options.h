@@ -205,8 +205,11 @@ struct TrainerOptions {
   /// documents call it replace_sampler_ddp); false: the loaders are used as given on every rank.
   bool use_distributed_sampler = true;
   /// Keep glibc malloc from returning LibTorch's step buffers to the OS after every step
-  /// (pins M_MMAP_THRESHOLD/M_TRIM_THRESHOLD); ~15% faster small-model steps.
-  bool tune_allocator = true;
+  /// (pins M_MMAP_THRESHOLD/M_TRIM_THRESHOLD); ~15% faster small-model steps. Unset: on, except
+  /// under strategy='fsdp' with sharding_strategy='full_shard', which is chosen for memory: it
+  /// frees and allocates each unit's whole parameters several times a step, and pinned thresholds
+  /// keep those blocks in the heap (the resident set grew to shard_grad_op's under LibTorch 2.x).
+  std::optional<bool> tune_allocator;
 
   // ---- how long ------------------------------------------------------------------------------
   /// Stop after this many epochs; unset: 1000, or unlimited when max_steps is set.

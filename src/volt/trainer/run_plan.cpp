@@ -366,7 +366,9 @@ RunPlan resolve_run_plan(const TrainerOptions& options, const Env& env, const Ma
   plan.bucket_cap_mb = options.bucket_cap_mb;
   plan.use_distributed_sampler = options.use_distributed_sampler;
   plan.num_threads = resolve_threads(options, env, machine, plan.devices);
-  plan.tune_allocator = options.tune_allocator;
+  // full_shard is chosen for memory: its freed unit buffers must go back to the OS.
+  plan.tune_allocator = options.tune_allocator.value_or(
+      !(plan.strategy == StrategyKind::kFsdp && plan.sharding_strategy == ShardingStrategy::kFullShard));
 
   VOLT_CHECK(!options.max_epochs || *options.max_epochs >= -1,
              "max_epochs={} is invalid; expected -1 (no limit) or a count >= 0.", options.max_epochs.value_or(0));

@@ -59,7 +59,7 @@ struct RunPlan {
   int64_t bucket_cap_mb = 25;           ///< ddp reducer option
   bool use_distributed_sampler = true;  ///< shard loaders across processes
   int64_t num_threads = 1;              ///< intra-op threads of this process
-  bool tune_allocator = true;           ///< pin glibc malloc thresholds
+  bool tune_allocator = true;           ///< pin glibc malloc thresholds (off by default under full_shard)
 
   int64_t max_epochs = 1000;               ///< -1: unlimited
   int64_t min_epochs = 0;                  ///< epochs before a callback may stop training

@@ -144,6 +144,22 @@ TEST(RunPlan, FsdpShardsGradientsAndStateByDefaultAndFullShardTakesAWrappingPoli
             std::string::npos);
 }
 
+TEST(RunPlan, TheAllocatorIsTunedUnlessFullShardWasChosenForMemory) {
+  EXPECT_TRUE(plan({}).tune_allocator);
+  EXPECT_TRUE(plan({.devices = 2, .strategy = StrategyRequest::kDdp}).tune_allocator);
+  EXPECT_TRUE(plan({.devices = 2, .strategy = StrategyRequest::kFsdp}).tune_allocator);  // shard_grad_op
+  const TrainerOptions full{
+      .devices = 2, .strategy = StrategyRequest::kFsdp, .sharding_strategy = ShardingStrategy::kFullShard};
+  EXPECT_FALSE(plan(full).tune_allocator);
+  // What the user set wins, both ways.
+  TrainerOptions tuned = full;
+  tuned.tune_allocator = true;
+  EXPECT_TRUE(plan(tuned).tune_allocator);
+  TrainerOptions untuned;
+  untuned.tune_allocator = false;
+  EXPECT_FALSE(plan(untuned).tune_allocator);
+}
+
 TEST(RunPlan, DpIsOneProcessWithAReplicaPerDevice) {
   const RunPlan p = plan({.devices = DeviceRequest("0, 1"), .strategy = StrategyRequest::kDp});
   EXPECT_EQ(p.strategy, StrategyKind::kDp);
