@@ -282,6 +282,21 @@ def test_a_missing_rank_0_is_named_when_something_else_answers_at_its_port(tmp_p
     assert "rank 0 never joined" in run.stderr and "not a rendezvous answered there" in run.stderr, run.stderr
 
 
+def test_what_answered_at_rank_0s_port_is_still_named_when_it_left_before_the_deadline(tmp_path):
+    """At the deadline the port refuses; the message still says that something else held it. (The
+    test above once failed so under CI's load, where the squatter's reset raced the port probe.)"""
+    port = free_port()
+    squatter = NotAStore(port)
+    args = ["--out", str(tmp_path), "--strategy", "ddp", "--devices", "2", "--max-steps", "2", "--join-timeout", "5"]
+    client = subprocess.Popen([PROBE] + args, env=external_env("torchrun", 1, 2, 2, port), stdout=subprocess.PIPE,
+                              stderr=subprocess.PIPE, text=True)
+    time.sleep(2)  # rank 1 meets the squatter, which then goes
+    squatter.close()
+    _, err = client.communicate(timeout=90)
+    assert client.returncode != 0
+    assert "rank 0 never joined" in err and "not a rendezvous answered there" in err, err
+
+
 def test_a_rendezvous_that_opens_after_something_else_left_its_port_is_joined(tmp_path):
     port = free_port()
     squatter = NotAStore(port)

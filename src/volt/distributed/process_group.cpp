@@ -57,7 +57,8 @@ bool any_address(const std::string& host, int port, int flags, Attempt attempt) 
   return done;
 }
 
-/// Whether a TCP connection to `host`:`port` is accepted within 200 ms (closed at once).
+/// Whether a TCP connection to `host`:`port` is accepted within 200 ms (closed at once). One that
+/// was accepted and reset before this read it counts: something listens there.
 bool port_accepts(const std::string& host, int port) {
   return any_address(host, port, SOCK_NONBLOCK, [](int fd, const addrinfo& a) {
     if (connect(fd, a.ai_addr, a.ai_addrlen) == 0) return true;
@@ -65,7 +66,8 @@ bool port_accepts(const std::string& host, int port) {
     pollfd p{fd, POLLOUT, 0};
     int error = 0;
     socklen_t length = sizeof(error);
-    return poll(&p, 1, 200) == 1 && getsockopt(fd, SOL_SOCKET, SO_ERROR, &error, &length) == 0 && error == 0;
+    return poll(&p, 1, 200) == 1 && getsockopt(fd, SOL_SOCKET, SO_ERROR, &error, &length) == 0 &&
+           (error == 0 || error == ECONNRESET);
   });
 }
 
@@ -197,10 +199,13 @@ ProcessGroup::ProcessGroup(const Topology& topology, const ProcessGroupOptions& 
         topology_.global_rank, topology_.host, where, seconds(waited()), seconds(options_.join_timeout),
         topology_.expected_host(0), answered));
   };
+  // What last answered at the port without being a store: still named when the deadline comes
+  // while the port does not accept (such a listener may be slow to accept, or gone by then).
+  std::string last_answer;
   while (!store_options.isServer) {
     while (!port_accepts(topology_.main_address, topology_.main_port)) {
       check_abort();
-      if (std::chrono::steady_clock::now() >= deadline) throw never_came("");
+      if (std::chrono::steady_clock::now() >= deadline) throw never_came(last_answer);
       std::this_thread::sleep_for(std::chrono::milliseconds(50));
     }
     try {
@@ -213,8 +218,9 @@ ProcessGroup::ProcessGroup(const Topology& topology, const ProcessGroupOptions& 
       break;
     } catch (const std::exception& e) {
       store_.reset();
+      last_answer = e.what();
       check_abort();
-      if (std::chrono::steady_clock::now() >= deadline) throw never_came(e.what());
+      if (std::chrono::steady_clock::now() >= deadline) throw never_came(last_answer);
       std::this_thread::sleep_for(std::chrono::milliseconds(200));
     }
   }
