@@ -144,7 +144,9 @@ TrainingParts FitLoop::parts_for_save(const std::string& path, std::optional<Sta
 void FitLoop::defer_sharded_save(const std::string& path, TrainingParts parts, CheckpointContents contents) {
   VOLT_INTERNAL_ASSERT(local_shard_.has_value(), "a sharded save of '{}' outside a gather point", path);
   // Each process's shard holds its part of the optimizer states and of the parameters in pieces.
-  parts.sharded_parameters = &local_shard_->parameter_names;
+  std::vector<std::string> in_pieces;
+  for (const auto& [name, piece] : local_shard_->parameters) in_pieces.push_back(name);
+  parts.sharded_parameters = &in_pieces;
   StateDict checkpoint = make_checkpoint(parts, progress_, contents);
   (void)checkpoint.erase("optimizer_states");
   std::erase_if(pending_saves_, [&path](const PendingSave& pending) { return pending.path == path; });
@@ -249,11 +251,8 @@ void FitLoop::gather_checkpoint_states() {
     metric_states_ = std::move(states);
   }
   if (sharded_checkpoints()) {
-    LocalShard shard{.optimizer_states = parts_.strategy.local_optimizer_states(data_.optimization.optimizers),
-                     .parameters = parts_.strategy.local_parameter_pieces(),
-                     .parameter_names = {}};
-    for (const auto& [name, piece] : shard.parameters) shard.parameter_names.push_back(name);
-    local_shard_ = std::move(shard);
+    local_shard_ = LocalShard{.optimizer_states = parts_.strategy.local_optimizer_states(data_.optimization.optimizers),
+                              .parameters = parts_.strategy.local_parameter_pieces()};
   } else if (parts_.strategy.shards_optimizer_state()) {
     optimizer_states_ = parts_.strategy.gather_optimizer_states(data_.optimization.optimizers);
   }

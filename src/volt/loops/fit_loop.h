@@ -191,7 +191,6 @@ class FitLoop : public CallbackServices, private EpochHooks {
   struct LocalShard {
     std::vector<c10::IValue> optimizer_states;
     ParameterPieces parameters;
-    std::vector<std::string> parameter_names;  // the keys of `parameters`
   };
   std::optional<LocalShard> local_shard_;
   // Rank 0, sharded checkpoints: the saves since the gather point, built but not yet committed.
