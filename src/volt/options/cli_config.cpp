@@ -322,13 +322,11 @@ class ConfigReader {
   }
 
   std::string flag_text(const std::string& where, const std::string& text, bool negated) const {
-    const std::string word = to_lower(text);
-    static const std::set<std::string> true_words = {"true", "yes", "on", "1"};
-    static const std::set<std::string> false_words = {"false", "no", "off", "0"};
-    VOLT_CHECK(true_words.count(word) + false_words.count(word) == 1,
+    const std::optional<bool> value = parse_switch_word(text);
+    VOLT_CHECK(value.has_value(),
                "config file '{}': {}='{}' is not a boolean; expected true or false. HINT: write `{}: true`.", file_,
                where, text, where.substr(where.rfind('.') + 1));
-    return (true_words.count(word) == 1) != negated ? "true" : "false";
+    return *value != negated ? "true" : "false";
   }
 
   /// `text` as one of the words the word flag `option` takes (true and false also in the
@@ -338,8 +336,9 @@ class ConfigReader {
     std::string word = to_lower(trim(text));
     if (std::find(words.begin(), words.end(), word) != words.end()) return word;
     const bool has_booleans = std::find(words.begin(), words.end(), "true") != words.end();
-    if (has_booleans && (word == "yes" || word == "on" || word == "1")) return "true";
-    if (has_booleans && (word == "no" || word == "off" || word == "0")) return "false";
+    if (const std::optional<bool> value = parse_switch_word(word); has_booleans && value) {
+      return *value ? "true" : "false";
+    }
     throw Error(fmt::format("config file '{}': {}='{}' is not supported; expected one of {}. HINT: write `{}: {}`.",
                             file_, where, text, join(words, ", "), where.substr(where.rfind('.') + 1), words.front()));
   }
@@ -460,6 +459,13 @@ void add_config_flags(CLI::App& app) {
          "print the resolved configuration (defaults, --config file, flags) as YAML and exit")
       ->configurable(false)
       ->group(kDefaultGroup);
+}
+
+std::optional<bool> parse_switch_word(const std::string& text) {
+  const std::string word = to_lower(trim(text));
+  if (word == "true" || word == "yes" || word == "on" || word == "1") return true;
+  if (word == "false" || word == "no" || word == "off" || word == "0") return false;
+  return std::nullopt;
 }
 
 json resolved_config(CLI::App& app) {

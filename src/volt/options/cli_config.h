@@ -18,6 +18,7 @@
 
 #include <CLI/CLI.hpp>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <string>
 
 namespace volt {
@@ -48,5 +49,9 @@ std::string config_key(const CLI::Option& option);
 /// The section `option` belongs to: its group lower-cased with `_` for spaces ("Trainer" ->
 /// "trainer"), or "" for CLI11's default group "Options" (a top-level key).
 std::string config_section(const CLI::Option& option);
+
+/// A switch's word as flags and config files spell it: true for "true", "yes", "on" or "1",
+/// false for "false", "no", "off" or "0" (any case, spaces trimmed); nullopt for anything else.
+std::optional<bool> parse_switch_word(const std::string& text);
 
 }  // namespace volt

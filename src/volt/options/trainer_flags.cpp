@@ -17,9 +17,7 @@ const char* bool_text(bool value) { return value ? "true" : "false"; }
 /// --tune-allocator's value: the flag gives "true", its negation "false"; `--tune-allocator=X` and
 /// a config file may say yes/no, on/off or 1/0 as for any flag. Anything else is an error.
 bool parse_tune_allocator(const std::string& text) {
-  const std::string word = to_lower(trim(text));
-  if (word == "true" || word == "yes" || word == "on" || word == "1") return true;
-  if (word == "false" || word == "no" || word == "off" || word == "0") return false;
+  if (const std::optional<bool> value = parse_switch_word(text)) return *value;
   throw Error(
       fmt::format("tune_allocator='{}' is not a switch; expected true or false. HINT: pass --tune-allocator or "
                   "--no-tune-allocator, or leave both out (on, except under strategy='fsdp' with full_shard).",
