@@ -4,8 +4,10 @@
 #     A static library `volt_n` (alias volt::n). TORCH links LibTorch and reuses the shared
 #     precompiled torch header, so only targets that need LibTorch pay for its headers.
 #     Installed and exported as volt::n (cmake/VoltInstall.cmake).
-#   volt_cc_test(NAME n SRCS ... DEPS ... [TORCH] [LABELS ...])
-#     A GoogleTest binary registered with CTest via gtest_discover_tests, compiled as test code.
+#   volt_cc_test(NAME n SRCS ... DEPS ... [TORCH] [LABELS ...] [SHARDS k] [COST s] [PER_CASE])
+#     A GoogleTest binary, compiled as test code, registered with CTest as one test per binary (or
+#     k tests, each running a GoogleTest shard of it, for the long ones); PER_CASE registers every
+#     case on its own (gtest_discover_tests), for binaries whose cases skip with a reason.
 #   volt_test_code(target [TORCH])
 #     Compiles `target` as test code: at VOLT_TEST_OPTIMIZATION, with the matching torch header.
 #   volt_assert_torch_free(target)
@@ -13,6 +15,20 @@
 #     through any dependency, naming the chain: torch-free targets stay torch-free.
 
 include(GoogleTest OPTIONAL)
+
+# CI builds the LibTorch targets as unity builds (scripts/test.sh): each of their files spends
+# most of its compile time in LibTorch's templates, and a batch of files shares that work. Off by
+# default, since a change to one file then recompiles its whole batch. Torch-free targets never
+# are: clang-tidy reads their files one by one from compile_commands.json, and they compile fast.
+option(VOLT_UNITY_BUILD "Compile the LibTorch targets as unity builds (batches of files)" OFF)
+set(VOLT_UNITY_BUILD_BATCH_SIZE 8 CACHE STRING "files per unity batch under VOLT_UNITY_BUILD")
+
+# _volt_unity(target): makes `target` a unity build when VOLT_UNITY_BUILD is on.
+function(_volt_unity target)
+  if(VOLT_UNITY_BUILD)
+    set_target_properties(${target} PROPERTIES UNITY_BUILD ON UNITY_BUILD_BATCH_SIZE ${VOLT_UNITY_BUILD_BATCH_SIZE})
+  endif()
+endfunction()
 
 # Options structs are filled with designated initializers that name only some fields (C++20).
 set(VOLT_WARNINGS -Wall -Wextra -Wno-unused-parameter -Wno-missing-field-initializers)
@@ -75,16 +91,18 @@ function(volt_cc_library)
   target_link_libraries(volt_${V_NAME} PUBLIC ${V_DEPS})
   if(V_TORCH)
     _volt_use_torch(volt_${V_NAME})
+    _volt_unity(volt_${V_NAME})
   endif()
 endfunction()
 
 function(volt_cc_test)
-  cmake_parse_arguments(V "TORCH" "NAME" "SRCS;DEPS;LABELS" ${ARGN})
+  cmake_parse_arguments(V "TORCH;PER_CASE" "NAME;SHARDS;COST" "SRCS;DEPS;LABELS" ${ARGN})
   add_executable(${V_NAME} ${V_SRCS})
   target_compile_options(${V_NAME} PRIVATE ${VOLT_WARNINGS})
   target_link_libraries(${V_NAME} PRIVATE ${V_DEPS} GTest::gtest GTest::gtest_main)
   if(V_TORCH)
     _volt_use_torch(${V_NAME})
+    _volt_unity(${V_NAME})
     volt_test_code(${V_NAME} TORCH)
   else()
     volt_test_code(${V_NAME})
@@ -98,7 +116,37 @@ function(volt_cc_test)
     # selects it (CTest matches labels as regular expressions).
     string(REPLACE ";" "_" V_LABELS "torch_${V_LABELS}")
   endif()
-  gtest_discover_tests(${V_NAME} DISCOVERY_TIMEOUT 60 PROPERTIES LABELS "${V_LABELS}")
+  if(V_NAME IN_LIST VOLT_COMPAT_UNIT_TESTS)
+    set(V_LABELS "${V_LABELS}_compat")  # what CI's CUDA stage runs (top CMakeLists.txt)
+  endif()
+  if(V_PER_CASE)
+    # A skipped case shows as skipped, with its reason, not inside a binary that passed.
+    gtest_discover_tests(${V_NAME} DISCOVERY_TIMEOUT 60 PROPERTIES LABELS "${V_LABELS}")
+    return()
+  endif()
+  # One CTest test per binary (or per shard): a process per case paid ~0.65 s of loading
+  # LibTorch for each of 629 cases, some 410 s of CPU time per run. GoogleTest still prints every
+  # failed case with its output, which --output-on-failure shows.
+  if(NOT V_SHARDS)
+    set(V_SHARDS 1)
+  endif()
+  math(EXPR last "${V_SHARDS} - 1")
+  foreach(shard RANGE ${last})
+    set(test_name ${V_NAME})
+    set(environment)
+    if(V_SHARDS GREATER 1)
+      set(test_name ${V_NAME}_shard${shard})
+      set(environment "GTEST_TOTAL_SHARDS=${V_SHARDS};GTEST_SHARD_INDEX=${shard}")
+    endif()
+    add_test(NAME ${test_name} COMMAND ${V_NAME} --gtest_brief=1)
+    set_tests_properties(${test_name} PROPERTIES LABELS "${V_LABELS}" TIMEOUT 900)
+    if(environment)
+      set_tests_properties(${test_name} PROPERTIES ENVIRONMENT "${environment}")
+    endif()
+    if(V_COST)
+      set_tests_properties(${test_name} PROPERTIES COST ${V_COST})
+    endif()
+  endforeach()
 endfunction()
 
 function(volt_assert_torch_free target)
