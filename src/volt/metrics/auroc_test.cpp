@@ -10,6 +10,7 @@
 
 #include "volt/base/testing_collectives.h"
 #include "volt/core/error.h"
+#include "volt/core/testing.h"
 #include "volt/metrics/mean_squared_error.h"
 
 namespace volt {
@@ -39,15 +40,6 @@ std::vector<bool> is_class(const torch::Tensor& target, int64_t c) {
   std::vector<bool> out;
   for (int64_t i = 0; i < target.size(0); ++i) out.push_back(target[i].item<int64_t>() == c);
   return out;
-}
-
-std::string error_of(const std::function<void()>& call) {
-  try {
-    call();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "(no error)";
 }
 
 TEST(AUROC, BinaryCountsTiesAsOneHalf) {
@@ -114,19 +106,22 @@ TEST(AUROC, RanksWithUnevenAndEmptyShardsEqualOneProcess) {
 
 TEST(AUROC, BadInputsSayWhatWasGivenAndWhatWasExpected) {
   BinaryAUROC binary;
-  std::string message = error_of([&] { binary.update(torch::rand({3}), torch::tensor({0, 2, 1}, torch::kLong)); });
+  std::string message = testing::error_message([&] {
+    binary.update(torch::rand({3}), torch::tensor({0, 2, 1}, torch::kLong));
+  });
   EXPECT_NE(message.find("BinaryAUROC.update() was given target label 2; expected 0 or 1. HINT:"), std::string::npos)
       << message;
-  message = error_of([&] { binary.update(torch::rand({3, 2}), torch::tensor({0, 1, 1}, torch::kLong)); });
+  message = testing::error_message([&] { binary.update(torch::rand({3, 2}), torch::tensor({0, 1, 1}, torch::kLong)); });
   EXPECT_NE(message.find("preds [3, 2] Float and target [3] Long; expected [N] floating-point scores"),
             std::string::npos)
       << message;
   MulticlassAUROC multiclass(3);
-  message = error_of([&] { multiclass.update(torch::rand({2}), torch::tensor({0, 1}, torch::kLong)); });
+  message = testing::error_message([&] { multiclass.update(torch::rand({2}), torch::tensor({0, 1}, torch::kLong)); });
   EXPECT_NE(message.find("preds [2] Float for target [2] Long; expected [N, 3] floating-point scores"),
             std::string::npos)
       << message;
-  EXPECT_NE(error_of([] { MulticlassAUROC(1); }).find("num_classes is 1; expected at least 2"), std::string::npos);
+  EXPECT_NE(testing::error_message([] { MulticlassAUROC(1); }).find("num_classes is 1; expected at least 2"),
+            std::string::npos);
 }
 
 TEST(MeanSquaredError, IsTheMeanOverEveryElementOfEveryUpdate) {
@@ -135,7 +130,7 @@ TEST(MeanSquaredError, IsTheMeanOverEveryElementOfEveryUpdate) {
   mse.update(torch::tensor({1.0F, 2.0F, 3.0F}), torch::tensor({1.0F, 1.0F, 1.0F}));  // errors 0, 1, 2
   mse.update(torch::tensor({{0.5, -1.0}}, torch::kDouble), torch::tensor({{0.0, 1.0}}, torch::kDouble));
   EXPECT_DOUBLE_EQ(mse.compute().item<double>(), (0 + 1 + 4 + 0.25 + 4) / 5);
-  const std::string message = error_of([&] { mse.update(torch::rand({4, 1}), torch::rand({4})); });
+  const std::string message = testing::error_message([&] { mse.update(torch::rand({4, 1}), torch::rand({4})); });
   EXPECT_NE(message.find("preds [4, 1] Float and target [4] Float; expected two real tensors of the same shape"),
             std::string::npos)
       << message;

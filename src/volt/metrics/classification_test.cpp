@@ -8,6 +8,7 @@
 
 #include "volt/base/testing_collectives.h"
 #include "volt/core/error.h"
+#include "volt/core/testing.h"
 #include "volt/metrics/accuracy.h"
 #include "volt/metrics/confusion_matrix.h"
 #include "volt/metrics/precision_recall.h"
@@ -37,30 +38,22 @@ double on_batch7(const ClassificationOptions& options, const torch::Tensor& pred
   return value(metric);
 }
 
-std::string error_of(const std::function<void()>& call) {
-  try {
-    call();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "(no error)";
-}
-
 TEST(Average, NamesRoundTripAndBadNamesListTheChoices) {
   EXPECT_EQ(parse_average(to_string(Average::kMicro)), Average::kMicro);
   EXPECT_EQ(parse_average("MACRO"), Average::kMacro);
-  EXPECT_NE(error_of([] { parse_average("weighted"); }).find("expected one of: micro, macro"), std::string::npos);
+  EXPECT_NE(testing::error_message([] { parse_average("weighted"); }).find("expected one of: micro, macro"),
+            std::string::npos);
 }
 
 TEST(ClassificationOptions, DefaultsAreTop1MicroAndBadOptionsAreNamed) {
   const ClassificationOptions defaults;
   EXPECT_EQ(defaults.top_k, 1);
   EXPECT_EQ(defaults.average, Average::kMicro);
-  EXPECT_NE(error_of([] {
+  EXPECT_NE(testing::error_message([] {
               MulticlassAccuracy({.num_classes = 1});
             }).find("num_classes is 1; a multiclass metric needs at least 2"),
             std::string::npos);
-  EXPECT_NE(error_of([] {
+  EXPECT_NE(testing::error_message([] {
               MulticlassAccuracy({.num_classes = 3, .top_k = 4});
             }).find("top_k is 4; expected 1 to num_classes (3)"),
             std::string::npos);
@@ -202,22 +195,22 @@ TEST(ClassificationMetrics, ThreeRanksWithUnevenShardsEqualOneProcess) {
 TEST(ClassificationMetrics, BadInputsSayWhatWasGivenAndWhatWasExpected) {
   MulticlassAccuracy accuracy({.num_classes = 3});
   const torch::Tensor target = torch::tensor({0, 2}, torch::kLong);
-  std::string message = error_of([&] { accuracy.update(torch::rand({2, 3}), torch::rand({2, 3})); });
+  std::string message = testing::error_message([&] { accuracy.update(torch::rand({2, 3}), torch::rand({2, 3})); });
   EXPECT_NE(message.find("MulticlassAccuracy.update() was given target [2, 3] Float; expected class indices of "
                          "shape [N] with an integer dtype. HINT:"),
             std::string::npos)
       << message;
-  message = error_of([&] { accuracy.update(torch::rand({2, 3}), torch::tensor({0, 3}, torch::kLong)); });
+  message = testing::error_message([&] { accuracy.update(torch::rand({2, 3}), torch::tensor({0, 3}, torch::kLong)); });
   EXPECT_NE(message.find("target class 3; expected classes in [0, 3) (num_classes 3). HINT:"), std::string::npos)
       << message;
-  message = error_of([&] { accuracy.update(torch::rand({2, 4}), target); });
+  message = testing::error_message([&] { accuracy.update(torch::rand({2, 4}), target); });
   EXPECT_NE(message.find("preds [2, 4] Float with 4 classes; expected [N, 3] (num_classes 3)"), std::string::npos)
       << message;
-  message = error_of([&] { accuracy.update(torch::rand({3, 3}), target); });
+  message = testing::error_message([&] { accuracy.update(torch::rand({3, 3}), target); });
   EXPECT_NE(message.find("preds for 3 examples but target for 2"), std::string::npos) << message;
-  message = error_of([&] { accuracy.update(torch::rand({2}), target); });
+  message = testing::error_message([&] { accuracy.update(torch::rand({2}), target); });
   EXPECT_NE(message.find("preds [2] Float; expected [N, 3] floating-point scores"), std::string::npos) << message;
-  message = error_of([&] {
+  message = testing::error_message([&] {
     MulticlassAccuracy top2({.num_classes = 3, .top_k = 2});
     top2.update(torch::tensor({0, 1}, torch::kLong), target);
   });

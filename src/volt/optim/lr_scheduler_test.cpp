@@ -227,18 +227,14 @@ TEST(LRScheduler, EpochSchedulersIgnoreAMetric) {
   EXPECT_EQ(scheduler.get_last_lr(), (std::vector<double>{0.05, 0.025}));
 }
 
-/// The message of the CheckpointError `load` throws; fails the test if it throws none.
-std::string checkpoint_error(const std::function<void()>& load) {
-  return testing::error_message<CheckpointError>(load);
-}
-
 TEST(LRScheduler, LoadingAnotherSchedulersStateIsRejectedAndChangesNothing) {
   TwoGroupSgd sgd;
   ExponentialLR exponential(sgd.optimizer, 0.5);
   exponential.step();
   TwoGroupSgd other;
   StepLR step_lr(other.optimizer, 3, 0.1);
-  const std::string message = checkpoint_error([&] { step_lr.load_state_dict(exponential.state_dict()); });
+  const std::string message =
+      testing::error_message<CheckpointError>([&] { step_lr.load_state_dict(exponential.state_dict()); });
   EXPECT_NE(message.find("holds the state of a ExponentialLR; this scheduler is a StepLR"), std::string::npos)
       << message;
   EXPECT_NE(message.find("HINT:"), std::string::npos) << message;
@@ -258,7 +254,7 @@ TEST(LRScheduler, LoadingListsEveryProblemAndChangesNothing) {
   StepLR target(other.optimizer, 4, 0.25);
   target.step();
   const StateDict before = target.state_dict();
-  const std::string message = checkpoint_error([&] { target.load_state_dict(state); });
+  const std::string message = testing::error_message<CheckpointError>([&] { target.load_state_dict(state); });
   EXPECT_NE(message.find("'base_lrs'] has 3 value(s); the optimizer has 2 param group(s)"), std::string::npos)
       << message;
   EXPECT_NE(message.find("['gamma'] is a String; expected a number"), std::string::npos) << message;

@@ -269,11 +269,6 @@ TEST(LoadOptimizerStateDict, LoadedStateDoesNotShareMemoryWithTheCheckpoint) {
   EXPECT_NE(original_buffer.data_ptr(), loaded_buffer.data_ptr());
 }
 
-/// The message of the CheckpointError `load` throws; fails the test if it throws none.
-std::string checkpoint_error(const std::function<void()>& load) {
-  return testing::error_message<CheckpointError>(load);
-}
-
 TEST(LoadOptimizerStateDict, WrongShapesAreNamedAndLeaveTheOptimizerUnchanged) {
   auto small = make_model(3);
   torch::optim::Adam saved(small->parameters(), torch::optim::AdamOptions(0.01));
@@ -282,7 +277,8 @@ TEST(LoadOptimizerStateDict, WrongShapesAreNamedAndLeaveTheOptimizerUnchanged) {
 
   auto wide = make_model(5);
   torch::optim::Adam target(wide->parameters(), torch::optim::AdamOptions(0.02));
-  const std::string message = checkpoint_error([&] { load_optimizer_state_dict(target, state); });
+  const std::string message =
+      testing::error_message<CheckpointError>([&] { load_optimizer_state_dict(target, state); });
   EXPECT_NE(message.find("state[0]['exp_avg'] has shape [3, 4]; the parameter it belongs to has "
                          "shape [5, 4]"),
             std::string::npos)
@@ -297,7 +293,8 @@ TEST(LoadOptimizerStateDict, DifferentGroupCountIsReported) {
   auto model = make_model();
   torch::optim::SGD two(two_groups(model), torch::optim::SGDOptions(0.1));
   torch::optim::SGD one(model->parameters(), torch::optim::SGDOptions(0.1));
-  const std::string message = checkpoint_error([&] { load_optimizer_state_dict(one, optimizer_state_dict(two)); });
+  const std::string message =
+      testing::error_message<CheckpointError>([&] { load_optimizer_state_dict(one, optimizer_state_dict(two)); });
   EXPECT_NE(message.find("the checkpoint has 2 param group(s); the optimizer has 1"), std::string::npos) << message;
 }
 
@@ -305,8 +302,8 @@ TEST(LoadOptimizerStateDict, DifferentParameterCountInAGroupIsReported) {
   auto model = make_model();
   torch::optim::SGD all(model->parameters(), torch::optim::SGDOptions(0.1));
   torch::optim::SGD weights_only(std::vector<torch::Tensor>{model[0]->parameters()[0]}, torch::optim::SGDOptions(0.1));
-  const std::string message =
-      checkpoint_error([&] { load_optimizer_state_dict(weights_only, optimizer_state_dict(all)); });
+  const std::string message = testing::error_message<CheckpointError>(
+      [&] { load_optimizer_state_dict(weights_only, optimizer_state_dict(all)); });
   EXPECT_NE(message.find("param_groups[0] has 4 parameter(s) in the checkpoint; the optimizer's "
                          "group has 1"),
             std::string::npos)
@@ -317,7 +314,8 @@ TEST(LoadOptimizerStateDict, AnotherOptimizerKindIsReported) {
   auto model = make_model();
   torch::optim::SGD sgd(model->parameters(), torch::optim::SGDOptions(0.1));
   torch::optim::Adam adam(model->parameters());
-  const std::string message = checkpoint_error([&] { load_optimizer_state_dict(adam, optimizer_state_dict(sgd)); });
+  const std::string message =
+      testing::error_message<CheckpointError>([&] { load_optimizer_state_dict(adam, optimizer_state_dict(sgd)); });
   EXPECT_NE(message.find("the checkpoint holds the state of a SGD optimizer; this optimizer is a "
                          "Adam"),
             std::string::npos)
@@ -340,7 +338,8 @@ TEST(LoadOptimizerStateDict, MissingAndMistypedFieldsAreAllListed) {
             1u);
 
   torch::optim::Adam target(model->parameters(), torch::optim::AdamOptions(0.01).amsgrad(true));
-  const std::string message = checkpoint_error([&] { load_optimizer_state_dict(target, state); });
+  const std::string message =
+      testing::error_message<CheckpointError>([&] { load_optimizer_state_dict(target, state); });
   EXPECT_NE(message.find("param_groups[0]['lr'] is missing"), std::string::npos) << message;
   EXPECT_NE(message.find("param_groups[0]['eps'] is a String; expected a number"), std::string::npos) << message;
   EXPECT_NE(message.find("state[2]['max_exp_avg_sq'] is missing"), std::string::npos) << message;
@@ -349,7 +348,8 @@ TEST(LoadOptimizerStateDict, MissingAndMistypedFieldsAreAllListed) {
 TEST(LoadOptimizerStateDict, SomethingOtherThanADictIsRejectedWithAHint) {
   auto model = make_model();
   torch::optim::SGD sgd(model->parameters(), torch::optim::SGDOptions(0.1));
-  const std::string message = checkpoint_error([&] { load_optimizer_state_dict(sgd, c10::IValue(int64_t{3})); });
+  const std::string message =
+      testing::error_message<CheckpointError>([&] { load_optimizer_state_dict(sgd, c10::IValue(int64_t{3})); });
   EXPECT_NE(message.find("is a Int; expected a dict"), std::string::npos) << message;
   EXPECT_NE(message.find("HINT:"), std::string::npos) << message;
 }
@@ -370,7 +370,8 @@ TEST(OptimizerStateDict, CustomOptimizerStateDoesNotLoadIntoAKnownOne) {
   auto model = make_model();
   HandWrittenMomentum custom({OptimizerParamGroup(model->parameters())}, torch::optim::SGDOptions(0.05).momentum(0.9));
   torch::optim::SGD sgd(model->parameters(), torch::optim::SGDOptions(0.05).momentum(0.9));
-  const std::string message = checkpoint_error([&] { load_optimizer_state_dict(sgd, optimizer_state_dict(custom)); });
+  const std::string message =
+      testing::error_message<CheckpointError>([&] { load_optimizer_state_dict(sgd, optimizer_state_dict(custom)); });
   EXPECT_NE(message.find("HandWrittenMomentum optimizer; this optimizer is a SGD"), std::string::npos) << message;
 }
 
