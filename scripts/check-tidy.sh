@@ -5,6 +5,12 @@
 # scripts/test.sh runs it after the build: 62 files, about 230 s of CPU time, so some 125 s on two
 # idle cores (the files run nproc at a time).
 #
+# A file found clean is remembered (${VOLT_TIDY_CACHE:-~/.cache/volt/tidy}) under a key made of the
+# clang-tidy version, .clang-tidy, the file's compile command and the contents of the file and of
+# every header it includes (scripts/tidy-keys.py, from the build's dependency log), and is not
+# checked again until one of those changes: a change costs the files it touches and the files that
+# include a header it touches. VOLT_TIDY=all (or naming files) checks every file regardless.
+#
 # It reads ${VOLT_BUILD_DIR:-build}/compile_commands.json (CMake writes it at configure time) and
 # needs the build's generated header tensorboard_event.pb.h (protoc writes it at build time), so it
 # runs after the build; on its own it configures the build folder and generates that header first.
@@ -70,6 +76,29 @@ done
 [ ${#with_torch[@]} -eq 0 ] || echo "check-tidy: LibTorch sources, skipped: ${with_torch[*]}"
 [ ${#files[@]} -gt 0 ] || { echo "check-tidy: nothing to check" >&2; exit 2; }
 
+# The cache of clean results: only for whole-tree runs (files named on the command line are checked).
+cache_dir=${VOLT_TIDY_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/volt/tidy}
+declare -A key_of=()
+cached=0
+if [ $# -eq 0 ] && [ "${VOLT_TIDY:-}" != all ] && mkdir -p "$cache_dir" 2>/dev/null; then
+  salt="$("$clang_tidy" --version | tr -d '\n') $(sha256sum .clang-tidy | cut -d' ' -f1)"
+  unchecked=()
+  while read -r key file; do
+    if [ "$key" != - ] && [ -e "$cache_dir/$key" ]; then
+      cached=$((cached + 1))
+      continue
+    fi
+    key_of[$file]=$key
+    unchecked+=("$file")
+  done < <(python3 scripts/tidy-keys.py "$build_dir" "$root" "$salt" "${files[@]}")
+  if [ ${#unchecked[@]} -eq 0 ]; then
+    echo "check-tidy: ${#files[@]} files clean (all unchanged since found clean; VOLT_TIDY=all checks them again)"
+    exit 0
+  fi
+  [ $cached -eq 0 ] || echo "check-tidy: $cached of ${#files[@]} files unchanged since found clean; checking ${#unchecked[@]}"
+  files=("${unchecked[@]}")
+fi
+
 # One clang-tidy per file, nproc at a time; each file's findings are kept apart and printed
 # together at the end, so parallel runs do not interleave their lines.
 logs=$(mktemp -d)
@@ -91,6 +120,10 @@ if [ ${#failed[@]} -eq 0 ] && [ $xargs_rc -ne 0 ]; then
   echo "check-tidy: running clang-tidy failed (xargs exited with status $xargs_rc)" >&2
   exit 2
 fi
+for file in "${!key_of[@]}"; do
+  log="$logs/$(printf %s "$file" | tr / _).log"
+  if [ "${key_of[$file]}" != - ] && [ ! -e "$log.failed" ]; then touch "$cache_dir/${key_of[$file]}"; fi
+done
 if [ ${#failed[@]} -eq 0 ]; then
   echo "check-tidy: ${#files[@]} files clean in ${elapsed} s ($("$clang_tidy" --version | grep -o 'version [0-9.]*'))"
   exit 0

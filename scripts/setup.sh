@@ -1,21 +1,37 @@
 #!/usr/bin/env bash
 # Installs what Volt needs on Debian 12 (bookworm), as root or through sudo. Idempotent: a
 # machine that has everything only pays for one dpkg query.
+#   scripts/setup.sh              everything the test suite needs (scripts/test.sh)
+#   scripts/setup.sh --main-job   only what building the library and training the example need
+#                                 (scripts/run-example.sh): no test tools, SLURM or Python peers
 set -euo pipefail
 
+main_job=0
+case "${1:-}" in
+  --main-job) main_job=1 ;;
+  "") ;;
+  *) echo "setup: unknown argument '$1'; expected nothing or --main-job. HINT: scripts/setup.sh --main-job" \
+          "installs what the example needs, scripts/setup.sh everything the tests need." >&2
+     exit 2 ;;
+esac
+
+# The library and the example.
 packages=(
   build-essential cmake ninja-build ccache pkg-config
-  clang libclang-rt-14-dev  # libFuzzer for the hostlist fuzz test
-  clang-format clang-tidy   # scripts/check-format.sh, check-tidy.sh (the tree is formatted with 14)
   libtorch-dev            # LibTorch 1.13 (CPU)
   libgloo-dev             # headers of c10d's Gloo backend (ddp on CPU)
   libopenblas0-openmp     # the reference BLAS Debian defaults to is many times slower
   libcli11-dev nlohmann-json3-dev libyaml-cpp-dev libfmt-dev zlib1g-dev
   libpng-dev libturbojpeg0-dev   # ImageFolder decodes PNG (libpng) and JPEG (libjpeg-turbo)
-  libgtest-dev libgmock-dev
   protobuf-compiler libprotobuf-dev   # TensorBoard's event files are protobuf messages
   libcurl4-openssl-dev    # MLFlowLogger talks to an MLflow tracking server over HTTP
   dataset-fashion-mnist   # the IDX files of the main job, under /usr/share/datasets/fashion-mnist
+)
+# The tests, their tools and peers.
+[ "$main_job" = 1 ] || packages+=(
+  clang libclang-rt-14-dev  # libFuzzer for the hostlist fuzz test
+  clang-format clang-tidy   # scripts/check-format.sh, check-tidy.sh (the tree is formatted with 14)
+  libgtest-dev libgmock-dev
   gnuplot-nox             # `volt plot` draws metrics.csv curves as PNG
   slurmctld slurmd slurm-client munge   # a throwaway local SLURM cluster for tests/slurm
   openmpi-bin             # the real mpirun of tests/e2e/test_mpirun.py
@@ -46,6 +62,11 @@ for lib in libblas.so.3 liblapack.so.3; do
   target=$(update-alternatives --list "$alt" 2>/dev/null | grep openblas-openmp | head -n 1 || true)
   if [ -n "$target" ]; then "${sudo_cmd[@]}" update-alternatives --quiet --set "$alt" "$target"; fi
 done
+
+if [ "$main_job" = 1 ]; then
+  echo "setup: what the main job needs is present"
+  exit 0
+fi
 
 # The real `tensorboard` package reads our event files in tests/tensorboard. Debian has none,
 # and its PyPI wheels need protobuf >= 6 and numpy 2, which Debian's python3-torch 1.13 cannot
