@@ -14,14 +14,10 @@ import time
 
 import pytest
 
+from volt_testkit import free_port, require
+
 PROBE = os.environ.get("VOLT_DDP_PROBE", "")
-pytestmark = pytest.mark.skipif(not PROBE, reason="VOLT_DDP_PROBE is not set (run through ctest)")
-
-
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+require(PROBE, "VOLT_DDP_PROBE is not set (run through ctest)")
 
 
 def clean_env(extra=None):

@@ -9,9 +9,8 @@ import time
 
 import pytest
 
-from test_ddp import PROBE, TOLERANCE, assert_close, clean_env, external_env, flat_params, free_port, ranks, run
-
-pytestmark = pytest.mark.skipif(not PROBE, reason="VOLT_DDP_PROBE is not set (run through ctest)")
+from test_ddp import PROBE, TOLERANCE, assert_close, clean_env, external_env, flat_params, ranks, run
+from volt_testkit import free_port
 
 # Adam with a per-step StepLR, clipping by a norm the gradients exceed (so the norm over all
 # shards decides), 192 examples: 12 steps of 8 x 2 processes per epoch. The hidden layer is 16

@@ -7,10 +7,8 @@ import json
 
 import pytest
 
-from test_ddp import PROBE, TOLERANCE, assert_close, flat_params, ranks, run
+from test_ddp import TOLERANCE, assert_close, flat_params, ranks, run
 from test_fsdp import ADAM, SHARDED, checkpoint_after, fit, run_limited, shard_files, slurm_job
-
-pytestmark = pytest.mark.skipif(not PROBE, reason="VOLT_DDP_PROBE is not set (run through ctest)")
 
 FULL = ["--strategy", "fsdp", "--sharding-strategy", "full_shard"]
 # ADAM's model: hidden 8 -> 16 (144 values), out 16 -> 1 (17 values).

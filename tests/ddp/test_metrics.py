@@ -7,20 +7,15 @@ values to rank<R>.json. The reference is the same program as one process over al
 """
 import json
 import os
-import socket
 import subprocess
 import time
 
 import pytest
 
+from volt_testkit import free_port, require
+
 PROBE = os.environ.get("VOLT_METRIC_PROBE", "")
-pytestmark = pytest.mark.skipif(not PROBE, reason="VOLT_METRIC_PROBE is not set (run through ctest)")
-
-
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+require(PROBE, "VOLT_METRIC_PROBE is not set (run through ctest)")
 
 
 def env_for(rank, world, port):

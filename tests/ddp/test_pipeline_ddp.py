@@ -8,9 +8,8 @@ import time
 
 import pytest
 
-from test_ddp import PROBE, TOLERANCE, assert_close, clean_env, flat_params, free_port, ranks, run
-
-pytestmark = pytest.mark.skipif(not PROBE, reason="VOLT_DDP_PROBE is not set (run through ctest)")
+from test_ddp import PROBE, TOLERANCE, assert_close, clean_env, flat_params, ranks, run
+from volt_testkit import free_port
 
 ADAM = ["--optimizer", "adam", "--step-lr-gamma", "0.7", "--examples", "192", "--width", "16", "--pipe"]
 

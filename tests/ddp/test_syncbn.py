@@ -7,25 +7,20 @@ the per-rank JSON files it writes. The reference is one process with torch::nn::
 """
 import json
 import os
-import socket
 import subprocess
 import time
 
 import pytest
 
+from volt_testkit import free_port, require
+
 PROBE = os.environ.get("VOLT_SYNCBN_PROBE", "")
-pytestmark = pytest.mark.skipif(not PROBE, reason="VOLT_SYNCBN_PROBE is not set (run through ctest)")
+require(PROBE, "VOLT_SYNCBN_PROBE is not set (run through ctest)")
 
 # Float32 sums taken in another order (per rank, then across ranks) than one process takes them.
 TOLERANCE = 1e-5
 BATCH = 16
 STEPS = 3
-
-
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def env_for(rank=None, world=None, port=None):

@@ -1,9 +1,15 @@
-"""Fixtures for the end-to-end tests of examples/fashion_mnist (helpers: volt_e2e.py)."""
+"""Fixtures for the end-to-end tests of examples/fashion_mnist (helpers: volt_e2e.py, and tests/volt_testkit.py,
+shared with the other folders)."""
 import os
+import sys
+from pathlib import Path
 
 import pytest
 
-from volt_e2e import DATA_DIR
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from volt_e2e import DATA_DIR  # noqa: E402
+from volt_testkit import require  # noqa: E402
 
 
 def pytest_configure(config):
@@ -23,8 +29,8 @@ def binary():
 
 @pytest.fixture(scope="session")
 def dataset():
-    if not (DATA_DIR / "t10k-images-idx3-ubyte.gz").exists():
-        pytest.skip(f"Fashion-MNIST is not installed in {DATA_DIR} (apt-get install dataset-fashion-mnist)")
+    require((DATA_DIR / "t10k-images-idx3-ubyte.gz").exists(),
+            f"Fashion-MNIST is not installed in {DATA_DIR} (apt-get install dataset-fashion-mnist)")
     return DATA_DIR
 
 

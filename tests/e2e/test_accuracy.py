@@ -29,7 +29,6 @@ which clears 87% by 0.6 points or more in every case, more than the seed-to-seed
 median (about 0.3 points), which is also what another summation order (another LibTorch or CPU)
 moves a result by. The CNN keeps seed 1: 90.77% against 90%.
 """
-import socket
 import subprocess
 import sys
 import time
@@ -38,6 +37,7 @@ from pathlib import Path
 import pytest
 
 from volt_e2e import Run, assert_ok, cluster_free_env, print_plan, run_binary
+from volt_testkit import free_port
 
 ONE_THREAD = ["--num-threads", "1"]
 
@@ -65,12 +65,6 @@ TARGETS = [
     # pipeline: the MLP's layers in 2 stages on threads, 8 micro-batches of 8 (10 s).
     ("mlp-pipeline", "mlp", 2, "pipeline", ["--devices", "2"], 1, 0.87, 600),
 ]
-
-
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def node_env(node, port):

@@ -3,7 +3,6 @@ MLflow's own Python client: metrics equal metrics.csv value for value, params, t
 the config and checkpoints as artifacts; a server that comes up late still gets everything."""
 import json
 import os
-import socket
 import subprocess
 import sys
 import time
@@ -13,6 +12,7 @@ from pathlib import Path
 import pytest
 
 from volt_e2e import DETERMINISTIC, SHORT, assert_ok, cluster_free_env, read_metrics_csv, run_binary
+from volt_testkit import free_port, require
 
 MLFLOW_PYTHONPATH = os.environ.get("VOLT_MLFLOW_PYTHONPATH", "/opt/volt/python-mlflow")
 READER = Path(__file__).with_name("mlflow_read.py")
@@ -24,12 +24,6 @@ def mlflow_env():
     for name in [k for k in env if k.startswith("MLFLOW_")]:
         del env[name]
     return env
-
-
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 class Server:
@@ -78,9 +72,8 @@ class Server:
 @pytest.fixture(scope="module")
 def mlflow_installed():
     probe = subprocess.run([sys.executable, "-c", "import mlflow.server"], env=mlflow_env(), capture_output=True)
-    if probe.returncode != 0:
-        pytest.skip(f"MLflow is not installed in {MLFLOW_PYTHONPATH} (scripts/setup.sh installs it): "
-                    f"{probe.stderr.decode()[-300:]}")
+    require(probe.returncode == 0, f"MLflow is not installed in {MLFLOW_PYTHONPATH} (scripts/setup.sh installs it): "
+                                   f"{probe.stderr.decode()[-300:]}")
 
 
 @pytest.fixture(scope="module")

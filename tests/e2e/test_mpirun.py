@@ -13,9 +13,10 @@ import time
 import pytest
 
 from volt_e2e import DETERMINISTIC, SHORT, Run, assert_ok, cluster_free_env, run_binary
+from volt_testkit import require
 
 MPIRUN = shutil.which("mpirun")
-pytestmark = pytest.mark.skipif(MPIRUN is None, reason="no mpirun on PATH (apt-get install openmpi-bin)")
+require(MPIRUN is not None, "no mpirun on PATH (apt-get install openmpi-bin)")
 
 
 

@@ -8,7 +8,6 @@ it. Either way the README's commands need no extra variables, and every layout e
 parameters as Volt's own launcher: same ranks, same shards, same steps.
 """
 import os
-import socket
 import subprocess
 import sys
 import time
@@ -17,6 +16,7 @@ from pathlib import Path
 import pytest
 
 from volt_e2e import DETERMINISTIC, SHORT, Run, assert_ok, cluster_free_env, load_checkpoint, run_binary
+from volt_testkit import free_port, require
 
 TORCHRUN_PYTHONPATH = Path(os.environ.get("VOLT_TORCHRUN_PYTHONPATH", "/opt/volt/python-torchrun"))
 CUDA_LIBRARIES = Path("/usr/local/cuda/lib64")
@@ -32,12 +32,12 @@ def torchrun_env():
 @pytest.fixture(scope="module")
 def torchrun():
     """The command that starts torchrun 2.x. Missing is a failure (CI must run these tests); a
-    machine without the CUDA toolkit, which PyPI's torch wheel loads, is a skip."""
+    machine without the CUDA toolkit, which PyPI's torch wheel loads, is a skip (a failure on CI)."""
     if not (TORCHRUN_PYTHONPATH / "torch").is_dir():
         pytest.fail(f"torch 2.x is not installed in {TORCHRUN_PYTHONPATH}: run scripts/setup.sh "
                     "(or set VOLT_TORCHRUN_PYTHONPATH to a folder holding PyPI's torch)")
-    if not CUDA_LIBRARIES.is_dir():
-        pytest.skip(f"PyPI's torch wheel needs the CUDA toolkit's libraries ({CUDA_LIBRARIES} is missing)")
+    require(CUDA_LIBRARIES.is_dir(),
+            f"PyPI's torch wheel needs the CUDA toolkit's libraries ({CUDA_LIBRARIES} is missing)")
     probe = subprocess.run(["/usr/bin/python3", "-c", "import torch, torch.distributed.run; print(torch.__version__)"],
                            capture_output=True, text=True, env=torchrun_env(), timeout=120)
     assert probe.returncode == 0, f"torch 2.x from {TORCHRUN_PYTHONPATH} does not import:\n{probe.stderr}"
@@ -46,12 +46,6 @@ def torchrun():
 
 
 STANDALONE_TWO = ["--standalone", "--nnodes=1", "--nproc-per-node=2"]
-
-
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def train_args(devices, num_nodes=1):

@@ -1,10 +1,12 @@
 """A throwaway local SLURM cluster (scripts/slurm/slurm-up.sh: a controller and two slurmd "nodes" on
 this machine) shared by the tests of this folder, and helpers to submit jobs and watch them.
-Needs root (the daemons, and an /etc/hosts line so node1 resolves); tests skip themselves otherwise.
+Needs root (the daemons, and an /etc/hosts line so node1 resolves); tests skip themselves otherwise
+(fail under CI=true: volt_testkit.require).
 """
 import os
 import re
 import subprocess
+import sys
 import tempfile
 import time
 from pathlib import Path
@@ -12,12 +14,14 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(ROOT / "tests"))  # volt_testkit, shared with the other folders
+
+from volt_testkit import require  # noqa: E402
 
 
 @pytest.fixture(scope="session")
 def cluster():
-    if os.geteuid() != 0:
-        pytest.skip("a local SLURM cluster needs root")
+    require(os.geteuid() == 0, "a local SLURM cluster needs root")
     directory = tempfile.mkdtemp(prefix="volt-slurm-")
     env = dict(os.environ, SLURM_LOCAL_PORT=os.environ.get("SLURM_LOCAL_PORT", "16917"))
     up = subprocess.run(["bash", str(ROOT / "scripts/slurm/slurm-up.sh"), directory], env=env, capture_output=True,

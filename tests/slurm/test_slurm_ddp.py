@@ -8,10 +8,11 @@ from pathlib import Path
 
 import pytest
 
+from volt_testkit import require
+
 ROOT = Path(__file__).resolve().parents[2]
 PROBE = os.environ.get("VOLT_DDP_PROBE", "")
-
-pytestmark = pytest.mark.skipif(not PROBE, reason="VOLT_DDP_PROBE is not set (run through ctest)")
+require(PROBE, "VOLT_DDP_PROBE is not set (run through ctest)")
 
 
 def submit(cluster, tmp_path, body):

@@ -17,12 +17,17 @@ from pathlib import Path
 import pytest
 
 from conftest import job_fields, sbatch, wait_for_end, wait_for_text, write_script
+from volt_testkit import require
 
 EXAMPLE = os.environ.get("VOLT_EXAMPLE", "")
 PROBE = os.environ.get("VOLT_DDP_PROBE", "")
-pytestmark = pytest.mark.skipif(not EXAMPLE or not PROBE, reason="VOLT_EXAMPLE/VOLT_DDP_PROBE not set (run through ctest)")
+require(EXAMPLE and PROBE, "VOLT_EXAMPLE/VOLT_DDP_PROBE not set (run through ctest)")
 
-torch = pytest.importorskip("torch")
+try:
+    import torch
+except ImportError:
+    torch = None
+require(torch is not None, "no torch for /usr/bin/python3 (apt-get install python3-torch)")
 
 # What rank 0 prints once per run, when fit starts (the model summary): the run is past its set-up.
 FIT_STARTED = "Total params"

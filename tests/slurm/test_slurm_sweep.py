@@ -5,15 +5,13 @@ import json
 import os
 import subprocess
 
-import pytest
-
 from conftest import job_fields, wait_for_end, wait_for_text
+from volt_testkit import require
 
 EXAMPLE = os.environ.get("VOLT_EXAMPLE", "")
 PROBE = os.environ.get("VOLT_DDP_PROBE", "")
 TOOL = os.environ.get("VOLT_TOOL", "")
-pytestmark = pytest.mark.skipif(not (EXAMPLE and PROBE and TOOL),
-                                reason="VOLT_EXAMPLE/VOLT_DDP_PROBE/VOLT_TOOL not set (run through ctest)")
+require(EXAMPLE and PROBE and TOOL, "VOLT_EXAMPLE/VOLT_DDP_PROBE/VOLT_TOOL not set (run through ctest)")
 
 
 def volt(cluster, *args):
