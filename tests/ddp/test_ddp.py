@@ -192,7 +192,9 @@ def test_predict_only_under_ddp_returns_every_prediction_in_order_on_rank_0(tmp_
     rows = list(zip(rank0["index"][0::2], rank0["index"][1::2]))
     assert [int(i) for i, _ in rows] == list(range(64)), "every example once, in the data's order"
     ref_rows = list(zip(reference["index"][0::2], reference["index"][1::2]))
-    assert [p for _, p in rows] == pytest.approx([p for _, p in ref_rows], rel=1e-6)
+    # TOLERANCE, as the other equivalence tests: each rank predicts batches of other sizes than one
+    # process does, which BLAS rounds differently (CI once measured a relative 1.016e-6).
+    assert [p for _, p in rows] == pytest.approx([p for _, p in ref_rows], rel=TOLERANCE)
     rank1 = json.loads((tmp_path / "predict1.json").read_text())
     assert len(rank1["index"]) // 2 < 64, "other ranks keep their own block"
 
