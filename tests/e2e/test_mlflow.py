@@ -5,6 +5,7 @@ import json
 import os
 import subprocess
 import sys
+import threading
 import time
 import urllib.request
 from pathlib import Path
@@ -128,22 +129,46 @@ def test_a_fit_is_one_mlflow_run_with_every_metric_param_and_checkpoint(server, 
 def test_a_server_that_comes_up_late_still_gets_everything(mlflow_installed, binary, dataset, tmp_path):
     port = free_port()
     uri = f"http://127.0.0.1:{port}"
-    # The run starts with nothing listening; the server comes up while it trains (or while fit's
-    # end waits for it): the buffered values are sent then.
-    proc = subprocess.Popen([binary] + RUN_FLAGS + ["--mlflow-tracking-uri", uri, "--mlflow-experiment-name", "late",
-                                                    "--default-root-dir", str(tmp_path)],
-                            cwd=tmp_path, env=cluster_free_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                            text=True)
-    late = Server(tmp_path, port)
+    # The run starts with nothing listening; the server is started once the run said that a send
+    # failed (so the first send always meets no server), and comes up while it trains or while fit's
+    # end waits for it: the buffered values are sent then.
+    stdout_path = tmp_path / "stdout.txt"
+    with open(stdout_path, "w") as stdout_file:
+        proc = subprocess.Popen([binary] + RUN_FLAGS + ["--mlflow-tracking-uri", uri, "--mlflow-experiment-name",
+                                                        "late", "--default-root-dir", str(tmp_path)],
+                                cwd=tmp_path, env=cluster_free_env(), stdout=stdout_file, stderr=subprocess.PIPE,
+                                text=True)
+    stderr_lines = []
+    failed_send = threading.Event()
+
+    def read_stderr():
+        for line in proc.stderr:
+            stderr_lines.append(line)
+            if "keeping the metrics and trying again" in line:
+                failed_send.set()
+
+    reader = threading.Thread(target=read_stderr, daemon=True)
+    reader.start()
+    late = None
     try:
-        stdout, stderr = proc.communicate(timeout=240)
+        deadline = time.monotonic() + 120
+        while not failed_send.wait(0.1) and proc.poll() is None and time.monotonic() < deadline:
+            pass
+        assert failed_send.is_set(), f"no failed send reported (exit {proc.poll()}):\n{''.join(stderr_lines)}"
+        late = Server(tmp_path, port)
+        proc.wait(timeout=240)
+        reader.join(timeout=60)
+        stderr = "".join(stderr_lines)
         late.wait_up()
         assert proc.returncode == 0, stderr
-        assert "keeping the metrics and trying again" in stderr, stderr
         assert "did not take" not in stderr, stderr
         found = late.read("late")
     finally:
-        late.stop()
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+        if late is not None:
+            late.stop()
     assert len(found["runs"]) == 1, found
     version_dir = tmp_path / "lightning_logs" / "version_0"
     assert found["runs"][0]["status"] == "FINISHED"
