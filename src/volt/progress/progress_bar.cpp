@@ -132,11 +132,13 @@ void ProgressBar::start(const std::string& stage, int epoch, int64_t total) {
   epoch_ = epoch;
   total_ = total;
   done_ = 0;
+  printed_done_ = -1;
+  printed_postfix_.clear();
   active_ = true;
   start_time_ = clock_();
   next_draw_ = start_time_ + interval_;
   // A terminal shows the empty bar at once, as tqdm does; a log file waits for progress.
-  if (is_tty_) draw(render(start_time_, {}));
+  if (is_tty_) show(start_time_, {});
 }
 
 void ProgressBar::update(int64_t done, const std::map<std::string, double>& metrics) {
@@ -145,14 +147,19 @@ void ProgressBar::update(int64_t done, const std::map<std::string, double>& metr
   done_ = done;
   const double now = clock_();
   if (now < next_draw_) return;
+  // A log line per step at most, and the stage's last step is finish()'s line: a tick at the
+  // last batch (or the forced update at an epoch's end) would print that step twice.
+  if (!is_tty_ && (done_ == printed_done_ || (total_ >= 0 && done_ >= total_))) return;
   next_draw_ = now + interval_;
-  draw(render(now, metrics));
+  show(now, metrics);
 }
 
 void ProgressBar::finish(const std::map<std::string, double>& metrics) {
   if (!options_.enabled) return;
   VOLT_INTERNAL_ASSERT(active_, "ProgressBar::finish called without start()");
-  draw(render(clock_(), metrics));
+  // An epoch cut short ends where a tick may have just printed the same step and values.
+  const bool said_already = !is_tty_ && done_ == printed_done_ && postfix(metrics) == printed_postfix_;
+  if (!said_already) show(clock_(), metrics);
   if (is_tty_) out_ << '\n' << std::flush;
   line_open_ = false;
   active_ = false;
@@ -177,11 +184,22 @@ void ProgressBar::draw(const std::string& line) {
   line_open_ = true;
 }
 
+std::string ProgressBar::postfix(const std::map<std::string, double>& metrics) const {
+  std::string text = format_metrics(metrics);
+  if (!note_.empty()) text += ", " + note_;
+  return text;
+}
+
 std::string ProgressBar::render(double now, const std::map<std::string, double>& metrics) const {
   const double elapsed = now - start_time_;
-  std::string postfix = format_metrics(metrics);
-  if (!note_.empty()) postfix += ", " + note_;
-  return is_tty_ ? render_tty(elapsed, postfix) : render_plain(elapsed, postfix);
+  return is_tty_ ? render_tty(elapsed, postfix(metrics)) : render_plain(elapsed, postfix(metrics));
+}
+
+void ProgressBar::show(double now, const std::map<std::string, double>& metrics) {
+  draw(render(now, metrics));
+  if (is_tty_) return;
+  printed_done_ = done_;
+  printed_postfix_ = postfix(metrics);
 }
 
 std::string ProgressBar::render_tty(double elapsed, const std::string& postfix) const {

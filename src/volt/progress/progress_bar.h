@@ -1,7 +1,8 @@
 // A tqdm-style progress bar the trainer drives, cheap enough to update every step.
 //
 // Torch-free. On a terminal it redraws one line in place; elsewhere (a SLURM log file) it writes
-// a plain line at most every `plain_line_seconds`, so logs stay small.
+// a plain line at most every `plain_line_seconds`, so logs stay small, and never two lines for the
+// same step: a stage's last step is written once, by finish().
 #pragma once
 
 #include <cstdint>
@@ -54,9 +55,11 @@ class ProgressBar {
   /// left open by a stage that was not finished is kept and a new one begun.
   void start(const std::string& stage, int epoch, int64_t total);
   /// Records that `done` steps are complete; draws only when the refresh interval has passed,
-  /// so a throttled call costs a clock read and a compare.
+  /// so a throttled call costs a clock read and a compare. A plain line is written only for a
+  /// step without one yet, and not for the stage's last step (finish() writes that).
   void update(int64_t done, const std::map<std::string, double>& metrics);
-  /// Draws the stage's final line, whatever the throttle says; on a terminal it ends the line.
+  /// Draws the stage's final line, whatever the throttle says (unless a plain line just said the
+  /// same step and values); on a terminal it ends the line.
   void finish(const std::map<std::string, double>& metrics);
   /// Writes a message line; on a terminal the bar is cleared first and redrawn after it.
   void print(const std::string& line);
@@ -69,7 +72,11 @@ class ProgressBar {
   int epoch() const { return epoch_; }
 
  private:
+  /// The text after the counts: ", loss=0.4123" and the note.
+  std::string postfix(const std::map<std::string, double>& metrics) const;
   std::string render(double now, const std::map<std::string, double>& metrics) const;
+  /// Draws the line for `now` and, in plain mode, remembers what it said.
+  void show(double now, const std::map<std::string, double>& metrics);
   std::string render_tty(double elapsed, const std::string& postfix) const;
   std::string render_plain(double elapsed, const std::string& postfix) const;
   void draw(const std::string& line);
@@ -91,6 +98,10 @@ class ProgressBar {
   bool line_open_ = false;
   std::string last_line_;
   std::string note_;
+  // Plain mode: the step and the values of the last line written in this stage, so that no step
+  // is written twice (a tick and the stage's end at the same step).
+  int64_t printed_done_ = -1;
+  std::string printed_postfix_;
 };
 
 /// The bar a Trainer stage draws to `console` (a terminal's redraws or a log's lines, as the

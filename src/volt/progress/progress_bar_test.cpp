@@ -122,6 +122,38 @@ TEST(ProgressBar, FinishAlwaysWritesTheFinalLine) {
   EXPECT_EQ(h.out.str(), "Epoch 0: 10/10 (100%) 5.00 it/s, elapsed 00:02, ETA 00:00, loss=0.25\n");
 }
 
+TEST(ProgressBar, PlainModeNeverWritesTheSameStepTwice) {
+  // The epoch's last batch comes after the interval: its line is finish()'s alone, though the
+  // loop's update (and its forced one at the epoch's end) came first.
+  Harness h(plain_options());
+  h.bar.start("Epoch 0", 0, 10);
+  h.now = 31;
+  h.bar.update(10, {{"loss", 0.25}});
+  h.bar.update(10, {{"loss", 0.25}});
+  h.bar.finish({{"loss", 0.25}, {"val/acc", 0.5}});
+  EXPECT_EQ(h.count("Epoch 0: 10/10"), 1) << h.out.str();
+  EXPECT_EQ(h.count("val/acc=0.5"), 1) << h.out.str();
+
+  // An epoch cut short (max_steps) ends at the step a tick just wrote, with the same values.
+  h.out.str("");
+  h.bar.start("Epoch 1", 1, 10);
+  h.now = 62;
+  h.bar.update(4, {{"loss", 0.5}});
+  h.bar.update(4, {{"loss", 0.5}});
+  h.now = 93;
+  h.bar.update(4, {{"loss", 0.5}});
+  h.bar.finish({{"loss", 0.5}});
+  EXPECT_EQ(h.count("Epoch 1: 4/10"), 1) << h.out.str();
+
+  // A validation bar's last batch, then its metrics.
+  h.out.str("");
+  h.bar.start("Validation", 1, 3);
+  h.now = 124;
+  h.bar.update(3, {});
+  h.bar.finish({{"val/loss", 0.125}});
+  EXPECT_EQ(h.out.str(), "Validation: 3/3 (100%) 10.3 s/it, elapsed 00:31, ETA 00:00, val/loss=0.125\n");
+}
+
 TEST(ProgressBar, FinishEndsTheTerminalLine) {
   ProgressBarOptions options = tty_options();
   options.width = 44;  // a bar of 10 columns
