@@ -11,12 +11,19 @@ import pickletools
 import re
 import subprocess
 import zipfile
+from pathlib import Path
 
 import numpy as np
 import pytest
 import torch
 
+from volt_testkit import require
+
 TOOL = os.environ.get("CHECKPOINT_INTEROP_TOOL")
+# PyPI's torch 2.x, which scripts/setup.sh installs in a folder of its own for tests/e2e/test_torchrun.py
+# (keep in step with VOLT_TORCHRUN_PYTHONPATH there); its wheel loads the CUDA toolkit's libraries.
+TORCH2_PYTHONPATH = Path(os.environ.get("VOLT_TORCHRUN_PYTHONPATH", "/opt/volt/python-torchrun"))
+CUDA_LIBRARIES = Path("/usr/local/cuda/lib64")
 
 # Globals Python's own torch.save of a dict of plain values and tensors references.
 ALLOWED_GLOBALS = {"torch._utils _rebuild_tensor_v2", "collections OrderedDict"}
@@ -145,15 +152,37 @@ def test_our_pickle_references_only_the_globals_torch_save_does(ours):
     assert opcodes <= WEIGHTS_ONLY_OPCODES, opcodes - WEIGHTS_ONLY_OPCODES
 
 
+# torch.load(weights_only=True) of the checkpoint in another interpreter; prints what it read as JSON.
+WEIGHTS_ONLY_LOAD = """
+import json, sys, torch
+checkpoint = torch.load(sys.argv[1], weights_only=True)
+print(json.dumps({"torch": torch.__version__, "lr": checkpoint["hyper_parameters"]["lr"],
+                  "scale": checkpoint["state_dict"]["scale"].tolist()}))
+"""
+
+
 def test_python_weights_only_load_reads_our_checkpoint(ours):
     ckpt, _ = ours
-    if torch_major() < 2:
-        # torch 1.13's weights-only unpickler lacks BINFLOAT, so it cannot read any float
-        # (not even Python's own checkpoints); the globals and opcodes test above stands in.
-        pytest.skip(f"torch {torch.__version__}: weights_only loader predates float support")
-    checkpoint = torch.load(ckpt, weights_only=True)
-    assert checkpoint["hyper_parameters"]["lr"] == 0.001
-    assert torch.equal(checkpoint["state_dict"]["scale"], torch.tensor([0.5, -1.25]))
+    if torch_major() >= 2:
+        checkpoint = torch.load(ckpt, weights_only=True)
+        assert checkpoint["hyper_parameters"]["lr"] == 0.001
+        assert torch.equal(checkpoint["state_dict"]["scale"], torch.tensor([0.5, -1.25]))
+        return
+    # torch 1.13's weights-only unpickler lacks BINFLOAT, so it cannot read any float (not even
+    # Python's own checkpoints): the load runs under PyPI's torch 2.x instead.
+    require((TORCH2_PYTHONPATH / "torch").is_dir(),
+            f"torch {torch.__version__} cannot load weights_only, and no torch 2.x is installed in "
+            f"{TORCH2_PYTHONPATH}: run scripts/setup.sh (or set VOLT_TORCHRUN_PYTHONPATH)")
+    require(CUDA_LIBRARIES.is_dir(), f"PyPI's torch wheel needs the CUDA toolkit's libraries ({CUDA_LIBRARIES})")
+    env = dict(os.environ, PYTHONPATH=str(TORCH2_PYTHONPATH), PYTHONDONTWRITEBYTECODE="1",
+               LD_LIBRARY_PATH=":".join(filter(None, [str(CUDA_LIBRARIES), os.environ.get("LD_LIBRARY_PATH")])))
+    loaded = subprocess.run(["/usr/bin/python3", "-c", WEIGHTS_ONLY_LOAD, str(ckpt)], capture_output=True, text=True,
+                            env=env, timeout=180)
+    assert loaded.returncode == 0, loaded.stderr
+    result = json.loads(loaded.stdout.splitlines()[-1])
+    assert result["torch"].startswith("2."), result  # the torch 2.x of that folder, not Debian's
+    assert result["lr"] == 0.001
+    assert result["scale"] == [0.5, -1.25]
 
 
 def python_checkpoint():
