@@ -12,28 +12,6 @@
 namespace volt {
 namespace {
 
-constexpr AcceleratorRequest kAccelerators[] = {AcceleratorRequest::kAuto, AcceleratorRequest::kCpu,
-                                                AcceleratorRequest::kGpu};
-constexpr StrategyRequest kStrategies[] = {StrategyRequest::kAuto, StrategyRequest::kSingleDevice,
-                                           StrategyRequest::kDdp,  StrategyRequest::kDdpFindUnusedParametersTrue,
-                                           StrategyRequest::kDp,   StrategyRequest::kDdp2,
-                                           StrategyRequest::kFsdp, StrategyRequest::kPipeline};
-constexpr ShardingStrategy kShardingStrategies[] = {ShardingStrategy::kFullShard, ShardingStrategy::kShardGradOp,
-                                                    ShardingStrategy::kNoShard};
-constexpr StateDictType kStateDictTypes[] = {StateDictType::kFull, StateDictType::kSharded};
-constexpr ProfilerKind kProfilerKinds[] = {ProfilerKind::kSimple, ProfilerKind::kPytorch};
-constexpr PipelineSchedule kPipelineSchedules[] = {PipelineSchedule::kGPipe, PipelineSchedule::k1F1B};
-constexpr Precision kPrecisions[] = {Precision::k32True,    Precision::k64True, Precision::k16Mixed,
-                                     Precision::kBf16Mixed, Precision::k16True, Precision::kBf16True};
-constexpr AmpLevel kAmpLevels[] = {AmpLevel::kO0, AmpLevel::kO1, AmpLevel::kO2, AmpLevel::kO3};
-constexpr ProcessGroupBackend kBackends[] = {ProcessGroupBackend::kAuto, ProcessGroupBackend::kGloo,
-                                             ProcessGroupBackend::kNccl};
-constexpr GradientClipAlgorithm kClipAlgorithms[] = {GradientClipAlgorithm::kNorm, GradientClipAlgorithm::kValue};
-constexpr DeterministicMode kDeterministicModes[] = {DeterministicMode::kOff, DeterministicMode::kOn,
-                                                     DeterministicMode::kWarn};
-constexpr RequeueSignal kRequeueSignals[] = {RequeueSignal::kSigUsr1, RequeueSignal::kSigUsr2, RequeueSignal::kSigHup,
-                                             RequeueSignal::kSigAlrm, RequeueSignal::kSigQuit, RequeueSignal::kSigCont};
-
 /// The value of `values` whose to_string is `text` (case and spaces ignored), if any.
 template <typename E, std::size_t N>
 std::optional<E> find_named(const std::string& text, const E (&values)[N]) {
@@ -76,7 +54,8 @@ const char* to_string(AcceleratorRequest accelerator) {
 
 AcceleratorRequest parse_accelerator_request(const std::string& text) {
   if (to_lower(trim(text)) == "cuda") return AcceleratorRequest::kGpu;
-  return parse_named(text, kAccelerators, "accelerator", quoted_names(kAccelerators) + ", 'cuda' (an alias of 'gpu')",
+  return parse_named(text, kAcceleratorRequests, "accelerator",
+                     quoted_names(kAcceleratorRequests) + ", 'cuda' (an alias of 'gpu')",
                      "'auto' picks the GPUs when any is visible, else the CPU.");
 }
 
@@ -103,7 +82,7 @@ const char* to_string(StrategyRequest strategy) {
 }
 
 StrategyRequest parse_strategy_request(const std::string& text) {
-  return parse_named(text, kStrategies, "strategy", quoted_names(kStrategies),
+  return parse_named(text, kStrategyRequests, "strategy", quoted_names(kStrategyRequests),
                      "use 'ddp' for several processes, or 'auto' to pick it when devices x num_nodes > 1.");
 }
 
@@ -203,7 +182,8 @@ const char* to_string(ProcessGroupBackend backend) {
 }
 
 ProcessGroupBackend parse_process_group_backend(const std::string& text) {
-  return parse_named(text, kBackends, "process_group_backend", quoted_names(kBackends) + " ('nccl' in CUDA builds)",
+  return parse_named(text, kProcessGroupBackends, "process_group_backend",
+                     quoted_names(kProcessGroupBackends) + " ('nccl' in CUDA builds)",
                      "'auto' picks nccl for GPUs and gloo for CPUs.");
 }
 
@@ -305,7 +285,7 @@ std::string to_string_pipeline_balance(const std::optional<std::vector<int64_t>>
 }
 
 GradientClipAlgorithm parse_gradient_clip_algorithm(const std::string& text) {
-  return parse_named(text, kClipAlgorithms, "gradient_clip_algorithm", quoted_names(kClipAlgorithms),
+  return parse_named(text, kGradientClipAlgorithms, "gradient_clip_algorithm", quoted_names(kGradientClipAlgorithms),
                      "'norm' (the default) scales gradients to a total norm; 'value' clamps each element.");
 }
 

@@ -6,6 +6,7 @@
 // and a HINT. No LibTorch.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 #include <optional>
 #include <string>
@@ -23,6 +24,9 @@ enum class AcceleratorRequest {
 const char* to_string(AcceleratorRequest accelerator);
 /// Parses "auto", "cpu", "gpu" or its alias "cuda".
 AcceleratorRequest parse_accelerator_request(const std::string& text);
+/// Every AcceleratorRequest, in the order help texts and messages list them.
+inline constexpr AcceleratorRequest kAcceleratorRequests[] = {AcceleratorRequest::kAuto, AcceleratorRequest::kCpu,
+                                                              AcceleratorRequest::kGpu};
 
 /// How the user asks the Trainer to spread the work (TrainerOptions::strategy).
 enum class StrategyRequest {
@@ -40,6 +44,12 @@ enum class StrategyRequest {
 const char* to_string(StrategyRequest strategy);
 /// Parses one of the names to_string writes.
 StrategyRequest parse_strategy_request(const std::string& text);
+/// Every StrategyRequest, in the order help texts and messages list them.
+inline constexpr StrategyRequest kStrategyRequests[] = {
+    StrategyRequest::kAuto, StrategyRequest::kSingleDevice,
+    StrategyRequest::kDdp,  StrategyRequest::kDdpFindUnusedParametersTrue,
+    StrategyRequest::kDp,   StrategyRequest::kDdp2,
+    StrategyRequest::kFsdp, StrategyRequest::kPipeline};
 
 /// The numeric precision of parameters and computation (Lightning's `precision=`).
 enum class Precision {
@@ -60,6 +70,9 @@ Precision parse_precision(const std::string& text);
 bool is_mixed(Precision precision);
 /// `precisions` for messages, with their aliases: "'32-true' (alias 32), '16-true'".
 std::string describe_precisions(const std::vector<Precision>& precisions);
+/// Every Precision, in the order help texts and messages list them.
+inline constexpr Precision kPrecisions[] = {Precision::k32True,    Precision::k64True, Precision::k16Mixed,
+                                            Precision::kBf16Mixed, Precision::k16True, Precision::kBf16True};
 
 /// Apex's optimization levels, which the seed documents (Lightning 0.x) set with use_amp.
 enum class AmpLevel {
@@ -72,6 +85,8 @@ enum class AmpLevel {
 const char* to_string(AmpLevel level);
 /// Parses "O0".."O3" (the letter O, any case).
 AmpLevel parse_amp_level(const std::string& text);
+/// Every AmpLevel, in order.
+inline constexpr AmpLevel kAmpLevels[] = {AmpLevel::kO0, AmpLevel::kO1, AmpLevel::kO2, AmpLevel::kO3};
 
 /// The c10d backend the user asks ddp to use (TrainerOptions::process_group_backend).
 enum class ProcessGroupBackend {
@@ -83,6 +98,9 @@ enum class ProcessGroupBackend {
 const char* to_string(ProcessGroupBackend backend);
 /// Parses "auto", "gloo" or "nccl".
 ProcessGroupBackend parse_process_group_backend(const std::string& text);
+/// Every ProcessGroupBackend, in the order help texts and messages list them.
+inline constexpr ProcessGroupBackend kProcessGroupBackends[] = {ProcessGroupBackend::kAuto, ProcessGroupBackend::kGloo,
+                                                                ProcessGroupBackend::kNccl};
 
 /// What strategy='fsdp' shards over the processes (PyTorch's ShardingStrategy, lower case).
 enum class ShardingStrategy {
@@ -94,6 +112,9 @@ enum class ShardingStrategy {
 const char* to_string(ShardingStrategy strategy);
 /// Parses one of the names to_string writes, in any case (PyTorch's "SHARD_GRAD_OP" too).
 ShardingStrategy parse_sharding_strategy(const std::string& text);
+/// Every ShardingStrategy, in the order help texts and messages list them.
+inline constexpr ShardingStrategy kShardingStrategies[] = {ShardingStrategy::kFullShard, ShardingStrategy::kShardGradOp,
+                                                           ShardingStrategy::kNoShard};
 
 /// How strategy='fsdp' writes a checkpoint's optimizer state (Lightning's FSDPStrategy
 /// state_dict_type).
@@ -105,6 +126,8 @@ enum class StateDictType {
 const char* to_string(StateDictType type);
 /// Parses "full" or "sharded", in any case.
 StateDictType parse_state_dict_type(const std::string& text);
+/// Every StateDictType, in order.
+inline constexpr StateDictType kStateDictTypes[] = {StateDictType::kFull, StateDictType::kSharded};
 
 /// What the Trainer's profiler makes of the actions it times (TrainerOptions::profiler,
 /// Lightning's `profiler=`). Unset: the actions are still timed (the straggler report reads
@@ -117,6 +140,8 @@ enum class ProfilerKind {
 const char* to_string(ProfilerKind kind);
 /// Parses "simple" or "pytorch", in any case.
 ProfilerKind parse_profiler_kind(const std::string& text);
+/// Every ProfilerKind, in order.
+inline constexpr ProfilerKind kProfilerKinds[] = {ProfilerKind::kSimple, ProfilerKind::kPytorch};
 
 /// The order in which each pipeline stage runs its micro-batches' forward and backward passes
 /// (TrainerOptions::pipeline_schedule, volt::Pipeline::train_step).
@@ -128,6 +153,8 @@ enum class PipelineSchedule {
 const char* to_string(PipelineSchedule schedule);
 /// Parses "gpipe" or "1f1b" (any case); throws volt::Error with the supported names.
 PipelineSchedule parse_pipeline_schedule(const std::string& text);
+/// Every PipelineSchedule, in order.
+inline constexpr PipelineSchedule kPipelineSchedules[] = {PipelineSchedule::kGPipe, PipelineSchedule::k1F1B};
 
 /// Parses --pipeline-balance: "auto" (nullopt) or layer counts per stage, "2,1,3"; throws
 /// volt::Error with a HINT for anything else (a count below 1, a word).
@@ -144,6 +171,9 @@ enum class GradientClipAlgorithm {
 const char* to_string(GradientClipAlgorithm algorithm);
 /// Parses "norm" or "value".
 GradientClipAlgorithm parse_gradient_clip_algorithm(const std::string& text);
+/// Every GradientClipAlgorithm, in order.
+inline constexpr GradientClipAlgorithm kGradientClipAlgorithms[] = {GradientClipAlgorithm::kNorm,
+                                                                    GradientClipAlgorithm::kValue};
 
 /// Whether LibTorch may only use deterministic algorithms during a stage (Lightning's
 /// `deterministic=`: false, true or "warn").
@@ -157,6 +187,9 @@ const char* to_string(DeterministicMode mode);
 /// Parses "false", "true" or "warn", and the boolean words configs use ("yes"/"no", "on"/"off",
 /// "1"/"0").
 DeterministicMode parse_deterministic_mode(const std::string& text);
+/// Every DeterministicMode, in order.
+inline constexpr DeterministicMode kDeterministicModes[] = {DeterministicMode::kOff, DeterministicMode::kOn,
+                                                            DeterministicMode::kWarn};
 
 /// The signal SLURM sends before the time limit that makes the Trainer save and requeue its job
 /// (`#SBATCH --signal=USR1@90`). SIGTERM and SIGINT are not among them: they already stop the run.
@@ -175,5 +208,21 @@ const char* to_string(RequeueSignal signal);
 RequeueSignal parse_requeue_signal(const std::string& text);
 /// The signal's number on this system (SIGUSR1 for kSigUsr1).
 int signal_number(RequeueSignal signal);
+/// Every RequeueSignal, in the order help texts and messages list them.
+inline constexpr RequeueSignal kRequeueSignals[] = {RequeueSignal::kSigUsr1, RequeueSignal::kSigUsr2,
+                                                    RequeueSignal::kSigHup,  RequeueSignal::kSigAlrm,
+                                                    RequeueSignal::kSigQuit, RequeueSignal::kSigCont};
+
+/// "a, b or c": the names to_string writes for `values` (one of the lists above), for help texts
+/// generated from the lists, so that a new enumerator shows in --help by itself.
+template <typename E, std::size_t N>
+std::string names_or(const E (&values)[N]) {
+  std::string text;
+  for (std::size_t i = 0; i < N; ++i) {
+    if (i > 0) text += i + 1 == N ? " or " : ", ";
+    text += to_string(values[i]);
+  }
+  return text;
+}
 
 }  // namespace volt

@@ -156,31 +156,33 @@ void add_trainer_flags(CLI::App& app, TrainerOptions& o, TrainerFlagText& t) {
   // The group is the config section: these flags are the keys under `trainer:`.
   const std::string previous_group = app.option_defaults()->get_group();
   app.option_defaults()->group(kTrainerGroup);
-  app.add_option("--accelerator", t.accelerator, "auto (the GPUs when any is visible), cpu, gpu or cuda");
+  // The enum flags' values come from the enums' lists, so a new value shows in --help by itself.
+  app.add_option("--accelerator", t.accelerator,
+                 names_or(kAcceleratorRequests) + " (alias cuda); auto: the GPUs when any is visible");
   app.add_option("--devices", t.devices, "devices per node: a count, -1, auto, or a list 0,1");
   app.add_option("--gpus", t.gpus, "CUDA devices (the seed documents' name): a count, -1, or a list 0,1");
   app.add_option("--strategy,--distributed-backend", t.strategy,
-                 "auto, single_device, ddp, ddp_find_unused_parameters_true, dp, ddp2 or fsdp (--distributed-backend: "
-                 "the old name)");
+                 names_or(kStrategyRequests) + " (--distributed-backend: the old name)");
   app.add_option("--sharding-strategy", t.sharding_strategy,
-                 "fsdp: shard_grad_op (default), full_shard (also the parameters of the volt::FsdpUnit layers) or "
-                 "no_shard");
+                 "fsdp: " + names_or(kShardingStrategies) +
+                     "; default shard_grad_op; full_shard also shards the parameters of the volt::FsdpUnit layers");
   app.add_option("--fsdp-min-unit-params", t.fsdp_min_unit_params,
                  "fsdp full_shard: a volt::FsdpUnit with fewer parameter elements is not a unit of its own "
                  "(default 0)");
   app.add_option("--state-dict-type", t.state_dict_type,
-                 "fsdp: checkpoints' optimizer state gathered into one file (full, default) or a file per process "
-                 "(sharded)");
+                 "fsdp: " + names_or(kStateDictTypes) +
+                     ": checkpoints' optimizer state gathered into one file (full, default) or a file per process");
   app.add_option("--pipeline-balance", t.pipeline_balance,
                  "pipeline: layers per stage (e.g. 2,1,3), or auto (measured on the first batch)");
   app.add_option("--pipeline-chunks", t.pipeline_chunks, "pipeline: micro-batches per batch (default 8)");
-  app.add_option("--pipeline-schedule", t.pipeline_schedule,
-                 "pipeline: gpipe or 1f1b, the micro-batches' order in Pipe::train_step (default gpipe)");
+  app.add_option(
+      "--pipeline-schedule", t.pipeline_schedule,
+      "pipeline: " + names_or(kPipelineSchedules) + ", the micro-batches' order in Pipe::train_step (default gpipe)");
   app.add_flag("--find-unused-parameters", o.find_unused_parameters, "ddp: allow parameters without gradients");
   app.add_flag("--sync-batchnorm", o.sync_batchnorm, "ddp: BatchNorm statistics over the global batch (SyncBatchNorm)");
   app.add_option("--bucket-cap-mb", o.bucket_cap_mb, "ddp: gradient bucket size in MiB")->capture_default_str();
   app.add_option("--process-group-backend", t.process_group_backend,
-                 "ddp: auto (nccl on GPUs, gloo on CPUs), gloo or nccl");
+                 "ddp: " + names_or(kProcessGroupBackends) + "; auto: nccl on GPUs, gloo on CPUs");
   app.add_option("--process-group-timeout", o.process_group_timeout, "ddp: seconds a collective may wait")
       ->capture_default_str();
   app.add_option("--join-timeout", o.join_timeout, "ddp: seconds to wait for every rank to join")
@@ -188,9 +190,10 @@ void add_trainer_flags(CLI::App& app, TrainerOptions& o, TrainerFlagText& t) {
   app.add_flag("--use-distributed-sampler,--replace-sampler-ddp,!--no-distributed-sampler", o.use_distributed_sampler,
                "shard the loaders across processes (default on)");
   app.add_option("--precision", t.precision,
-                 "32-true (32), 64-true (64), 16-mixed (16), bf16-mixed (bf16), 16-true or bf16-true");
+                 names_or(kPrecisions) + " (aliases 32, 64, 16 for 16-mixed, bf16 for bf16-mixed)");
   app.add_flag("--use-amp", o.use_amp, "seed documents: precision 16-mixed (prints what it became)");
-  app.add_option("--amp-level", t.amp_level, "seed documents: apex level O0, O1, O2 or O3 (mapped to a precision)");
+  app.add_option("--amp-level", t.amp_level,
+                 "seed documents: apex level " + names_or(kAmpLevels) + " (mapped to a precision)");
   app.add_option("--num-nodes,--nb-gpu-nodes", o.num_nodes, "nodes in the job (--nb-gpu-nodes: the old name)")
       ->capture_default_str();
   app.add_option("--num-threads", t.num_threads, "intra-op threads per process (0 or unset: automatic)");
@@ -223,7 +226,7 @@ void add_trainer_flags(CLI::App& app, TrainerOptions& o, TrainerFlagText& t) {
   app.add_option("--accumulate-grad-batches", o.accumulate_grad_batches, "batches per optimizer step")
       ->capture_default_str();
   app.add_option("--gradient-clip-val", t.gradient_clip_val, "clip gradients to this value");
-  app.add_option("--gradient-clip-algorithm", t.gradient_clip_algorithm, "norm or value");
+  app.add_option("--gradient-clip-algorithm", t.gradient_clip_algorithm, names_or(kGradientClipAlgorithms));
   app.add_option("--seed", t.seed, "seed LibTorch and the loaders");
   // A flag that also takes a word: --deterministic, --deterministic=false, --deterministic=warn. Its
   // type name lists the words, which config files (cli_config) accept for it.
@@ -234,7 +237,8 @@ void add_trainer_flags(CLI::App& app, TrainerOptions& o, TrainerFlagText& t) {
   app.add_option("--default-root-dir", o.default_root_dir, "where logs and checkpoints go (default: .)");
   app.add_option("--log-every-n-steps", o.log_every_n_steps, "log step metrics every N steps")->capture_default_str();
   app.add_option("--profiler", t.profiler,
-                 "simple (time per action, a table per stage) or pytorch (also a Chrome trace of a few steps)");
+                 names_or(kProfilerKinds) +
+                     "; simple: time per action, a table per stage; pytorch: also a Chrome trace of a few steps");
   app.add_option("--profiler-wait", o.profiler_wait, "profiler=pytorch: steps skipped before tracing")
       ->capture_default_str();
   app.add_option("--profiler-warmup", o.profiler_warmup, "profiler=pytorch: steps traced and thrown away")
@@ -267,7 +271,8 @@ void add_trainer_flags(CLI::App& app, TrainerOptions& o, TrainerFlagText& t) {
   app.add_option("--ckpt-path", o.ckpt_path, "resume from last, best or a checkpoint file");
   app.add_flag("--auto-requeue,!--no-auto-requeue", o.auto_requeue,
                "SLURM: on the requeue signal save an HPC checkpoint and requeue the job (default on)");
-  app.add_option("--requeue-signal", t.requeue_signal, "SLURM: the requeue signal (SIGUSR1, SIGUSR2, ...)");
+  app.add_option("--requeue-signal", t.requeue_signal,
+                 "SLURM: the requeue signal, " + names_or(kRequeueSignals) + " (with or without SIG, or its number)");
   app.add_flag("--checkpoint-on-sigterm,!--no-checkpoint-on-sigterm", o.checkpoint_on_sigterm,
                "SLURM: save an HPC checkpoint on SIGTERM before stopping (default on)");
   app.add_option("--hpc-checkpoint-dir", o.hpc_checkpoint_dir, "where HPC checkpoints go (default: the root dir)");

@@ -4,6 +4,8 @@
 #include <unistd.h>
 
 #include <fstream>
+#include <regex>
+#include <set>
 
 #include "volt/core/testing.h"
 #include "volt/loggers/hparams_yaml.h"
@@ -52,6 +54,46 @@ TEST(TrainerFlags, EnumFlagsParseIntoTheOptionEnums) {
   EXPECT_EQ(o.requeue_signal, RequeueSignal::kSigUsr2);
   EXPECT_EQ(o.gradient_clip_algorithm, GradientClipAlgorithm::kValue);
   EXPECT_EQ(Flags().parse({"--distributed-backend", "dp"}).strategy, StrategyRequest::kDp);
+}
+
+/// The words of `text` (names such as "ddp_find_unused_parameters_true", "16-true", "1f1b").
+std::set<std::string> words_of(const std::string& text) {
+  std::set<std::string> words;
+  const std::regex word("[A-Za-z0-9_-]+");
+  for (auto it = std::sregex_iterator(text.begin(), text.end(), word); it != std::sregex_iterator(); ++it)
+    words.insert(it->str());
+  return words;
+}
+
+/// Expects `flag`'s --help text to name every value of `values`.
+template <typename E, std::size_t N>
+void expect_help_lists(const Flags& flags, const std::string& flag, const E (&values)[N]) {
+  const std::string help = flags.app.get_option(flag)->get_description();
+  const std::set<std::string> words = words_of(help);
+  for (const E value : values)
+    EXPECT_EQ(words.count(to_string(value)), 1u) << flag << " omits " << to_string(value) << ": " << help;
+}
+
+TEST(TrainerFlags, EveryEnumFlagsHelpListsEveryValue) {
+  const Flags flags;
+  expect_help_lists(flags, "--accelerator", kAcceleratorRequests);
+  expect_help_lists(flags, "--strategy", kStrategyRequests);
+  expect_help_lists(flags, "--sharding-strategy", kShardingStrategies);
+  expect_help_lists(flags, "--state-dict-type", kStateDictTypes);
+  expect_help_lists(flags, "--pipeline-schedule", kPipelineSchedules);
+  expect_help_lists(flags, "--precision", kPrecisions);
+  expect_help_lists(flags, "--amp-level", kAmpLevels);
+  expect_help_lists(flags, "--process-group-backend", kProcessGroupBackends);
+  expect_help_lists(flags, "--profiler", kProfilerKinds);
+  expect_help_lists(flags, "--gradient-clip-algorithm", kGradientClipAlgorithms);
+  expect_help_lists(flags, "--requeue-signal", kRequeueSignals);
+  // --deterministic takes no value of its own (it is a flag that also takes a word): its type
+  // name lists the words.
+  const std::set<std::string> words = words_of(flags.app.get_option("--deterministic")->get_type_name());
+  for (const DeterministicMode mode : kDeterministicModes)
+    EXPECT_EQ(words.count(to_string(mode)), 1u) << to_string(mode);
+  const std::set<std::string> log_model = words_of(flags.app.get_option("--mlflow-log-model")->get_description());
+  for (const char* value : {"none", "end", "all"}) EXPECT_EQ(log_model.count(value), 1u) << value;
 }
 
 TEST(TrainerFlags, DebuggingFlagsFillTheirOptions) {
