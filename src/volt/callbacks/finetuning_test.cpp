@@ -46,8 +46,8 @@ double group_lr(const torch::optim::Optimizer& optimizer, size_t group) {
 }
 
 /// A module, the callback's view of it and its one optimizer (built after the freeze).
-struct Rig {
-  explicit Rig(BaseFinetuning& finetuning, double lr = 0.1) {
+struct FinetuningRig {
+  explicit FinetuningRig(BaseFinetuning& finetuning, double lr = 0.1) {
     finetuning.on_before_configure_optimizers(net);
     optimizers.push_back(trainable_sgd(net, lr));
     context.module = &net;
@@ -122,7 +122,7 @@ TEST(BaseFinetuning, UnfreezeWithoutTrainBnKeepsBatchNormFrozenAndOutOfTheGroup)
 
 TEST(BackboneFinetuning, FreezesTheBackboneThenUnfreezesItAtItsEpochWithARisingAlignedRate) {
   BackboneFinetuning finetuning({.unfreeze_backbone_at_epoch = 2});
-  Rig rig(finetuning);
+  FinetuningRig rig(finetuning);
   EXPECT_EQ(trainable(rig.net).size(), 4u);  // head + BatchNorm (train_bn)
   EXPECT_EQ(rig.optimizer().param_groups().size(), 1u);
   std::vector<double> backbone_lrs;
@@ -147,7 +147,7 @@ TEST(BackboneFinetuning, TakesAnInitialRateALambdaAndMayPassTheHeadWithoutAlignm
                                  .lambda_func = [](int64_t epoch) { return static_cast<double>(epoch); },
                                  .backbone_initial_lr = 0.05,
                                  .should_align = false});
-  Rig rig(finetuning);
+  FinetuningRig rig(finetuning);
   rig.start_epoch(finetuning, 0);
   EXPECT_DOUBLE_EQ(group_lr(rig.optimizer(), 1), 0.05);
   rig.start_epoch(finetuning, 1);
@@ -160,7 +160,7 @@ TEST(BackboneFinetuning, TakesAnInitialRateALambdaAndMayPassTheHeadWithoutAlignm
 TEST(BackboneFinetuning, AnEpochAlreadyFinetunedIsNotFinetunedAgain) {
   // A resume inside an epoch starts it again: its rate must not be multiplied twice.
   BackboneFinetuning finetuning({.unfreeze_backbone_at_epoch = 0});
-  Rig rig(finetuning);
+  FinetuningRig rig(finetuning);
   rig.start_epoch(finetuning, 0);
   rig.start_epoch(finetuning, 1);
   const double lr = group_lr(rig.optimizer(), 1);
@@ -171,12 +171,12 @@ TEST(BackboneFinetuning, AnEpochAlreadyFinetunedIsNotFinetunedAgain) {
 
 TEST(BackboneFinetuning, ItsStateRebuildsTheBackbonesGroupInAFreshModuleAndOptimizer) {
   BackboneFinetuning finetuning({.unfreeze_backbone_at_epoch = 1});
-  Rig rig(finetuning);
+  FinetuningRig rig(finetuning);
   for (int64_t epoch = 0; epoch < 3; ++epoch) rig.start_epoch(finetuning, epoch);
   const StateDict state = finetuning.state_dict();
 
   BackboneFinetuning resumed({.unfreeze_backbone_at_epoch = 1});
-  Rig fresh(resumed);  // frozen again, one group
+  FinetuningRig fresh(resumed);  // frozen again, one group
   resumed.load_state_dict(state);
   resumed.restore_optimizer_layout(fresh.net, fresh.optimizers);
   ASSERT_EQ(fresh.optimizer().param_groups().size(), 2u);
@@ -197,10 +197,10 @@ TEST(BackboneFinetuning, ItsStateRebuildsTheBackbonesGroupInAFreshModuleAndOptim
 
 TEST(BackboneFinetuning, AStateForAnotherOptimizerSetupIsRefusedWithAHint) {
   BackboneFinetuning finetuning({.unfreeze_backbone_at_epoch = 0});
-  Rig rig(finetuning);
+  FinetuningRig rig(finetuning);
   rig.start_epoch(finetuning, 0);
   BackboneFinetuning resumed({.unfreeze_backbone_at_epoch = 0});
-  Rig fresh(resumed);
+  FinetuningRig fresh(resumed);
   fresh.optimizers.push_back(trainable_sgd(fresh.net, 0.1));
   resumed.load_state_dict(finetuning.state_dict());
   try {

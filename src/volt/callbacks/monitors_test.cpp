@@ -13,14 +13,6 @@ namespace {
 using std::chrono::milliseconds;
 using TimePoint = std::chrono::steady_clock::time_point;
 
-/// A clock the test moves by hand.
-struct FakeClock {
-  TimePoint now{};
-  ThroughputMonitor::Clock function() {
-    return [this] { return now; };
-  }
-};
-
 CallbackContext with_batch(const Batch& batch) {
   CallbackContext context;
   context.batch = &batch;
@@ -28,9 +20,8 @@ CallbackContext with_batch(const Batch& batch) {
 }
 
 TEST(ThroughputMonitor, LogsTheRatesOfTheWindowEveryNBatches) {
-  FakeClock clock;
-  ThroughputMonitor monitor({.log_every_n_batches = 4, .window_size = 3, .flops_per_example = 1000.0},
-                            clock.function());
+  testing::ManualClock clock;
+  ThroughputMonitor monitor({.log_every_n_batches = 4, .window_size = 3, .flops_per_example = 1000.0}, clock.clock());
   testing::RecordingServices services;
   Batch batch;
   batch.data = torch::zeros({8, 2});
@@ -56,10 +47,10 @@ TEST(ThroughputMonitor, LogsTheRatesOfTheWindowEveryNBatches) {
 }
 
 TEST(ThroughputMonitor, AnEpochStartRestartsTheWindowAndABatchSizeFunctionCountsSamples) {
-  FakeClock clock;
+  testing::ManualClock clock;
   ThroughputMonitor monitor(
       {.log_every_n_batches = 2, .window_size = 10, .batch_size = [](const Batch&) { return int64_t{3}; }},
-      clock.function());
+      clock.clock());
   testing::RecordingServices services;
   Batch batch;
   batch.data = torch::zeros({8, 2});
@@ -85,9 +76,9 @@ TEST(ThroughputMonitor, RefusesAWindowThatCannotHoldARate) {
 }
 
 TEST(DeviceStatsMonitor, LogsMemoryAndTheCpuShareSinceTheLastLog) {
-  FakeClock clock;
+  testing::ManualClock clock;
   ProcessStats stats{.rss_bytes = 64 << 20, .peak_rss_bytes = 96 << 20, .cpu_seconds = 10.0};
-  DeviceStatsMonitor monitor({.log_every_n_batches = 2}, clock.function(), [&stats] { return stats; });
+  DeviceStatsMonitor monitor({.log_every_n_batches = 2}, clock.clock(), [&stats] { return stats; });
   testing::RecordingServices services;
   monitor.on_train_epoch_start({}, services);
   clock.now += std::chrono::seconds(1);

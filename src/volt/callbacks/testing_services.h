@@ -1,12 +1,27 @@
 // A recording fake of CallbackServices for callback tests.
 #pragma once
 
+#include <chrono>
+#include <functional>
 #include <optional>
 #include <set>
 
 #include "volt/callbacks/callback.h"
 
 namespace volt::testing {
+
+/// A steady clock that moves only when the test moves it, for callbacks that take a Clock.
+struct ManualClock {
+  std::chrono::steady_clock::time_point now{};
+  /// The clock to hand to the callback; it reads `now` whenever called.
+  std::function<std::chrono::steady_clock::time_point()> clock() {
+    return [this] { return now; };
+  }
+  /// Moves the clock `seconds` ahead.
+  void advance(double seconds) {
+    now += std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::duration<double>(seconds));
+  }
+};
 
 /// Records saves, removals and logged metrics instead of touching files.
 class RecordingServices : public CallbackServices {

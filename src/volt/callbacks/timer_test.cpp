@@ -10,18 +10,9 @@ namespace {
 
 using Seconds = std::chrono::duration<double>;
 
-/// A clock that moves only when the test says so.
-struct FakeClock {
-  std::chrono::steady_clock::time_point now{};
-  Timer::Clock clock() {
-    return [this] { return now; };
-  }
-  void advance(double seconds) { now += std::chrono::duration_cast<std::chrono::nanoseconds>(Seconds(seconds)); }
-};
-
 /// Runs batches of `seconds` each until the Timer stops (or `limit` batches); returns how many ran.
-int64_t batches_until_stop(Timer& timer, FakeClock& time, double seconds, testing::RecordingServices& services,
-                           int64_t limit = 100) {
+int64_t batches_until_stop(Timer& timer, testing::ManualClock& time, double seconds,
+                           testing::RecordingServices& services, int64_t limit = 100) {
   CallbackContext context;
   for (int64_t batch = 1; batch <= limit; ++batch) {
     time.advance(seconds);
@@ -32,7 +23,7 @@ int64_t batches_until_stop(Timer& timer, FakeClock& time, double seconds, testin
 }
 
 TEST(Timer, StopsAtTheFirstStepPastTheDurationAndSavesACheckpointAtTheTrainEnd) {
-  FakeClock time;
+  testing::ManualClock time;
   Timer timer({.duration = Seconds(3.5), .dirpath = "ckpts"}, time.clock());
   timer.setup({});
   testing::RecordingServices services;
@@ -50,7 +41,7 @@ TEST(Timer, StopsAtTheFirstStepPastTheDurationAndSavesACheckpointAtTheTrainEnd) 
 }
 
 TEST(Timer, AFitThatEndsInTimeSavesNothing) {
-  FakeClock time;
+  testing::ManualClock time;
   Timer timer({.duration = Seconds(100)}, time.clock());
   timer.setup({.root_dir = "root"});
   testing::RecordingServices services;
@@ -62,7 +53,7 @@ TEST(Timer, AFitThatEndsInTimeSavesNothing) {
 }
 
 TEST(Timer, RankZerosClockDecidesOnEveryProcess) {
-  FakeClock time;
+  testing::ManualClock time;
   Timer timer({.duration = Seconds(3.5)}, time.clock());
   timer.setup({});
   testing::RecordingServices services;
@@ -77,7 +68,7 @@ TEST(Timer, RankZerosClockDecidesOnEveryProcess) {
 }
 
 TEST(Timer, AResumedFitCountsTheTimeItsCheckpointRecorded) {
-  FakeClock time;
+  testing::ManualClock time;
   Timer first({.duration = Seconds(5)}, time.clock());
   first.setup({});
   testing::RecordingServices services;
@@ -95,7 +86,7 @@ TEST(Timer, AResumedFitCountsTheTimeItsCheckpointRecorded) {
 }
 
 TEST(Timer, TheEpochIntervalChecksOnlyAtEpochEnds) {
-  FakeClock time;
+  testing::ManualClock time;
   Timer timer({.duration = Seconds(1), .interval = TimerInterval::kEpoch}, time.clock());
   timer.setup({});
   testing::RecordingServices services;
@@ -106,7 +97,7 @@ TEST(Timer, TheEpochIntervalChecksOnlyAtEpochEnds) {
 }
 
 TEST(Timer, WithoutADurationItOnlyMeasures) {
-  FakeClock time;
+  testing::ManualClock time;
   Timer timer({}, time.clock());
   timer.setup({});
   testing::RecordingServices services;

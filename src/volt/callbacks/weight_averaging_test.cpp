@@ -30,8 +30,8 @@ class Holder : public LightningModule {
 };
 
 /// A module, its one SGD optimizer, and a context pointing at both.
-struct Rig {
-  explicit Rig(bool batch_norm = false, double lr = 1.0) : module(batch_norm) {
+struct AveragingRig {
+  explicit AveragingRig(bool batch_norm = false, double lr = 1.0) : module(batch_norm) {
     optimizers.push_back(std::make_shared<torch::optim::SGD>(module.parameters(), torch::optim::SGDOptions(lr)));
     context.module = &module;
     context.optimizers = &optimizers;
@@ -47,7 +47,7 @@ double weight_of(Holder& module) { return module.linear->weight[0][0].item<doubl
 
 /// Runs `swa`'s epoch starts for `epochs` epochs, the weights being epoch + 1 during epoch `epoch`'s
 /// start (so the average of epochs a..b is known), then the end of training.
-void run_swa(StochasticWeightAveraging& swa, Rig& rig, int64_t epochs, std::vector<double>* lrs = nullptr) {
+void run_swa(StochasticWeightAveraging& swa, AveragingRig& rig, int64_t epochs, std::vector<double>* lrs = nullptr) {
   swa.on_fit_start(rig.context, rig.services);
   for (int64_t epoch = 0; epoch < epochs; ++epoch) {
     rig.context.epoch = epoch;
@@ -60,7 +60,7 @@ void run_swa(StochasticWeightAveraging& swa, Rig& rig, int64_t epochs, std::vect
 }
 
 TEST(StochasticWeightAveraging, AveragesTheWeightsEachEpochStartsWithFromSwaEpochStart) {
-  Rig rig;
+  AveragingRig rig;
   StochasticWeightAveraging swa({.swa_lrs = {0.5}, .swa_epoch_start = 3});
   swa.setup({.max_epochs = 5});
   run_swa(swa, rig, 5);
@@ -71,7 +71,7 @@ TEST(StochasticWeightAveraging, AveragesTheWeightsEachEpochStartsWithFromSwaEpoc
 }
 
 TEST(StochasticWeightAveraging, AFractionStartsAtThatPartOfMaxEpochs) {
-  Rig rig;
+  AveragingRig rig;
   StochasticWeightAveraging swa({.swa_lrs = {0.5}, .swa_epoch_start = 0.5});
   swa.setup({.max_epochs = 6});
   run_swa(swa, rig, 6);
@@ -80,7 +80,7 @@ TEST(StochasticWeightAveraging, AFractionStartsAtThatPartOfMaxEpochs) {
 }
 
 TEST(StochasticWeightAveraging, AStoppedRunKeepsItsOwnWeights) {
-  Rig rig;
+  AveragingRig rig;
   StochasticWeightAveraging swa({.swa_lrs = {0.5}, .swa_epoch_start = 1});
   swa.setup({.max_epochs = 5});
   swa.on_fit_start(rig.context, rig.services);
@@ -96,7 +96,7 @@ TEST(StochasticWeightAveraging, AStoppedRunKeepsItsOwnWeights) {
 
 TEST(StochasticWeightAveraging, LearningRatesFollowTorchsSwalr) {
   // SWALR(cos, anneal_epochs=2) from lr 1 to 0.2: epochs start at 1, then alpha = 0.5, then 1.
-  Rig rig(false, 1.0);
+  AveragingRig rig(false, 1.0);
   std::vector<double> lrs;
   StochasticWeightAveraging swa({.swa_lrs = {0.2}, .swa_epoch_start = 1, .annealing_epochs = 2});
   swa.setup({.max_epochs = 4});
@@ -107,7 +107,7 @@ TEST(StochasticWeightAveraging, LearningRatesFollowTorchsSwalr) {
   EXPECT_NEAR(lrs[2], 0.2, 1e-12);
   EXPECT_NEAR(lrs[3], 0.2, 1e-12);
 
-  Rig linear(false, 1.0);
+  AveragingRig linear(false, 1.0);
   lrs.clear();
   StochasticWeightAveraging lin(
       {.swa_lrs = {0.2}, .swa_epoch_start = 1, .annealing_epochs = 4, .annealing_strategy = "linear"});
@@ -116,7 +116,7 @@ TEST(StochasticWeightAveraging, LearningRatesFollowTorchsSwalr) {
   EXPECT_NEAR(lrs[1], 0.25 * 0.2 + 0.75 * 1.0, 1e-12);
   EXPECT_NEAR(lrs[2], 0.5 * 0.2 + 0.5 * 1.0, 1e-12);
 
-  Rig at_once(false, 1.0);
+  AveragingRig at_once(false, 1.0);
   lrs.clear();
   StochasticWeightAveraging zero({.swa_lrs = {0.2}, .swa_epoch_start = 1, .annealing_epochs = 0});
   zero.setup({.max_epochs = 2});
@@ -125,7 +125,7 @@ TEST(StochasticWeightAveraging, LearningRatesFollowTorchsSwalr) {
 }
 
 TEST(StochasticWeightAveraging, AResumedEpochStartNeitherAveragesNorStepsAgain) {
-  Rig rig(false, 1.0);
+  AveragingRig rig(false, 1.0);
   StochasticWeightAveraging swa({.swa_lrs = {0.2}, .swa_epoch_start = 1, .annealing_epochs = 4});
   swa.setup({.max_epochs = 4});
   swa.on_fit_start(rig.context, rig.services);
@@ -147,7 +147,7 @@ TEST(StochasticWeightAveraging, AResumedEpochStartNeitherAveragesNorStepsAgain) 
 }
 
 TEST(StochasticWeightAveraging, ACustomAvgFnIsUsed) {
-  Rig rig;
+  AveragingRig rig;
   StochasticWeightAveraging swa({.swa_lrs = {0.5},
                                  .swa_epoch_start = 1,
                                  .avg_fn = [](const torch::Tensor& averaged, const torch::Tensor& current, int64_t) {
@@ -178,7 +178,7 @@ TEST(StochasticWeightAveraging, RefusesWhatItCannotHandle) {
       std::string::npos);
 
   const auto fit_start = [&message](FitInfo info, bool batch_norm, size_t optimizers, size_t lrs) {
-    Rig rig(batch_norm);
+    AveragingRig rig(batch_norm);
     while (rig.optimizers.size() < optimizers) rig.optimizers.push_back(rig.optimizers.front());
     StochasticWeightAveraging swa({.swa_lrs = std::vector<double>(lrs, 0.1)});
     swa.setup(info);
@@ -210,7 +210,7 @@ TEST(EMAWeightAveraging, ShouldUpdateFollowsLightning) {
 }
 
 TEST(EMAWeightAveraging, MovesTowardTheWeightsOncePerStepAndSwapsForValidation) {
-  Rig rig;
+  AveragingRig rig;
   rig.module.fill(0.0);
   EMAWeightAveraging ema({.decay = 0.5});
   ema.setup({});
@@ -233,7 +233,7 @@ TEST(EMAWeightAveraging, MovesTowardTheWeightsOncePerStepAndSwapsForValidation) 
 }
 
 TEST(EMAWeightAveraging, CheckpointsHoldTheAverageAsWeightsAndResumeIt) {
-  Rig rig;
+  AveragingRig rig;
   EMAWeightAveraging ema({.decay = 0.9});
   ema.setup({});
   ema.on_fit_start(rig.context, rig.services);
@@ -269,7 +269,7 @@ TEST(EMAWeightAveraging, CheckpointsHoldTheAverageAsWeightsAndResumeIt) {
   EXPECT_DOUBLE_EQ(weight_of(rig.module), 3.0);
 
   // A resume: the Trainer loads "state_dict" into the module, then the callback's state and hook.
-  Rig other;
+  AveragingRig other;
   {
     torch::NoGradGuard no_grad;
     for (auto& item : other.module.named_parameters())

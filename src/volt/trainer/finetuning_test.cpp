@@ -47,9 +47,9 @@ class FinetuneModule : public LightningModule {
 };
 
 /// The module's weights at each epoch start and the optimizer's learning rates in each epoch.
-class Recorder : public Callback {
+class FinetuningRecorder : public Callback {
  public:
-  std::string state_key() const override { return "Recorder"; }
+  std::string state_key() const override { return "FinetuningRecorder"; }
   Decision on_train_batch_start(const CallbackContext& context, CallbackServices&) override {
     if (context.batch_idx != 0) return {};
     at_epoch_start.push_back(parameters_of(*context.module));
@@ -110,7 +110,7 @@ class FinetuningTest : public TrainerTest {
 };
 
 TEST_F(FinetuningTest, TheBackboneStaysPutUntilItsEpochThenTrainsAtItsOwnRisingRate) {
-  auto recorder = std::make_shared<Recorder>();
+  auto recorder = std::make_shared<FinetuningRecorder>();
   const Weights final =
       fit({.max_epochs = 4}, {recorder, std::make_shared<BackboneFinetuning>(unfreeze_at(2))}, "", /*init_seed=*/7);
   ASSERT_EQ(recorder->at_epoch_start.size(), 4u);

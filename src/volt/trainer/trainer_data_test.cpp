@@ -141,7 +141,7 @@ DataLoader stream_loader(int64_t batch_size = 4) {
                     {.batch_size = batch_size, .shuffle = true, .shuffle_buffer = 5});
 }
 
-std::vector<torch::Tensor> parameters_of(TinyModule& module) {
+std::vector<torch::Tensor> parameter_list(TinyModule& module) {
   std::vector<torch::Tensor> out;
   for (const auto& p : module.parameters()) out.push_back(p.detach().clone());
   return out;
@@ -186,8 +186,8 @@ TEST_F(TrainerTest, AStreamResumedInsideAnEpochEndsBitIdentical) {
   const FitResult resumed = make_trainer({.max_epochs = 2, .enable_checkpointing = false})
                                 .fit(*second, stream_loader(), {}, (root_ / "ckpt" / "last.ckpt").string());
   EXPECT_EQ(resumed.global_step, 16);
-  const auto a = parameters_of(*straight);
-  const auto b = parameters_of(*second);
+  const auto a = parameter_list(*straight);
+  const auto b = parameter_list(*second);
   ASSERT_EQ(a.size(), b.size());
   for (size_t i = 0; i < a.size(); ++i) EXPECT_TRUE(torch::equal(a[i], b[i])) << "parameter " << i;
 }

@@ -14,9 +14,9 @@ using namespace volt::trainer_testing;  // NOLINT: the shared fixture and helper
 using Weights = std::map<std::string, torch::Tensor>;
 
 /// Records the module's weights where the averages read them, and the learning rate of each epoch.
-class Recorder : public Callback {
+class AveragingRecorder : public Callback {
  public:
-  std::string state_key() const override { return "Recorder"; }
+  std::string state_key() const override { return "AveragingRecorder"; }
   Decision on_train_epoch_start(const CallbackContext& context, CallbackServices&) override {
     at_epoch_start.push_back(parameters_of(*context.module));
     return {};
@@ -106,7 +106,7 @@ StochasticWeightAveragingOptions swa_options() {
 }
 
 TEST_F(WeightAveragingTest, SwaEndsWithTheAverageOfTheWeightsEachEpochFromSwaEpochStartBeganWith) {
-  auto recorder = std::make_shared<Recorder>();
+  auto recorder = std::make_shared<AveragingRecorder>();
   const Weights final = fit({.max_epochs = 4}, {recorder, std::make_shared<StochasticWeightAveraging>(swa_options())});
   ASSERT_EQ(recorder->at_epoch_start.size(), 4u);
 
@@ -178,7 +178,7 @@ TEST_F(WeightAveragingTest, ControlSwaResumedWithoutItsStateIsNotIdentical) {
 
 TEST_F(WeightAveragingTest, EmaEndsWithTheMovingAverageOfEveryStepAndValidatesWithIt) {
   constexpr double kDecay = 0.9;
-  auto recorder = std::make_shared<Recorder>();
+  auto recorder = std::make_shared<AveragingRecorder>();
   const Weights final = fit(
       {.max_epochs = 2}, {recorder, std::make_shared<EMAWeightAveraging>(EMAWeightAveragingOptions{.decay = kDecay})});
   const std::vector<Weights>& steps = recorder->after_step;
@@ -211,7 +211,7 @@ TEST_F(WeightAveragingTest, EmaEndsWithTheMovingAverageOfEveryStepAndValidatesWi
 }
 
 TEST_F(WeightAveragingTest, EmaCheckpointsHoldTheAverageAsTheirWeights) {
-  auto recorder = std::make_shared<Recorder>();
+  auto recorder = std::make_shared<AveragingRecorder>();
   fit({.max_epochs = 1}, {recorder, std::make_shared<EMAWeightAveraging>(EMAWeightAveragingOptions{.decay = 0.5})});
   const std::string path = path_ending_with(io_->paths(), "epoch=0-step=4.ckpt");
   Weights current;
@@ -224,7 +224,7 @@ TEST_F(WeightAveragingTest, EmaCheckpointsHoldTheAverageAsTheirWeights) {
 }
 
 TEST_F(WeightAveragingTest, EmaWithoutValidationSwapValidatesTheTrainedWeights) {
-  auto recorder = std::make_shared<Recorder>();
+  auto recorder = std::make_shared<AveragingRecorder>();
   fit({.max_epochs = 1}, {recorder, std::make_shared<EMAWeightAveraging>(
                                         EMAWeightAveragingOptions{.decay = 0.5, .use_average_for_validation = false})});
   ASSERT_EQ(recorder->validated_with.size(), 2u);
