@@ -12,6 +12,7 @@ usage: tidy-keys.py BUILD_DIR ROOT SALT FILE...
 import hashlib
 import json
 import os
+import shlex
 import subprocess
 import sys
 
@@ -23,8 +24,9 @@ def main():
     outputs = {}
     for path in files:
         entry = entries.get(os.path.realpath(path))
-        if entry and "output" in entry:
-            outputs[path] = entry["output"]
+        output = entry and (entry.get("output") or output_of(entry))
+        if output:
+            outputs[path] = output
     deps = read_deps(build_dir, sorted(set(outputs.values())))
     content_hashes = {}
 
@@ -52,6 +54,15 @@ def main():
             absolute = dep if os.path.isabs(dep) else os.path.realpath(os.path.join(build_dir, dep))
             digest.update(f"\n{relative(absolute)} {content_hash(absolute)}".encode())
         print(digest.hexdigest(), path)
+
+
+def output_of(entry):
+    """The object file a compile command writes (CMake 3.25 writes no "output" key)."""
+    words = entry.get("arguments") or shlex.split(entry.get("command", ""))
+    for flag, value in zip(words, words[1:]):
+        if flag == "-o":
+            return value
+    return None
 
 
 def read_deps(build_dir, outputs):
