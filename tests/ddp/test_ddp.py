@@ -64,7 +64,7 @@ def single(tmp_path, batch, steps, name="single"):
 TOLERANCE = 1e-5
 
 
-@pytest.mark.parametrize("processes", [2, 3])
+@pytest.mark.parametrize("processes", [pytest.param(2, marks=pytest.mark.compat), 3])
 def test_n_processes_with_batch_b_over_n_match_one_process_with_batch_b(tmp_path, processes):
     steps = 2  # 2 steps stay within the first 2*8*3 = 48 of 64 examples: no padding involved
     reference = single(tmp_path, 8 * processes, steps)
@@ -122,7 +122,7 @@ def external_env(kind, rank, world, local_world, port):
                       "SLURM_STEP_ID": "0", "SLURM_STEP_NUM_TASKS": str(world), "MASTER_PORT": str(port)})
 
 
-@pytest.mark.parametrize("kind", ["torchrun", "slurm", "mpi"])
+@pytest.mark.parametrize("kind", [pytest.param("torchrun", marks=pytest.mark.compat), "slurm", "mpi"])
 def test_two_nodes_of_two_processes_under_an_external_launcher(tmp_path, kind):
     reference = single(tmp_path, 32, 1)
     out = tmp_path / kind
@@ -157,6 +157,7 @@ def test_validation_metrics_do_not_count_padding(tmp_path):
 # wait out (process_group_timeout 120 s, join_timeout 60 s), not near what a run takes here: on a
 # 2-core machine at load 5 they took 6 s (throw, kill), 14 s (hang, 5 s timeout) and 9 s (never
 # joins, 5 s timeout).
+@pytest.mark.compat
 def test_a_rank_that_throws_stops_every_process_and_is_named_once(tmp_path):
     proc = run(["--devices", "2", "--max-steps", "20", "--fail-mode", "throw", "--fail-rank", "1",
                 "--fail-step", "3"], tmp_path, timeout=110)
@@ -175,7 +176,7 @@ def test_an_internal_error_on_rank_0_keeps_its_type_and_exit_code_under_ddp(tmp_
     assert "injected" in proc.stderr
 
 
-@pytest.mark.parametrize("devices", [2, 3])
+@pytest.mark.parametrize("devices", [pytest.param(2, marks=pytest.mark.compat), 3])
 def test_predict_only_under_ddp_returns_every_prediction_in_order_on_rank_0(tmp_path, devices):
     # 64 examples in batches of 7: 10 batches on one process; under ddp each rank predicts one
     # contiguous block, and rank 0 gathers all of them. Before, predict() never joined the process
@@ -199,6 +200,7 @@ def test_predict_only_under_ddp_returns_every_prediction_in_order_on_rank_0(tmp_
     assert len(rank1["index"]) // 2 < 64, "other ranks keep their own block"
 
 
+@pytest.mark.compat
 def test_a_rank_killed_with_sigkill_stops_every_process(tmp_path):
     proc = run(["--devices", "2", "--max-steps", "20", "--fail-mode", "kill", "--fail-rank", "1",
                 "--fail-step", "3"], tmp_path, timeout=110)
@@ -207,6 +209,7 @@ def test_a_rank_killed_with_sigkill_stops_every_process(tmp_path):
     assert "local rank 1" in proc.stderr and "signal 9" in proc.stderr, proc.stderr
 
 
+@pytest.mark.compat
 def test_a_hung_rank_fails_the_others_at_the_collective_timeout(tmp_path):
     proc = run(["--devices", "2", "--max-steps", "20", "--fail-mode", "hang", "--fail-rank", "1", "--fail-step", "2",
                 "--process-group-timeout", "5"], tmp_path, timeout=110)
@@ -215,7 +218,7 @@ def test_a_hung_rank_fails_the_others_at_the_collective_timeout(tmp_path):
     assert "rank 1 never reached the failed collective" in proc.stderr, proc.stderr
 
 
-@pytest.mark.parametrize("missing", [0, 1])
+@pytest.mark.parametrize("missing", [pytest.param(0, marks=pytest.mark.compat), 1])
 def test_a_rank_that_never_joins_is_named(tmp_path, missing):
     port = free_port()
     args = ["--out", str(tmp_path), "--strategy", "ddp", "--devices", "2", "--max-steps", "2", "--join-timeout", "5",
@@ -276,6 +279,7 @@ class NotAStore:
         self.sock.close()
 
 
+@pytest.mark.compat
 def test_a_missing_rank_0_is_named_when_something_else_answers_at_its_port(tmp_path):
     port = free_port()
     squatter = NotAStore(port)
@@ -359,6 +363,7 @@ def test_sigterm_while_waiting_for_the_other_ranks_ends_the_wait_at_once(tmp_pat
     assert "stopped waiting for the rendezvous" in err, err
 
 
+@pytest.mark.compat
 def test_sigterm_to_the_launcher_stops_every_rank_at_the_same_step(tmp_path):
     # SIGTERM goes once both ranks train: rank 0's CSV logger writes metrics.csv at the end of the
     # first epoch, after steps that each rank took part in (one all-reduce a step). A fixed sleep
@@ -383,7 +388,7 @@ def test_sigterm_to_the_launcher_stops_every_rank_at_the_same_step(tmp_path):
     assert flat_params(r0) == flat_params(r1)
 
 
-@pytest.mark.parametrize("first,second", [("2", "1"), ("1", "2")])
+@pytest.mark.parametrize("first,second", [pytest.param("2", "1", marks=pytest.mark.compat), ("1", "2")])
 def test_checkpoints_move_between_ddp_and_one_process(tmp_path, first, second):
     root = tmp_path / "root"
     a, b = tmp_path / "a", tmp_path / "b"
@@ -448,6 +453,7 @@ def test_the_module_may_supply_the_process_group_and_the_synchronizer(tmp_path):
     assert flat_params(r0) == flat_params(r1)
 
 
+@pytest.mark.compat
 def test_a_backbone_unfrozen_mid_run_is_synchronized_as_one_process_trains_it(tmp_path):
     # The hidden layer is frozen when ddp arms its Reducer and unfrozen at epoch 1 (4 steps an
     # epoch): without re-arming, its gradients would stay per rank and the ranks drift apart.
@@ -509,7 +515,7 @@ def test_train_time_interval_saves_at_the_same_steps_on_every_rank_by_rank_zeros
 # order: the same float tolerance as ddp.
 
 
-@pytest.mark.parametrize("replicas,batch", [(2, 12), (3, 10)])  # 6+6; 4+4+2 (weighted by size)
+@pytest.mark.parametrize("replicas,batch", [pytest.param(2, 12, marks=pytest.mark.compat), (3, 10)])  # 6+6; 4+4+2 (weighted by size)
 def test_dp_with_k_replicas_matches_one_process_on_the_same_batch(tmp_path, replicas, batch):
     steps = 3
     reference = single(tmp_path, batch, steps)
@@ -532,6 +538,7 @@ def test_dp_on_more_than_one_node_is_an_error_that_names_ddp2(tmp_path):
     assert "ddp2" in proc.stderr, proc.stderr
 
 
+@pytest.mark.compat
 def test_ddp2_two_nodes_of_two_replicas_match_one_process_on_the_global_batch(tmp_path):
     steps = 2  # 2 steps x 2 nodes x batch 8 = 32 of 64 examples: no padding involved
     reference = single(tmp_path, 16, steps)
@@ -664,7 +671,7 @@ def test_a_logged_metric_counts_every_example_once_on_1_2_and_3_processes(tmp_pa
         assert validate["val/mse"] == pytest.approx(validate["val/loss"], rel=1e-5)
 
 
-@pytest.mark.parametrize("stop_at", [2, 5])
+@pytest.mark.parametrize("stop_at", [pytest.param(2, marks=pytest.mark.compat), 5])
 def test_a_stream_resumed_mid_epoch_ends_bit_identical(tmp_path, stop_at):
     """Stopped after `stop_at` steps of epoch 0 (at 5 a process's stream is dry already) and
     resumed from the checkpoint: the same parameters as an uninterrupted run, and together the
@@ -742,6 +749,7 @@ def test_a_datamodule_prepares_once_per_node_and_the_other_processes_wait(tmp_pa
         assert result["global_step"] == 2  # 64 examples, 4 processes, batches of 8
 
 
+@pytest.mark.compat
 def test_the_module_sees_its_rank_and_gathers_rows_that_differ_per_rank(tmp_path):
     """Three processes: each module knows its place, all_gather returns every rank's own number of
     rows (rank r gives r + 1 rows of [r, 10r]) and all_reduce sums and maxes across them."""
@@ -760,6 +768,7 @@ def test_the_module_sees_its_rank_and_gathers_rows_that_differ_per_rank(tmp_path
         assert view["epochs_seen"] == [[0, 0], [1, 3]]
 
 
+@pytest.mark.compat
 def test_sync_batchnorm_makes_two_processes_with_half_batches_match_one_with_the_whole(tmp_path):
     """The probe with a SyncBatchNorm layer: 2 processes of batch 8 under --sync-batchnorm train the
     same parameters (and running statistics) as 1 process of batch 16; without it, each process

@@ -27,7 +27,7 @@ def fit(tmp_path, name, args):
     return out, proc
 
 
-@pytest.mark.parametrize("processes", [2, 3, 4])
+@pytest.mark.parametrize("processes", [pytest.param(2, marks=pytest.mark.compat), 3, 4])
 def test_shard_grad_op_matches_ddp_and_one_process_with_adam_a_scheduler_and_clipping(tmp_path, processes):
     steps = 3
     one, _ = fit(tmp_path, "one", ADAM + ["--batch-size", str(8 * processes), "--max-steps", str(steps)])
@@ -61,6 +61,7 @@ def test_shard_grad_op_with_accumulation_matches_ddp(tmp_path):
         assert_close(flat_params(a), flat_params(b), TOLERANCE)
 
 
+@pytest.mark.compat
 def test_shard_grad_op_under_bf16_mixed_matches_ddp(tmp_path):
     # bfloat16 compute under autocast on float32 parameters: the pieces are the float32 master shard.
     common = ADAM + ["--devices", "2", "--batch-size", "8", "--max-steps", "3", "--precision", "bf16-mixed"]
@@ -70,6 +71,7 @@ def test_shard_grad_op_under_bf16_mixed_matches_ddp(tmp_path):
         assert_close(flat_params(a), flat_params(b), TOLERANCE)
 
 
+@pytest.mark.compat
 def test_no_shard_is_ddp_to_the_bit(tmp_path):
     common = ADAM + ["--devices", "2", "--batch-size", "8", "--max-steps", "4"]
     ddp, _ = fit(tmp_path, "ddp", common + ["--strategy", "ddp"])
@@ -94,6 +96,7 @@ def run_limited(args, out, limit_kb):
                           timeout=300, preexec_fn=limit)
 
 
+@pytest.mark.compat
 def test_a_model_whose_optimizer_state_exceeds_a_memory_limit_trains_with_fsdp_and_fails_with_ddp(tmp_path):
     ddp, _ = fit(tmp_path, "ddp", BIG + ["--strategy", "ddp"])
     fsdp, _ = fit(tmp_path, "fsdp", BIG + ["--strategy", "fsdp"])
@@ -204,7 +207,7 @@ def shard_files(checkpoint):
     return sorted(checkpoint.parent.glob(checkpoint.name + ".*.shard*"))
 
 
-@pytest.mark.parametrize("processes", [2, 3])
+@pytest.mark.parametrize("processes", [pytest.param(2, marks=pytest.mark.compat), 3])
 def test_a_sharded_checkpoint_resumes_bit_identical_with_a_shard_per_process(tmp_path, processes):
     """Each process writes its own piece of the optimizer state beside rank 0's file, which holds
     the rest and an index instead of the whole state; a resume on as many processes reads its
@@ -309,6 +312,7 @@ def test_sigterm_saves_an_hpc_checkpoint_that_the_restarted_job_resumes_bit_iden
         assert flat_params(again) == flat_params(whole)
 
 
+@pytest.mark.compat
 def test_sigterm_saves_a_sharded_hpc_checkpoint_that_the_restarted_job_resumes_bit_identical(tmp_path):
     common = ADAM + ["--strategy", "fsdp", "--devices", "2", "--batch-size", "8", "--max-epochs", "20",
                      "--step-sleep-ms", "25", "--no-auto-requeue", "--checkpoint-on-sigterm", "--logger",
@@ -325,6 +329,7 @@ def test_sigterm_saves_a_sharded_hpc_checkpoint_that_the_restarted_job_resumes_b
         assert flat_params(again) == flat_params(whole)
 
 
+@pytest.mark.compat
 def test_a_rank_killed_under_fsdp_stops_every_process(tmp_path):
     proc = run(ADAM + ["--strategy", "fsdp", "--devices", "2", "--max-steps", "20", "--fail-mode", "kill",
                        "--fail-rank", "1", "--fail-step", "3"], tmp_path, timeout=110)

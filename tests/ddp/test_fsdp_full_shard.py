@@ -29,7 +29,7 @@ def assert_full_shard_matches_ddp(tmp_path, common, steps, ddp=("--strategy", "d
 
 
 @pytest.mark.parametrize("processes", [2, 3, 4])
-@pytest.mark.parametrize("units", ["all", "hidden", "nested"])
+@pytest.mark.parametrize("units", ["all", "hidden", pytest.param("nested", marks=pytest.mark.compat)])
 def test_full_shard_matches_ddp_and_one_process_with_adam_a_scheduler_and_clipping(tmp_path, processes, units):
     steps = 3
     model = ADAM + ["--fsdp-units", units]
@@ -84,6 +84,7 @@ DEEP = ["--optimizer", "adam", "--width", "3000", "--depth", "12", "--fsdp-units
         "--examples", "16", "--max-steps", "2", "--devices", "4", "--skip-params", "--no-tune-allocator"]
 
 
+@pytest.mark.compat
 def test_a_model_that_fits_only_sharded_trains_with_full_shard_and_fails_with_shard_grad_op_and_ddp(tmp_path):
     grad_op, _ = fit(tmp_path, "grad_op", DEEP + ["--strategy", "fsdp"])
     full, _ = fit(tmp_path, "full", DEEP + FULL)
@@ -186,6 +187,7 @@ def test_a_full_shard_checkpoint_holds_the_whole_model_and_moves_between_strateg
     assert_close(flat_params(after), flat_params(whole), TOLERANCE)
 
 
+@pytest.mark.compat
 def test_a_sharded_full_shard_checkpoint_resumes_bit_identical_and_not_under_shard_grad_op(tmp_path):
     common = ADAM + ["--fsdp-units", "hidden", "--devices", "2", "--batch-size", "8", "--max-epochs", "2"]
     straight, _ = fit(tmp_path, "straight", common + FULL)
@@ -302,6 +304,7 @@ def test_a_rank_killed_under_full_shard_stops_every_process(tmp_path):
     assert "local rank 1" in proc.stderr and "signal 9" in proc.stderr, proc.stderr
 
 
+@pytest.mark.compat
 def test_a_hung_rank_under_full_shard_fails_the_others_at_the_collective_timeout(tmp_path):
     proc = run(ADAM + FULL + ["--fsdp-units", "all", "--devices", "2", "--max-steps", "20", "--fail-mode", "hang",
                               "--fail-rank", "1", "--fail-step", "2", "--process-group-timeout", "5"], tmp_path,

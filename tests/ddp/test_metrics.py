@@ -60,7 +60,7 @@ def values(tmp_path, world, examples, seed=0):
 
 # Counts (the confusion matrix) must match exactly; ratios of the same counts do too, but the
 # squared errors are summed in another order per process: 1e-6 relative for floats.
-@pytest.mark.parametrize("examples", [101, 2])
+@pytest.mark.parametrize("examples", [pytest.param(101, marks=pytest.mark.compat), 2])
 def test_every_metric_under_2_and_3_processes_equals_one_process(tmp_path, examples):
     (reference,) = values(tmp_path, 1, examples)
     assert reference["examples"] == examples
@@ -95,7 +95,7 @@ def test_the_confusion_matrix_counts_every_example_once(tmp_path):
 
 # A rank that leaves before compute() must fail the others within the (short) collective timeout,
 # naming it; the default timeout (120 s) would be well past the bound.
-@pytest.mark.parametrize("mode,world,missing", [("exit", 3, 2), ("exit", 2, 0), ("hang", 3, 1)])
+@pytest.mark.parametrize("mode,world,missing", [pytest.param("exit", 3, 2, marks=pytest.mark.compat), ("exit", 2, 0), ("hang", 3, 1)])
 def test_a_rank_that_never_computes_fails_the_others_naming_it(tmp_path, mode, world, missing):
     results, elapsed = launch(tmp_path, world, ["--fail-mode", mode, "--fail-rank", str(missing),
                                                 "--timeout-ms", "3000"], hung=missing if mode == "hang" else None)

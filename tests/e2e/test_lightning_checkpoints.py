@@ -50,6 +50,7 @@ def volt_run(binary, tmp_path_factory):
 
 
 @pytest.mark.parametrize("lightning", sorted(LIGHTNING))
+@pytest.mark.compat
 def test_lightning_loads_and_resumes_a_volt_checkpoint(lightning, binary, dataset, tmp_path):
     # Lightning writes into the checkpoint folder it resumes (ModelCheckpoint's dirpath must match
     # for its bookkeeping to be restored): a run of this test's own.
@@ -76,6 +77,7 @@ def test_lightning_loads_and_resumes_a_volt_checkpoint(lightning, binary, datase
 
 
 @pytest.mark.parametrize("lightning", sorted(LIGHTNING))
+@pytest.mark.compat
 def test_volt_resumes_a_lightning_checkpoint(lightning, binary, dataset, tmp_path):
     trained = peer("train", tmp_path / "lightning", lightning=lightning)
     assert trained["lightning"] == lightning
@@ -130,6 +132,7 @@ def test_no_train_without_weights_is_refused(binary, tmp_path):
     assert "--no-train tests a model as loaded" in run.stderr and "HINT: pass --weights" in run.stderr, run
 
 
+@pytest.mark.compat
 def test_torch_2_reads_a_volt_checkpoint_with_weights_only(volt_run, tmp_path):
     """PyPI's torch 2.x (the torchrun tests' install) refuses any global a plain torch.save lacks."""
     if not (TORCH2_PYTHONPATH / "torch").is_dir():

@@ -40,6 +40,7 @@ def mpirun(binary, args, root, np=2, timeout=300):
     return Run(command, root, proc, time.monotonic() - start)
 
 
+@pytest.mark.compat
 def test_one_node_of_two_ranks_needs_no_variables_and_matches_volts_launcher(binary, dataset, tmp_path):
     under_mpirun = mpirun(binary, ddp_args(2), tmp_path / "mpirun")
     assert_ok(under_mpirun)

@@ -28,7 +28,7 @@ def small_shards(dataset, tmp_path_factory):
     return out
 
 
-@pytest.mark.parametrize("processes", [1, 2])
+@pytest.mark.parametrize("processes", [1, pytest.param(2, marks=pytest.mark.compat)])
 def test_trains_from_npy_shards_with_workers(binary, small_shards, tmp_path, processes):
     run = run_binary(binary, ARGS + ["--data-dir", str(small_shards), "--num-workers", "2", "--strategy", "ddp",
                                      "--devices", str(processes)], tmp_path)

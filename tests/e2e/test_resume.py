@@ -50,6 +50,7 @@ def test_same_seed_same_run(runs):
     assert val_rows(first, 0) == val_rows(fresh, 0)[:1], "--seed 7 --num-threads 1 twice gave different epochs"
 
 
+@pytest.mark.compat
 def test_resume_matches_a_fresh_run_exactly(runs):
     _, resumed, fresh, _ = runs
     _, resumed_metrics = resumed.summary()

@@ -21,7 +21,7 @@ def start_reader(stream, lines):
     return thread
 
 
-@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT], ids=["SIGTERM", "SIGINT"])
+@pytest.mark.parametrize("sig", [pytest.param(signal.SIGTERM, marks=pytest.mark.compat), signal.SIGINT], ids=["SIGTERM", "SIGINT"])
 def test_signal_stops_training(binary, dataset, tmp_path, sig):
     # The plain progress output prints a line when each epoch ends; 50 epochs would take minutes.
     args = [binary, "--model", "mlp", "--max-epochs", "50", "--limit-train-batches", "20", "--limit-val-batches", "3",

@@ -111,6 +111,7 @@ def check(runs, root, expected):
     assert_same_parameters(root, expected)
 
 
+@pytest.mark.compat
 def test_standalone_one_node_of_two(torchrun, binary, dataset, own_launcher, tmp_path):
     """The README's command: --standalone (a c10d rendezvous with the agent's store)."""
     runs = run_torchrun(torchrun, binary, tmp_path, [STANDALONE_TWO], devices=2)
@@ -125,6 +126,7 @@ def test_two_nodes_static_rendezvous(torchrun, binary, dataset, own_launcher, tm
     check(runs, tmp_path, own_launcher)
 
 
+@pytest.mark.compat
 def test_two_nodes_c10d_rendezvous(torchrun, binary, dataset, own_launcher, tmp_path):
     port = str(free_port())
     # Two agents with the same flags: the rendezvous decides which node is group rank 0.
