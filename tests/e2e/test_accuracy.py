@@ -24,7 +24,8 @@ Measured (2-core machine, LibTorch 1.13): `build/examples/fashion_mnist --model 
     cnn                    90.77  91.33
 
 Seed 1 is the lowest of the five for the MLP and leaves only 0.15 to 0.4 points over the 87% target;
-seeds 2 and 3 are the median. The MLP cases therefore run seed 2 (the plain MLP seeds 2 and 3),
+seeds 2 and 3 are the median. The MLP cases therefore run seed 2 (seed 3 of the plain MLP, which
+tested no other mechanism, no longer runs: CI runs each mechanism once),
 which clears 87% by 0.6 points or more in every case, more than the seed-to-seed spread around the
 median (about 0.3 points), which is also what another summation order (another LibTorch or CPU)
 moves a result by. The CNN keeps seed 1: 90.77% against 90%.
@@ -47,7 +48,6 @@ ONE_THREAD = ["--num-threads", "1"]
 # 185 s, 2x2 torchrun 50 s), so a hung run fails before CTest's limit.
 TARGETS = [
     ("mlp-seed2", "mlp", 2, "single_device", [], 1, 0.87, 120),
-    ("mlp-seed3", "mlp", 3, "single_device", [], 1, 0.87, 120),
     ("cnn", "cnn", 1, "single_device", [], 1, 0.90, 900),
     # ddp: Volt's launcher re-runs the binary for local rank 1.
     ("mlp-ddp", "mlp", 2, "ddp", ["--devices", "2", "--batch-size", "32"], 1, 0.87, 300),
