@@ -1,3 +1,4 @@
+#include "volt/base/interval.h"
 #include "volt/base/monitor_mode.h"
 #include "volt/base/reduce.h"
 #include "volt/core/strings.h"
@@ -21,6 +22,16 @@ const char* to_string(Reduce reduce) {
 Reduce parse_reduce(const std::string& text) {
   const Reduce all[] = {Reduce::kMean, Reduce::kSum, Reduce::kMax, Reduce::kMin};
   return parse_enum(text, all, "reduce_fx");
+}
+
+const char* to_string(Interval interval) {
+  switch (interval) {
+    case Interval::kEpoch:
+      return "epoch";
+    case Interval::kStep:
+      return "step";
+  }
+  return "?";
 }
 
 const char* to_string(Mode mode) {

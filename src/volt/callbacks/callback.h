@@ -14,6 +14,7 @@
 #include <string>
 #include <vector>
 
+#include "volt/base/interval.h"
 #include "volt/base/monitor_mode.h"
 #include "volt/base/state_dict.h"
 
@@ -48,6 +49,9 @@ struct NamedLearningRate {
   std::string name;
   /// The current value.
   double lr = 0.0;
+  /// When the scheduler that sets it steps (kStep when any of its optimizer's schedulers steps
+  /// per optimizer step); unset: no scheduler changes it.
+  std::optional<Interval> interval;
 };
 
 /// Facts about the run, fixed for a whole fit(); given to Callback::setup.
@@ -64,6 +68,8 @@ struct FitInfo {
   std::optional<int64_t> max_epochs;
   /// How many learning-rate schedulers configure_optimizers returned.
   size_t num_lr_schedulers = 0;
+  /// TrainerOptions::log_every_n_steps: step values are logged every this many optimizer steps.
+  int64_t log_every_n_steps = 50;
 };
 
 /// What a callback can read at a hook.

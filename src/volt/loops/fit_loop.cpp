@@ -16,6 +16,7 @@
 #include "volt/loops/evaluation_loop.h"
 #include "volt/loops/metric_router.h"
 #include "volt/metrics/metric.h"
+#include "volt/optim/lr_scheduler.h"
 #include "volt/optim/optimizer_state.h"
 #include "volt/precision/precision_plugin.h"
 #include "volt/profiler/profiler.h"
@@ -80,9 +81,15 @@ void FitLoop::name_learning_rates() {
     for (const auto& config : optimization.schedulers)
       if (!config.name.empty() && optimization.optimizers.size() == 1) name = config.name;
     if (seen[name]++ > 0) name += "-" + std::to_string(seen[name] - 1);
+    // LearningRateMonitor logs each learning rate when its scheduler changes it.
+    std::optional<Interval> interval;
+    for (const auto& config : optimization.schedulers) {
+      if (&config.scheduler->optimizer() != &optimizer) continue;
+      if (!interval || config.interval == Interval::kStep) interval = config.interval;
+    }
     const size_t groups = optimizer.param_groups().size();
     for (size_t g = 0; g < groups; ++g) {
-      lr_names_.push_back({groups == 1 ? name : name + "/pg" + std::to_string(g + 1), i, g});
+      lr_names_.push_back({groups == 1 ? name : name + "/pg" + std::to_string(g + 1), i, g, interval});
     }
   }
 }
@@ -102,7 +109,8 @@ CallbackContext FitLoop::context(const HookPoint& point) const {
   c.learning_rates.reserve(lr_names_.size());
   for (const auto& lr : lr_names_) {
     c.learning_rates.push_back(
-        {lr.name, data_.optimization.optimizers[lr.optimizer]->param_groups()[lr.group].options().get_lr()});
+        {lr.name, data_.optimization.optimizers[lr.optimizer]->param_groups()[lr.group].options().get_lr(),
+         lr.interval});
   }
   return c;
 }

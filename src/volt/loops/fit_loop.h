@@ -206,6 +206,7 @@ class FitLoop : public CallbackServices, private EpochHooks {
     std::string name;
     size_t optimizer;
     size_t group;
+    std::optional<Interval> interval;  // when its schedulers step; unset: none does
   };
   std::vector<LearningRateName> lr_names_;         // LearningRateMonitor's names, fixed per run
   std::unique_ptr<StragglerDetector> stragglers_;  // under ddp with detect_stragglers

@@ -15,16 +15,6 @@
 
 namespace volt {
 
-const char* to_string(Interval interval) {
-  switch (interval) {
-    case Interval::kEpoch:
-      return "epoch";
-    case Interval::kStep:
-      return "step";
-  }
-  return "?";
-}
-
 namespace {
 // Set only on dp's replica threads; nullptr everywhere else.
 thread_local MetricSink* t_thread_sink = nullptr;

@@ -11,6 +11,7 @@
 #include <string>
 #include <vector>
 
+#include "volt/base/interval.h"
 #include "volt/base/reduce.h"
 #include "volt/base/state_dict.h"
 #include "volt/data/data_loader.h"
@@ -31,11 +32,6 @@ class GradientSynchronizer;
 struct Topology;
 struct ProcessGroupOptions;
 struct GradientSyncOptions;
-
-/// When a learning-rate scheduler steps.
-enum class Interval { kEpoch, kStep };
-/// "epoch" or "step".
-const char* to_string(Interval interval);
 
 /// A learning-rate scheduler and when it steps (Lightning's lr_scheduler_config).
 struct SchedulerConfig {

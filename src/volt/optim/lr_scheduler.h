@@ -66,6 +66,8 @@ class LRScheduler {
   std::vector<double> get_last_lr() const;
   /// How many periods have passed: 0 after construction, +1 per step().
   int64_t last_epoch() const;
+  /// The optimizer whose param groups it schedules.
+  torch::optim::Optimizer& optimizer() const { return *optimizer_; }
   /// Whether step() needs a metric (true for ReduceLROnPlateau).
   virtual bool needs_metric() const { return false; }
   /// The scheduler's kind as PyTorch names the class, e.g. "StepLR".

@@ -604,6 +604,7 @@ FitResult Trainer::fit_stage(LightningModule& module, DataLoader train, std::vec
     info.is_global_zero = plan_.is_global_zero();
     if (plan_.max_epochs >= 0) info.max_epochs = plan_.max_epochs;
     info.num_lr_schedulers = optimization.schedulers.size();
+    info.log_every_n_steps = plan_.log_every_n_steps;
     for (const auto& callback : callbacks) callback->setup(info);
     // A job SLURM restarted resumes where it stopped: the newest HPC checkpoint wins over
     // ckpt_path, which the job script passes again on every restart (Lightning's order).

@@ -438,6 +438,7 @@ TEST_F(TrainerTest, LearningRateMonitorLogsTheOptimizersLearningRateEveryStep) {
   auto module = make_module({.lr = 0.05});
   auto logger = std::make_shared<RecordingLogger>();
   TrainerOptions options{.max_epochs = 1, .limit_train_batches = 3, .num_sanity_val_steps = 0};
+  options.log_every_n_steps = 1;
   options.loggers = {logger};
   options.callbacks = {std::make_shared<LearningRateMonitor>(Interval::kStep)};
   Trainer trainer = make_trainer(options, /*logger=*/true);
@@ -450,6 +451,37 @@ TEST_F(TrainerTest, LearningRateMonitorLogsTheOptimizersLearningRateEveryStep) {
     steps.push_back(step);
   }
   EXPECT_EQ(steps, (std::vector<int64_t>{1, 2, 3}));
+}
+
+/// The steps at which `logger` recorded `name`, with the values.
+std::vector<std::pair<int64_t, double>> logged_values(const RecordingLogger& logger, const std::string& name) {
+  std::vector<std::pair<int64_t, double>> out;
+  for (const auto& [step, metrics] : logger.rows)
+    if (const auto it = metrics.find(name); it != metrics.end()) out.emplace_back(step, it->second);
+  return out;
+}
+
+TEST_F(TrainerTest, ADefaultLearningRateMonitorLogsEachSchedulerAtItsOwnInterval) {
+  // StepLR(step_size=2, gamma=0.5) from lr 0.1, 4 batches an epoch, 2 epochs.
+  for (const Interval interval : {Interval::kStep, Interval::kEpoch}) {
+    TinyOptions module_options{.lr = 0.1};
+    module_options.scheduler = interval;
+    auto module = make_module(module_options);
+    auto logger = std::make_shared<RecordingLogger>();
+    TrainerOptions options{.max_epochs = 2, .num_sanity_val_steps = 0};
+    options.log_every_n_steps = 2;
+    options.loggers = {logger};
+    options.callbacks = {std::make_shared<LearningRateMonitor>()};
+    make_trainer(options, /*logger=*/true).fit(*module);
+    const auto logged = logged_values(*logger, "lr-SGD");
+    if (interval == Interval::kStep) {
+      // After steps 2, 4, 6 and 8 (log_every_n_steps=2): the rate the next step uses.
+      EXPECT_EQ(logged, (std::vector<std::pair<int64_t, double>>{{2, 0.05}, {4, 0.025}, {6, 0.0125}, {8, 0.00625}}));
+    } else {
+      // At each epoch's start, not after every step.
+      EXPECT_EQ(logged, (std::vector<std::pair<int64_t, double>>{{0, 0.1}, {4, 0.1}}));
+    }
+  }
 }
 
 TEST_F(TrainerTest, ThroughputAndDeviceStatsMonitorsLogThroughTheLoggers) {
