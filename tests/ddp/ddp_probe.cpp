@@ -41,6 +41,7 @@ struct ProbeOptions {
   std::string consolidate;         // a sharded checkpoint to write in one file (<path>.whole.ckpt), then exit
   std::string inspect;             // a checkpoint whose contents to describe in <path>.json, then exit
   bool save_weights_only = false;  // also a weights-only ModelCheckpoint saving every epoch to weights_ckpt
+  bool save_last = false;          // a ModelCheckpoint(save_last) keeping <root>/checkpoints/last.ckpt
   std::string fail_mode = "none";  // none | throw | internal | kill | nojoin | hang | data
   int64_t fail_rank = -1;
   int64_t fail_step = 0;
@@ -608,6 +609,8 @@ int main(int argc, char** argv) {
                    "as sharded, whether it holds optimizer states or a shard index) and exit");
     app.add_flag("--save-weights-only", probe.save_weights_only,
                  "also a ModelCheckpoint(save_weights_only) saving every epoch to weights_ckpt");
+    app.add_flag("--save-last", probe.save_last,
+                 "a ModelCheckpoint(save_last): <default-root-dir>/checkpoints/last.ckpt is where the fit stopped");
     app.add_option(
         "--checkpoint-every-ms", probe.checkpoint_every_ms,
         "ModelCheckpoint(train_time_interval) with a clock 1 + rank times as fast; saves to time_ckpt<rank>");
@@ -652,6 +655,11 @@ int main(int argc, char** argv) {
       options.enable_checkpointing = true;  // the probe turns it off by default
       options.callbacks.push_back(std::make_shared<volt::ModelCheckpoint>(volt::ModelCheckpointOptions{
           .dirpath = probe.out + "/weights_ckpt", .save_top_k = -1, .save_weights_only = true}));
+    }
+    if (probe.save_last) {
+      options.enable_checkpointing = true;  // the probe turns it off by default
+      options.callbacks.push_back(
+          std::make_shared<volt::ModelCheckpoint>(volt::ModelCheckpointOptions{.save_last = true}));
     }
     if (probe.checkpoint_every_ms > 0) {
       // Each rank's clock runs at its own speed: only rank 0's may decide, or the ranks would

@@ -356,3 +356,26 @@ def test_what_fsdp_cannot_run_is_refused_with_a_hint(tmp_path, args, expected):
     assert proc.returncode != 0
     assert expected in proc.stderr, proc.stderr
     assert "HINT" in proc.stderr
+
+
+@pytest.mark.parametrize("strategy", [["--strategy", "ddp"], ["--strategy", "fsdp"], ["--strategy", "fsdp"] + SHARDED],
+                         ids=["ddp", "fsdp", "fsdp-sharded"])
+def test_max_steps_inside_an_epoch_leaves_last_ckpt_at_that_step_and_it_resumes_bit_identical(tmp_path, strategy):
+    """ModelCheckpoint(save_last) writes last.ckpt where the fit stopped (5 batches into epoch 1),
+    not at epoch 0's end, with every process's part of the state (gathered, or a shard each); a
+    resume from it ends where an uninterrupted run ends."""
+    # With validation, ModelCheckpoint saves after it, at epochs' ends only.
+    common = ADAM + strategy + ["--devices", "2", "--batch-size", "8", "--max-epochs", "2", "--limit-val-batches", "1.0"]
+    straight, _ = fit(tmp_path, "straight", common)
+    root = tmp_path / "root"
+    _, first = fit(tmp_path, "first", common + ["--max-steps", "17", "--save-last", "--default-root-dir", str(root)])
+    last = root / "checkpoints" / "last.ckpt"
+    assert f"Saved {last} at epoch 1 after 5 batches, global step 17" in first.stdout, first.stdout
+    if SHARDED[0] in strategy:
+        assert len(shard_files(last)) == 2
+    second, resumed = fit(tmp_path, "second", common + ["--ckpt-path", str(last), "--default-root-dir",
+                                                         str(tmp_path / "root2")])
+    assert f"Restored training state from {last}: epoch 1 after 5 batches, global step 17" in resumed.stdout
+    for whole, again in zip(ranks(straight, 2), ranks(second, 2)):
+        assert again["global_step"] == whole["global_step"] == 24
+        assert flat_params(again) == flat_params(whole)

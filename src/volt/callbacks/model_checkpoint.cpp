@@ -77,6 +77,7 @@ void ModelCheckpoint::setup(const FitInfo& info) {
   // Each fit (a resumed one too) counts time from its own first batch, as Lightning does from
   // its train start: the clock of an earlier process means nothing here.
   last_time_checked_.reset();
+  trained_ = false;
   save_on_train_epoch_end_ = options_.save_on_train_epoch_end.value_or(!info.has_validation);
   if (!options_.dirpath.empty()) {
     dirpath_ = options_.dirpath;
@@ -98,6 +99,7 @@ bool ModelCheckpoint::step_due(const CallbackContext& context) const {
 }
 
 Decision ModelCheckpoint::on_train_batch_end(const CallbackContext& context, CallbackServices& services) {
+  trained_ = true;
   // Asked at every batch (a collective under ddp), even when the step alone decides.
   const bool time_due = this->time_due(services);
   if (step_due(context) || time_due) save(context, services);
@@ -126,6 +128,17 @@ Decision ModelCheckpoint::on_validation_end(const CallbackContext& context, Call
       (context.epoch + 1) % every_n_epochs_ == 0) {
     save(context, services);
   }
+  return {};
+}
+
+Decision ModelCheckpoint::on_train_end(const CallbackContext& context, CallbackServices& services) {
+  // A stop inside an epoch (max_steps, a signal, a callback) comes after the last save: a resume
+  // from that one would silently train the steps since again. Lightning's last.ckpt is where the
+  // fit ended. Every process gets here at the same step, so all of them agree on saving.
+  if (!options_.save_last || !trained_ || context.global_step == last_saved_step_) return {};
+  last_saved_step_ = context.global_step;
+  last_model_path_ = last_path();
+  write(last_model_path_, services);
   return {};
 }
 
@@ -213,10 +226,12 @@ void ModelCheckpoint::save(const CallbackContext& context, CallbackServices& ser
     }
   }
   if (options_.save_last) {
-    last_model_path_ = (std::filesystem::path(dirpath_) / "last.ckpt").string();
+    last_model_path_ = last_path();
     write(last_model_path_, services);
   }
 }
+
+std::string ModelCheckpoint::last_path() const { return (std::filesystem::path(dirpath_) / "last.ckpt").string(); }
 
 void ModelCheckpoint::write(const std::string& path, CallbackServices& services) const {
   if (options_.save_weights_only) {

@@ -26,7 +26,9 @@ struct ModelCheckpointOptions {
   Mode mode = Mode::kMin;
   /// How many checkpoints to keep: -1 all, 0 none (only `last`).
   int64_t save_top_k = 1;
-  /// Also write `last.ckpt` each time a checkpoint is considered.
+  /// Also write `last.ckpt` each time a checkpoint is considered, and when the fit ends at a step
+  /// no save covered (max_steps, a signal or a callback stopping inside an epoch), so that
+  /// `last.ckpt` is always where the fit stopped.
   bool save_last = false;
   /// Consider saving every this many epochs; unset: 1 unless every_n_train_steps is set.
   std::optional<int64_t> every_n_epochs;
@@ -67,6 +69,9 @@ class ModelCheckpoint : public Callback {
   Decision on_train_batch_end(const CallbackContext& context, CallbackServices& services) override;
   Decision on_train_epoch_end(const CallbackContext& context, CallbackServices& services) override;
   Decision on_validation_end(const CallbackContext& context, CallbackServices& services) override;
+  /// With save_last, writes `last.ckpt` at the step the fit ended, unless a save this fit was at
+  /// that step already (or the fit trained no batch).
+  Decision on_train_end(const CallbackContext& context, CallbackServices& services) override;
   StateDict state_dict() const override;
   void load_state_dict(const StateDict& state) override;
 
@@ -94,6 +99,8 @@ class ModelCheckpoint : public Callback {
  private:
   void save(const CallbackContext& context, CallbackServices& services);
   std::string path_for(const CallbackContext& context) const;
+  /// `<dirpath>/last.ckpt`.
+  std::string last_path() const;
 
   /// Saves `path` whole or weights-only, as save_weights_only says.
   void write(const std::string& path, CallbackServices& services) const;
@@ -114,6 +121,7 @@ class ModelCheckpoint : public Callback {
   std::map<std::string, double> best_k_models_;
   std::vector<std::string> recent_;  // without a monitor: newest last
   int64_t last_saved_step_ = -1;
+  bool trained_ = false;  // a training batch ended in this fit
 };
 
 }  // namespace volt

@@ -52,6 +52,52 @@ TEST(ModelCheckpoint, WithoutMonitorKeepsTheLatestAndLast) {
   EXPECT_EQ(run.checkpoint.last_model_path(), "/ck/last.ckpt");
 }
 
+TEST(ModelCheckpoint, SaveLastAlsoSavesWhereTheFitEndedAfterItsLastSave) {
+  CheckpointRun run{ModelCheckpoint({.dirpath = "/ck", .save_last = true})};
+  run.checkpoint.setup({.has_validation = true});
+  const auto batch = [&run](int64_t step) {
+    CallbackContext context;
+    context.global_step = step;
+    run.checkpoint.on_train_batch_end(context, run.services);
+  };
+  const auto end = [&run](int64_t epoch, int64_t step) {
+    CallbackContext context;
+    context.epoch = epoch;
+    context.global_step = step;
+    run.checkpoint.on_train_end(context, run.services);
+  };
+  batch(4);
+  run.validate(0, 4);
+  batch(6);  // max_steps (or a signal, or a callback) stops here, inside epoch 1
+  run.services.saved.clear();
+  end(1, 6);
+  EXPECT_EQ(run.services.saved, (std::vector<std::string>{"/ck/last.ckpt"})) << "last.ckpt is where the fit ended";
+  EXPECT_EQ(run.checkpoint.last_model_path(), "/ck/last.ckpt");
+
+  // A fit that ends at the step of its last save, or trains nothing, writes nothing more.
+  run.checkpoint.setup({.has_validation = true});
+  batch(8);
+  run.validate(1, 8);
+  run.services.saved.clear();
+  end(2, 8);
+  EXPECT_TRUE(run.services.saved.empty());
+  CheckpointRun resumed{ModelCheckpoint({.dirpath = "/ck", .save_last = true})};
+  resumed.checkpoint.setup({.has_validation = true});
+  CallbackContext at_end;
+  at_end.global_step = 8;
+  resumed.checkpoint.on_train_end(at_end, resumed.services);
+  EXPECT_TRUE(resumed.services.saved.empty()) << "a resumed fit with nothing left to train";
+
+  // Without save_last nothing is saved at the end, as in Lightning.
+  CheckpointRun plain{ModelCheckpoint({.dirpath = "/ck"})};
+  plain.checkpoint.setup({.has_validation = true});
+  CallbackContext context;
+  context.global_step = 2;
+  plain.checkpoint.on_train_batch_end(context, plain.services);
+  plain.checkpoint.on_train_end(context, plain.services);
+  EXPECT_TRUE(plain.services.saved.empty());
+}
+
 TEST(ModelCheckpoint, EveryNTrainStepsSavesOnTheBatchHook) {
   ModelCheckpoint checkpoint({.dirpath = "/ck", .save_top_k = -1, .every_n_train_steps = 2});
   checkpoint.setup({.has_validation = false});

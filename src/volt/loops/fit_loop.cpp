@@ -47,6 +47,16 @@ const ModelCheckpoint* first_model_checkpoint(const std::vector<std::shared_ptr<
 
 int identity(int code) { return code; }
 
+/// Where `progress` stands, for messages: "epoch 3 after 12 batches, global step 100", or at an
+/// epoch boundary "the end of epoch 2, global step 96".
+std::string fit_position(const FitProgress& progress) {
+  if (progress.batches_done > 0 || progress.epoch == 0) {
+    return fmt::format("epoch {} after {} batch{}, global step {}", progress.epoch, progress.batches_done,
+                       progress.batches_done == 1 ? "" : "es", progress.global_step);
+  }
+  return fmt::format("the end of epoch {}, global step {}", progress.epoch - 1, progress.global_step);
+}
+
 // Checks in a row a process must be slow in to be named: one slow window can be a checkpoint
 // save or a hiccup of its host.
 constexpr int64_t kStragglerPatience = 2;
@@ -139,7 +149,14 @@ void FitLoop::save_checkpoint(const std::string& path) {
       parts_.metrics.after_save_checkpoint(path);
     }
   }
+  note_saved(path);
+}
+
+void FitLoop::note_saved(const std::string& path) {
   last_saved_ = path;
+  if (train_end_saves_ &&
+      std::find(train_end_saves_->begin(), train_end_saves_->end(), path) == train_end_saves_->end())
+    train_end_saves_->push_back(path);
 }
 
 TrainingParts FitLoop::parts_for_save(const std::string& path, std::optional<StateDict>& local) {
@@ -222,7 +239,7 @@ void FitLoop::save_weights_checkpoint(const std::string& path) {
       parts_.metrics.after_save_checkpoint(path);
     }
   }
-  last_saved_ = path;
+  note_saved(path);
 }
 
 bool rank_zero_decision(Strategy& strategy, bool decision) {
@@ -569,7 +586,7 @@ void FitLoop::restore(const LoadedCheckpoint& checkpoint) {
     progress_.epoch_done = false;
   }
   resumed_from_ = checkpoint.path;
-  parts_.console.info("Restored training state from " + checkpoint.path);
+  parts_.console.info(fmt::format("Restored training state from {}: {}", checkpoint.path, fit_position(progress_)));
 }
 
 FitResult FitLoop::run() {
@@ -641,8 +658,15 @@ FitResult FitLoop::run() {
       result.hpc_checkpoint_path = parts_.strategy.broadcast_string(path);
       parts_.console.info(fmt::format("Saved HPC checkpoint {} ({})", result.hpc_checkpoint_path, stop_.message()));
     }
-    prepare_metric_states(/*train_batch_end=*/false);  // a Timer saves its checkpoint here
+    // A Timer saves its checkpoint here, and ModelCheckpoint(save_last) its last.ckpt when the fit
+    // stopped after its last save: through the same save path as every other checkpoint.
+    prepare_metric_states(/*train_batch_end=*/false);
+    train_end_saves_.emplace();
     dispatch([](Callback& c, const CallbackContext& ctx, CallbackServices& s) { return c.on_train_end(ctx, s); }, {});
+    // Said after the dispatch, which committed sharded saves: a resume from these files starts here.
+    for (const std::string& path : *train_end_saves_)
+      parts_.console.info(fmt::format("Saved {} at {}", path, fit_position(progress_)));
+    train_end_saves_.reset();
     module.on_train_end();
     dispatch(
         [](Callback& c, const CallbackContext& ctx, CallbackServices& s) {

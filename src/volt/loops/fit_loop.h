@@ -161,6 +161,8 @@ class FitLoop : public CallbackServices, private EpochHooks {
   /// commits each by writing its file with the shard index. A collective at the same points on
   /// every process; a no-op when nothing was gathered.
   void commit_sharded_saves();
+  /// Records that `path` was saved now (last_saved_, and train_end_saves_ while the train end runs).
+  void note_saved(const std::string& path);
   /// Loads the registered metrics' states from `checkpoint` (see restore()).
   void restore_metric_states(const c10::IValue& checkpoint, const std::string& path);
   /// Refuses to go on inside an epoch under another stream layout than the one it began with
@@ -181,6 +183,8 @@ class FitLoop : public CallbackServices, private EpochHooks {
   bool past_first_epoch_ = false;  // whether this run's first epoch has started
   StopController stop_;
   std::string last_saved_;
+  // The checkpoints saved during on_train_end, printed with where the fit stopped; unset outside it.
+  std::optional<std::vector<std::string>> train_end_saves_;
   // Every process's metric states, gathered by prepare_metric_states for the dispatch that follows.
   std::optional<StateDict> metric_states_;
   bool warned_metric_states_ = false;

@@ -1,6 +1,6 @@
 // Callbacks that end a fit early and leave a checkpoint to resume from: Timer (and the max_time
-// option) and OnExceptionCheckpoint. Each resumed run must end bit-identical to one that never
-// stopped.
+// option), ModelCheckpoint's last.ckpt at a stop inside an epoch, and OnExceptionCheckpoint. Each
+// resumed run must end bit-identical to one that never stopped.
 #include <gtest/gtest.h>
 
 #include <stdexcept>
@@ -8,6 +8,8 @@
 #include "volt/callbacks/gradient_accumulation_scheduler.h"
 #include "volt/callbacks/on_exception_checkpoint.h"
 #include "volt/callbacks/timer.h"
+#include "volt/core/console.h"
+#include "volt/core/strings.h"
 #include "volt/trainer/trainer_testing.h"
 
 namespace volt {
@@ -25,12 +27,19 @@ class EarlyEndTest : public TrainerTest {
     options.seed = 1;
     Trainer trainer = make_trainer(std::move(options));
     trainer.set_checkpoint_io(io_);
+    trainer.set_console(console_);
     const FitResult result = trainer.fit(*module, {}, {}, ckpt_path);
     parameters_ = parameters_of(*module);
     return result;
   }
 
+  /// Whether the console said `line`.
+  bool said(const std::string& line) const {
+    return std::find(console_->infos.begin(), console_->infos.end(), line) != console_->infos.end();
+  }
+
   std::shared_ptr<InMemoryCheckpointIO> io_ = std::make_shared<InMemoryCheckpointIO>();
+  std::shared_ptr<RecordingConsole> console_ = std::make_shared<RecordingConsole>();
   std::map<std::string, torch::Tensor> parameters_;
 };
 
@@ -76,6 +85,50 @@ TEST_F(EarlyEndTest, ATimerCallbackWinsOverMaxTime) {
   EXPECT_EQ(result.reason, StopReason::kMaxEpochs);
   EXPECT_EQ(result.global_step, 8);
   EXPECT_GT(timer->time_elapsed(), 0.0);
+}
+
+// ---- ModelCheckpoint(save_last) at a stop inside an epoch ------------------------------------------
+
+std::shared_ptr<ModelCheckpoint> saving_last() {
+  return std::make_shared<ModelCheckpoint>(ModelCheckpointOptions{.save_last = true});
+}
+
+TEST_F(EarlyEndTest, MaxStepsInsideAnEpochLeavesLastCkptAtThatStepAndTheRunResumesFromItBitIdentical) {
+  fit({.max_epochs = 2, .enable_checkpointing = false});
+  const auto straight = parameters_;
+
+  // Validation saves at epoch 0's end (step 4); max_steps stops 2 batches into epoch 1.
+  const FitResult stopped = fit({.max_epochs = 2, .max_steps = 6, .callbacks = {saving_last()}});
+  const std::string last = (root_ / "checkpoints" / "last.ckpt").string();
+  ASSERT_EQ(stopped.last_model_path, last);
+  EXPECT_EQ(stopped.global_step, 6);
+  EXPECT_EQ(load_dict(*io_, last).at("global_step").toInt(), 6) << "not epoch 0's end, which the fit summary hides";
+  EXPECT_TRUE(said("Saved " + last + " at epoch 1 after 2 batches, global step 6")) << join(console_->infos, "\n");
+
+  const FitResult resumed = fit({.max_epochs = 2, .enable_checkpointing = false}, last, /*init_seed=*/99);
+  EXPECT_EQ(resumed.resumed_from, last);
+  EXPECT_EQ(resumed.global_step, 8);
+  EXPECT_TRUE(bit_identical(parameters_, straight));
+  EXPECT_TRUE(said("Restored training state from " + last + ": epoch 1 after 2 batches, global step 6"))
+      << join(console_->infos, "\n");
+}
+
+TEST_F(EarlyEndTest, SigintInsideAnEpochLeavesLastCkptAtThatStepAndTheRunResumesFromItBitIdentical) {
+  fit({.max_epochs = 2, .enable_checkpointing = false});
+  const auto straight = parameters_;
+
+  // SIGINT during batch 1 of epoch 0: the step completes, then the fit stops before any save.
+  const FitResult stopped =
+      fit({.max_epochs = 2, .callbacks = {saving_last()}}, "", 7, make_module({.sigint_at_batch = 1}, 7));
+  ASSERT_EQ(stopped.reason, StopReason::kInterrupted);
+  ASSERT_EQ(stopped.global_step, 2);
+  const std::string last = (root_ / "checkpoints" / "last.ckpt").string();
+  ASSERT_TRUE(io_->exists(last)) << "an interrupted fit leaves last.ckpt where it stopped";
+  EXPECT_EQ(load_dict(*io_, last).at("global_step").toInt(), 2);
+
+  const FitResult resumed = fit({.max_epochs = 2, .enable_checkpointing = false}, last, /*init_seed=*/99);
+  EXPECT_EQ(resumed.global_step, 8);
+  EXPECT_TRUE(bit_identical(parameters_, straight));
 }
 
 /// TinyModule whose training_step throws at one global step.
