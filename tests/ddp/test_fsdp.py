@@ -343,6 +343,8 @@ def test_a_hung_rank_under_fsdp_fails_the_others_at_the_collective_timeout(tmp_p
                        "--fail-rank", "1", "--fail-step", "2", "--process-group-timeout", "5"], tmp_path, timeout=110)
     assert proc.returncode != 0
     assert proc.elapsed < 60, proc.stderr
+    # Any early crash would pass the two lines above: the hung rank must be the one named.
+    assert "rank 1 never reached the failed collective" in proc.stderr, proc.stderr
 
 
 @pytest.mark.parametrize("args,expected", [

@@ -85,3 +85,8 @@ def test_a_killed_pipeline_replica_stops_the_other_in_bounded_time(tmp_path):
                             "10"], tmp_path / "out")
     assert all(code != 0 for code, _, _ in results), results
     assert all(seconds < 60 for _, _, seconds in results), results
+    # Any early crash would pass the lines above: node 1 must be the one that died (SIGKILL), and
+    # node 0 must name it.
+    (_, err0, _), (code1, _, _) = results
+    assert code1 == -9, results
+    assert "rank 1 never reached the failed collective" in err0, err0
