@@ -218,12 +218,26 @@ def test_auto_scale_batch_size_and_auto_lr_find_tune_before_training(binary, tmp
     size = int(re.search(r"auto_scale_batch_size: training with batch size (\d+)", run.stdout).group(1))
     lr = float(re.search(r"auto_lr_find: training with lr ([0-9.e+-]+)", run.stdout).group(1))
     assert 2 <= size < 54000, run  # under the limit, below the whole training split
-    assert 1e-8 < lr < 1, run
     rows = (tmp_path / "lr_find.csv").read_text().splitlines()
     assert rows[0] == "step,lr,loss,suggested" and len(rows) > 20, rows[:3]
-    assert sum(row.endswith(",1") for row in rows) == 1
-    hparams = (run.version_dir() / "hparams.yaml").read_text()
-    assert f"batch_size: {size}" in hparams, hparams  # the run trained with what the tuner found
+    sweep = [row.split(",") for row in rows[1:]]
+    assert [int(step) for step, _, _, _ in sweep] == list(range(len(sweep)))
+    # The example sweeps with LrFindOptions' defaults: 100 steps from 1e-8 towards 1, exponentially
+    # (step i: 1e-8 * 1e8 ** (i / 100)), stopping early once the loss diverges.
+    assert len(sweep) <= 100
+    for step, step_lr, _, _ in sweep:
+        assert float(step_lr) == pytest.approx(1e-8 * 1e8 ** (int(step) / 100), rel=1e-8), (step, step_lr)
+    # The suggestion: the steepest descent of the smoothed loss (numpy.gradient), leaving out the
+    # first 10 steps and the last one, and any non-finite loss.
+    kept = [i for i in range(10, len(sweep) - 1) if math.isfinite(float(sweep[i][2]))]
+    slopes = np.gradient(np.array([float(sweep[i][2]) for i in kept]))
+    suggested = kept[int(np.argmin(slopes))]
+    assert [int(s) for _, _, _, s in sweep] == [int(i == suggested) for i in range(len(sweep))], sweep
+    expected = 1e-8 * 1e8 ** (suggested / 100)
+    assert lr == pytest.approx(expected, rel=1e-5), run  # printed with 6 digits
+    hparams = yaml.safe_load((run.version_dir() / "hparams.yaml").read_text())
+    assert hparams["batch_size"] == size, hparams  # the run trained with what the tuner found
+    assert hparams["lr"] == pytest.approx(expected, rel=1e-9), hparams
 
 
 def test_the_tuner_refuses_a_distributed_run_with_a_hint(binary, tmp_path):
