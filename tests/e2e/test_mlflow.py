@@ -3,6 +3,7 @@ MLflow's own Python client: metrics equal metrics.csv value for value, params, t
 the config and checkpoints as artifacts; a server that comes up late still gets everything."""
 import json
 import os
+import socket
 import subprocess
 import sys
 import threading
@@ -126,14 +127,51 @@ def test_a_fit_is_one_mlflow_run_with_every_metric_param_and_checkpoint(server, 
     assert run_file["run_id"] == mlflow_run["run_id"]
 
 
-def test_a_server_that_comes_up_late_still_gets_everything(mlflow_installed, binary, dataset, tmp_path):
-    port = free_port()
-    uri = f"http://127.0.0.1:{port}"
-    # The run starts with nothing listening; the server is started once the run said that a send
-    # failed (so the first send always meets no server), and comes up while it trains or while fit's
-    # end waits for it: the buffered values are sent then.
-    stdout_path = tmp_path / "stdout.txt"
-    with open(stdout_path, "w") as stdout_file:
+class LatePort:
+    """127.0.0.1:port, where nothing listens until open(); from then on every connection is forwarded
+    to 127.0.0.1:target. To a client, a server that came up late, but at a moment the test chooses
+    and in no time (a real `mlflow server` takes 10 to 25 s to start, which raced the run's retries
+    and the 30 s that its end waits for the server)."""
+
+    def __init__(self, port, target):
+        self.port, self.target = port, target
+        self.listener = None
+
+    def open(self):
+        self.listener = socket.create_server(("127.0.0.1", self.port))
+        threading.Thread(target=self.accept, daemon=True).start()
+
+    def accept(self):
+        while True:
+            try:
+                client, _ = self.listener.accept()
+            except OSError:
+                return  # closed
+            upstream = socket.create_connection(("127.0.0.1", self.target))
+            for a, b in ((client, upstream), (upstream, client)):
+                threading.Thread(target=self.pump, args=(a, b), daemon=True).start()
+
+    @staticmethod
+    def pump(source, sink):
+        try:
+            while data := source.recv(65536):
+                sink.sendall(data)
+            sink.shutdown(socket.SHUT_WR)
+        except OSError:
+            pass
+
+    def close(self):
+        if self.listener is not None:
+            self.listener.close()
+
+
+def test_a_server_that_comes_up_late_still_gets_everything(server, binary, dataset, tmp_path):
+    # The run starts with nothing listening at its URI; once it said that a send failed, the port
+    # opens (onto the server already running), as when the server comes up while the run trains or
+    # while fit's end waits for it: the buffered values are sent then.
+    late = LatePort(free_port(), server.port)
+    uri = f"http://127.0.0.1:{late.port}"
+    with open(tmp_path / "stdout.txt", "w") as stdout_file:
         proc = subprocess.Popen([binary] + RUN_FLAGS + ["--mlflow-tracking-uri", uri, "--mlflow-experiment-name",
                                                         "late", "--default-root-dir", str(tmp_path)],
                                 cwd=tmp_path, env=cluster_free_env(), stdout=stdout_file, stderr=subprocess.PIPE,
@@ -149,26 +187,24 @@ def test_a_server_that_comes_up_late_still_gets_everything(mlflow_installed, bin
 
     reader = threading.Thread(target=read_stderr, daemon=True)
     reader.start()
-    late = None
     try:
         deadline = time.monotonic() + 120
         while not failed_send.wait(0.1) and proc.poll() is None and time.monotonic() < deadline:
             pass
         assert failed_send.is_set(), f"no failed send reported (exit {proc.poll()}):\n{''.join(stderr_lines)}"
-        late = Server(tmp_path, port)
+        late.open()
         proc.wait(timeout=240)
         reader.join(timeout=60)
         stderr = "".join(stderr_lines)
-        late.wait_up()
         assert proc.returncode == 0, stderr
+        assert f"{uri} answers again after" in stderr, stderr
         assert "did not take" not in stderr, stderr
-        found = late.read("late")
+        found = server.read("late")
     finally:
         if proc.poll() is None:
             proc.kill()
             proc.wait()
-        if late is not None:
-            late.stop()
+        late.close()
     assert len(found["runs"]) == 1, found
     version_dir = tmp_path / "lightning_logs" / "version_0"
     assert found["runs"][0]["status"] == "FINISHED"
