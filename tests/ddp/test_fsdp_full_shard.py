@@ -84,7 +84,6 @@ DEEP = ["--optimizer", "adam", "--width", "3000", "--depth", "12", "--fsdp-units
         "--examples", "16", "--max-steps", "2", "--devices", "4", "--skip-params", "--no-tune-allocator"]
 
 
-@pytest.mark.compat
 def test_a_model_that_fits_only_sharded_trains_with_full_shard_and_fails_with_shard_grad_op_and_ddp(tmp_path):
     grad_op, _ = fit(tmp_path, "grad_op", DEEP + ["--strategy", "fsdp"])
     full, _ = fit(tmp_path, "full", DEEP + FULL)
