@@ -220,16 +220,8 @@ TEST(ModelCheckpoint, SaveWeightsOnlyWritesEveryFileWeightsOnly) {
   EXPECT_TRUE(full.services.weights_only.empty()) << "full checkpoints by default";
 }
 
-/// A clock the test moves by hand.
-struct FakeClock {
-  std::chrono::steady_clock::time_point now{};
-  ModelCheckpoint::Clock clock() {
-    return [this] { return now; };
-  }
-};
-
 TEST(ModelCheckpoint, TrainTimeIntervalSavesWhenThatMuchTimeHasPassed) {
-  FakeClock time;
+  testing::ManualClock time;
   ModelCheckpoint checkpoint({.dirpath = "/ck", .save_top_k = -1, .train_time_interval = std::chrono::minutes(10)},
                              time.clock());
   checkpoint.setup({.has_validation = false});
@@ -260,7 +252,7 @@ TEST(ModelCheckpoint, TrainTimeIntervalSavesWhenThatMuchTimeHasPassed) {
 }
 
 TEST(ModelCheckpoint, TrainTimeIntervalFollowsRankZerosClock) {
-  FakeClock time;
+  testing::ManualClock time;
   ModelCheckpoint checkpoint({.dirpath = "/ck", .train_time_interval = std::chrono::seconds(60)}, time.clock());
   checkpoint.setup({.has_validation = false});
   testing::RecordingServices services;
