@@ -28,6 +28,7 @@ def last_checkpoint(run):
     return run.version_dir(0) / "checkpoints" / "last.ckpt"
 
 
+@pytest.mark.compat
 def test_the_gan_resumed_from_its_last_checkpoint_ends_bit_identical(gan, dataset, tmp_path):
     straight = run_binary(gan, ARGS + ["--max-steps", "40"], tmp_path / "straight")
     assert_ok(straight)
@@ -99,6 +100,7 @@ def largest_difference(a, b):
 TOLERANCE = 1e-5
 
 
+@pytest.mark.compat
 def test_the_gan_under_ddp_trains_as_one_process_and_its_ranks_gradients_meet(gan, dataset, tmp_path):
     """Manual optimization under ddp: two optimizers stepping on all-reduced gradients, with each
     one's backward leaving the other's parameters out.

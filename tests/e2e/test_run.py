@@ -128,6 +128,7 @@ def last_ckpt(first):
     return first.version_dir(0) / "checkpoints" / "last.ckpt"
 
 
+@pytest.mark.compat
 def test_python_reads_checkpoint_as_plain_values(last_ckpt):
     ckpt = load_checkpoint(last_ckpt)
     walk_plain(ckpt)
@@ -173,6 +174,7 @@ class Mlp(torch.nn.Module):
         return self.net(x)
 
 
+@pytest.mark.compat
 def test_checkpoint_holds_the_tested_model(first, last_ckpt, dataset):
     """Python's copy of the MLP, loaded from last.ckpt, scores what the binary printed on the same
     3 test batches of 256 (the test split in order)."""
@@ -247,6 +249,7 @@ def test_the_tuner_refuses_a_distributed_run_with_a_hint(binary, tmp_path):
     assert "lr_find runs in one process" in run.stderr and "HINT:" in run.stderr, run
 
 
+@pytest.mark.compat
 def test_profiler_simple_and_pytorch_write_their_reports_beside_the_logs(binary, tmp_path):
     run = run_binary(binary, ["--model", "mlp", "--max-epochs", "1", "--profiler", "pytorch", "--no-test"] + SHORT,
                      tmp_path)

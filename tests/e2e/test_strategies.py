@@ -27,6 +27,7 @@ def test_dp_with_two_replicas_trains_and_tests(binary, dataset, tmp_path):
     assert acc > 0.5, run  # 20 batches of MLP training: far above chance (0.1)
 
 
+@pytest.mark.compat
 def test_dp_runs_the_batch_norm_cnn(binary, dataset, tmp_path):
     # BatchNorm updates its buffers in place in every replica's forward pass: the replicas take
     # turns and every replica's graph must still back-propagate.
