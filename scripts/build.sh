@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Configures and builds Volt into ${VOLT_BUILD_DIR:-build} (Release with debug info, Ninja,
+# Configures and builds Volt into ${VOLT_BUILD_DIR:-build} (Release unless -DCMAKE_BUILD_TYPE says otherwise, Ninja,
 # ccache). Extra arguments go to CMake's configure step, e.g. -DCMAKE_PREFIX_PATH=/opt/libtorch.
 set -euo pipefail
 cd "$(dirname "$0")/.."
