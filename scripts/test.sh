@@ -60,8 +60,8 @@ case "${VOLT_CUDA_BUILD:-auto}" in
           exit 0
         fi ;;
 esac
-# Only what differs with the LibTorch (target torch_checks, tests labelled `compat`): the CUDA stage
-# is the longest part of CI, and a torch-free target compiles the same against either LibTorch.
+# Only what differs with the LibTorch (target torch_checks, tests labelled `compat`): a torch-free
+# target compiles the same against either LibTorch, and the CPU stage ran every test already.
 # No debug info and -O0: the stage proves that the code compiles and runs against LibTorch 2.x,
 # whose kernels are compiled already; optimising Volt's own code only adds build time to CI's
 # longest stage (trainer.cpp: 14 s at -O0 against 19 s at -O1).
