@@ -50,9 +50,12 @@ def main():
         digest = hashlib.sha256(salt.encode())
         entry = entries[os.path.realpath(path)]
         digest.update(relative(entry.get("command") or " ".join(entry.get("arguments", []))).encode())
-        for dep in sorted(set(deps[output]) | {os.path.realpath(path)}):
-            absolute = dep if os.path.isabs(dep) else os.path.realpath(os.path.join(build_dir, dep))
-            digest.update(f"\n{relative(absolute)} {content_hash(absolute)}".encode())
+        files_read = set()
+        for dep in set(deps[output]) | {os.path.realpath(path)}:
+            files_read.add(dep if os.path.isabs(dep) else os.path.realpath(os.path.join(build_dir, dep)))
+        # Sorted by the name written into the key, so that a checkout elsewhere sorts the same.
+        for name, absolute in sorted((relative(a), a) for a in files_read):
+            digest.update(f"\n{name} {content_hash(absolute)}".encode())
         print(digest.hexdigest(), path)
 
 
