@@ -4,10 +4,10 @@
 #     A static library `volt_n` (alias volt::n). TORCH links LibTorch and reuses the shared
 #     precompiled torch header, so only targets that need LibTorch pay for its headers.
 #     Installed and exported as volt::n (cmake/VoltInstall.cmake).
-#   volt_cc_test(NAME n SRCS ... DEPS ... [TORCH] [LABELS ...] [SHARDS k] [COST s] [PER_CASE])
-#     A GoogleTest binary, compiled as test code, registered with CTest as one test per binary (or
-#     k tests, each running a GoogleTest shard of it, for the long ones); PER_CASE registers every
-#     case on its own (gtest_discover_tests), for binaries whose cases skip with a reason.
+#   volt_cc_test(NAME n SRCS ... DEPS ... [TORCH] [LABELS ...] [PER_CASE])
+#     A GoogleTest binary, compiled as test code, registered with CTest as one test; PER_CASE
+#     registers every case on its own (gtest_discover_tests), for binaries whose cases skip with a
+#     reason.
 #   volt_test_code(target [TORCH])
 #     Compiles `target` as test code: at VOLT_TEST_OPTIMIZATION, with the matching torch header.
 #   volt_assert_torch_free(target)
@@ -96,7 +96,7 @@ function(volt_cc_library)
 endfunction()
 
 function(volt_cc_test)
-  cmake_parse_arguments(V "TORCH;PER_CASE" "NAME;SHARDS;COST" "SRCS;DEPS;LABELS" ${ARGN})
+  cmake_parse_arguments(V "TORCH;PER_CASE" "NAME" "SRCS;DEPS;LABELS" ${ARGN})
   add_executable(${V_NAME} ${V_SRCS})
   target_compile_options(${V_NAME} PRIVATE ${VOLT_WARNINGS})
   target_link_libraries(${V_NAME} PRIVATE ${V_DEPS} GTest::gtest GTest::gtest_main)
@@ -124,29 +124,11 @@ function(volt_cc_test)
     gtest_discover_tests(${V_NAME} DISCOVERY_TIMEOUT 60 PROPERTIES LABELS "${V_LABELS}")
     return()
   endif()
-  # One CTest test per binary (or per shard): a process per case paid ~0.65 s of loading
-  # LibTorch for each of 629 cases, some 410 s of CPU time per run. GoogleTest still prints every
-  # failed case with its output, which --output-on-failure shows.
-  if(NOT V_SHARDS)
-    set(V_SHARDS 1)
-  endif()
-  math(EXPR last "${V_SHARDS} - 1")
-  foreach(shard RANGE ${last})
-    set(test_name ${V_NAME})
-    set(environment)
-    if(V_SHARDS GREATER 1)
-      set(test_name ${V_NAME}_shard${shard})
-      set(environment "GTEST_TOTAL_SHARDS=${V_SHARDS};GTEST_SHARD_INDEX=${shard}")
-    endif()
-    add_test(NAME ${test_name} COMMAND ${V_NAME} --gtest_brief=1)
-    set_tests_properties(${test_name} PROPERTIES LABELS "${V_LABELS}" TIMEOUT 900)
-    if(environment)
-      set_tests_properties(${test_name} PROPERTIES ENVIRONMENT "${environment}")
-    endif()
-    if(V_COST)
-      set_tests_properties(${test_name} PROPERTIES COST ${V_COST})
-    endif()
-  endforeach()
+  # One CTest test per binary: a process per case paid ~0.65 s of loading LibTorch for each of
+  # 629 cases, some 410 s of CPU time per run. GoogleTest still prints every failed case with its
+  # output, which --output-on-failure shows.
+  add_test(NAME ${V_NAME} COMMAND ${V_NAME} --gtest_brief=1)
+  set_tests_properties(${V_NAME} PROPERTIES LABELS "${V_LABELS}" TIMEOUT 900)
 endfunction()
 
 function(volt_assert_torch_free target)
