@@ -12,9 +12,10 @@ namespace {
 class StdioConsole : public Console {
  public:
   // Flushed per line: under SLURM stdout is a file, and a job killed at its wall time must
-  // still show what it last said.
-  void info(const std::string& line) override { std::cout << line << std::endl; }
-  void warn(const std::string& line) override { std::cerr << "warning: " << line << std::endl; }
+  // still show what it last said. Each line is one write, so a line from another thread (a
+  // logger's sender) cannot land inside it.
+  void info(const std::string& line) override { std::cout << (line + "\n") << std::flush; }
+  void warn(const std::string& line) override { std::cerr << ("warning: " + line + "\n") << std::flush; }
   std::ostream& stream() override { return std::cout; }
   bool is_tty() const override { return isatty(fileno(stdout)) != 0; }
 };

@@ -7,6 +7,7 @@
 
 #include <iosfwd>
 #include <memory>
+#include <mutex>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -14,6 +15,10 @@
 namespace volt {
 
 /// The library's console: information, warnings, and the stream progress bars and tables use.
+///
+/// info() and warn() may be called from several threads at once (MLFlowLogger reports from its
+/// sender thread while training goes on); each line comes out whole. stream() is the training
+/// thread's alone.
 class Console {
  public:
   virtual ~Console() = default;
@@ -34,11 +39,17 @@ std::shared_ptr<Console> make_silent_console();
 /// `console` on global rank 0, a silent one elsewhere: one copy of every line per run.
 std::shared_ptr<Console> only_on_global_zero(std::shared_ptr<Console> console, bool is_global_zero);
 
-/// Keeps what was written, for tests.
+/// Keeps what was written, for tests. Read the vectors once the threads that write are done.
 class RecordingConsole : public Console {
  public:
-  void info(const std::string& line) override { infos.push_back(line); }
-  void warn(const std::string& line) override { warnings.push_back(line); }
+  void info(const std::string& line) override {
+    const std::lock_guard<std::mutex> lock(mutex_);
+    infos.push_back(line);
+  }
+  void warn(const std::string& line) override {
+    const std::lock_guard<std::mutex> lock(mutex_);
+    warnings.push_back(line);
+  }
   std::ostream& stream() override { return out; }
   bool is_tty() const override { return false; }
 
@@ -48,6 +59,9 @@ class RecordingConsole : public Console {
   std::vector<std::string> warnings;
   /// What progress bars and tables wrote.
   std::ostringstream out;
+
+ private:
+  std::mutex mutex_;
 };
 
 }  // namespace volt

@@ -5,7 +5,6 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
-#include <iostream>
 #include <set>
 #include <system_error>
 
@@ -60,7 +59,8 @@ CSVLogger::CSVLogger(const LoggerOptions& options, int flush_logs_every_n_steps)
     : name_(options.name),
       log_dir_(resolve_log_dir(options)),
       append_(options.append),
-      flush_logs_every_n_steps_(flush_logs_every_n_steps) {
+      flush_logs_every_n_steps_(flush_logs_every_n_steps),
+      console_(internal::logger_console(options, "CSVLogger")) {
   VOLT_CHECK(flush_logs_every_n_steps >= 1,
              "CSVLogger flush_logs_every_n_steps is {}; expected at least 1. HINT: use 1 to "
              "write every row at once.",
@@ -71,7 +71,7 @@ CSVLogger::~CSVLogger() {
   try {
     save();
   } catch (const std::exception& e) {
-    std::cerr << "volt: CSVLogger lost " << pending_.size() << " metric rows: " << e.what() << "\n";
+    console_->warn(fmt::format("CSVLogger lost {} metric rows: {}", pending_.size(), e.what()));
   }
 }
 

@@ -3,6 +3,7 @@
 
 #include <cstdint>
 #include <map>
+#include <memory>
 #include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
@@ -28,7 +29,7 @@ class CSVLogger : public Logger {
 
   /// A logger writing under `resolve_log_dir(options)`, resolved once, here.
   explicit CSVLogger(const LoggerOptions& options, int flush_logs_every_n_steps = 100);
-  /// Writes buffered rows; an error is reported on stderr, since a destructor cannot throw.
+  /// Writes buffered rows; an error is a warning on `options.console`, since a destructor cannot throw.
   ~CSVLogger() override;
   CSVLogger(const CSVLogger&) = delete;
   CSVLogger& operator=(const CSVLogger&) = delete;
@@ -59,6 +60,7 @@ class CSVLogger : public Logger {
   std::string log_dir_;
   bool append_ = false;
   int flush_logs_every_n_steps_;
+  std::shared_ptr<Console> console_;
   nlohmann::json hparams_ = nlohmann::json::object();
   std::vector<Row> pending_;
   /// The header of the file on disk, sorted; empty until the first row is written.

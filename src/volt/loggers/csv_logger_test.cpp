@@ -6,6 +6,7 @@
 
 #include <filesystem>
 #include <fstream>
+#include <memory>
 #include <nlohmann/json.hpp>
 #include <sstream>
 #include <string>
@@ -207,6 +208,21 @@ TEST_F(CSVLoggerTest, TheDestructorWritesBufferedRows) {
     log_dir = logger.log_dir();
   }
   EXPECT_EQ(parse_csv(read_file(fs::path(log_dir) / "metrics.csv")).size(), 2u);
+}
+
+TEST_F(CSVLoggerTest, RowsTheDestructorCannotWriteAreAWarningOnTheConsole) {
+  // A file where the log directory should be: nothing can be written under it.
+  fs::create_directories(root_);
+  std::ofstream(root_ / "exp") << "not a folder";
+  const auto console = std::make_shared<RecordingConsole>();
+  LoggerOptions o = options();
+  o.console = console;
+  {
+    CSVLogger logger(o);
+    logger.log_metrics({{"loss", 1.0}}, 0);
+  }
+  ASSERT_EQ(console->warnings.size(), 1u);
+  EXPECT_EQ(console->warnings[0].rfind("CSVLogger lost 1 metric rows: ", 0), 0u) << console->warnings[0];
 }
 
 TEST_F(CSVLoggerTest, VersionsIncrementAcrossRuns) {

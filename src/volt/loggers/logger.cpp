@@ -72,4 +72,16 @@ std::string resolve_log_dir(const LoggerOptions& options) {
   return (versions_root(options) / version).string();
 }
 
+namespace internal {
+
+std::shared_ptr<Console> logger_console(const LoggerOptions& options, const char* logger) {
+  VOLT_CHECK(options.console != nullptr,
+             "{} got LoggerOptions::console = nullptr; expected a console for its warnings. HINT: leave it at its "
+             "default (stdout and stderr), or pass volt::make_silent_console() to drop them.",
+             logger);
+  return options.console;
+}
+
+}  // namespace internal
+
 }  // namespace volt

@@ -6,9 +6,12 @@
 
 #include <cstdint>
 #include <map>
+#include <memory>
 #include <nlohmann/json_fwd.hpp>
 #include <optional>
 #include <string>
+
+#include "volt/core/console.h"
 
 namespace volt {
 
@@ -37,7 +40,8 @@ class Logger {
   virtual void finalize(const std::string& status) {}
 };
 
-/// Where a logger writes: Lightning's `<save_dir>/<name>/<version>` layout.
+/// Where a logger writes: Lightning's `<save_dir>/<name>/<version>` layout, and where it reports
+/// what it cannot throw (a file it could not write, a server that does not answer).
 ///
 /// Example: `LoggerOptions options; options.save_dir = "runs"; options.name = "mnist";` writes
 /// to `runs/mnist/version_0`, then `runs/mnist/version_1` on the next run.
@@ -52,6 +56,10 @@ struct LoggerOptions {
   /// Continue files an earlier run left in the version folder (CSVLogger's metrics.csv) instead of
   /// starting them over: a requeued SLURM job logs into its job-id folder again after a restart.
   bool append = false;
+  /// Where the logger's warnings go: stdout and stderr by default; the Trainer gives the loggers
+  /// it makes its own console (Trainer::set_console), so they print once per run and tests can
+  /// read them. Called from MLFlowLogger's sender thread too. Must not be null.
+  std::shared_ptr<Console> console = make_stdio_console();
 };
 
 /// The folder name of numbered version `number`, "version_<number>": what Lightning makes of an
@@ -71,5 +79,13 @@ std::string resolve_version(const LoggerOptions& options);
 ///
 /// Pure apart from reading the directory listing of `<save_dir>/<name>`; creates nothing.
 std::string resolve_log_dir(const LoggerOptions& options);
+
+namespace internal {
+
+/// `options.console`, for a logger's constructor; throws volt::Error with a HINT when it is null.
+/// `logger` names the logger in the message, e.g. "CSVLogger".
+std::shared_ptr<Console> logger_console(const LoggerOptions& options, const char* logger);
+
+}  // namespace internal
 
 }  // namespace volt

@@ -39,6 +39,8 @@ TEST(LoggerOptions, DefaultsAreLightningsLayout) {
   EXPECT_EQ(options.save_dir, ".");
   EXPECT_EQ(options.name, "lightning_logs");
   EXPECT_FALSE(options.version.has_value());
+  EXPECT_FALSE(options.append);
+  EXPECT_NE(options.console, nullptr) << "warnings go to stdout and stderr unless a console is given";
 }
 
 TEST_F(LogDirTest, FirstVersionIsZeroWhenNothingExists) {
@@ -98,6 +100,18 @@ TEST(ResolveLogDir, RejectsAnEmptyVersionWithAHint) {
     resolve_log_dir(o);
     FAIL() << "expected volt::Error";
   } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("HINT:"), std::string::npos) << e.what();
+  }
+}
+
+TEST(LoggerConsole, ANullConsoleIsRefusedWithAHint) {
+  LoggerOptions o;
+  o.console = nullptr;
+  try {
+    internal::logger_console(o, "CSVLogger");
+    FAIL() << "expected volt::Error";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("CSVLogger"), std::string::npos) << e.what();
     EXPECT_NE(std::string(e.what()).find("HINT:"), std::string::npos) << e.what();
   }
 }

@@ -8,7 +8,6 @@
 #include <deque>
 #include <filesystem>
 #include <fstream>
-#include <iostream>
 #include <limits>
 #include <mutex>
 #include <nlohmann/json.hpp>
@@ -117,6 +116,8 @@ struct MLFlowLogger::Impl {
   std::string tracking_uri;
   std::string experiment_name;
   bool append = false;
+  /// Where the reports go; called from the sender thread too (Console's calls are thread-safe).
+  std::shared_ptr<Console> console;
 
   // Shared with the sender thread, under `mutex`.
   mutable std::mutex mutex;
@@ -190,8 +191,8 @@ struct MLFlowLogger::Impl {
       if (report) reported_unreachable = true;
     }
     if (report) {
-      std::cerr << "volt: MLFlowLogger: " << error << "; keeping the metrics and trying again (every "
-                << options.max_retry_interval_s << " s at most)." << std::endl;
+      console->warn(fmt::format("MLFlowLogger: {}; keeping the metrics and trying again (every {} s at most).", error,
+                                options.max_retry_interval_s));
     }
   }
 
@@ -288,11 +289,10 @@ struct MLFlowLogger::Impl {
 
   bool give_up(const std::string& why) {
     const std::string error = delivery_error();
-    std::cerr << "volt: MLFlowLogger: " << why << (error.empty() ? "" : " (" + error + ")")
-              << "; nothing more is sent, and what is logged goes to " << undelivered_path()
-              << ". HINT: check the tracking URI, the experiment's permissions and the credentials "
-                 "(MLFLOW_TRACKING_TOKEN, MLFLOW_TRACKING_USERNAME/PASSWORD)."
-              << std::endl;
+    console->warn(fmt::format(
+        "MLFlowLogger: {}{}; nothing more is sent, and what is logged goes to {}. HINT: check the tracking URI, the "
+        "experiment's permissions and the credentials (MLFLOW_TRACKING_TOKEN, MLFLOW_TRACKING_USERNAME/PASSWORD).",
+        why, error.empty() ? "" : " (" + error + ")", undelivered_path()));
     const std::lock_guard<std::mutex> lock(mutex);
     broken = true;
     return false;
@@ -441,11 +441,11 @@ struct MLFlowLogger::Impl {
     if (!url) {
       if (!reported_no_uploads) {
         reported_no_uploads = true;
-        std::cerr << "volt: MLFlowLogger: the run's artifacts live at " << artifact_uri
-                  << ", which takes no uploads over HTTP; " << artifact.local_path
-                  << " and later files stay local. HINT: start the server with --serve-artifacts (MLflow's "
-                     "default since 2.0) and an --artifacts-destination."
-                  << std::endl;
+        console->warn(fmt::format(
+            "MLFlowLogger: the run's artifacts live at {}, which takes no uploads over HTTP; {} and later files stay "
+            "local. HINT: start the server with --serve-artifacts (MLflow's default since 2.0) and an "
+            "--artifacts-destination.",
+            artifact_uri, artifact.local_path));
       }
       const std::lock_guard<std::mutex> lock(mutex);
       delivery.last_error = "no artifact upload endpoint for " + artifact_uri;
@@ -537,7 +537,7 @@ struct MLFlowLogger::Impl {
       out << line.dump() << "\n";
       ++delivery.metrics_saved;
     }
-    if (!out) std::cerr << "volt: MLFlowLogger: cannot write " << undelivered_path() << std::endl;
+    if (!out) console->warn("MLFlowLogger: cannot write " + undelivered_path());
   }
 
   /// Moves the oldest metric values beyond `max_buffered_metrics` (all of them once the server
@@ -586,8 +586,8 @@ struct MLFlowLogger::Impl {
       lock.lock();
       if (sent) {
         if (failures > 0 && reported_unreachable) {
-          std::cerr << "volt: MLFlowLogger: " << tracking_uri << " answers again after " << failures
-                    << " failed requests; sending what was kept." << std::endl;
+          console->warn(fmt::format("MLFlowLogger: {} answers again after {} failed requests; sending what was kept.",
+                                    tracking_uri, failures));
         }
         failures = 0;
         reported_unreachable = false;
@@ -618,6 +618,7 @@ MLFlowLogger::MLFlowLogger(const LoggerOptions& options, MLFlowOptions mlflow) :
   impl.version = resolve_version(options);
   impl.log_dir = (fs::path(options.save_dir) / options.name / impl.version).string();
   impl.append = options.append;
+  impl.console = internal::logger_console(options, "MLFlowLogger");
   impl.options = std::move(mlflow);
   // A requeued job's folder may hold what the server did not take before the requeue: it goes
   // out first, ahead of this run's records.
@@ -634,7 +635,7 @@ MLFlowLogger::~MLFlowLogger() {
     if (running) finalize("failed");
     if (impl_->sender.joinable()) impl_->sender.join();
   } catch (const std::exception& e) {
-    std::cerr << "volt: MLFlowLogger could not finish: " << e.what() << std::endl;
+    impl_->console->warn(std::string("MLFlowLogger could not finish: ") + e.what());
   }
 }
 
@@ -663,8 +664,7 @@ void MLFlowLogger::log_hyperparams(const nlohmann::json& params) {
   }
   if (!changed.empty() && !impl_->warned_param_change) {
     impl_->warned_param_change = true;
-    std::cerr << "volt: MLFlowLogger: MLflow keeps a run's first value of a param; not sent: " << join(changed, ", ")
-              << std::endl;
+    impl_->console->warn("MLFlowLogger: MLflow keeps a run's first value of a param; not sent: " + join(changed, ", "));
   }
 }
 
@@ -777,15 +777,14 @@ void MLFlowLogger::finalize(const std::string& status) {
   const int64_t metrics_saved = impl.delivery.metrics_saved - impl.metrics_saved_reported;
   impl.metrics_saved_reported = impl.delivery.metrics_saved;
   if (complete && metrics_saved == 0) return;
-  std::cerr << fmt::format(
-                   "volt: MLFlowLogger: {} did not take {} metric values, {} params, {} tags, {} files{} (last "
-                   "error: {}); they are in {}. HINT: check that the server is up (curl {}/health), then send the "
-                   "file's lines with MLflow's client (docs/loggers.md shows how).",
-                   impl.tracking_uri, metrics_saved, params_left, tags_left, files_left,
-                   impl.delivery.status_sent ? "" : " and the run's status " + *impl.end_status,
-                   impl.delivery.last_error.empty() ? "none" : impl.delivery.last_error, impl.undelivered_path(),
-                   impl.tracking_uri)
-            << std::endl;
+  impl.console->warn(
+      fmt::format("MLFlowLogger: {} did not take {} metric values, {} params, {} tags, {} files{} (last "
+                  "error: {}); they are in {}. HINT: check that the server is up (curl {}/health), then send the "
+                  "file's lines with MLflow's client (docs/loggers.md shows how).",
+                  impl.tracking_uri, metrics_saved, params_left, tags_left, files_left,
+                  impl.delivery.status_sent ? "" : " and the run's status " + *impl.end_status,
+                  impl.delivery.last_error.empty() ? "none" : impl.delivery.last_error, impl.undelivered_path(),
+                  impl.tracking_uri));
 }
 
 MLFlowDelivery MLFlowLogger::delivery() const {

@@ -98,7 +98,8 @@ struct MLFlowDelivery {
 /// checkpoints `log_model` names become artifacts where the server accepts uploads (`mlflow
 /// server`'s default `--serve-artifacts`). A failed request is retried with a growing wait;
 /// finalize() waits up to `finalize_timeout_s`, then writes whatever the server did not take to
-/// `<log_dir>/mlflow-undelivered.jsonl` and reports it on stderr.
+/// `<log_dir>/mlflow-undelivered.jsonl` and reports it, as it reports a server that stops
+/// answering, in a warning on LoggerOptions::console (stderr by default).
 ///
 /// The run's id is kept in `<log_dir>/mlflow-run.json`: with LoggerOptions::append (a requeued
 /// SLURM job's folder) the same run continues instead of a new one starting, and what an earlier
@@ -113,7 +114,8 @@ class MLFlowLogger : public Logger {
   /// A logger for the run in `resolve_log_dir(options)`; throws volt::Error with a HINT when
   /// `mlflow.tracking_uri` is unset or not http(s). Contacts the server only from its thread.
   MLFlowLogger(const LoggerOptions& options, MLFlowOptions mlflow);
-  /// finalize("failed") if the run was not finalized; reports on stderr, never throws.
+  /// finalize("failed") if the run was not finalized; a failure is a warning on the console, never
+  /// thrown.
   ~MLFlowLogger() override;
   MLFlowLogger(const MLFlowLogger&) = delete;
   MLFlowLogger& operator=(const MLFlowLogger&) = delete;

@@ -8,11 +8,13 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <filesystem>
 #include <fstream>
 #include <limits>
+#include <memory>
 #include <nlohmann/json.hpp>
 #include <string>
 #include <thread>
@@ -189,6 +191,29 @@ TEST_F(MLFlowLoggerTest, WhatAnUnreachableServerNeverTookIsWrittenDownWhole) {
   EXPECT_EQ(metrics[2]["step"], 1);
   EXPECT_EQ(params, (std::map<std::string, std::string>{{"lr", "0.5"}, {"model/hidden", "64"}}));
   EXPECT_EQ(status, "FINISHED");
+}
+
+TEST_F(MLFlowLoggerTest, ItsReportsAreWarningsOnTheConsoleItWasGiven) {
+  const LoopbackPort refused(/*listen_forever=*/false);
+  const auto console = std::make_shared<RecordingConsole>();
+  LoggerOptions o = options();
+  o.console = console;
+  MLFlowLogger logger(o, quick(refused.uri()));
+  logger.log_hyperparams({{"lr", 0.5}});
+  logger.log_hyperparams({{"lr", 0.1}});  // MLflow keeps a param's first value: said once, here
+  logger.log_metrics({{"loss", 1.0}}, 0);
+  logger.finalize("success");  // joins the sender, which reported the first failure
+
+  const std::vector<std::string>& warnings = console->warnings;
+  auto said = [&](const std::string& text) {
+    return std::any_of(warnings.begin(), warnings.end(),
+                       [&](const std::string& line) { return line.find(text) != std::string::npos; });
+  };
+  EXPECT_TRUE(said("MLFlowLogger: MLflow keeps a run's first value of a param; not sent: lr (0.5 -> 0.1)"));
+  EXPECT_TRUE(said("; keeping the metrics and trying again (every 0.1 s at most)."));
+  EXPECT_TRUE(said("MLFlowLogger: " + refused.uri() + " did not take 1 metric values, 1 params"));
+  for (const std::string& line : warnings) EXPECT_EQ(line.rfind("MLFlowLogger", 0), 0u) << line;
+  EXPECT_TRUE(console->infos.empty());
 }
 
 TEST_F(MLFlowLoggerTest, ASilentServerCostsFinalizeItsTimeoutNotMore) {

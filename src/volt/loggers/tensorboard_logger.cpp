@@ -11,7 +11,6 @@
 #include <ctime>
 #include <filesystem>
 #include <fstream>
-#include <iostream>
 #include <nlohmann/json.hpp>
 #include <system_error>
 
@@ -126,6 +125,7 @@ struct TensorBoardLogger::Impl {
   std::string version;
   std::string log_dir;
   TensorBoardOptions options;
+  std::shared_ptr<Console> console;
   nlohmann::json hparams = nlohmann::json::object();
   /// Whether a session start was written whose end finalize() still owes.
   bool session_open = false;
@@ -207,13 +207,14 @@ TensorBoardLogger::TensorBoardLogger(const LoggerOptions& options, const TensorB
   resolved.version = impl_->version;
   impl_->log_dir = resolve_log_dir(resolved);
   impl_->options = tensorboard_options;
+  impl_->console = internal::logger_console(options, "TensorBoardLogger");
 }
 
 TensorBoardLogger::~TensorBoardLogger() {
   try {
     impl_->close();
   } catch (const std::exception& e) {
-    std::cerr << "volt: TensorBoardLogger could not close its event file: " << e.what() << "\n";
+    impl_->console->warn(std::string("TensorBoardLogger could not close its event file: ") + e.what());
   }
 }
 

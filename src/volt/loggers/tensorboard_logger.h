@@ -49,7 +49,8 @@ class TensorBoardLogger : public Logger {
 
   /// A logger writing under `resolve_log_dir(options)`, resolved once, here; creates nothing yet.
   explicit TensorBoardLogger(const LoggerOptions& options, const TensorBoardOptions& tensorboard_options = {});
-  /// Flushes and closes the file; an error is reported on stderr, since a destructor cannot throw.
+  /// Flushes and closes the file; an error is a warning on `options.console`, since a destructor
+  /// cannot throw.
   ~TensorBoardLogger() override;
   TensorBoardLogger(const TensorBoardLogger&) = delete;
   TensorBoardLogger& operator=(const TensorBoardLogger&) = delete;

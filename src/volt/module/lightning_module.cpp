@@ -3,10 +3,10 @@
 #include <torch/nn/utils/clip_grad.h>
 
 #include <cmath>
-#include <iostream>
 #include <set>
 
 #include "volt/base/collectives.h"
+#include "volt/core/console.h"
 #include "volt/core/error.h"
 #include "volt/core/strings.h"
 #include "volt/distributed/topology.h"
@@ -61,7 +61,8 @@ torch::Tensor LightningModule::all_reduce(const torch::Tensor& tensor, Reduce op
 
 void LightningModule::print(const std::string& line) const {
   if (!run_view_) {
-    std::cout << line << std::endl;
+    // No run, so no run's console: the process's own, as the Trainer's default is.
+    make_stdio_console()->info(line);
   } else if (is_global_zero()) {
     run_view_->print(line);
   }
