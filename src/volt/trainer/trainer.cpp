@@ -2,7 +2,6 @@
 
 #include <algorithm>
 #include <filesystem>
-#include <iostream>
 #include <nlohmann/json.hpp>
 #include <typeinfo>
 
@@ -238,14 +237,16 @@ std::vector<std::shared_ptr<Callback>> fit_callbacks(std::vector<std::shared_ptr
 
 /// The loggers of a fit on global rank 0: the user's, or Lightning's defaults (TensorBoard event
 /// files and the CSV that `volt plot` reads, in one version folder); and an MLFlowLogger when the
-/// plan has an MLflow server.
-std::vector<std::shared_ptr<Logger>> fit_loggers(const TrainerOptions& options, const RunPlan& plan) {
+/// plan has an MLflow server. The loggers made here warn on `console`, the Trainer's.
+std::vector<std::shared_ptr<Logger>> fit_loggers(const TrainerOptions& options, const RunPlan& plan,
+                                                 std::shared_ptr<Console> console) {
   if (!plan.is_global_zero()) return {};
   std::vector<std::shared_ptr<Logger>> loggers = options.loggers;
   const bool defaults = loggers.empty() && plan.use_default_logger;
   if (!defaults && !plan.mlflow) return loggers;
   LoggerOptions logger_options;
   logger_options.save_dir = plan.root_dir;
+  logger_options.console = std::move(console);
   if (!plan.requeue.job_id.empty()) {
     // A SLURM batch job logs under its job id, so a requeued run continues the same folder.
     logger_options.version = plan.requeue.job_id;
@@ -298,8 +299,9 @@ Trainer::~Trainer() {
   try {
     teardown();
   } catch (const std::exception& e) {
-    // Nothing is left to throw to; the program should have called teardown() to see this.
-    std::cerr << "error: " << e.what() << std::endl;
+    // Nothing is left to throw to; the program should have called teardown() to see this. Not
+    // rank_console(): the failure is this process's own, and no other process reports it.
+    console_->warn(fmt::format("the Trainer's teardown failed, and a destructor cannot throw: {}", e.what()));
   }
 }
 
@@ -594,7 +596,7 @@ FitResult Trainer::fit_stage(LightningModule& module, DataLoader train, std::vec
       }
     }
 
-    MetricRouter metrics(callback_metrics_, fit_loggers(options_, plan_));
+    MetricRouter metrics(callback_metrics_, fit_loggers(options_, plan_, console_ptr));
     const std::vector<std::shared_ptr<Callback>> callbacks =
         fit_callbacks(stage_callbacks, plan_.enable_checkpointing, plan_, console);
     FitInfo info;
