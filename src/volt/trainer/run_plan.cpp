@@ -213,14 +213,14 @@ int64_t resolve_threads(const TrainerOptions& options, const Env& env, const Mac
   return std::max<int64_t>(1, machine.cores / processes_per_node);
 }
 
-/// c10d's backend: NCCL for CUDA tensors where this LibTorch has it, Gloo otherwise.
-std::string resolve_backend(ProcessGroupBackend backend, Accelerator accelerator, const MachineInfo& machine) {
+/// c10d's backend: NCCL for CUDA tensors where this LibTorch has it, Gloo otherwise; never kAuto.
+ProcessGroupBackend resolve_backend(ProcessGroupBackend backend, Accelerator accelerator, const MachineInfo& machine) {
   const bool cuda = accelerator == Accelerator::kCuda;
   switch (backend) {
     case ProcessGroupBackend::kAuto:
-      return cuda && machine.cuda_build ? "nccl" : "gloo";
+      return cuda && machine.cuda_build ? ProcessGroupBackend::kNccl : ProcessGroupBackend::kGloo;
     case ProcessGroupBackend::kGloo:
-      return "gloo";
+      return ProcessGroupBackend::kGloo;
     case ProcessGroupBackend::kNccl:
       VOLT_CHECK(machine.cuda_build,
                  "process_group_backend='nccl' is not available in this CPU build; supported: 'auto', 'gloo'. HINT: "
@@ -228,9 +228,9 @@ std::string resolve_backend(ProcessGroupBackend backend, Accelerator accelerator
       VOLT_CHECK(cuda,
                  "process_group_backend='nccl' reduces CUDA tensors, but the run's accelerator is cpu. HINT: use "
                  "accelerator=\"gpu\", or process_group_backend='gloo' (or 'auto') on CPU.");
-      return "nccl";
+      return ProcessGroupBackend::kNccl;
   }
-  return "gloo";
+  return ProcessGroupBackend::kGloo;
 }
 
 /// `dir` made absolute against the machine's working directory, normalized, without a trailing '/'.
@@ -548,7 +548,7 @@ std::string RunPlan::describe() const {
   }
   const bool process_group = strategy == StrategyKind::kDdp || strategy == StrategyKind::kDdp2 ||
                              strategy == StrategyKind::kFsdp || (strategy == StrategyKind::kPipeline && num_nodes > 1);
-  if (process_group) line("process group backend", process_group_backend);
+  if (process_group) line("process group backend", to_string(process_group_backend));
   if (strategy == StrategyKind::kFsdp) {
     line("sharding strategy",
          fmt::format("{}{}", to_string(sharding_strategy),

@@ -34,10 +34,11 @@ struct RunPlan {
   /// Variables for the local ranks this process launches (CUDA_DEVICE_ORDER and
   /// CUDA_VISIBLE_DEVICES naming the selected GPUs); empty on CPU and under srun/torchrun.
   Env::Vars child_env;
-  Topology topology;                           ///< ranks, world size and rendezvous address of this process
-  ClusterKind cluster = ClusterKind::kLocal;   ///< who made the processes
-  bool launch_local_processes = false;         ///< this process starts its node's other local ranks
-  std::string process_group_backend = "gloo";  ///< c10d backend (ddp)
+  Topology topology;                          ///< ranks, world size and rendezvous address of this process
+  ClusterKind cluster = ClusterKind::kLocal;  ///< who made the processes
+  bool launch_local_processes = false;        ///< this process starts its node's other local ranks
+  /// c10d backend (ddp): kGloo or kNccl, never kAuto (resolved by the accelerator and the build).
+  ProcessGroupBackend process_group_backend = ProcessGroupBackend::kGloo;
   std::chrono::milliseconds process_group_timeout{120000};  ///< collective timeout (ddp)
   std::chrono::milliseconds join_timeout{60000};            ///< rendezvous deadline (ddp)
   bool find_unused_parameters = false;                      ///< ddp reducer option

@@ -288,7 +288,7 @@ TEST(RunPlanCuda, AutoUsesEveryVisibleGpuWithDdpAndNccl) {
   EXPECT_EQ(p.accelerator, Accelerator::kCuda);
   EXPECT_EQ(p.devices, 4);
   EXPECT_EQ(p.strategy, StrategyKind::kDdp);
-  EXPECT_EQ(p.process_group_backend, "nccl");
+  EXPECT_EQ(p.process_group_backend, ProcessGroupBackend::kNccl);
   EXPECT_TRUE(p.launch_local_processes);
   EXPECT_EQ(p.cuda_devices, std::vector<int64_t>({0}));
   EXPECT_EQ(p.root_device(), c10::Device(c10::DeviceType::CUDA, 0));
@@ -297,7 +297,8 @@ TEST(RunPlanCuda, AutoUsesEveryVisibleGpuWithDdpAndNccl) {
   EXPECT_NE(p.describe().find("cuda:0"), std::string::npos);
   // The CPU stays available on a GPU machine, and Gloo on GPUs when asked for.
   EXPECT_EQ(gpu_plan({.accelerator = AcceleratorRequest::kCpu}, 4).root_device(), c10::Device(c10::DeviceType::CPU));
-  EXPECT_EQ(gpu_plan({.process_group_backend = ProcessGroupBackend::kGloo}, 2).process_group_backend, "gloo");
+  EXPECT_EQ(gpu_plan({.process_group_backend = ProcessGroupBackend::kGloo}, 2).process_group_backend,
+            ProcessGroupBackend::kGloo);
 }
 
 TEST(RunPlanCuda, SeedDocumentGpuRequestsSelectDevices) {
@@ -323,7 +324,7 @@ TEST(RunPlanCuda, DpAndDdp2DriveTheNodesGpusFromOneProcess) {
                                 {{"NODE_RANK", "1"}, {"MASTER_ADDR", "10.1.1.1"}, {"MASTER_PORT", "5555"}});
   EXPECT_EQ(ddp2.cuda_devices, std::vector<int64_t>({0, 1}));
   EXPECT_EQ(ddp2.topology.world_size, 2);
-  EXPECT_EQ(ddp2.process_group_backend, "nccl");
+  EXPECT_EQ(ddp2.process_group_backend, ProcessGroupBackend::kNccl);
 }
 
 TEST(RunPlanCuda, SlurmTasksKeepTheGpusSlurmGaveThem) {

@@ -354,7 +354,7 @@ Strategy& Trainer::strategy() {
   // free rendezvous port for its children.
   if (plan_.topology.main_port == 0) plan_.topology.main_port = find_free_port();
   DdpOptions ddp;
-  ddp.process_group.backend = plan_.process_group_backend;
+  ddp.process_group.backend = to_string(plan_.process_group_backend);
   ddp.process_group.timeout = plan_.process_group_timeout;
   ddp.process_group.join_timeout = plan_.join_timeout;
   // A stop signal (scancel, Ctrl-C) while waiting for the other ranks ends the wait at once: there
