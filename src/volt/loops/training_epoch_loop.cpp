@@ -63,11 +63,11 @@ TrainingEpochLoop::TrainingEpochLoop(const RunPlan& plan, Strategy& strategy, Pr
              "gradient_clip_val.",
              module.name(), plan.gradient_clip_val.value_or(0.0));
   VOLT_CHECK(
-      strategy.name() != "dp" && strategy.name() != "ddp2",
+      plan.strategy != StrategyKind::kDp && plan.strategy != StrategyKind::kDdp2,
       "{} optimizes manually (automatic_optimization() is false), which strategy '{}' cannot run: it splits each "
       "batch over replicas on threads, whose backward passes and steps would interleave. HINT: use "
       "strategy='ddp' (one process per device).",
-      module.name(), strategy.name());
+      module.name(), to_string(plan.strategy));
 }
 
 void TrainingEpochLoop::run(FitProgress& progress, StopController& stop, EpochHooks& hooks,

@@ -110,6 +110,16 @@ TEST_F(TrainerTest, ManualOptimizationRefusesWhatTheTrainerWouldDoForIt) {
   } catch (const Error& e) {
     EXPECT_NE(std::string(e.what()).find("HINT: call clip_gradients"), std::string::npos) << e.what();
   }
+  // dp's replicas are threads: their manual backward passes and steps would interleave.
+  auto dp = make_module({.manual = true});
+  try {
+    make_trainer(
+        {.accelerator = AcceleratorRequest::kCpu, .devices = 2, .strategy = StrategyRequest::kDp, .max_epochs = 1})
+        .fit(*dp);
+    FAIL() << "manual optimization under dp was accepted";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("which strategy 'dp' cannot run"), std::string::npos) << e.what();
+  }
 }
 
 TEST(ManualOptimizationCalls, OutsideManualOptimizationSayWhatToDo) {
