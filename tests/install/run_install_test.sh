@@ -18,9 +18,13 @@ prefix=$work/prefix
 version=$(sed -n 's/^CMAKE_PROJECT_VERSION:STATIC=//p' "$build/CMakeCache.txt")
 
 # The consumer compiles LibTorch's headers: ccache makes a re-run cheap, and any change to Volt's
-# headers still misses, so the check stays real.
+# headers still misses, so the check stays real. base_dir: the installed headers' paths (under the
+# build folder) enter the hash relative to it, so a clean clone in another folder (CI's) finds the
+# consumer an earlier run compiled against the same headers.
 launcher=()
-if command -v ccache >/dev/null; then launcher=(-DCMAKE_CXX_COMPILER_LAUNCHER=ccache); fi
+if command -v ccache >/dev/null; then
+  launcher=("-DCMAKE_CXX_COMPILER_LAUNCHER=/usr/bin/env;CCACHE_BASEDIR=$(cd "$here/../.." && pwd);ccache")
+fi
 
 fail() { echo "FAIL: $*" >&2; exit 1; }
 
