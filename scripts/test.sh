@@ -2,8 +2,8 @@
 # The whole test suite, from a fresh Debian machine: install what is missing, build everything,
 # run every test (unit, end-to-end, Python interop, benchmark smoke) with CTest. Formatting is
 # checked before the build (scripts/check-format.sh), clang-tidy runs after it (check-tidy.sh,
-# VOLT_TIDY=0 skips it). Then, where the CUDA toolkit is installed, the CUDA build
-# (scripts/build-cuda.sh, upstream LibTorch 2.15) of target torch_checks (every LibTorch-linked
+# VOLT_TIDY=0 skips it). Where the CUDA toolkit is installed, the CUDA build runs beside the CPU
+# tests (scripts/build-cuda.sh, upstream LibTorch 2.15) of target torch_checks (every LibTorch-linked
 # library, the example, the ddp probe, the unit tests of the version-sensitive areas) and the
 # `compat`-labelled tests it built (unit, ddp, quick end-to-end), which run on the CPU (*_CUDA tests
 # skip without a GPU): they prove the compatibility headers' LibTorch 2.x side at run time, not
@@ -34,9 +34,34 @@ scripts/build.sh -DCMAKE_BUILD_TYPE=Release -DCMAKE_CXX_FLAGS_RELEASE="-O2 -DNDE
 # After the build: clang-tidy reads its compile_commands.json and generated protobuf header.
 [ "${VOLT_TIDY:-1}" = 0 ] || scripts/check-tidy.sh
 phase "build and clang-tidy"
+# The CUDA build (see below) starts now, beside the CPU tests, at the lowest priority: those
+# tests leave the cores idle for minutes (processes starting, ranks waiting on each other, SLURM's
+# ticks), and a build from a warm ccache is mostly linking. It gets what the tests leave.
+cuda_root=${CUDAToolkit_ROOT:-/usr/local/cuda}
+cuda_build=
+case "${VOLT_CUDA_BUILD:-auto}" in
+  0) ;;
+  auto) if [ -x "$cuda_root/bin/nvcc" ]; then cuda_build=yes; else
+          echo "test: no CUDA toolkit at $cuda_root; skipping the CUDA build (VOLT_CUDA_BUILD=1 to require it)"
+        fi ;;
+  *) cuda_build=yes ;;
+esac
+if [ -n "$cuda_build" ]; then
+  cuda_log=$(mktemp)
+  # Only what differs with the LibTorch (target torch_checks, tests labelled `compat`): a torch-free
+  # target compiles the same against either LibTorch, and the CPU stage runs every test already.
+  # No debug info and -O0: the stage proves that the code compiles and runs against LibTorch 2.x,
+  # whose kernels are compiled already; optimising Volt's own code only adds build time
+  # (trainer.cpp: 14 s at -O0 against 19 s at -O1).
+  VOLT_BUILD_DIR=build-cuda VOLT_BUILD_TARGET=torch_checks nice -n 19 scripts/build-cuda.sh \
+    -DCMAKE_BUILD_TYPE=Release -DCMAKE_CXX_FLAGS_RELEASE="-O0 -DNDEBUG" -DVOLT_UNITY_BUILD=ON \
+    -DVOLT_COMPAT_SUBSET=ON >"$cuda_log" 2>&1 &
+  cuda_pid=$!
+fi
 # The SLURM tests (label `slurm`) run as a ctest of their own beside the rest: for minutes they
 # mostly wait (SLURM's 30 s signal tick, requeues, jobs that sleep per step), and in the main run
 # each would hold one of its slots idle. Their output follows the main run's.
+cpu_status=0
 (
   cd "${VOLT_BUILD_DIR:-build}"
   slurm_log=$(mktemp)
@@ -49,28 +74,21 @@ phase "build and clang-tidy"
   echo "test: the SLURM tests (label slurm), run beside the others:"
   cat "$slurm_log" && rm -f "$slurm_log"
   [ "$main_status" = 0 ] && [ "$slurm_status" = 0 ]
-)
+) || cpu_status=$?
 phase "CPU tests"
-
-cuda_root=${CUDAToolkit_ROOT:-/usr/local/cuda}
-case "${VOLT_CUDA_BUILD:-auto}" in
-  0) exit 0 ;;
-  auto) if [ ! -x "$cuda_root/bin/nvcc" ]; then
-          echo "test: no CUDA toolkit at $cuda_root; skipping the CUDA build (VOLT_CUDA_BUILD=1 to require it)"
-          exit 0
-        fi ;;
-esac
-# Only what differs with the LibTorch (target torch_checks, tests labelled `compat`): a torch-free
-# target compiles the same against either LibTorch, and the CPU stage ran every test already.
-# No debug info and -O0: the stage proves that the code compiles and runs against LibTorch 2.x,
-# whose kernels are compiled already; optimising Volt's own code only adds build time to CI's
-# longest stage (trainer.cpp: 14 s at -O0 against 19 s at -O1).
+if [ -z "$cuda_build" ]; then
+  exit "$cpu_status"
+fi
+cuda_status=0
+wait "$cuda_pid" || cuda_status=$?
+echo "test: the CUDA build, run beside the CPU tests:"
+cat "$cuda_log" && rm -f "$cuda_log"
+phase "CUDA build (beside the CPU tests)"
+[ "$cpu_status" = 0 ] || exit "$cpu_status"
+[ "$cuda_status" = 0 ] || exit "$cuda_status"
 # A unity build, and only the cases marked `compat` of the multi-process and end-to-end suites
 # (VOLT_COMPAT_SUBSET): one case per mechanism proves the compatibility headers on LibTorch 2.x; the
 # CPU stage above already ran every case of the same algorithms.
-VOLT_BUILD_DIR=build-cuda VOLT_BUILD_TARGET=torch_checks scripts/build-cuda.sh \
-  -DCMAKE_BUILD_TYPE=Release -DCMAKE_CXX_FLAGS_RELEASE="-O0 -DNDEBUG" -DVOLT_UNITY_BUILD=ON -DVOLT_COMPAT_SUBSET=ON
-phase "CUDA build"
 cd build-cuda
 ctest --output-on-failure --timeout 900 -j "${VOLT_TEST_JOBS:-2}" -L compat "$@"
 phase "CUDA-stage tests"
