@@ -8,14 +8,11 @@
 #include <chrono>
 
 #include "volt/callbacks/model_checkpoint.h"
-#include "volt/checkpoint/hpc_checkpoints.h"
-#include "volt/checkpoint/sharded_checkpoint.h"
 #include "volt/core/console.h"
 #include "volt/core/error.h"
 #include "volt/core/strings.h"
 #include "volt/loops/evaluation_loop.h"
 #include "volt/loops/metric_router.h"
-#include "volt/metrics/metric.h"
 #include "volt/optim/lr_scheduler.h"
 #include "volt/optim/optimizer_state.h"
 #include "volt/precision/precision_plugin.h"
@@ -71,6 +68,12 @@ FitLoop::FitLoop(FitLoopParts parts, FitData data)
       epoch_loop_(parts.plan, parts.strategy, parts.precision, parts.metrics, data.module, data.train,
                   data.optimization, bar_.get(), parts.profiler),
       val_results_(/*training=*/false),
+      checkpoints_({.state_dict_type = parts.plan.state_dict_type,
+                    .hpc_checkpoint_dir = parts.plan.hpc_checkpoint_dir,
+                    .hpc_checkpoints_to_keep = parts.plan.hpc_checkpoints_to_keep},
+                   parts.strategy, parts.strategy.state_sharding(), parts.checkpointer, parts.metrics, parts.console,
+                   TrainingParts{&data.module, &data.optimization, &parts.callbacks, &parts.precision, parts.config},
+                   progress_),
       stop_(parts.plan.min_epochs, parts.plan.min_steps) {
   progress_.train_stream_layout = data.train.stream_layout();
   if (parts.plan.straggler_every_n_steps) {
@@ -125,123 +128,6 @@ CallbackContext FitLoop::context(const HookPoint& point) const {
   return c;
 }
 
-TrainingParts FitLoop::training_parts() const {
-  TrainingParts parts{&data_.module, &data_.optimization, &parts_.callbacks, &parts_.precision, parts_.config};
-  // fsdp cuts the whole state a checkpoint holds to this process's pieces.
-  Strategy& strategy = parts_.strategy;
-  parts.load_optimizer_state = [&strategy](torch::optim::Optimizer& optimizer, const c10::IValue& state) {
-    strategy.load_optimizer_state(optimizer, state);
-  };
-  return parts;
-}
-
-void FitLoop::save_checkpoint(const std::string& path) {
-  const Profiler::Scope timed(parts_.profiler, Action::kCheckpointSave);
-  // Rank 0 writes; the others do not wait here (their callbacks need not agree on every save),
-  // so readers synchronize instead: fit ends with a barrier before any rank reads a file.
-  if (parts_.strategy.is_global_zero()) {
-    std::optional<StateDict> local;
-    const TrainingParts parts = parts_for_save(path, local);
-    if (sharded_checkpoints()) {
-      defer_sharded_save(path, parts);
-    } else {
-      parts_.checkpointer.save(parts, progress_, path);
-      parts_.metrics.after_save_checkpoint(path);
-    }
-  }
-  note_saved(path);
-}
-
-void FitLoop::note_saved(const std::string& path) {
-  last_saved_ = path;
-  if (train_end_saves_ &&
-      std::find(train_end_saves_->begin(), train_end_saves_->end(), path) == train_end_saves_->end())
-    train_end_saves_->push_back(path);
-}
-
-TrainingParts FitLoop::parts_for_save(const std::string& path, std::optional<StateDict>& local) {
-  TrainingParts parts = training_parts();
-  parts.metric_states = metric_states_for_save(local);
-  parts.optimizer_states = optimizer_states_for_save(path);
-  return parts;
-}
-
-void FitLoop::defer_sharded_save(const std::string& path, TrainingParts parts, CheckpointContents contents) {
-  VOLT_INTERNAL_ASSERT(local_shard_.has_value(), "a sharded save of '{}' outside a gather point", path);
-  // Each process's shard holds its part of the optimizer states and of the parameters in pieces.
-  std::vector<std::string> in_pieces;
-  for (const auto& [name, piece] : local_shard_->parameters) in_pieces.push_back(name);
-  parts.sharded_parameters = &in_pieces;
-  StateDict checkpoint = make_checkpoint(parts, progress_, contents);
-  (void)checkpoint.erase("optimizer_states");
-  std::erase_if(pending_saves_, [&path](const PendingSave& pending) { return pending.path == path; });
-  pending_saves_.push_back(PendingSave{
-      .path = path, .checkpoint = std::move(checkpoint), .weights_only = contents != CheckpointContents::kFull});
-}
-
-bool FitLoop::sharded_checkpoints() const {
-  return parts_.plan.state_dict_type == StateDictType::kSharded && parts_.strategy.shards_optimizer_state();
-}
-
-void FitLoop::commit_sharded_saves() {
-  if (!local_shard_) return;  // every process gathered at the same point, or none did
-  Strategy& strategy = parts_.strategy;
-  std::vector<std::string> announced;
-  if (strategy.is_global_zero() && !pending_saves_.empty()) {
-    announced.push_back(new_save_id());
-    // Each path after a letter: 'F' for a full checkpoint, 'W' for weights only.
-    for (const PendingSave& save : pending_saves_) announced.push_back((save.weights_only ? "W" : "F") + save.path);
-  }
-  // Rank 0's save id and paths reach every process: each writes its shard of every save, in parallel.
-  announced = split(strategy.broadcast_string(join(announced, "\n")), '\n');
-  if (announced.size() > 1) {
-    const std::string& save_id = announced.front();
-    const int64_t rank = strategy.topology().global_rank;
-    const int64_t world = strategy.topology().world_size;
-    CheckpointIO& io = parts_.checkpointer.io();
-    const c10::IValue parameters = make_parameter_pieces(local_shard_->parameters);
-    for (size_t i = 1; i < announced.size(); ++i) {
-      const bool weights_only = announced[i].front() == 'W';
-      io.save(make_shard(weights_only ? std::vector<c10::IValue>{} : local_shard_->optimizer_states, parameters,
-                         save_id, rank, world),
-              shard_path(announced[i].substr(1), save_id, rank));
-    }
-    // Every shard is on disk before rank 0 commits: a kill before the commit leaves the previous
-    // checkpoint (and its shards) in place, after it the complete new set.
-    strategy.barrier();
-    if (strategy.is_global_zero()) {
-      for (PendingSave& save : pending_saves_) {
-        save.checkpoint.insert_or_assign(kShardIndexKey,
-                                         make_shard_index(save.path, save_id, world, !save.weights_only));
-        io.save(save.checkpoint, save.path);
-        remove_shards(io, save.path, save_id);  // the previous save's, and those of saves never committed
-      }
-    }
-  }
-  // Removals asked for in the same hook (ModelCheckpoint's old top-k) come after the new
-  // checkpoints are complete, as they do when saves are written at once.
-  if (strategy.is_global_zero())
-    for (const std::string& path : pending_removals_) parts_.checkpointer.remove(path);
-  pending_saves_.clear();
-  pending_removals_.clear();
-  local_shard_.reset();
-}
-
-void FitLoop::save_weights_checkpoint(const std::string& path) {
-  const Profiler::Scope timed(parts_.profiler, Action::kCheckpointSave);
-  // full_shard's units are whole (or their pieces taken) only at a gather point.
-  if (parts_.strategy.shards_parameters()) check_gathered_for_save(path);
-  if (parts_.strategy.is_global_zero()) {
-    if (sharded_checkpoints() && parts_.strategy.shards_parameters()) {
-      defer_sharded_save(path, training_parts(), CheckpointContents::kWeightsOnly);
-    } else {
-      parts_.checkpointer.save(training_parts(), progress_, path, CheckpointContents::kWeightsOnly);
-      parts_.metrics.after_save_checkpoint(path);
-    }
-  }
-  note_saved(path);
-}
-
 bool rank_zero_decision(Strategy& strategy, bool decision) {
   if (strategy.topology().world_size == 1) return decision;
   const double vote = strategy.is_global_zero() && decision ? 1.0 : 0.0;
@@ -250,12 +136,21 @@ bool rank_zero_decision(Strategy& strategy, bool decision) {
 
 bool FitLoop::broadcast_decision(bool decision) { return rank_zero_decision(parts_.strategy, decision); }
 
+void FitLoop::save_checkpoint(const std::string& path) {
+  const Profiler::Scope timed(parts_.profiler, Action::kCheckpointSave);
+  checkpoints_.save(path);
+}
+
+void FitLoop::save_weights_checkpoint(const std::string& path) {
+  const Profiler::Scope timed(parts_.profiler, Action::kCheckpointSave);
+  checkpoints_.save_weights(path);
+}
+
+void FitLoop::remove_checkpoint(const std::string& path) { checkpoints_.remove(path); }
+
 void FitLoop::prepare_metric_states(bool train_batch_end) {
-  // What an earlier point gathered is stale now: a checkpoint from here on needs this step's.
-  optimizer_states_.reset();
-  const bool metrics = !data_.module.registered_metrics().empty() && parts_.strategy.collectives().world_size() > 1;
-  // One process reads its own states when it saves; nothing to gather ahead of time.
-  if ((!metrics && !parts_.strategy.shards_optimizer_state()) || parts_.callbacks.empty()) return;
+  checkpoints_.begin_gather_point();
+  if (!checkpoints_.needs_gather() || parts_.callbacks.empty()) return;
   if (train_batch_end) {
     // Every process asks the same callbacks about the same step, so all of them agree.
     const CallbackContext c = context(HookPoint{});
@@ -264,99 +159,7 @@ void FitLoop::prepare_metric_states(bool train_batch_end) {
     });
     if (!may_save) return;
   }
-  gather_checkpoint_states();
-}
-
-void FitLoop::gather_checkpoint_states() {
-  const auto& metrics = data_.module.registered_metrics();
-  Collectives& collectives = parts_.strategy.collectives();
-  if (!metrics.empty() && collectives.world_size() > 1) {
-    StateDict states = make_state_dict();
-    for (const auto& [name, metric] : metrics) states.insert(name, metric->gathered_state_dict(collectives));
-    metric_states_ = std::move(states);
-  }
-  if (sharded_checkpoints()) {
-    local_shard_ = LocalShard{.optimizer_states = parts_.strategy.local_optimizer_states(data_.optimization.optimizers),
-                              .parameters = parts_.strategy.local_parameter_pieces()};
-  } else if (parts_.strategy.shards_optimizer_state()) {
-    optimizer_states_ = parts_.strategy.gather_optimizer_states(data_.optimization.optimizers);
-  }
-}
-
-void FitLoop::check_gathered_for_save(const std::string& path) const {
-  VOLT_CHECK(optimizer_states_.has_value() || local_shard_.has_value(),
-             "cannot save checkpoint '{}' at step {}: strategy='{}' shards the optimizer state{} over the processes, "
-             "and it is gathered for a checkpoint only before on_validation_end, on_train_epoch_end, on_train_end, "
-             "an HPC save, and an on_train_batch_end at which a callback's saves_checkpoint_at_train_batch_end() "
-             "is true. HINT: have the callback that saves override saves_checkpoint_at_train_batch_end, or save at "
-             "those hooks.",
-             path, progress_.global_step, parts_.strategy.name(),
-             parts_.strategy.shards_parameters() ? " and the units' parameters" : "");
-}
-
-const std::vector<c10::IValue>* FitLoop::optimizer_states_for_save(const std::string& path) const {
-  if (!parts_.strategy.shards_optimizer_state()) return nullptr;
-  check_gathered_for_save(path);
-  // Sharded: the checkpoint file holds none; each process writes its own at the commit.
-  return optimizer_states_ ? &*optimizer_states_ : nullptr;
-}
-
-const StateDict* FitLoop::metric_states_for_save(std::optional<StateDict>& local) {
-  const auto& metrics = data_.module.registered_metrics();
-  if (metrics.empty()) return nullptr;
-  if (parts_.strategy.collectives().world_size() == 1) {
-    local = make_state_dict();
-    for (const auto& [name, metric] : metrics) local->insert(name, metric->gathered_state_dict(local_collectives()));
-    return &*local;
-  }
-  if (metric_states_) return &*metric_states_;
-  if (!warned_metric_states_) {
-    warned_metric_states_ = true;
-    parts_.console.warn(fmt::format(
-        "A checkpoint saved at step {} holds no states of the registered metrics: under ddp they are gathered "
-        "from every process only before on_validation_end, on_train_epoch_end, an HPC save, and an "
-        "on_train_batch_end at which a callback's saves_checkpoint_at_train_batch_end() is true; a resume from "
-        "it starts the metrics over. HINT: have the callback that saved it override "
-        "saves_checkpoint_at_train_batch_end, or save at those hooks.",
-        progress_.global_step));
-  }
-  return nullptr;
-}
-
-void FitLoop::restore_metric_states(const c10::IValue& checkpoint, const std::string& path) {
-  const auto& metrics = data_.module.registered_metrics();
-  if (metrics.empty() || !checkpoint.isGenericDict()) return;
-  const StateDict top = checkpoint.toGenericDict();
-  if (!top.contains(kMetricsCheckpointKey)) {
-    if (progress_.batches_done > 0 && !progress_.epoch_done) {
-      parts_.console.warn(
-          fmt::format("{} holds no metric states ('{}'), so the registered metrics start this epoch "
-                      "over from the resumed batch.",
-                      path, kMetricsCheckpointKey));
-    }
-    return;
-  }
-  const StateDict saved = top.at(kMetricsCheckpointKey).toGenericDict();
-  for (const auto& [name, metric] : metrics) {
-    if (!saved.contains(name)) {
-      parts_.console.warn(fmt::format("{} holds no state of the metric '{}', which starts over.", path, name));
-      continue;
-    }
-    metric->load_gathered_state_dict(saved.at(name).toGenericDict(), parts_.strategy.collectives());
-  }
-}
-
-void FitLoop::remove_checkpoint(const std::string& path) {
-  if (!parts_.strategy.is_global_zero()) return;
-  const auto pending = std::find_if(pending_saves_.begin(), pending_saves_.end(),
-                                    [&path](const PendingSave& save) { return save.path == path; });
-  if (pending != pending_saves_.end()) {
-    pending_saves_.erase(pending);  // saved and dropped in the same hook: never written
-  } else if (local_shard_ && !pending_saves_.empty()) {
-    pending_removals_.push_back(path);  // after the commit of the saves that replace it
-    return;
-  }
-  parts_.checkpointer.remove(path);
+  checkpoints_.gather();
 }
 
 void FitLoop::log_metrics(const std::map<std::string, double>& metrics) {
@@ -370,9 +173,7 @@ void FitLoop::dispatch(const CallbackHook& hook, const HookPoint& point) {
     const Decision decision = hook(*callback, c, *this);
     if (decision.stop) stop_.propose_callback_stop(progress_.epoch, progress_.global_step, decision.reason);
   }
-  commit_sharded_saves();
-  metric_states_.reset();  // gathered for this dispatch only: the next step changes them
-  optimizer_states_.reset();
+  checkpoints_.after_dispatch();
   // One process needs no agreement: a callback's stop holds from the next check on, as it
   // always did. Several processes agree at the next step boundary or epoch end.
   if (parts_.plan.topology.world_size == 1) stop_.agree(identity);
@@ -550,35 +351,7 @@ void FitLoop::reload_dataloaders_if_due() {
 }
 
 void FitLoop::restore(const LoadedCheckpoint& checkpoint) {
-  c10::IValue value = checkpoint.value;
-  std::optional<ParameterPieces> sharded_parameters;  // this process's pieces of them
-  if (const std::optional<ShardIndex> index = read_shard_index(value, checkpoint.path)) {
-    const Topology& topology = parts_.strategy.topology();
-    if (!parts_.strategy.shards_optimizer_state() || topology.world_size != index->world_size) {
-      throw CheckpointError(fmt::format(
-          "checkpoint '{}' is sharded: {} processes of strategy='fsdp' wrote its optimizer state a file each, "
-          "and this run is strategy='{}' with {} processes. HINT: resume it with strategy='fsdp' on {} processes, "
-          "or write it in one file first (volt::consolidate_sharded_checkpoint) to resume under any strategy.",
-          checkpoint.path, index->world_size, parts_.strategy.name(), topology.world_size, index->world_size));
-    }
-    StateDict top = value.toGenericDict().copy();
-    Shard shard = load_shard(parts_.checkpointer.io(), checkpoint.path, *index, topology.global_rank);
-    if (index->optimizer_states) {
-      c10::impl::GenericList states(c10::AnyType::get());
-      for (const c10::IValue& state : shard.optimizer_states) states.push_back(state);
-      top.insert_or_assign("optimizer_states", states);
-    } else {
-      (void)top.erase(kShardIndexKey);  // weights only: refused as such below
-    }
-    if (top.contains(kShardedParametersKey)) sharded_parameters = std::move(shard.parameters);
-    value = top;
-  }
-  TrainingParts parts = training_parts();
-  parts.loads_sharded_parameters = sharded_parameters.has_value();
-  progress_ = restore_checkpoint(value, parts, checkpoint.path);
-  // After the optimizers' states: a relayout they caused (a fine-tuning run's groups) came first.
-  if (sharded_parameters) parts_.strategy.load_parameter_pieces(*sharded_parameters, checkpoint.path);
-  restore_metric_states(checkpoint.value, checkpoint.path);
+  progress_ = checkpoints_.restore(checkpoint);
   check_stream_layout(checkpoint.path);
   if (progress_.epoch_done) {
     ++progress_.epoch;
@@ -636,37 +409,17 @@ FitResult FitLoop::run() {
                           (stop_.code() == StopCode::kTerminate && plan.requeue.checkpoint_on_sigterm);
     if (save_hpc) {
       const Profiler::Scope timed(parts_.profiler, Action::kCheckpointSave);
-      gather_checkpoint_states();  // every process stopped at the same step
-      std::string path;
-      if (sharded_checkpoints()) {
-        if (parts_.strategy.is_global_zero()) {
-          path = next_hpc_checkpoint_path(plan.hpc_checkpoint_dir);
-          std::optional<StateDict> local;
-          defer_sharded_save(path, parts_for_save(path, local));
-        }
-        commit_sharded_saves();
-        if (parts_.strategy.is_global_zero())
-          parts_.checkpointer.prune_hpc_checkpoints(plan.hpc_checkpoint_dir, plan.hpc_checkpoints_to_keep);
-      } else if (parts_.strategy.is_global_zero()) {
-        std::optional<StateDict> local;
-        path = parts_.checkpointer.save_hpc_checkpoint(parts_for_save(plan.hpc_checkpoint_dir, local), progress_,
-                                                       plan.hpc_checkpoint_dir, plan.hpc_checkpoints_to_keep);
-      }
-      metric_states_.reset();
-      optimizer_states_.reset();
-      // Also a barrier: no rank goes on (and exits) before the file is complete.
-      result.hpc_checkpoint_path = parts_.strategy.broadcast_string(path);
+      result.hpc_checkpoint_path = checkpoints_.save_hpc();
       parts_.console.info(fmt::format("Saved HPC checkpoint {} ({})", result.hpc_checkpoint_path, stop_.message()));
     }
     // A Timer saves its checkpoint here, and ModelCheckpoint(save_last) its last.ckpt when the fit
     // stopped after its last save: through the same save path as every other checkpoint.
     prepare_metric_states(/*train_batch_end=*/false);
-    train_end_saves_.emplace();
+    checkpoints_.begin_train_end();
     dispatch([](Callback& c, const CallbackContext& ctx, CallbackServices& s) { return c.on_train_end(ctx, s); }, {});
     // Said after the dispatch, which committed sharded saves: a resume from these files starts here.
-    for (const std::string& path : *train_end_saves_)
+    for (const std::string& path : checkpoints_.end_train_end())
       parts_.console.info(fmt::format("Saved {} at {}", path, fit_position(progress_)));
-    train_end_saves_.reset();
     module.on_train_end();
     dispatch(
         [](Callback& c, const CallbackContext& ctx, CallbackServices& s) {
@@ -700,7 +453,7 @@ FitResult FitLoop::run() {
     result.best_model_score = checkpoint->best_model_score();
     result.last_model_path = checkpoint->last_model_path();
   }
-  if (result.last_model_path.empty()) result.last_model_path = last_saved_;
+  if (result.last_model_path.empty()) result.last_model_path = checkpoints_.last_saved();
   // Files are complete before any rank reads one, and every rank names rank 0's files.
   parts_.strategy.barrier();
   result.best_model_path = parts_.strategy.broadcast_string(result.best_model_path);

@@ -11,7 +11,7 @@
 
 #include "volt/callbacks/callback.h"
 #include "volt/checkpoint/checkpointer.h"
-#include "volt/checkpoint/sharded_checkpoint.h"
+#include "volt/loops/fit_checkpoints.h"
 #include "volt/loops/fit_result.h"
 #include "volt/loops/stop_controller.h"
 #include "volt/loops/training_epoch_loop.h"
@@ -132,39 +132,6 @@ class FitLoop : public CallbackServices, private EpochHooks {
   void sanity_check();
   void run_validation();
   void poll_signals();
-  TrainingParts training_parts() const;
-  /// The registered metrics' states for a checkpoint saved now, in `local` or metric_states_;
-  /// nullptr when the module registered none, or (with a warning) when they were not gathered.
-  const StateDict* metric_states_for_save(std::optional<StateDict>& local);
-  /// Gathers what a checkpoint saved before the next optimizer step needs from every process: the
-  /// registered metrics' states and, when the strategy shards them (fsdp), the optimizers'.
-  void gather_checkpoint_states();
-  /// The optimizers' gathered states for a checkpoint saved now (nullptr when the strategy does
-  /// not shard them); throws volt::Error when they were not gathered at this point.
-  const std::vector<c10::IValue>* optimizer_states_for_save(const std::string& path) const;
-  /// What a checkpoint saved now to `path` holds: the training parts with the registered
-  /// metrics' states (in `local` or metric_states_) and the gathered optimizer states (none when
-  /// they are sharded into files).
-  TrainingParts parts_for_save(const std::string& path, std::optional<StateDict>& local);
-  /// Rank 0, sharded checkpoints: builds the checkpoint of `parts` for `path`, without optimizer
-  /// states and the parameters the strategy keeps in pieces, to be committed by
-  /// commit_sharded_saves.
-  void defer_sharded_save(const std::string& path, TrainingParts parts,
-                          CheckpointContents contents = CheckpointContents::kFull);
-  /// Throws volt::Error naming `path` when a checkpoint saved now would need states that the
-  /// strategy gathers (or takes for the shards) only at a gather point, and none came before it.
-  void check_gathered_for_save(const std::string& path) const;
-  /// Whether checkpoints are sharded (strategy='fsdp' with state_dict_type='sharded').
-  bool sharded_checkpoints() const;
-  /// Under sharded checkpoints, after the dispatch a gather point prepared (and after an HPC
-  /// save): every process writes its shard for each checkpoint rank 0 built since, then rank 0
-  /// commits each by writing its file with the shard index. A collective at the same points on
-  /// every process; a no-op when nothing was gathered.
-  void commit_sharded_saves();
-  /// Records that `path` was saved now (last_saved_, and train_end_saves_ while the train end runs).
-  void note_saved(const std::string& path);
-  /// Loads the registered metrics' states from `checkpoint` (see restore()).
-  void restore_metric_states(const c10::IValue& checkpoint, const std::string& path);
   /// Refuses to go on inside an epoch under another stream layout than the one it began with
   /// (`source` names where that position came from); records the current layout.
   void check_stream_layout(const std::string& source);
@@ -178,34 +145,11 @@ class FitLoop : public CallbackServices, private EpochHooks {
   TrainingEpochLoop epoch_loop_;
   ResultCollection val_results_;
   FitProgress progress_;
+  FitCheckpoints checkpoints_;     // reads progress_
   std::string resumed_from_;       // the checkpoint restore() read, if any
   int64_t loaders_epoch_ = 0;      // the epoch the current loaders were asked for at
   bool past_first_epoch_ = false;  // whether this run's first epoch has started
   StopController stop_;
-  std::string last_saved_;
-  // The checkpoints saved during on_train_end, printed with where the fit stopped; unset outside it.
-  std::optional<std::vector<std::string>> train_end_saves_;
-  // Every process's metric states, gathered by prepare_metric_states for the dispatch that follows.
-  std::optional<StateDict> metric_states_;
-  bool warned_metric_states_ = false;
-  // The optimizers' whole states (fsdp), gathered with metric_states_; reset at the next gather
-  // point, so a checkpoint never holds the state of an earlier step.
-  std::optional<std::vector<c10::IValue>> optimizer_states_;
-  // Sharded checkpoints: this process's shard, taken at the gather point for the saves that follow.
-  struct LocalShard {
-    std::vector<c10::IValue> optimizer_states;
-    ParameterPieces parameters;
-  };
-  std::optional<LocalShard> local_shard_;
-  // Rank 0, sharded checkpoints: the saves since the gather point, built but not yet committed.
-  struct PendingSave {
-    std::string path;
-    StateDict checkpoint;
-    bool weights_only = false;  // its shards hold only the parameters' pieces
-  };
-  std::vector<PendingSave> pending_saves_;
-  // Rank 0, sharded checkpoints: checkpoints to remove once pending_saves_ are committed.
-  std::vector<std::string> pending_removals_;
   struct LearningRateName {
     std::string name;
     size_t optimizer;

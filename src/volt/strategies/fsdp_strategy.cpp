@@ -461,7 +461,7 @@ void FsdpStrategy::finish_fit(LightningModule& module, bool completed) {
 
 std::vector<c10::IValue> FsdpStrategy::gather_optimizer_states(
     const std::vector<std::shared_ptr<torch::optim::Optimizer>>& optimizers) {
-  if (!shard_) return DdpStrategy::gather_optimizer_states(optimizers);
+  VOLT_INTERNAL_ASSERT(shard_, "gather_optimizer_states under no_shard");
   VOLT_INTERNAL_ASSERT(optimizers.size() == optimizers_.size(), "gather of {} optimizers, {} laid out",
                        optimizers.size(), optimizers_.size());
   gather_all_units();
@@ -542,7 +542,7 @@ size_t FsdpStrategy::optimizer_index(const torch::optim::Optimizer& optimizer) c
 
 std::vector<c10::IValue> FsdpStrategy::local_optimizer_states(
     const std::vector<std::shared_ptr<torch::optim::Optimizer>>& optimizers) {
-  if (!shard_) return Strategy::local_optimizer_states(optimizers);
+  VOLT_INTERNAL_ASSERT(shard_, "local_optimizer_states under no_shard");
   std::vector<c10::IValue> out;
   for (const auto& optimizer : optimizers) {
     const size_t k = optimizer_index(*optimizer);
@@ -585,10 +585,7 @@ ParameterPieces FsdpStrategy::local_parameter_pieces() {
 }
 
 void FsdpStrategy::load_parameter_pieces(const ParameterPieces& pieces, const std::string& path) {
-  if (!shard_) {
-    DdpStrategy::load_parameter_pieces(pieces, path);
-    return;
-  }
+  VOLT_INTERNAL_ASSERT(shard_, "load_parameter_pieces of '{}' under no_shard", path);
   // They must be this process's pieces of exactly the parameters laid out in units here.
   std::vector<std::string> problems;
   size_t expected = 0;
@@ -632,10 +629,7 @@ void FsdpStrategy::load_parameter_pieces(const ParameterPieces& pieces, const st
 }
 
 void FsdpStrategy::load_optimizer_state(torch::optim::Optimizer& optimizer, const c10::IValue& state) {
-  if (!shard_) {
-    DdpStrategy::load_optimizer_state(optimizer, state);
-    return;
-  }
+  VOLT_INTERNAL_ASSERT(shard_, "load_optimizer_state under no_shard");
   // A resumed fine-tuning run: BaseFinetuning added its groups back (and set requires_grad) after
   // the layout was made; lay them out before the state, which holds them, is cut.
   if (!layout_current()) relayout(*module_);

@@ -14,6 +14,7 @@
 #include "volt/strategies/ddp_strategy.h"
 #include "volt/strategies/fsdp_unit.h"
 #include "volt/strategies/shard_layout.h"
+#include "volt/strategies/state_sharding.h"
 
 namespace torch::nn {
 class Module;
@@ -69,7 +70,7 @@ struct FsdpOptions {
 /// as under shard_grad_op. Between gathers a unit's parameters are empty tensors; the strategy
 /// makes them whole for full checkpoints and for whatever follows the fit, while a sharded
 /// checkpoint takes each process's pieces as they are.
-class FsdpStrategy : public DdpStrategy {
+class FsdpStrategy : public DdpStrategy, private StateSharding {
  public:
   /// `fsdp.sharding` no_shard is exactly DdpStrategy.
   FsdpStrategy(Topology topology, DdpOptions options, Env env, FsdpOptions fsdp);
@@ -85,7 +86,10 @@ class FsdpStrategy : public DdpStrategy {
   void after_backward(bool synchronize) override;
   void after_optimizer_step() override;
   void finish_fit(LightningModule& module, bool completed) override;
-  bool shards_optimizer_state() const override { return shard_; }
+  /// This strategy under shard_grad_op and full_shard; nullptr under no_shard (ddp).
+  StateSharding* state_sharding() override { return shard_ ? this : nullptr; }
+
+ private:
   /// Also makes every unit's parameters whole (full_shard), so the checkpoint reads the model.
   std::vector<c10::IValue> gather_optimizer_states(
       const std::vector<std::shared_ptr<torch::optim::Optimizer>>& optimizers) override;
@@ -105,7 +109,6 @@ class FsdpStrategy : public DdpStrategy {
   /// parameters shaped as here.
   void load_optimizer_state(torch::optim::Optimizer& optimizer, const c10::IValue& state) override;
 
- private:
   class UnitHooks;
   /// One optimized parameter: the module's tensor and this process's piece of it.
   struct Entry {

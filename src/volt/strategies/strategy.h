@@ -15,14 +15,10 @@
 #include <vector>
 
 #include "volt/base/collectives.h"
-#include "volt/checkpoint/sharded_checkpoint.h"
 #include "volt/data/dataset.h"
 #include "volt/distributed/topology.h"
 #include "volt/module/log_options.h"
 
-namespace c10 {
-struct IValue;
-}  // namespace c10
 namespace torch::optim {
 class Optimizer;
 }  // namespace torch::optim
@@ -30,12 +26,13 @@ class Optimizer;
 namespace volt {
 
 class LightningModule;
+class StateSharding;
 
 /// The interface the trainer drives.
 class Strategy {
  public:
   virtual ~Strategy() = default;
-  /// "single_device", "ddp", "dp", "ddp2" or "fsdp".
+  /// "single_device", "ddp", "dp", "ddp2", "fsdp" or "pipeline".
   virtual std::string name() const = 0;
   /// This process's place.
   virtual const Topology& topology() const = 0;
@@ -77,36 +74,10 @@ class Strategy {
   /// module's parameters whole again (a collective, only when completed) and detaches its hooks,
   /// so the module is whole for evaluation, saving or another fit.
   virtual void finish_fit(LightningModule& module, bool completed) {}
-  /// True when each process's optimizers hold only its shard of the state and gradients (fsdp):
-  /// clipping by norm sums over every process, and a checkpoint needs
-  /// gather_optimizer_states.
-  virtual bool shards_optimizer_state() const { return false; }
-  /// Collective: every optimizer's state as one process would hold it (PyTorch's
-  /// optimizer.state_dict() layout), complete on global rank 0 and empty elsewhere. The default
-  /// (nothing sharded) is each optimizer's own state on every process.
-  virtual std::vector<c10::IValue> gather_optimizer_states(
-      const std::vector<std::shared_ptr<torch::optim::Optimizer>>& optimizers);
-  /// This process's own optimizer states, for a sharded checkpoint (state_dict_type='sharded'):
-  /// under fsdp its pieces, each state marked (kShardMarkerKey) with the process and the
-  /// parameters' shapes, so a load checks them and consolidate_sharded_checkpoint reassembles
-  /// them. The default is each optimizer's state, unmarked. No collective.
-  virtual std::vector<c10::IValue> local_optimizer_states(
-      const std::vector<std::shared_ptr<torch::optim::Optimizer>>& optimizers);
-  /// True when some trained parameters are only this process's piece between steps (fsdp
-  /// full_shard's units): the module's weights can be read for a checkpoint only at a gather point,
-  /// where they are made whole (gather_optimizer_states) or each process takes its pieces.
-  virtual bool shards_parameters() const { return false; }
-  /// This process's pieces of the parameters that shards_parameters keeps in pieces, for its shard
-  /// of a sharded checkpoint (rank 0's file leaves them out); none by default. No collective.
-  virtual ParameterPieces local_parameter_pieces() { return {}; }
-  /// Loads `pieces` (this process's shard of checkpoint `path`, as local_parameter_pieces took
-  /// them) into the parameters. Throws volt::CheckpointError with a HINT when they are not this
-  /// process's pieces of the parameters laid out here (by default: when there are any). A
-  /// collective under fsdp's full_shard: call it on every process.
-  virtual void load_parameter_pieces(const ParameterPieces& pieces, const std::string& path);
-  /// Loads `state` (as gather_optimizer_states returns it, or a checkpoint of an unsharded run)
-  /// into `optimizer`; fsdp cuts it to this process's pieces first. No collective.
-  virtual void load_optimizer_state(torch::optim::Optimizer& optimizer, const c10::IValue& state);
+  /// The checkpoint side of a strategy that shards the optimizers' state and gradients over the
+  /// processes (fsdp): clipping by norm then sums over every process, and a checkpoint needs the
+  /// state gathered or each process's piece. nullptr (the default): each process holds it whole.
+  virtual StateSharding* state_sharding() { return nullptr; }
   /// Reduces a tensor across processes in place.
   virtual void reduce(torch::Tensor& values, Reduce op) {}
   /// Reduces a number across processes.

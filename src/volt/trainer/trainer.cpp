@@ -11,7 +11,6 @@
 #include "volt/checkpoint/checkpointer.h"
 #include "volt/core/console.h"
 #include "volt/core/error.h"
-#include "volt/distributed/subprocess_launcher.h"
 #include "volt/environments/requeue.h"
 #include "volt/loggers/csv_logger.h"
 #include "volt/loggers/hparams_yaml.h"
@@ -29,11 +28,8 @@
 #include "volt/precision/precision_plugin.h"
 #include "volt/profiler/profiler.h"
 #include "volt/progress/progress_bar.h"
-#include "volt/strategies/ddp2_strategy.h"
-#include "volt/strategies/ddp_strategy.h"
-#include "volt/strategies/dp_strategy.h"
 #include "volt/strategies/fsdp_strategy.h"
-#include "volt/strategies/pipeline_strategy.h"
+#include "volt/strategies/strategy_factory.h"
 #include "volt/trainer/process_setup.h"
 
 namespace volt {
@@ -58,7 +54,7 @@ class StageView : public RunView {
   const Topology& topology() const override { return strategy_.topology(); }
   torch::Device device() const override { return device_; }
   Collectives& collectives() const override { return strategy_.collectives(); }
-  bool shards_gradients() const override { return strategy_.shards_optimizer_state(); }
+  bool shards_gradients() const override { return strategy_.state_sharding() != nullptr; }
   void print(const std::string& line) const override { console_->info(line); }
 
  private:
@@ -318,74 +314,8 @@ void Trainer::set_console(std::shared_ptr<Console> console) {
 }
 
 Strategy& Trainer::strategy() {
-  if (strategy_) return *strategy_;
-  if (plan_.strategy == StrategyKind::kSingleDevice) {
-    strategy_ = std::make_unique<SingleDeviceStrategy>(plan_.topology);
-    return *strategy_;
-  }
-  // 16-mixed scales the loss before its backward; Pipe::train_step seeds its micro-batches'
-  // backwards itself, which that scale cannot reach: train_step refuses to run then.
-  PipeOptions pipe{.balance = plan_.pipeline_balance,
-                   .chunks = plan_.pipeline_chunks,
-                   .schedule = plan_.pipeline_schedule,
-                   .loss_scaling = plan_.precision == Precision::k16Mixed};
-  if (plan_.strategy == StrategyKind::kPipeline) {
-    // One stage per device: the selected GPUs, or stage threads sharing the CPU.
-    if (plan_.cuda_devices.empty()) pipe.devices.assign(static_cast<size_t>(plan_.devices), torch::kCPU);
-    for (int64_t device : plan_.cuda_devices)
-      pipe.devices.emplace_back(c10::DeviceType::CUDA, static_cast<c10::DeviceIndex>(device));
-    const std::shared_ptr<Console> console = rank_console();
-    pipe.report = [console](const std::string& line) { console->info(line); };
-    if (plan_.topology.world_size == 1) {
-      strategy_ = std::make_unique<PipelineStrategy>(plan_.topology, std::move(pipe));
-      return *strategy_;
-    }
-  }
-  DataParallelOptions dp{.replicas = plan_.replicas_per_process,
-                         .deterministic = plan_.deterministic != DeterministicMode::kOff};
-  // On GPUs each replica has its device (copies of the module); on the CPU they are threads.
-  for (int64_t device : plan_.cuda_devices)
-    dp.devices.emplace_back(c10::DeviceType::CUDA, static_cast<c10::DeviceIndex>(device));
-  if (plan_.strategy == StrategyKind::kDp) {
-    strategy_ = std::make_unique<DpStrategy>(plan_.topology, std::move(dp));
-    return *strategy_;
-  }
-  // The one impure step of planning, taken by the first stage that needs it: a launcher picks a
-  // free rendezvous port for its children.
-  if (plan_.topology.main_port == 0) plan_.topology.main_port = find_free_port();
-  DdpOptions ddp;
-  ddp.process_group.backend = to_string(plan_.process_group_backend);
-  ddp.process_group.timeout = plan_.process_group_timeout;
-  ddp.process_group.join_timeout = plan_.join_timeout;
-  // A stop signal (scancel, Ctrl-C) while waiting for the other ranks ends the wait at once: there
-  // is nothing to save yet, and the signal must not sit in the stop handler until join_timeout.
-  ddp.process_group.abort_check = []() -> std::optional<std::string> {
-    if (const int signal = internal::StopSignalGuard::received()) {
-      return fmt::format("received {} before training started (nothing trained, nothing saved)", signal_name(signal));
-    }
-    return std::nullopt;
-  };
-  ddp.gradient_sync.bucket_cap_mb = plan_.bucket_cap_mb;
-  ddp.gradient_sync.find_unused_parameters = plan_.find_unused_parameters;
-  ddp.launch_local_processes = plan_.launch_local_processes;
-  // The processes this one launches see only the GPUs the plan selected (CUDA_VISIBLE_DEVICES).
-  Env child_env = env_;
-  for (const auto& [name, value] : plan_.child_env) child_env = child_env.with(name, value);
-  if (plan_.strategy == StrategyKind::kDdp2) {
-    strategy_ = std::make_unique<Ddp2Strategy>(plan_.topology, ddp, std::move(dp), std::move(child_env));
-    return *strategy_;
-  }
-  if (plan_.strategy == StrategyKind::kPipeline) {
-    strategy_ = std::make_unique<PipelineDdpStrategy>(plan_.topology, ddp, std::move(child_env), std::move(pipe));
-    return *strategy_;
-  }
-  if (plan_.strategy == StrategyKind::kFsdp) {
-    strategy_ = std::make_unique<FsdpStrategy>(
-        plan_.topology, ddp, std::move(child_env),
-        FsdpOptions{.sharding = plan_.sharding_strategy, .min_unit_params = plan_.fsdp_min_unit_params});
-    return *strategy_;
-  }
-  strategy_ = std::make_unique<DdpStrategy>(plan_.topology, ddp, std::move(child_env));
+  // Made by the first stage that needs it, so a Trainer that never runs one picks no port.
+  if (!strategy_) strategy_ = make_strategy(plan_, env_, rank_console());
   return *strategy_;
 }
 
@@ -591,7 +521,7 @@ FitResult Trainer::fit_stage(LightningModule& module, DataLoader train, std::vec
     // every process's, or one would skip a step the others take (PyTorch's ShardedGradScaler).
     if (GradScaler* scaler = precision_->scaler()) {
       scaler->set_found_inf_sync(nullptr);
-      if (strategy.shards_optimizer_state()) {
+      if (strategy.state_sharding() != nullptr) {
         scaler->set_found_inf_sync([&strategy](torch::Tensor& found) { strategy.reduce(found, Reduce::kMax); });
       }
     }

@@ -1,0 +1,313 @@
+#include "volt/loops/fit_checkpoints.h"
+
+#include <algorithm>
+
+#include "volt/checkpoint/hpc_checkpoints.h"
+#include "volt/core/console.h"
+#include "volt/core/error.h"
+#include "volt/loops/metric_router.h"
+#include "volt/loops/sharded_commit_plan.h"
+#include "volt/metrics/metric.h"
+#include "volt/module/lightning_module.h"
+#include "volt/strategies/state_sharding.h"
+#include "volt/strategies/strategy.h"
+
+namespace volt {
+
+FitCheckpoints::FitCheckpoints(FitCheckpointsOptions options, Strategy& strategy, StateSharding* sharding,
+                               Checkpointer& checkpointer, MetricRouter& metrics, Console& console, TrainingParts parts,
+                               const FitProgress& progress)
+    : options_(std::move(options)),
+      strategy_(strategy),
+      sharding_(sharding),
+      checkpointer_(checkpointer),
+      metrics_(metrics),
+      console_(console),
+      parts_(std::move(parts)),
+      progress_(progress) {}
+
+TrainingParts FitCheckpoints::training_parts() const {
+  TrainingParts parts = parts_;
+  // State sharding cuts the whole state a checkpoint holds to this process's pieces.
+  if (StateSharding* sharding = sharding_) {
+    parts.load_optimizer_state = [sharding](torch::optim::Optimizer& optimizer, const c10::IValue& state) {
+      sharding->load_optimizer_state(optimizer, state);
+    };
+  }
+  return parts;
+}
+
+bool FitCheckpoints::sharded_checkpoints() const {
+  return options_.state_dict_type == StateDictType::kSharded && sharding_ != nullptr;
+}
+
+void FitCheckpoints::save(const std::string& path) {
+  // Rank 0 writes; the others do not wait here (their callbacks need not agree on every save),
+  // so readers synchronize instead: fit ends with a barrier before any rank reads a file.
+  if (strategy_.is_global_zero()) {
+    std::optional<StateDict> local;
+    const TrainingParts parts = parts_for_save(path, local);
+    if (sharded_checkpoints()) {
+      defer_sharded_save(path, parts, CheckpointContents::kFull);
+    } else {
+      checkpointer_.save(parts, progress_, path);
+      metrics_.after_save_checkpoint(path);
+    }
+  }
+  note_saved(path);
+}
+
+void FitCheckpoints::save_weights(const std::string& path) {
+  const bool pieces = sharding_ != nullptr && sharding_->shards_parameters();
+  // full_shard's units are whole (or their pieces taken) only at a gather point.
+  if (pieces) check_gathered_for_save(path);
+  if (strategy_.is_global_zero()) {
+    if (sharded_checkpoints() && pieces) {
+      defer_sharded_save(path, training_parts(), CheckpointContents::kWeightsOnly);
+    } else {
+      checkpointer_.save(training_parts(), progress_, path, CheckpointContents::kWeightsOnly);
+      metrics_.after_save_checkpoint(path);
+    }
+  }
+  note_saved(path);
+}
+
+void FitCheckpoints::remove(const std::string& path) {
+  if (!strategy_.is_global_zero()) return;
+  const auto pending = std::find_if(pending_saves_.begin(), pending_saves_.end(),
+                                    [&path](const PendingSave& save) { return save.path == path; });
+  if (pending != pending_saves_.end()) {
+    pending_saves_.erase(pending);  // saved and dropped in the same hook: never written
+  } else if (local_shard_ && !pending_saves_.empty()) {
+    pending_removals_.push_back(path);  // after the commit of the saves that replace it
+    return;
+  }
+  checkpointer_.remove(path);
+}
+
+void FitCheckpoints::note_saved(const std::string& path) {
+  last_saved_ = path;
+  if (train_end_saves_ &&
+      std::find(train_end_saves_->begin(), train_end_saves_->end(), path) == train_end_saves_->end())
+    train_end_saves_->push_back(path);
+}
+
+void FitCheckpoints::begin_train_end() { train_end_saves_.emplace(); }
+
+std::vector<std::string> FitCheckpoints::end_train_end() {
+  std::vector<std::string> saved = train_end_saves_.value_or(std::vector<std::string>{});
+  train_end_saves_.reset();
+  return saved;
+}
+
+bool FitCheckpoints::needs_gather() const {
+  // One process reads its own metric states when it saves; nothing to gather ahead of time.
+  const bool metrics = !parts_.module->registered_metrics().empty() && strategy_.collectives().world_size() > 1;
+  return metrics || sharding_ != nullptr;
+}
+
+void FitCheckpoints::begin_gather_point() { optimizer_states_.reset(); }
+
+void FitCheckpoints::gather() {
+  const auto& metrics = parts_.module->registered_metrics();
+  Collectives& collectives = strategy_.collectives();
+  if (!metrics.empty() && collectives.world_size() > 1) {
+    StateDict states = make_state_dict();
+    for (const auto& [name, metric] : metrics) states.insert(name, metric->gathered_state_dict(collectives));
+    metric_states_ = std::move(states);
+  }
+  if (sharded_checkpoints()) {
+    local_shard_ = LocalShard{.optimizer_states = sharding_->local_optimizer_states(parts_.optimization->optimizers),
+                              .parameters = sharding_->local_parameter_pieces()};
+  } else if (sharding_ != nullptr) {
+    optimizer_states_ = sharding_->gather_optimizer_states(parts_.optimization->optimizers);
+  }
+}
+
+void FitCheckpoints::after_dispatch() {
+  commit_sharded_saves();
+  metric_states_.reset();  // gathered for this dispatch only: the next step changes them
+  optimizer_states_.reset();
+}
+
+std::string FitCheckpoints::save_hpc() {
+  gather();  // every process stopped at the same step
+  std::string path;
+  if (sharded_checkpoints()) {
+    if (strategy_.is_global_zero()) {
+      path = next_hpc_checkpoint_path(options_.hpc_checkpoint_dir);
+      std::optional<StateDict> local;
+      defer_sharded_save(path, parts_for_save(path, local), CheckpointContents::kFull);
+    }
+    commit_sharded_saves();
+    if (strategy_.is_global_zero())
+      checkpointer_.prune_hpc_checkpoints(options_.hpc_checkpoint_dir, options_.hpc_checkpoints_to_keep);
+  } else if (strategy_.is_global_zero()) {
+    std::optional<StateDict> local;
+    path = checkpointer_.save_hpc_checkpoint(parts_for_save(options_.hpc_checkpoint_dir, local), progress_,
+                                             options_.hpc_checkpoint_dir, options_.hpc_checkpoints_to_keep);
+  }
+  metric_states_.reset();
+  optimizer_states_.reset();
+  // Also a barrier: no rank goes on (and exits) before the file is complete.
+  return strategy_.broadcast_string(path);
+}
+
+TrainingParts FitCheckpoints::parts_for_save(const std::string& path, std::optional<StateDict>& local) {
+  TrainingParts parts = training_parts();
+  parts.metric_states = metric_states_for_save(local);
+  parts.optimizer_states = optimizer_states_for_save(path);
+  return parts;
+}
+
+void FitCheckpoints::check_gathered_for_save(const std::string& path) const {
+  VOLT_CHECK(optimizer_states_.has_value() || local_shard_.has_value(),
+             "cannot save checkpoint '{}' at step {}: strategy='{}' shards the optimizer state{} over the processes, "
+             "and it is gathered for a checkpoint only before on_validation_end, on_train_epoch_end, on_train_end, "
+             "an HPC save, and an on_train_batch_end at which a callback's saves_checkpoint_at_train_batch_end() "
+             "is true. HINT: have the callback that saves override saves_checkpoint_at_train_batch_end, or save at "
+             "those hooks.",
+             path, progress_.global_step, strategy_.name(),
+             sharding_ != nullptr && sharding_->shards_parameters() ? " and the units' parameters" : "");
+}
+
+const std::vector<c10::IValue>* FitCheckpoints::optimizer_states_for_save(const std::string& path) const {
+  if (sharding_ == nullptr) return nullptr;
+  check_gathered_for_save(path);
+  // Sharded: the checkpoint file holds none; each process writes its own at the commit.
+  return optimizer_states_ ? &*optimizer_states_ : nullptr;
+}
+
+const StateDict* FitCheckpoints::metric_states_for_save(std::optional<StateDict>& local) {
+  const auto& metrics = parts_.module->registered_metrics();
+  if (metrics.empty()) return nullptr;
+  if (strategy_.collectives().world_size() == 1) {
+    local = make_state_dict();
+    for (const auto& [name, metric] : metrics) local->insert(name, metric->gathered_state_dict(local_collectives()));
+    return &*local;
+  }
+  if (metric_states_) return &*metric_states_;
+  if (!warned_metric_states_) {
+    warned_metric_states_ = true;
+    console_.warn(fmt::format(
+        "A checkpoint saved at step {} holds no states of the registered metrics: under ddp they are gathered "
+        "from every process only before on_validation_end, on_train_epoch_end, an HPC save, and an "
+        "on_train_batch_end at which a callback's saves_checkpoint_at_train_batch_end() is true; a resume from "
+        "it starts the metrics over. HINT: have the callback that saved it override "
+        "saves_checkpoint_at_train_batch_end, or save at those hooks.",
+        progress_.global_step));
+  }
+  return nullptr;
+}
+
+void FitCheckpoints::defer_sharded_save(const std::string& path, TrainingParts parts, CheckpointContents contents) {
+  VOLT_INTERNAL_ASSERT(local_shard_.has_value(), "a sharded save of '{}' outside a gather point", path);
+  // Each process's shard holds its part of the optimizer states and of the parameters in pieces.
+  std::vector<std::string> in_pieces;
+  for (const auto& [name, piece] : local_shard_->parameters) in_pieces.push_back(name);
+  parts.sharded_parameters = &in_pieces;
+  StateDict checkpoint = make_checkpoint(parts, progress_, contents);
+  (void)checkpoint.erase("optimizer_states");
+  std::erase_if(pending_saves_, [&path](const PendingSave& pending) { return pending.path == path; });
+  pending_saves_.push_back(PendingSave{
+      .path = path, .checkpoint = std::move(checkpoint), .weights_only = contents != CheckpointContents::kFull});
+}
+
+void FitCheckpoints::commit_sharded_saves() {
+  if (!local_shard_) return;  // every process gathered at the same point, or none did
+  ShardedCommitPlan plan;
+  if (strategy_.is_global_zero() && !pending_saves_.empty()) {
+    plan.save_id = new_save_id();
+    for (const PendingSave& save : pending_saves_) plan.entries.push_back({save.path, save.weights_only});
+  }
+  // Rank 0's save id and paths reach every process: each writes its shard of every save, in parallel.
+  plan = decode_sharded_commit_plan(strategy_.broadcast_string(encode(plan)));
+  if (!plan.entries.empty()) {
+    const int64_t rank = strategy_.topology().global_rank;
+    const int64_t world = strategy_.topology().world_size;
+    CheckpointIO& io = checkpointer_.io();
+    const c10::IValue parameters = make_parameter_pieces(local_shard_->parameters);
+    for (const ShardedCommitPlan::Entry& entry : plan.entries) {
+      io.save(make_shard(entry.weights_only ? std::vector<c10::IValue>{} : local_shard_->optimizer_states, parameters,
+                         plan.save_id, rank, world),
+              shard_path(entry.path, plan.save_id, rank));
+    }
+    // Every shard is on disk before rank 0 commits: a kill before the commit leaves the previous
+    // checkpoint (and its shards) in place, after it the complete new set.
+    strategy_.barrier();
+    if (strategy_.is_global_zero()) {
+      for (PendingSave& save : pending_saves_) {
+        save.checkpoint.insert_or_assign(kShardIndexKey,
+                                         make_shard_index(save.path, plan.save_id, world, !save.weights_only));
+        io.save(save.checkpoint, save.path);
+        remove_shards(io, save.path, plan.save_id);  // the previous save's, and those of saves never committed
+      }
+    }
+  }
+  // Removals asked for in the same hook (ModelCheckpoint's old top-k) come after the new
+  // checkpoints are complete, as they do when saves are written at once.
+  if (strategy_.is_global_zero())
+    for (const std::string& path : pending_removals_) checkpointer_.remove(path);
+  pending_saves_.clear();
+  pending_removals_.clear();
+  local_shard_.reset();
+}
+
+FitProgress FitCheckpoints::restore(const LoadedCheckpoint& checkpoint) {
+  c10::IValue value = checkpoint.value;
+  std::optional<ParameterPieces> sharded_parameters;  // this process's pieces of them
+  if (const std::optional<ShardIndex> index = read_shard_index(value, checkpoint.path)) {
+    const Topology& topology = strategy_.topology();
+    if (sharding_ == nullptr || topology.world_size != index->world_size) {
+      throw CheckpointError(fmt::format(
+          "checkpoint '{}' is sharded: {} processes of strategy='fsdp' wrote its optimizer state a file each, "
+          "and this run is strategy='{}' with {} processes. HINT: resume it with strategy='fsdp' on {} processes, "
+          "or write it in one file first (volt::consolidate_sharded_checkpoint) to resume under any strategy.",
+          checkpoint.path, index->world_size, strategy_.name(), topology.world_size, index->world_size));
+    }
+    StateDict top = value.toGenericDict().copy();
+    Shard shard = load_shard(checkpointer_.io(), checkpoint.path, *index, topology.global_rank);
+    if (index->optimizer_states) {
+      c10::impl::GenericList states(c10::AnyType::get());
+      for (const c10::IValue& state : shard.optimizer_states) states.push_back(state);
+      top.insert_or_assign("optimizer_states", states);
+    } else {
+      (void)top.erase(kShardIndexKey);  // weights only: refused as such below
+    }
+    if (top.contains(kShardedParametersKey)) sharded_parameters = std::move(shard.parameters);
+    value = top;
+  }
+  TrainingParts parts = training_parts();
+  parts.loads_sharded_parameters = sharded_parameters.has_value();
+  const FitProgress restored = restore_checkpoint(value, parts, checkpoint.path);
+  // After the optimizers' states: a relayout they caused (a fine-tuning run's groups) came first.
+  if (sharded_parameters) sharding_->load_parameter_pieces(*sharded_parameters, checkpoint.path);
+  restore_metric_states(checkpoint.value, checkpoint.path, restored);
+  return restored;
+}
+
+void FitCheckpoints::restore_metric_states(const c10::IValue& checkpoint, const std::string& path,
+                                           const FitProgress& restored) {
+  const auto& metrics = parts_.module->registered_metrics();
+  if (metrics.empty() || !checkpoint.isGenericDict()) return;
+  const StateDict top = checkpoint.toGenericDict();
+  if (!top.contains(kMetricsCheckpointKey)) {
+    if (restored.batches_done > 0 && !restored.epoch_done) {
+      console_.warn(
+          fmt::format("{} holds no metric states ('{}'), so the registered metrics start this epoch "
+                      "over from the resumed batch.",
+                      path, kMetricsCheckpointKey));
+    }
+    return;
+  }
+  const StateDict saved = top.at(kMetricsCheckpointKey).toGenericDict();
+  for (const auto& [name, metric] : metrics) {
+    if (!saved.contains(name)) {
+      console_.warn(fmt::format("{} holds no state of the metric '{}', which starts over.", path, name));
+      continue;
+    }
+    metric->load_gathered_state_dict(saved.at(name).toGenericDict(), strategy_.collectives());
+  }
+}
+
+}  // namespace volt

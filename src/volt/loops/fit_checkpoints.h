@@ -1,0 +1,148 @@
+// The fit's checkpoints: what a save gathers from every process, how it is written (at once, or
+// under sharded checkpoints in a two-phase commit), what was saved, and how a fit restores one.
+#pragma once
+
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "volt/checkpoint/checkpoint_state.h"
+#include "volt/checkpoint/checkpointer.h"
+#include "volt/checkpoint/sharded_checkpoint.h"
+#include "volt/options/option_enums.h"
+
+namespace volt {
+
+class Console;
+class MetricRouter;
+class StateSharding;
+class Strategy;
+
+/// The plan's fields FitCheckpoints uses (RunPlan's, resolved).
+struct FitCheckpointsOptions {
+  /// kSharded (under a strategy with state sharding): each process writes its shard of every
+  /// checkpoint beside rank 0's file, which holds their index; kFull: rank 0 writes one file.
+  StateDictType state_dict_type = StateDictType::kFull;
+  /// Where HPC checkpoints (hpc_ckpt_<N>.ckpt) go, e.g. "/runs/x/hpc".
+  std::string hpc_checkpoint_dir;
+  /// HPC checkpoints kept after each HPC save.
+  int64_t hpc_checkpoints_to_keep = 2;
+};
+
+/// Saves and restores a fit's checkpoints for FitLoop (which forwards its CallbackServices here).
+///
+/// Every process calls the same methods at the same points. A checkpoint saved from a callback
+/// needs states that live on every process (the registered metrics' under several processes, the
+/// optimizers' under state sharding); the loop calls gather() where every process is (a gather
+/// point, before a dispatch) and after_dispatch() after it. Rank 0 writes; under sharded
+/// checkpoints it only builds its file at save time, and after_dispatch() commits: every process
+/// writes its shard of each checkpoint rank 0 announced (a ShardedCommitPlan), then rank 0 writes
+/// the files and removes the checkpoints whose removal waited for them.
+class FitCheckpoints {
+ public:
+  /// Borrows everything: `sharding` is strategy.state_sharding() (nullptr: nothing sharded),
+  /// `parts` what a checkpoint holds (the module, optimizers, callbacks, precision, config), and
+  /// `progress` where the fit stands whenever it saves.
+  FitCheckpoints(FitCheckpointsOptions options, Strategy& strategy, StateSharding* sharding, Checkpointer& checkpointer,
+                 MetricRouter& metrics, Console& console, TrainingParts parts, const FitProgress& progress);
+
+  /// Saves a full checkpoint to `path` (rank 0 writes; sharded: at the commit). Throws
+  /// volt::Error when it needs states that were not gathered at this point.
+  void save(const std::string& path);
+  /// Saves a weights-only checkpoint to `path` (CheckpointContents::kWeightsOnly).
+  void save_weights(const std::string& path);
+  /// Removes checkpoint `path` (rank 0): at once, or after the commit of the sharded saves that
+  /// replace it; a save of `path` not yet committed is dropped instead.
+  void remove(const std::string& path);
+
+  /// Whether a checkpoint needs states gathered ahead from every process: registered metrics
+  /// under several processes, or state sharding.
+  bool needs_gather() const;
+  /// At a gather point, before deciding whether to gather: what an earlier point gathered is
+  /// stale now, since a checkpoint from here on needs this step's.
+  void begin_gather_point();
+  /// Collective: gathers the registered metrics' states and the optimizers' (or, under sharded
+  /// checkpoints, takes this process's shard) for the saves of the dispatch that follows.
+  void gather();
+  /// Collective, after every dispatch: commits the sharded saves since the gather point (a no-op
+  /// when nothing was gathered) and forgets what was gathered (the next step changes it).
+  void after_dispatch();
+
+  /// Collective, where every process stopped at the same step: gathers, saves an HPC checkpoint
+  /// into options.hpc_checkpoint_dir, keeps the newest hpc_checkpoints_to_keep, and returns its
+  /// path on every process once the file is complete.
+  std::string save_hpc();
+
+  /// From now until end_train_end(), records the checkpoints saved (those of on_train_end).
+  void begin_train_end();
+  /// The checkpoints saved since begin_train_end(), each once, in the order of their first save.
+  std::vector<std::string> end_train_end();
+  /// The checkpoint saved last ("" when none).
+  const std::string& last_saved() const { return last_saved_; }
+
+  /// Restores module, optimizers, callbacks and the registered metrics from `checkpoint` (a
+  /// sharded one with this process's shard) and returns where it stood. Throws
+  /// volt::CheckpointError when it does not fit.
+  FitProgress restore(const LoadedCheckpoint& checkpoint);
+
+ private:
+  TrainingParts training_parts() const;
+  bool sharded_checkpoints() const;
+  /// What a checkpoint saved now to `path` holds: the registered metrics' states (in `local` or
+  /// metric_states_) and the gathered optimizer states (none when sharded into files).
+  TrainingParts parts_for_save(const std::string& path, std::optional<StateDict>& local);
+  /// The registered metrics' states for a checkpoint saved now, in `local` or metric_states_;
+  /// nullptr when the module registered none, or (with a warning) when they were not gathered.
+  const StateDict* metric_states_for_save(std::optional<StateDict>& local);
+  /// The optimizers' gathered states for a checkpoint saved now (nullptr without state sharding
+  /// or under sharded checkpoints); throws volt::Error when they were not gathered at this point.
+  const std::vector<c10::IValue>* optimizer_states_for_save(const std::string& path) const;
+  /// Throws volt::Error naming `path` when a checkpoint saved now would need states that are
+  /// gathered (or taken for the shards) only at a gather point, and none came before it.
+  void check_gathered_for_save(const std::string& path) const;
+  /// Rank 0, sharded checkpoints: builds the checkpoint of `parts` for `path`, without optimizer
+  /// states and the parameters kept in pieces, to be committed by commit_sharded_saves.
+  void defer_sharded_save(const std::string& path, TrainingParts parts, CheckpointContents contents);
+  /// Sharded checkpoints, on every process: writes this process's shard of each checkpoint rank 0
+  /// built since the gather point, then rank 0 commits each by writing its file with the shard
+  /// index, and removes what waited for the commit.
+  void commit_sharded_saves();
+  void note_saved(const std::string& path);
+  void restore_metric_states(const c10::IValue& checkpoint, const std::string& path, const FitProgress& restored);
+
+  FitCheckpointsOptions options_;
+  Strategy& strategy_;
+  StateSharding* sharding_;
+  Checkpointer& checkpointer_;
+  MetricRouter& metrics_;
+  Console& console_;
+  TrainingParts parts_;
+  const FitProgress& progress_;
+
+  std::string last_saved_;
+  // The checkpoints saved during on_train_end, printed with where the fit stopped; unset outside it.
+  std::optional<std::vector<std::string>> train_end_saves_;
+  // Every process's metric states, gathered for the dispatch that follows.
+  std::optional<StateDict> metric_states_;
+  bool warned_metric_states_ = false;
+  // The optimizers' whole states (state sharding), gathered with metric_states_; reset at the next
+  // gather point, so a checkpoint never holds the state of an earlier step.
+  std::optional<std::vector<c10::IValue>> optimizer_states_;
+  // Sharded checkpoints: this process's shard, taken at the gather point for the saves that follow.
+  struct LocalShard {
+    std::vector<c10::IValue> optimizer_states;
+    ParameterPieces parameters;
+  };
+  std::optional<LocalShard> local_shard_;
+  // Rank 0, sharded checkpoints: the saves since the gather point, built but not yet committed.
+  struct PendingSave {
+    std::string path;
+    StateDict checkpoint;
+    bool weights_only = false;  // its shards hold only the parameters' pieces
+  };
+  std::vector<PendingSave> pending_saves_;
+  // Rank 0, sharded checkpoints: checkpoints to remove once pending_saves_ are committed.
+  std::vector<std::string> pending_removals_;
+};
+
+}  // namespace volt

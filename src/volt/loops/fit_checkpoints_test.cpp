@@ -1,0 +1,302 @@
+#include "volt/loops/fit_checkpoints.h"
+
+#include <gtest/gtest.h>
+#include <torch/torch.h>
+
+#include <algorithm>
+#include <map>
+
+#include "volt/checkpoint/checkpoint_io.h"
+#include "volt/checkpoint/sharded_checkpoint.h"
+#include "volt/core/console.h"
+#include "volt/core/error.h"
+#include "volt/core/testing.h"
+#include "volt/loops/metric_router.h"
+#include "volt/loops/sharded_commit_plan.h"
+#include "volt/module/lightning_module.h"
+#include "volt/precision/precision_plugin.h"
+#include "volt/strategies/state_sharding.h"
+#include "volt/strategies/strategy.h"
+
+namespace volt {
+namespace {
+
+struct Regression : LightningModule {
+  torch::nn::Linear layer = register_module("layer", torch::nn::Linear(2, 1));
+  torch::Tensor training_step(const Batch& batch, int64_t) override {
+    return torch::mse_loss(layer(batch.data), batch.target);
+  }
+  OptimizerConfig configure_optimizers() override { return std::make_shared<torch::optim::SGD>(parameters(), 0.1); }
+};
+
+/// One rank of `world` processes: broadcast_string records what it sends and returns `reply`
+/// (rank 0's message) when set, else what it sent (rank 0 itself).
+class FakeStrategy : public Strategy {
+ public:
+  FakeStrategy(int64_t rank, int64_t world) { topology_ = Topology{.world_size = world, .global_rank = rank}; }
+  std::string name() const override { return "fsdp"; }
+  const Topology& topology() const override { return topology_; }
+  StateSharding* state_sharding() override { return sharding; }
+  void barrier() override { ++barriers; }
+  std::string broadcast_string(const std::string& value) override {
+    sent.push_back(value);
+    return reply.value_or(value);
+  }
+
+  StateSharding* sharding = nullptr;
+  std::vector<std::string> sent;
+  std::optional<std::string> reply;
+  int barriers = 0;
+
+ private:
+  Topology topology_;
+};
+
+/// A rank's shard of one optimizer: its state is {"rank": rank}; with `pieces`, it keeps
+/// "layer.weight" in pieces (full_shard).
+class FakeSharding : public StateSharding {
+ public:
+  FakeSharding(int64_t rank, bool pieces) : rank_(rank), pieces_(pieces) {}
+  std::vector<c10::IValue> gather_optimizer_states(
+      const std::vector<std::shared_ptr<torch::optim::Optimizer>>& optimizers) override {
+    ++gathers;
+    return {state("whole")};
+  }
+  std::vector<c10::IValue> local_optimizer_states(
+      const std::vector<std::shared_ptr<torch::optim::Optimizer>>& optimizers) override {
+    return {state("piece")};
+  }
+  bool shards_parameters() const override { return pieces_; }
+  ParameterPieces local_parameter_pieces() override {
+    if (!pieces_) return {};
+    return {{"layer.weight", ParameterPiece{.values = torch::full({1}, static_cast<float>(rank_)),
+                                            .shape = {1, 2},
+                                            .begin = rank_,
+                                            .end = rank_ + 1}}};
+  }
+  void load_parameter_pieces(const ParameterPieces& pieces, const std::string& path) override {
+    loaded_pieces = pieces;
+  }
+  void load_optimizer_state(torch::optim::Optimizer& optimizer, const c10::IValue& state) override {
+    loaded_states.push_back(state);
+  }
+
+  /// {"kind": kind, "rank": this rank}.
+  c10::IValue state(const std::string& kind) const {
+    StateDict dict = make_state_dict();
+    dict.insert("kind", kind);
+    dict.insert("rank", rank_);
+    return dict;
+  }
+
+  int gathers = 0;
+  std::vector<c10::IValue> loaded_states;
+  std::optional<ParameterPieces> loaded_pieces;
+
+ private:
+  int64_t rank_;
+  bool pieces_;
+};
+
+std::string field(const c10::IValue& dict, const std::string& key) {
+  return dict.toGenericDict().at(key).toStringRef();
+}
+
+/// One simulated process of a 2-process (or 1-process) fsdp run, sharing `io` with the others.
+struct Rank {
+  Rank(int64_t rank, int64_t world, std::shared_ptr<InMemoryCheckpointIO> io, bool pieces,
+       StateDictType type = StateDictType::kSharded)
+      : strategy(rank, world),
+        sharding(rank, pieces),
+        checkpointer(std::move(io)),
+        router(callback_metrics),
+        optimization(module.configure_optimizers()),
+        checkpoints({.state_dict_type = type, .hpc_checkpoint_dir = "hpc"}, strategy, &sharding, checkpointer, router,
+                    console, TrainingParts{&module, &optimization, &callbacks, precision.get()}, progress) {
+    strategy.sharding = &sharding;
+    progress.global_step = 7;
+  }
+
+  FakeStrategy strategy;
+  FakeSharding sharding;
+  Checkpointer checkpointer;
+  std::map<std::string, double> callback_metrics;
+  MetricRouter router;
+  RecordingConsole console;
+  Regression module;
+  OptimizerConfig optimization;
+  std::vector<std::shared_ptr<Callback>> callbacks;
+  std::unique_ptr<PrecisionPlugin> precision = make_precision_plugin(Precision::k32True, c10::DeviceType::CPU);
+  FitProgress progress;
+  FitCheckpoints checkpoints;
+};
+
+TEST(FitCheckpointsTest, ShardedSaveIsWrittenAtTheCommitByEveryRank) {
+  auto io = std::make_shared<InMemoryCheckpointIO>();
+  Rank zero(0, 2, io, /*pieces=*/false);
+  zero.checkpoints.begin_gather_point();
+  ASSERT_TRUE(zero.checkpoints.needs_gather());
+  zero.checkpoints.gather();
+  zero.checkpoints.save("ckpts/a.ckpt");
+  EXPECT_TRUE(io->paths().empty()) << "nothing is written before the commit";
+  EXPECT_EQ(zero.checkpoints.last_saved(), "ckpts/a.ckpt");
+
+  zero.checkpoints.after_dispatch();
+  ASSERT_EQ(zero.strategy.sent.size(), 1u);
+  const ShardedCommitPlan plan = decode_sharded_commit_plan(zero.strategy.sent[0]);
+  ASSERT_EQ(plan.entries.size(), 1u);
+  EXPECT_EQ(plan.entries[0], (ShardedCommitPlan::Entry{.path = "ckpts/a.ckpt", .weights_only = false}));
+  EXPECT_EQ(zero.strategy.barriers, 1) << "every shard is written before rank 0 commits";
+
+  // Rank 1 receives rank 0's plan and writes its own shard of the same save.
+  Rank one(1, 2, io, /*pieces=*/false);
+  one.strategy.reply = zero.strategy.sent[0];
+  one.checkpoints.gather();
+  one.checkpoints.save("ckpts/a.ckpt");  // only rank 0 builds the file
+  one.checkpoints.after_dispatch();
+  EXPECT_EQ(decode_sharded_commit_plan(one.strategy.sent[0]).entries.size(), 0u) << "rank 1 announces nothing";
+
+  std::vector<std::string> files{"ckpts/a.ckpt", shard_path("ckpts/a.ckpt", plan.save_id, 0),
+                                 shard_path("ckpts/a.ckpt", plan.save_id, 1)};
+  std::sort(files.begin(), files.end());
+  EXPECT_EQ(io->paths(), files);
+  const c10::IValue top = io->load("ckpts/a.ckpt");
+  EXPECT_FALSE(top.toGenericDict().contains("optimizer_states")) << "they are in the shards";
+  const std::optional<ShardIndex> index = read_shard_index(top, "ckpts/a.ckpt");
+  ASSERT_TRUE(index.has_value());
+  EXPECT_EQ(index->save_id, plan.save_id);
+  EXPECT_EQ(index->world_size, 2);
+  EXPECT_TRUE(index->optimizer_states);
+  for (int64_t rank : {0, 1}) {
+    const Shard shard = load_shard(*io, "ckpts/a.ckpt", *index, rank);
+    ASSERT_EQ(shard.optimizer_states.size(), 1u);
+    EXPECT_EQ(field(shard.optimizer_states[0], "kind"), "piece");
+    EXPECT_EQ(shard.optimizer_states[0].toGenericDict().at("rank").toInt(), rank);
+  }
+  EXPECT_EQ(zero.sharding.gathers, 0) << "a sharded save gathers nothing";
+
+  // Rank 1 resumes from its shard.
+  Rank resumed(1, 2, io, /*pieces=*/false);
+  const FitProgress progress = resumed.checkpoints.restore({"ckpts/a.ckpt", io->load("ckpts/a.ckpt")});
+  EXPECT_EQ(progress.global_step, 7);
+  ASSERT_EQ(resumed.sharding.loaded_states.size(), 1u);
+  EXPECT_EQ(resumed.sharding.loaded_states[0].toGenericDict().at("rank").toInt(), 1);
+}
+
+TEST(FitCheckpointsTest, ARemovalWaitsForTheCommitOfTheSavesThatReplaceIt) {
+  auto io = std::make_shared<InMemoryCheckpointIO>();
+  io->save(c10::IValue(int64_t{1}), "old.ckpt");
+  io->save(c10::IValue(int64_t{2}), "older.ckpt");
+  Rank zero(0, 1, io, /*pieces=*/false);
+  zero.checkpoints.begin_gather_point();
+  zero.checkpoints.gather();
+  zero.checkpoints.save("new.ckpt");
+  zero.checkpoints.remove("old.ckpt");
+  EXPECT_TRUE(io->exists("old.ckpt")) << "removed only once new.ckpt is complete";
+  zero.checkpoints.save("dropped.ckpt");
+  zero.checkpoints.remove("dropped.ckpt");  // saved and removed in the same hook
+  zero.checkpoints.after_dispatch();
+
+  const ShardedCommitPlan plan = decode_sharded_commit_plan(zero.strategy.sent.at(0));
+  ASSERT_EQ(plan.entries.size(), 1u) << "dropped.ckpt is never written";
+  EXPECT_EQ(plan.entries[0].path, "new.ckpt");
+  EXPECT_FALSE(io->exists("old.ckpt"));
+  EXPECT_FALSE(io->exists("dropped.ckpt"));
+  EXPECT_TRUE(io->exists("new.ckpt"));
+
+  // Outside a gather point nothing is pending: a removal happens at once.
+  zero.checkpoints.remove("older.ckpt");
+  EXPECT_FALSE(io->exists("older.ckpt"));
+}
+
+TEST(FitCheckpointsTest, AWeightsOnlyShardHoldsOnlyTheParametersPieces) {
+  auto io = std::make_shared<InMemoryCheckpointIO>();
+  Rank zero(0, 1, io, /*pieces=*/true);
+  zero.checkpoints.begin_gather_point();
+  zero.checkpoints.gather();
+  zero.checkpoints.save_weights("w.ckpt");
+  zero.checkpoints.after_dispatch();
+
+  const ShardedCommitPlan plan = decode_sharded_commit_plan(zero.strategy.sent.at(0));
+  ASSERT_EQ(plan.entries.size(), 1u);
+  EXPECT_TRUE(plan.entries[0].weights_only);
+  const c10::IValue top = io->load("w.ckpt");
+  EXPECT_FALSE(top.toGenericDict().at("state_dict").toGenericDict().contains("layer.weight"))
+      << "the piece is in the shard";
+  EXPECT_TRUE(top.toGenericDict().at("state_dict").toGenericDict().contains("layer.bias"));
+  const std::optional<ShardIndex> index = read_shard_index(top, "w.ckpt");
+  ASSERT_TRUE(index.has_value());
+  EXPECT_FALSE(index->optimizer_states);
+  const Shard shard = load_shard(*io, "w.ckpt", *index, 0);
+  EXPECT_TRUE(shard.optimizer_states.empty());
+  ASSERT_EQ(shard.parameters.count("layer.weight"), 1u);
+  EXPECT_EQ(shard.parameters.at("layer.weight").shape, (std::vector<int64_t>{1, 2}));
+}
+
+TEST(FitCheckpointsTest, ASaveOutsideAGatherPointNamesThePathAndTheHooks) {
+  auto io = std::make_shared<InMemoryCheckpointIO>();
+  Rank zero(0, 1, io, /*pieces=*/true);
+  zero.checkpoints.begin_gather_point();
+  const std::string message = testing::error_message([&] { zero.checkpoints.save_weights("late.ckpt"); });
+  EXPECT_NE(message.find("cannot save checkpoint 'late.ckpt' at step 7"), std::string::npos) << message;
+  EXPECT_NE(message.find("saves_checkpoint_at_train_batch_end"), std::string::npos) << message;
+  EXPECT_TRUE(io->paths().empty());
+}
+
+TEST(FitCheckpointsTest, AFullCheckpointHoldsTheGatheredOptimizerStates) {
+  auto io = std::make_shared<InMemoryCheckpointIO>();
+  Rank zero(0, 1, io, /*pieces=*/false, StateDictType::kFull);
+  zero.checkpoints.begin_gather_point();
+  zero.checkpoints.gather();
+  zero.checkpoints.save("full.ckpt");
+  EXPECT_TRUE(io->exists("full.ckpt")) << "written at once";
+  EXPECT_EQ(zero.sharding.gathers, 1);
+  const c10::IValue top = io->load("full.ckpt");
+  EXPECT_FALSE(read_shard_index(top, "full.ckpt").has_value());
+  const auto states = top.toGenericDict().at("optimizer_states").toListRef();
+  ASSERT_EQ(states.size(), 1u);
+  EXPECT_EQ(field(states[0], "kind"), "whole");
+  zero.checkpoints.after_dispatch();
+  EXPECT_TRUE(zero.strategy.sent.empty()) << "nothing to commit";
+}
+
+TEST(FitCheckpointsTest, TrainEndSavesAreListedOnceInOrder) {
+  auto io = std::make_shared<InMemoryCheckpointIO>();
+  Rank zero(0, 1, io, /*pieces=*/false, StateDictType::kFull);
+  zero.checkpoints.begin_gather_point();
+  zero.checkpoints.gather();
+  zero.checkpoints.save("before.ckpt");
+  zero.checkpoints.begin_train_end();
+  zero.checkpoints.save("last.ckpt");
+  zero.checkpoints.save("timer.ckpt");
+  zero.checkpoints.save("last.ckpt");
+  EXPECT_EQ(zero.checkpoints.end_train_end(), (std::vector<std::string>{"last.ckpt", "timer.ckpt"}));
+  EXPECT_EQ(zero.checkpoints.last_saved(), "last.ckpt");
+}
+
+TEST(ShardedCommitPlanTest, RoundTripsAnyPath) {
+  const ShardedCommitPlan plan{.save_id = "20261128-abc",
+                               .entries = {{.path = "runs/a\nb.ckpt", .weights_only = false},
+                                           {.path = "runs/W12:x;.ckpt", .weights_only = true},
+                                           {.path = "", .weights_only = false}}};
+  const std::string bytes = encode(plan);
+  EXPECT_EQ(decode_sharded_commit_plan(bytes), plan);
+  EXPECT_EQ(decode_sharded_commit_plan(encode(ShardedCommitPlan{})), ShardedCommitPlan{});
+}
+
+TEST(ShardedCommitPlanTest, MalformedBytesSayWhatWasExpected) {
+  const std::string bytes = encode({.save_id = "id", .entries = {{.path = "a.ckpt", .weights_only = true}}});
+  for (const std::string& bad :
+       {std::string("W\nFa.ckpt"), bytes.substr(0, bytes.size() - 2), bytes + "x", std::string()}) {
+    const std::string message = testing::error_message([&] { (void)decode_sharded_commit_plan(bad); });
+    EXPECT_NE(message.find("malformed sharded commit plan"), std::string::npos) << message;
+    EXPECT_NE(message.find("expected"), std::string::npos) << message;
+  }
+  EXPECT_NE(testing::error_message([&] { (void)decode_sharded_commit_plan("W\nFa.ckpt"); }).find("version tag"),
+            std::string::npos);
+  EXPECT_NE(testing::error_message([&] { (void)decode_sharded_commit_plan(bytes + "x"); }).find("the end"),
+            std::string::npos);
+}
+
+}  // namespace
+}  // namespace volt
