@@ -551,10 +551,14 @@ TEST_F(TrainerTest, SimpleProfilerSplitsTheStepIntoPartsThatAddUp) {
                              "eval_step", "checkpoint_save"}) {
     EXPECT_NE(report.find(action), std::string::npos) << action << " missing from\n" << report;
   }
-  // The parts account for the measured step within 5%: what no part covers is the loop's own.
+  // The parts account for the measured step: what no part covers ("other") is the loop's own time
+  // plus whatever the OS scheduler took from it, so its upper bound is loose (7.2% was seen at load
+  // 7 on 2 cores, under 1% on an idle machine); the 10 ms forward left untimed would put over half
+  // the step there. Below zero, a part would be counted twice.
   const std::optional<double> other = breakdown_percent(report, "other");
   ASSERT_TRUE(other.has_value()) << "no 'other' line in\n" << report;
-  EXPECT_LE(std::abs(*other), 5.0) << report;
+  EXPECT_GE(*other, -1.0) << report;
+  EXPECT_LE(*other, 30.0) << report;
   // The slow training_step's sleep lands in forward, which dominates the step: 10 ms against a
   // tiny model's microseconds of backward and optimizer, whatever the machine's speed.
   const std::optional<double> forward = breakdown_percent(report, "forward");
