@@ -111,7 +111,8 @@ class Trainer {
                       const std::string& ckpt_path, DataModule* data = nullptr);
 
   TrainerOptions options_;
-  RunPlan plan_;
+  // Resolved once, in the constructor, and never changed: every stage reads the same plan.
+  const RunPlan plan_;
   Env env_;
   std::unique_ptr<Strategy> strategy_;
   std::unique_ptr<Checkpointer> checkpointer_;
