@@ -52,6 +52,30 @@ TEST(StragglerDetector, NamesTheSlowRankAndPhaseAfterPatienceChecks) {
   EXPECT_TRUE(detector.update(ranks).empty());
 }
 
+TEST(StragglerDetector, TheThresholdDecidesWhetherARankThirtyPercentSlowerIsNamedAfterTwoChecksInARow) {
+  // Busy times 0.010 s, 0.013 s, 0.010 s: rank 1 is 1.3x the others' median.
+  const std::vector<RankTiming> ranks = {timing(0, 0.004, 0.003), timing(1, 0.007), timing(2, 0.004, 0.003)};
+  for (const double threshold : {0.2, 0.5}) {
+    // Patience 2, as the Trainer's (two checks in a row).
+    StragglerDetector detector(threshold, 2);
+    EXPECT_TRUE(detector.update(ranks).empty()) << "threshold " << threshold << ": one check is not persistent";
+    const std::vector<Straggler> named = detector.update(ranks);
+    if (threshold > 0.3) {
+      EXPECT_TRUE(named.empty()) << "30% slower is within a threshold of " << threshold;
+      continue;
+    }
+    ASSERT_EQ(named.size(), 1u);
+    EXPECT_EQ(named[0].rank, 1);
+    EXPECT_NEAR(named[0].ratio, 1.3, 1e-9);
+    EXPECT_EQ(named[0].windows, 2);
+  }
+  // Two slow checks that are not in a row name nobody.
+  StragglerDetector detector(0.2, 2);
+  EXPECT_TRUE(detector.update(ranks).empty());
+  EXPECT_TRUE(detector.update({timing(0, 0.004), timing(1, 0.004), timing(2, 0.004)}).empty());
+  EXPECT_TRUE(detector.update(ranks).empty());
+}
+
 TEST(StragglerDetector, ComparesTwoProcessesWithEachOther) {
   // With two processes the median of both would hide a 1.3x straggler under a 20% threshold.
   StragglerDetector detector(0.2, 1);
