@@ -27,12 +27,65 @@ def fit(tmp_path, name, args):
     return out, proc
 
 
-@pytest.mark.parametrize("processes", [pytest.param(2, marks=pytest.mark.compat), 3, 4])
-def test_shard_grad_op_matches_ddp_and_one_process_with_adam_a_scheduler_and_clipping(tmp_path, processes):
+def flag_set(args):
+    """`args` as a set of (flag, value...) tuples: the same options in any order are the same run."""
+    pairs, i = [], 0
+    while i < len(args):
+        if i + 1 < len(args) and not args[i + 1].startswith("--"):
+            pairs.append((args[i], args[i + 1]))
+            i += 2
+        else:
+            pairs.append((args[i],))
+            i += 1
+    assert len(set(pairs)) == len(pairs), args
+    return frozenset(pairs)
+
+
+class SharedRuns:
+    """The runs that several tests compare against (an uninterrupted run, a checkpoint to resume
+    from), each made once per set of options in a pytest process and read by every test that asks
+    for it. Tests only read what they return (rank files, checkpoints), never change it."""
+
+    def __init__(self, base):
+        self.base = base
+        self.runs = {}
+
+    def fit(self, args, checkpointing=False):
+        """The output folder of a successful run of `args`; with `checkpointing`, ModelCheckpoint
+        saves into the folder's root/, returned too: (out, root)."""
+        key = (flag_set(args), checkpointing)
+        if key not in self.runs:
+            name = f"run{len(self.runs)}"
+            root = self.base / (name + "_root")
+            extra = ["--enable-checkpointing", "--default-root-dir", str(root)] if checkpointing else []
+            self.runs[key] = (fit(self.base, name, args + extra)[0], root)
+        out, root = self.runs[key]
+        return (out, root) if checkpointing else out
+
+    def checkpoint_after(self, args, steps):
+        """The one checkpoint that a run of `args` stopped after `steps` steps saved (as checkpoint_after)."""
+        _, root = self.fit(args + ["--max-steps", str(steps)], checkpointing=True)
+        checkpoints = sorted((root / "checkpoints").glob("*.ckpt"))
+        assert len(checkpoints) == 1, checkpoints
+        return checkpoints[0]
+
+
+@pytest.fixture(scope="session")
+def shared(tmp_path_factory):
+    return SharedRuns(tmp_path_factory.mktemp("shared"))
+
+
+# 2 processes (161 values: chunks of 81 and 80) and 3 (54, 54, 53): an even and an odd count, both
+# padded; test_fsdp_full_shard.py cuts the same model in 4. (4 here too cost 3 runs of 4 processes.)
+DDP_3_STEPS = ADAM + ["--devices", "2", "--batch-size", "8", "--max-steps", "3", "--strategy", "ddp"]
+
+
+@pytest.mark.parametrize("processes", [pytest.param(2, marks=pytest.mark.compat), 3])
+def test_shard_grad_op_matches_ddp_and_one_process_with_adam_a_scheduler_and_clipping(tmp_path, shared, processes):
     steps = 3
     one, _ = fit(tmp_path, "one", ADAM + ["--batch-size", str(8 * processes), "--max-steps", str(steps)])
     common = ADAM + ["--devices", str(processes), "--batch-size", "8", "--max-steps", str(steps)]
-    ddp, _ = fit(tmp_path, "ddp", common + ["--strategy", "ddp"])
+    ddp = shared.fit(common + ["--strategy", "ddp"])  # processes=2: DDP_3_STEPS, test_no_shard's too
     fsdp, _ = fit(tmp_path, "fsdp", common + ["--strategy", "fsdp"])
     reference = ranks(one, 1)[0]
     ddp_results = ranks(ddp, processes)
@@ -72,9 +125,9 @@ def test_shard_grad_op_under_bf16_mixed_matches_ddp(tmp_path):
 
 
 @pytest.mark.compat
-def test_no_shard_is_ddp_to_the_bit(tmp_path):
-    common = ADAM + ["--devices", "2", "--batch-size", "8", "--max-steps", "4"]
-    ddp, _ = fit(tmp_path, "ddp", common + ["--strategy", "ddp"])
+def test_no_shard_is_ddp_to_the_bit(tmp_path, shared):
+    common = ADAM + ["--devices", "2", "--batch-size", "8", "--max-steps", "3"]
+    ddp = shared.fit(DDP_3_STEPS)
     fsdp, _ = fit(tmp_path, "fsdp", common + ["--strategy", "fsdp", "--sharding-strategy", "no_shard"])
     for a, b in zip(ranks(fsdp, 2), ranks(ddp, 2)):
         assert flat_params(a) == flat_params(b)
@@ -137,9 +190,16 @@ def checkpoint_after(tmp_path, name, args, steps):
     return checkpoints[0]
 
 
-def test_a_resumed_shard_grad_op_run_ends_bit_identical_to_an_uninterrupted_one(tmp_path):
+def straight_2_epochs(shared, processes):
+    """An uninterrupted 2-epoch shard_grad_op run saving sharded checkpoints at the epochs' ends:
+    (out, root). How it saves changes nothing it trains, so the full resume compares with it too."""
+    return shared.fit(ADAM + ["--strategy", "fsdp", "--devices", str(processes), "--batch-size", "8",
+                              "--max-epochs", "2"] + SHARDED, checkpointing=True)
+
+
+def test_a_resumed_shard_grad_op_run_ends_bit_identical_to_an_uninterrupted_one(tmp_path, shared):
     common = ADAM + ["--strategy", "fsdp", "--devices", "2", "--batch-size", "8", "--max-epochs", "2"]
-    straight, _ = fit(tmp_path, "straight", common)
+    straight, _ = straight_2_epochs(shared, 2)
     checkpoint = checkpoint_after(tmp_path, "first", common, 5)  # inside epoch 0 (12 steps)
     second, _ = fit(tmp_path, "second", common + ["--ckpt-path", str(checkpoint), "--default-root-dir",
                                                    str(tmp_path / "root2")])
@@ -148,14 +208,16 @@ def test_a_resumed_shard_grad_op_run_ends_bit_identical_to_an_uninterrupted_one(
         assert flat_params(resumed) == flat_params(whole)
 
 
-def test_a_backbone_unfrozen_mid_run_is_laid_out_again_and_matches_ddp_and_one_process(tmp_path):
+FINE_TUNE = ADAM + ["--max-epochs", "3", "--unfreeze-hidden-at", "1"]
+FINE_TUNE_FSDP = FINE_TUNE + ["--devices", "2", "--batch-size", "8", "--strategy", "fsdp"]
+
+
+def test_a_backbone_unfrozen_mid_run_is_laid_out_again_and_matches_ddp_and_one_process(tmp_path, shared):
     """BackboneFinetuning freezes the hidden layer, then adds it as a param group at epoch 1 (12
     steps an epoch): fsdp lays out the new set, keeping Adam's state of the layers that trained."""
-    fine_tune = ADAM + ["--max-epochs", "3", "--unfreeze-hidden-at", "1"]
-    one, _ = fit(tmp_path, "one", fine_tune + ["--batch-size", "16"])
-    common = fine_tune + ["--devices", "2", "--batch-size", "8"]
-    ddp, _ = fit(tmp_path, "ddp", common + ["--strategy", "ddp"])
-    fsdp, _ = fit(tmp_path, "fsdp", common + ["--strategy", "fsdp"])
+    one, _ = fit(tmp_path, "one", FINE_TUNE + ["--batch-size", "16"])
+    ddp, _ = fit(tmp_path, "ddp", FINE_TUNE + ["--devices", "2", "--batch-size", "8", "--strategy", "ddp"])
+    fsdp = shared.fit(FINE_TUNE_FSDP)  # the uninterrupted run of the resume test below
     reference = ranks(one, 1)[0]
     results = ranks(fsdp, 2)
     for r, d in zip(results, ranks(ddp, 2)):
@@ -167,10 +229,9 @@ def test_a_backbone_unfrozen_mid_run_is_laid_out_again_and_matches_ddp_and_one_p
     assert sum(r["optimizer_state_numel"] for r in results) == ranks(ddp, 2)[0]["optimizer_state_numel"]
 
 
-def test_a_fine_tuning_run_resumed_after_the_unfreeze_ends_bit_identical(tmp_path):
-    common = ADAM + ["--strategy", "fsdp", "--devices", "2", "--batch-size", "8", "--max-epochs", "3",
-                     "--unfreeze-hidden-at", "1"]
-    straight, _ = fit(tmp_path, "straight", common)
+def test_a_fine_tuning_run_resumed_after_the_unfreeze_ends_bit_identical(tmp_path, shared):
+    common = FINE_TUNE_FSDP
+    straight = shared.fit(common)
     checkpoint = checkpoint_after(tmp_path, "first", common, 15)  # inside epoch 1, after the unfreeze
     second, _ = fit(tmp_path, "second", common + ["--ckpt-path", str(checkpoint), "--default-root-dir",
                                                    str(tmp_path / "root2")])
@@ -186,12 +247,13 @@ def test_a_fine_tuning_run_resumed_after_the_unfreeze_ends_bit_identical(tmp_pat
     (["--strategy", "fsdp", "--devices", "2", "--batch-size", "8"],
      ["--strategy", "ddp", "--devices", "2", "--batch-size", "8"]),
 ], ids=["fsdp-to-one-process", "ddp-to-fsdp", "fsdp-to-ddp"])
-def test_a_checkpoint_moves_between_fsdp_ddp_and_one_process(tmp_path, first, second):
+def test_a_checkpoint_moves_between_fsdp_ddp_and_one_process(tmp_path, shared, first, second):
     """The checkpoint holds the whole optimizer state (gathered on rank 0), so another strategy
-    resumes it and ends where an uninterrupted run of the first strategy ends."""
+    resumes it and ends where an uninterrupted run of the first strategy ends. (The runs of `first`
+    are made once for the cases that share it.)"""
     common = ADAM + ["--max-epochs", "1"]
-    straight, _ = fit(tmp_path, "straight", common + first)
-    checkpoint = checkpoint_after(tmp_path, "first", common + first, 3)
+    straight = shared.fit(common + first)
+    checkpoint = shared.checkpoint_after(common + first, 3)
     resumed, _ = fit(tmp_path, "second", common + second + ["--ckpt-path", str(checkpoint), "--default-root-dir",
                                                              str(tmp_path / "root2")])
     whole = ranks(straight, 1)[0]
@@ -208,16 +270,14 @@ def shard_files(checkpoint):
 
 
 @pytest.mark.parametrize("processes", [pytest.param(2, marks=pytest.mark.compat), 3])
-def test_a_sharded_checkpoint_resumes_bit_identical_with_a_shard_per_process(tmp_path, processes):
+def test_a_sharded_checkpoint_resumes_bit_identical_with_a_shard_per_process(tmp_path, shared, processes):
     """Each process writes its own piece of the optimizer state beside rank 0's file, which holds
     the rest and an index instead of the whole state; a resume on as many processes reads its
     piece back and ends where an uninterrupted run ends."""
     common = ADAM + ["--strategy", "fsdp", "--devices", str(processes), "--batch-size", "8", "--max-epochs", "2"]
     # Saving at both epochs' ends, ModelCheckpoint (save_top_k=1) removes epoch 0's checkpoint:
     # its shards go with it, and nothing else (no temporary file) is left in the folder.
-    straight_root = tmp_path / "straight_root"
-    straight, _ = fit(tmp_path, "straight", common + SHARDED + ["--enable-checkpointing", "--default-root-dir",
-                                                                str(straight_root)])
+    straight, straight_root = straight_2_epochs(shared, processes)
     kept = list((straight_root / "checkpoints").glob("*.ckpt"))
     assert len(kept) == 1 and "epoch=1" in kept[0].name, kept
     assert sorted((straight_root / "checkpoints").iterdir()) == sorted(kept + shard_files(kept[0]))
@@ -232,10 +292,10 @@ def test_a_sharded_checkpoint_resumes_bit_identical_with_a_shard_per_process(tmp
         assert flat_params(resumed) == flat_params(whole)
 
 
-def test_a_sharded_checkpoint_needs_its_process_count_or_consolidation(tmp_path):
+def test_a_sharded_checkpoint_needs_its_process_count_or_consolidation(tmp_path, shared):
     common = ADAM + ["--batch-size", "8", "--max-epochs", "1"]
     fsdp = ["--strategy", "fsdp", "--devices", "2"]
-    straight, _ = fit(tmp_path, "straight", common + fsdp)
+    straight = shared.fit(common + fsdp)  # test_a_checkpoint_moves_between_fsdp_ddp_and_one_process's
     checkpoint = checkpoint_after(tmp_path, "first", common + fsdp + SHARDED, 3)
     # Three processes, or ddp, cannot read two processes' pieces.
     for other in (["--strategy", "fsdp", "--devices", "3"], ["--strategy", "ddp", "--devices", "2"]):
@@ -294,14 +354,30 @@ def slurm_job(args, out, root, stop=False):
     return ranks(out, 2)
 
 
-def test_sigterm_saves_an_hpc_checkpoint_that_the_restarted_job_resumes_bit_identical(tmp_path):
+def never_stopped(shared, args):
+    """What a job of `args` (a slurm_job's) that is never stopped ends with: one uninterrupted run,
+    without the steps' sleep and the logger, which only give the signal time to come (they change
+    nothing trained), and made once for the full and the sharded state dict alike."""
+    kept, skip = [], {"--step-sleep-ms": 2, "--log-every-n-steps": 2, "--logger": 1, "--state-dict-type": 2,
+                      "--checkpoint-on-sigterm": 1, "--no-auto-requeue": 1}
+    i = 0
+    while i < len(args):
+        if args[i] in skip:
+            i += skip[args[i]]
+        else:
+            kept.append(args[i])
+            i += 1
+    return ranks(shared.fit(kept), 2)
+
+
+def test_sigterm_saves_an_hpc_checkpoint_that_the_restarted_job_resumes_bit_identical(tmp_path, shared):
     """What a SLURM job does when its time is up: SIGTERM, every rank stops at the same step and they
     save an HPC checkpoint with the gathered optimizer state; the restarted job resumes from it on
     its own and ends where a job that was never stopped ends."""
     common = ADAM + ["--strategy", "fsdp", "--devices", "2", "--batch-size", "8", "--max-epochs", "20",
                      "--step-sleep-ms", "25", "--no-auto-requeue", "--checkpoint-on-sigterm", "--logger",
                      "--log-every-n-steps", "1"]
-    straight = slurm_job(common, tmp_path / "straight", tmp_path / "straight_root")
+    straight = never_stopped(shared, common)
     root = tmp_path / "root"
     stopped = slurm_job(common, tmp_path / "stopped", root, stop=True)
     assert 0 < stopped[0]["global_step"] == stopped[1]["global_step"] < 240
@@ -313,11 +389,11 @@ def test_sigterm_saves_an_hpc_checkpoint_that_the_restarted_job_resumes_bit_iden
 
 
 @pytest.mark.compat
-def test_sigterm_saves_a_sharded_hpc_checkpoint_that_the_restarted_job_resumes_bit_identical(tmp_path):
+def test_sigterm_saves_a_sharded_hpc_checkpoint_that_the_restarted_job_resumes_bit_identical(tmp_path, shared):
     common = ADAM + ["--strategy", "fsdp", "--devices", "2", "--batch-size", "8", "--max-epochs", "20",
                      "--step-sleep-ms", "25", "--no-auto-requeue", "--checkpoint-on-sigterm", "--logger",
                      "--log-every-n-steps", "1"] + SHARDED
-    straight = slurm_job(common, tmp_path / "straight", tmp_path / "straight_root")
+    straight = never_stopped(shared, common)
     root = tmp_path / "root"
     stopped = slurm_job(common, tmp_path / "stopped", root, stop=True)
     assert 0 < stopped[0]["global_step"] == stopped[1]["global_step"] < 240
@@ -362,13 +438,15 @@ def test_what_fsdp_cannot_run_is_refused_with_a_hint(tmp_path, args, expected):
 
 @pytest.mark.parametrize("strategy", [["--strategy", "ddp"], ["--strategy", "fsdp"], ["--strategy", "fsdp"] + SHARDED],
                          ids=["ddp", "fsdp", "fsdp-sharded"])
-def test_max_steps_inside_an_epoch_leaves_last_ckpt_at_that_step_and_it_resumes_bit_identical(tmp_path, strategy):
+def test_max_steps_inside_an_epoch_leaves_last_ckpt_at_that_step_and_it_resumes_bit_identical(tmp_path, shared,
+                                                                                              strategy):
     """ModelCheckpoint(save_last) writes last.ckpt where the fit stopped (5 batches into epoch 1),
     not at epoch 0's end, with every process's part of the state (gathered, or a shard each); a
     resume from it ends where an uninterrupted run ends."""
     # With validation, ModelCheckpoint saves after it, at epochs' ends only.
     common = ADAM + strategy + ["--devices", "2", "--batch-size", "8", "--max-epochs", "2", "--limit-val-batches", "1.0"]
-    straight, _ = fit(tmp_path, "straight", common)
+    # The state dict's type changes what is saved, not what is trained: fsdp's cases share this run.
+    straight = shared.fit([a for a in common if a not in SHARDED])
     root = tmp_path / "root"
     _, first = fit(tmp_path, "first", common + ["--max-steps", "17", "--save-last", "--default-root-dir", str(root)])
     last = root / "checkpoints" / "last.ckpt"
