@@ -77,6 +77,79 @@ TEST_F(TrainerTest, AResumedFitStartsAtTheCheckpointsEpochAndStep) {
   EXPECT_EQ(module.seen[1], "epoch_start e1 s2");
 }
 
+/// TinyModule whose training_step_end returns `factor` times the default's combination,
+/// recording what it was given.
+class ScaledStepEnd : public TinyModule {
+ public:
+  ScaledStepEnd(TinyOptions options, double factor) : TinyModule(std::move(options)), factor_(factor) {}
+
+  torch::Tensor training_step(const Batch& batch, int64_t batch_idx) override {
+    torch::Tensor loss = TinyModule::training_step(batch, batch_idx);
+    // Under dp this runs on the replicas' threads; only the single-device test reads it.
+    if (batch.size() == 4) last_step_output = loss;
+    return loss;
+  }
+  torch::Tensor training_step_end(const std::vector<torch::Tensor>& losses,
+                                  const std::vector<int64_t>& batch_sizes) override {
+    received_sizes.push_back(batch_sizes);
+    received_same_as_step.push_back(losses.size() == 1 && losses[0].is_same(last_step_output));
+    for (const auto& loss : losses) EXPECT_TRUE(loss.requires_grad());
+    return TinyModule::training_step_end(losses, batch_sizes) * factor_;
+  }
+
+  torch::Tensor last_step_output;
+  std::vector<std::vector<int64_t>> received_sizes;
+  std::vector<bool> received_same_as_step;
+
+ private:
+  double factor_;
+};
+
+/// One epoch of two batches of 4 in order (so every fit sees the same batches whatever the RNG).
+TinyOptions two_batches() { return {.train_size = 8, .val_size = 4, .shuffle = false}; }
+
+TEST_F(TrainerTest, TrainingStepEndReceivesTheStepsLossAndWhatItReturnsIsBackPropagated) {
+  const TrainerOptions options{.max_epochs = 1, .num_sanity_val_steps = 0, .enable_checkpointing = false};
+  // Scaled by 0: no gradient, so SGD leaves the weights as they were.
+  torch::manual_seed(7);
+  ScaledStepEnd zero(two_batches(), 0.0);
+  const auto initial = parameters_of(zero);
+  make_trainer(options).fit(zero);
+  EXPECT_TRUE(bit_identical(parameters_of(zero), initial));
+  EXPECT_EQ(zero.received_sizes, (std::vector<std::vector<int64_t>>{{4}, {4}}));
+  EXPECT_EQ(zero.received_same_as_step, (std::vector<bool>{true, true}));
+  // Scaled by 2: with plain SGD, the same weights as twice the learning rate (powers of two scale
+  // every float exactly).
+  torch::manual_seed(7);
+  ScaledStepEnd doubled(two_batches(), 2.0);
+  make_trainer(options).fit(doubled);
+  TinyOptions twice_lr = two_batches();
+  twice_lr.lr = 0.2;
+  auto reference = make_module(twice_lr);
+  make_trainer(options).fit(*reference);
+  EXPECT_TRUE(bit_identical(parameters_of(doubled), parameters_of(*reference)));
+  EXPECT_FALSE(bit_identical(parameters_of(doubled), initial));
+}
+
+TEST_F(TrainerTest, TrainingStepEndUnderDpReceivesOneLossPerDeviceAndItsResultIsBackPropagated) {
+  const TrainerOptions options{.accelerator = AcceleratorRequest::kCpu,
+                               .devices = 2,
+                               .strategy = StrategyRequest::kDp,
+                               .max_epochs = 1,
+                               .num_sanity_val_steps = 0,
+                               .enable_checkpointing = false};
+  torch::manual_seed(7);
+  ScaledStepEnd zero(two_batches(), 0.0);
+  const auto initial = parameters_of(zero);
+  make_trainer(options).fit(zero);
+  EXPECT_TRUE(bit_identical(parameters_of(zero), initial));
+  EXPECT_EQ(zero.received_sizes, (std::vector<std::vector<int64_t>>{{2, 2}, {2, 2}}));
+  // The control: the default combination moves the weights.
+  auto plain = make_module(two_batches());
+  make_trainer(options).fit(*plain);
+  EXPECT_FALSE(bit_identical(parameters_of(*plain), initial));
+}
+
 TEST(ModuleCollectives, OneProcessGathersItselfAndReducesToACopy) {
   TinyModule module;
   const torch::Tensor t = torch::tensor({1.0, 2.0}, torch::requires_grad());
