@@ -122,6 +122,50 @@ TEST_F(TrainerTest, ManualOptimizationRefusesWhatTheTrainerWouldDoForIt) {
   }
 }
 
+/// TinyModule under manual optimization that records, at each step, its optimizer's learning
+/// rate and the dtype its forward pass computes in.
+class RecordingManual : public TinyModule {
+ public:
+  using TinyModule::TinyModule;
+  torch::Tensor training_step(const Batch& batch, int64_t batch_idx) override {
+    lrs.push_back(optimizers().at(0).optimizer().param_groups().at(0).options().get_lr());
+    forward_dtypes.push_back(forward(batch.data).scalar_type());
+    return TinyModule::training_step(batch, batch_idx);
+  }
+  std::vector<double> lrs;
+  std::vector<c10::ScalarType> forward_dtypes;
+};
+
+TEST_F(TrainerTest, ManualOptimizationStepsItsSchedulerFromLrSchedulersAndTheTrainerDoesNot) {
+  // StepLR(step_size=2, gamma=0.5) stepped by the module after each of 6 steps: the Trainer
+  // stepping it too would halve the rate every step.
+  torch::manual_seed(7);
+  RecordingManual module(
+      {.train_size = 24, .val_size = 4, .shuffle = false, .scheduler = Interval::kStep, .manual = true});
+  make_trainer({.max_epochs = 1, .num_sanity_val_steps = 0, .enable_checkpointing = false}).fit(module);
+  EXPECT_EQ(module.lrs, (std::vector<double>{0.1, 0.1, 0.05, 0.05, 0.025, 0.025}));
+}
+
+TEST_F(TrainerTest, ManualOptimizationUnderBf16MixedComputesInBfloat16AndStepsFloat32Weights) {
+  const TrainerOptions options{.max_epochs = 1, .num_sanity_val_steps = 0, .enable_checkpointing = false};
+  torch::manual_seed(7);
+  RecordingManual mixed({.train_size = 8, .val_size = 4, .shuffle = false, .manual = true});
+  const auto initial = parameters_of(mixed);
+  TrainerOptions bf16 = options;
+  bf16.precision = Precision::kBf16Mixed;
+  make_trainer(bf16).fit(mixed);
+  // training_step ran under autocast: its Linear computed in bfloat16.
+  EXPECT_EQ(mixed.forward_dtypes, (std::vector<c10::ScalarType>{torch::kBFloat16, torch::kBFloat16}));
+  for (const auto& [name, p] : parameters_of(mixed)) EXPECT_EQ(p.scalar_type(), torch::kFloat) << name;
+  EXPECT_FALSE(bit_identical(parameters_of(mixed), initial)) << "manual_backward and step moved nothing";
+  // The control: at 32-true the same steps compute in float32 and end elsewhere.
+  torch::manual_seed(7);
+  RecordingManual full({.train_size = 8, .val_size = 4, .shuffle = false, .manual = true});
+  make_trainer(options).fit(full);
+  EXPECT_EQ(full.forward_dtypes, (std::vector<c10::ScalarType>{torch::kFloat, torch::kFloat}));
+  EXPECT_FALSE(bit_identical(parameters_of(mixed), parameters_of(full)));
+}
+
 TEST(ManualOptimizationCalls, OutsideManualOptimizationSayWhatToDo) {
   TinyModule automatic;
   try {
