@@ -95,6 +95,24 @@ TEST_F(RequeueTest, TwoRequeuesMidEpochEndBitIdenticalToAnUninterruptedRun) {
   EXPECT_TRUE(bit_identical(resumed, parameters_of(*straight_module)));
 }
 
+TEST_F(RequeueTest, HpcCheckpointDirHoldsTheHpcCheckpointAndTheRestartResumesFromThere) {
+  const fs::path dir = root_ / "elsewhere" / "hpc";
+  const TrainerOptions options{.max_epochs = 1, .seed = 1, .hpc_checkpoint_dir = dir.string()};
+  TinyOptions first{.train_size = 16};
+  first.signal_at_batch = 1;
+  const FitResult one = run_job(first, options, 0);
+  EXPECT_EQ(one.reason, StopReason::kRequeued);
+  EXPECT_EQ(one.hpc_checkpoint_path, (dir / "hpc_ckpt_1.ckpt").string());
+  EXPECT_TRUE(fs::exists(one.hpc_checkpoint_path));
+  EXPECT_TRUE(list_hpc_checkpoints(root_.string()).empty()) << "nothing in the root dir";
+
+  // The restart looks in the same folder (none in the root dir to find instead).
+  const FitResult two = run_job({.train_size = 16}, options, 1);
+  EXPECT_EQ(two.resumed_from, one.hpc_checkpoint_path);
+  EXPECT_EQ(two.reason, StopReason::kMaxEpochs);
+  EXPECT_EQ(two.global_step, 4);
+}
+
 TEST_F(RequeueTest, ASignalDuringTheLastStepFinishesTheRunInsteadOfRequeueing) {
   TinyOptions last{.train_size = 16};
   last.signal_at_batch = 3;  // the 4th and last batch of the only epoch
