@@ -28,9 +28,21 @@ def last_checkpoint(run):
     return run.version_dir(0) / "checkpoints" / "last.ckpt"
 
 
+BATCH = ["--batch-size", "32"]
+
+
+@pytest.fixture(scope="module")
+def one_process_20_steps(gan, dataset, tmp_path_factory):
+    """One process, 20 global steps (10 batches): the first half of the resume test's run and the
+    reference of the ddp test, made once. The resume writes its own run beside it (version_1)."""
+    run = run_binary(gan, merge_flags(ARGS, ["--max-steps", "20"], BATCH), tmp_path_factory.mktemp("gan_one"))
+    assert_ok(run)
+    return run
+
+
 @pytest.mark.compat
-def test_the_gan_resumed_from_its_last_checkpoint_ends_bit_identical(gan, dataset, tmp_path):
-    straight = run_binary(gan, ARGS + ["--max-steps", "40"], tmp_path / "straight")
+def test_the_gan_resumed_from_its_last_checkpoint_ends_bit_identical(gan, dataset, one_process_20_steps, tmp_path):
+    straight = run_binary(gan, ARGS + BATCH + ["--max-steps", "40"], tmp_path / "straight")
     assert_ok(straight)
     # Two optimizers stepped per batch: 40 global steps are 20 batches.
     assert int(straight.summary()[0]["global step"]) == 40
@@ -38,10 +50,9 @@ def test_the_gan_resumed_from_its_last_checkpoint_ends_bit_identical(gan, datase
     logged = [r for r in rows if r.get("train/g_loss_step", "") != ""]
     assert logged and all(finite(r["train/g_loss_step"]) and finite(r["train/d_loss_step"]) for r in logged)
 
-    first = run_binary(gan, ARGS + ["--max-steps", "20"], tmp_path / "split")
-    assert_ok(first)
-    resumed = run_binary(gan, ARGS + ["--max-steps", "40", "--ckpt-path", str(last_checkpoint(first))],
-                         tmp_path / "split")
+    first = one_process_20_steps
+    resumed = run_binary(gan, ARGS + BATCH + ["--max-steps", "40", "--ckpt-path", str(last_checkpoint(first))],
+                         first.root)
     assert_ok(resumed)
     expected = load_checkpoint(last_checkpoint(straight))
     got = load_checkpoint(resumed.version_dir(1) / "checkpoints" / "last.ckpt")
@@ -101,7 +112,8 @@ TOLERANCE = 1e-5
 
 
 @pytest.mark.compat
-def test_the_gan_under_ddp_trains_as_one_process_and_its_ranks_gradients_meet(gan, dataset, tmp_path):
+def test_the_gan_under_ddp_trains_as_one_process_and_its_ranks_gradients_meet(gan, dataset, one_process_20_steps,
+                                                                              tmp_path):
     """Manual optimization under ddp: two optimizers stepping on all-reduced gradients, with each
     one's backward leaving the other's parameters out.
 
@@ -112,9 +124,8 @@ def test_the_gan_under_ddp_trains_as_one_process_and_its_ranks_gradients_meet(ga
     of batch B, losses and weights; (2) with rank 1 seeded otherwise (other batches and noise),
     rank 0 ends elsewhere, which only rank 1's gradients reaching rank 0's optimizer steps can do
     (rank 0 alone is run 1's one process)."""
-    common = ["--max-steps", "20", "--batch-size", "32"]
-    one = run_binary(gan, merge_flags(ARGS, common), tmp_path / "one")
-    assert_ok(one)
+    common = ["--max-steps", "20"] + BATCH
+    one = one_process_20_steps
     alike = ddp_job(gan, common + ["--no-distributed-sampler"], tmp_path / "alike", seeds=(7, 7))
     assert alike.summary()[0]["global step"] == "20", alike
     # Two optimizers stepped per batch: 20 global steps are 10 batches, losses logged every 2 steps.

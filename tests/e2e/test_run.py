@@ -24,13 +24,10 @@ TOP_K_NAME = re.compile(r"^epoch=(\d+)-step=(\d+)-val_acc=(\d\.\d{4})\.ckpt$")
 
 
 @pytest.fixture(scope="module")
-def first(binary, dataset, tmp_path_factory):
-    """`--model mlp --max-epochs 2` on 20 batches per epoch; the root gets a second run later."""
-    root = tmp_path_factory.mktemp("run")
-    run = run_binary(binary, ["--model", "mlp", "--max-epochs", "2", "--log-every-n-steps", "5"] + SHORT +
-                     DETERMINISTIC, root)
-    assert_ok(run)
-    return run
+def first(mlp_two_epochs):
+    """`--model mlp --max-epochs 2` on 20 batches per epoch (conftest.py's, shared with
+    test_resume.py); the root gets a second run later."""
+    return mlp_two_epochs
 
 
 def test_prints_fit_summary_and_test_table(first):
@@ -214,8 +211,10 @@ def test_worker_threads_change_nothing_but_when_batches_are_made(binary, dataset
 
 def test_auto_scale_batch_size_and_auto_lr_find_tune_before_training(binary, tmp_path):
     """The seed documents' flags: the batch size under a memory limit, then the learning rate."""
+    # 10 MB: the search ends at a batch of a few hundred, and the sweep's 100 steps and the epoch
+    # run on that batch (at 100 MB, ~8000: the same search and sweep at 6 times the cost).
     run = run_binary(binary, ["--model", "mlp", "--max-epochs", "1", "--auto-scale-batch-size", "binsearch",
-                              "--tune-max-memory-mb", "100", "--auto-lr-find"] + SHORT + DETERMINISTIC, tmp_path)
+                              "--tune-max-memory-mb", "10", "--auto-lr-find"] + SHORT + DETERMINISTIC, tmp_path)
     assert_ok(run)
     size = int(re.search(r"auto_scale_batch_size: training with batch size (\d+)", run.stdout).group(1))
     lr = float(re.search(r"auto_lr_find: training with lr ([0-9.e+-]+)", run.stdout).group(1))
