@@ -77,10 +77,17 @@ def mlflow_installed():
 
 
 @pytest.fixture(scope="module")
-def server(mlflow_installed, tmp_path_factory):
-    started = Server(tmp_path_factory.mktemp("mlflow"), free_port()).wait_up()
+def starting_server(mlflow_installed, tmp_path_factory):
+    """The module's server, started and not waited for: the first test (the one that needs it only
+    after a run that waits out its 30 s for a server that never answers) runs while it comes up."""
+    started = Server(tmp_path_factory.mktemp("mlflow"), free_port())
     yield started
     started.stop()
+
+
+@pytest.fixture
+def server(starting_server):
+    return starting_server.wait_up()
 
 
 def assert_metrics_match_csv(run, version_dir):
@@ -95,6 +102,45 @@ def assert_metrics_match_csv(run, version_dir):
                 expected.setdefault(name, []).append([int(row["step"]), float(row[name])])
     got = {name: {tuple(point) for point in history} for name, history in run["metrics"].items()}
     assert got == {name: {tuple(point) for point in history} for name, history in expected.items()}
+
+
+def docs_send_undelivered(tmp_path):
+    """The ```python block of docs/loggers.md that sends an undelivered file, as a script."""
+    page = (Path(__file__).resolve().parents[2] / "docs" / "loggers.md").read_text()
+    block = page.split("```python\n", 1)[1].split("```", 1)[0]
+    script = tmp_path / "send_undelivered.py"
+    script.write_text(block)
+    return script
+
+
+# First in the file: its run's 30 s wait overlaps the server's start-up (starting_server).
+def test_a_server_that_never_answers_costs_a_bounded_wait_and_loses_nothing(starting_server, binary, dataset,
+                                                                           tmp_path):
+    uri = f"http://127.0.0.1:{free_port()}"  # nothing listens there
+    run = run_binary(binary, RUN_FLAGS + ["--mlflow-tracking-uri", uri], tmp_path, env=cluster_free_env())
+    assert_ok(run)
+    version_dir = run.version_dir(0)
+    undelivered = version_dir / "mlflow-undelivered.jsonl"
+    assert f"{uri} did not take" in run.stderr and str(undelivered) in run.stderr, run.stderr
+    lines = [json.loads(line) for line in undelivered.read_text().splitlines()]
+    metrics = {}
+    for line in lines:
+        if line["type"] == "metric":
+            metrics.setdefault(line["key"], []).append([line["step"], line["value"]])
+    assert_metrics_match_csv({"metrics": metrics}, version_dir)
+    assert {"type": "param", "key": "model", "value": "mlp"} in lines
+    assert [line["status"] for line in lines if line["type"] == "status"] == ["FINISHED"]
+    assert run.seconds < 120, run
+    # docs/loggers.md's way of sending the file once a server answers: MLflow then holds it all.
+    server = starting_server.wait_up()
+    sent = subprocess.run([sys.executable, str(docs_send_undelivered(tmp_path)), str(version_dir), server.uri],
+                          capture_output=True, text=True, env=mlflow_env(), timeout=120)
+    assert sent.returncode == 0, sent.stderr
+    found = server.read("lightning_logs")
+    assert len(found["runs"]) == 1, found
+    assert found["runs"][0]["status"] == "FINISHED"
+    assert found["runs"][0]["params"]["model"] == "mlp"
+    assert_metrics_match_csv(found["runs"][0], version_dir)
 
 
 def test_a_fit_is_one_mlflow_run_with_every_metric_param_and_checkpoint(server, binary, dataset, tmp_path):
@@ -208,42 +254,6 @@ def test_a_server_that_comes_up_late_still_gets_everything(server, binary, datas
     assert found["runs"][0]["status"] == "FINISHED"
     assert_metrics_match_csv(found["runs"][0], version_dir)
     assert not (version_dir / "mlflow-undelivered.jsonl").exists()
-
-
-def docs_send_undelivered(tmp_path):
-    """The ```python block of docs/loggers.md that sends an undelivered file, as a script."""
-    page = (Path(__file__).resolve().parents[2] / "docs" / "loggers.md").read_text()
-    block = page.split("```python\n", 1)[1].split("```", 1)[0]
-    script = tmp_path / "send_undelivered.py"
-    script.write_text(block)
-    return script
-
-
-def test_a_server_that_never_answers_costs_a_bounded_wait_and_loses_nothing(server, binary, dataset, tmp_path):
-    uri = f"http://127.0.0.1:{free_port()}"  # nothing listens there
-    run = run_binary(binary, RUN_FLAGS + ["--mlflow-tracking-uri", uri], tmp_path, env=cluster_free_env())
-    assert_ok(run)
-    version_dir = run.version_dir(0)
-    undelivered = version_dir / "mlflow-undelivered.jsonl"
-    assert f"{uri} did not take" in run.stderr and str(undelivered) in run.stderr, run.stderr
-    lines = [json.loads(line) for line in undelivered.read_text().splitlines()]
-    metrics = {}
-    for line in lines:
-        if line["type"] == "metric":
-            metrics.setdefault(line["key"], []).append([line["step"], line["value"]])
-    assert_metrics_match_csv({"metrics": metrics}, version_dir)
-    assert {"type": "param", "key": "model", "value": "mlp"} in lines
-    assert [line["status"] for line in lines if line["type"] == "status"] == ["FINISHED"]
-    assert run.seconds < 120, run
-    # docs/loggers.md's way of sending the file once a server answers: MLflow then holds it all.
-    sent = subprocess.run([sys.executable, str(docs_send_undelivered(tmp_path)), str(version_dir), server.uri],
-                          capture_output=True, text=True, env=mlflow_env(), timeout=120)
-    assert sent.returncode == 0, sent.stderr
-    found = server.read("lightning_logs")
-    assert len(found["runs"]) == 1, found
-    assert found["runs"][0]["status"] == "FINISHED"
-    assert found["runs"][0]["params"]["model"] == "mlp"
-    assert_metrics_match_csv(found["runs"][0], version_dir)
 
 
 def test_a_bad_tracking_uri_is_refused_before_training(binary, tmp_path):
