@@ -3,6 +3,9 @@
 #include <caffe2/serialize/in_memory_adapter.h>
 #include <caffe2/serialize/inline_container.h>
 #include <gtest/gtest.h>
+#include <signal.h>
+#include <sys/resource.h>
+#include <sys/wait.h>
 #include <torch/torch.h>
 #include <unistd.h>
 
@@ -317,6 +320,51 @@ TEST(CheckpointIo, AFailedSaveLeavesTheOldFileUntouched) {
 
   EXPECT_EQ(read_bytes(path), before);
   EXPECT_EQ(std::distance(fs::directory_iterator(dir.path()), fs::directory_iterator()), 1);
+}
+
+TEST(CheckpointIo, AWriterKilledMidWriteLeavesThePreviousFileIntact) {
+  TempDir dir;
+  const std::string path = dir.file("last.ckpt");
+  auto old = string_dict();
+  old.insert("weights", torch::arange(1000, torch::kFloat));
+  save_checkpoint_file(old, path);
+  const std::vector<char> before = read_bytes(path);
+
+  // Made before fork: the child runs no tensor kernels (OpenMP's pool does not survive fork).
+  auto large = string_dict();
+  large.insert("weights", torch::ones({256 * 1024}));  // 1 MiB
+  constexpr rlim_t kWrittenBeforeTheKill = 64 * 1024;
+  const pid_t child = ::fork();
+  ASSERT_GE(child, 0) << std::strerror(errno);
+  if (child == 0) {
+    // A file-size limit kills the writer with SIGXFSZ (default action: terminate) at a fixed
+    // point inside its write, deterministically, where a SIGKILL from outside would race the
+    // write's end. No core file.
+    const rlimit no_core{0, 0};
+    const rlimit fsize{kWrittenBeforeTheKill, kWrittenBeforeTheKill};
+    ::setrlimit(RLIMIT_CORE, &no_core);
+    ::setrlimit(RLIMIT_FSIZE, &fsize);
+    ::signal(SIGXFSZ, SIG_DFL);
+    try {
+      save_checkpoint_file(large, path);
+    } catch (...) {
+      ::_exit(2);
+    }
+    ::_exit(0);  // the save completed: the test fails below
+  }
+  int status = 0;
+  ASSERT_EQ(::waitpid(child, &status, 0), child);
+  ASSERT_TRUE(WIFSIGNALED(status)) << "the writer was not killed mid-write (exit status " << WEXITSTATUS(status) << ")";
+  EXPECT_EQ(WTERMSIG(status), SIGXFSZ);
+
+  EXPECT_EQ(read_bytes(path), before);
+  EXPECT_TRUE(torch::equal(load_checkpoint_file(path).toGenericDict().at("weights").toTensor(),
+                           torch::arange(1000, torch::kFloat)));
+  // The half-written file is the temporary one, which no search for *.ckpt takes for a checkpoint.
+  const fs::path tmp = fmt::format("{}.tmp.{}", path, child);
+  ASSERT_TRUE(fs::exists(tmp));
+  EXPECT_EQ(fs::file_size(tmp), kWrittenBeforeTheKill);
+  EXPECT_NE(tmp.extension().string(), ".ckpt");
 }
 
 // Runs `load` and returns the CheckpointError's message, or fails the test.
