@@ -2,6 +2,7 @@
 
 #include <sstream>
 #include <torch/csrc/distributed/c10d/reducer.hpp>
+#include <tuple>
 
 #include "volt/core/error.h"
 #include "volt/core/strings.h"
@@ -39,6 +40,22 @@ std::string explain_unfinished_reduction(const std::string& message, const std::
       "\"ddp_find_unused_parameters_true\"), or make every parameter take part in the loss.",
       unused.empty() ? "" : ": ", join(unused, ", "));
 }
+
+/// The buckets (indices into `parameters`) and each one's size limit, for a cap of `cap` bytes.
+std::tuple<std::vector<std::vector<size_t>>, std::vector<size_t>> bucket_layout(
+    const std::vector<torch::Tensor>& parameters, int64_t cap) {
+  // Buckets filled in the order gradients become ready, the reverse of registration, which is the
+  // layout PyTorch DDP rebuilds after its first step. Filling them in registration order and
+  // reversing the list (PyTorch's layout before the rebuild) splits a small model's gradients over
+  // two buckets where one would do (the benchmark's MLP: two all-reduces per step instead of one).
+  const size_t count = parameters.size();
+  std::vector<torch::Tensor> ready_order(parameters.rbegin(), parameters.rend());
+  std::vector<int64_t> indices(count);
+  for (size_t i = 0; i < count; ++i) indices[i] = static_cast<int64_t>(count - 1 - i);
+  return c10d::compute_bucket_assignment_by_size(ready_order,
+                                                 {static_cast<size_t>(kFirstBucketBytes), static_cast<size_t>(cap)},
+                                                 std::vector<bool>(count, false), indices);
+}
 }  // namespace
 
 ReducerSynchronizer::ReducerSynchronizer(std::vector<torch::Tensor> parameters, std::vector<std::string> names,
@@ -49,16 +66,7 @@ ReducerSynchronizer::ReducerSynchronizer(std::vector<torch::Tensor> parameters, 
   VOLT_CHECK(options.bucket_cap_mb > 0, "bucket_cap_mb={} must be positive.", options.bucket_cap_mb);
   const int64_t cap = options.bucket_cap_mb * 1024 * 1024;
   const std::vector<bool> sparse(parameters.size(), false);
-  // Buckets filled in the order gradients become ready, the reverse of registration, which is the
-  // layout PyTorch DDP rebuilds after its first step. Filling them in registration order and
-  // reversing the list (PyTorch's layout before the rebuild) splits a small model's gradients over
-  // two buckets where one would do (the benchmark's MLP: two all-reduces per step instead of one).
-  const size_t count = parameters.size();
-  std::vector<torch::Tensor> ready_order(parameters.rbegin(), parameters.rend());
-  std::vector<int64_t> indices(count);
-  for (size_t i = 0; i < count; ++i) indices[i] = static_cast<int64_t>(count - 1 - i);
-  auto [buckets, limits] = c10d::compute_bucket_assignment_by_size(
-      ready_order, {static_cast<size_t>(kFirstBucketBytes), static_cast<size_t>(cap)}, sparse, indices);
+  auto [buckets, limits] = bucket_layout(parameters, cap);
   std::unordered_map<size_t, std::string> param_names;
   for (size_t i = 0; i < names.size(); ++i) param_names[i] = names[i];
   reducer_ = compat::make_reducer<FixedLayoutReducer>(std::move(parameters), std::move(buckets), std::move(limits),
@@ -67,6 +75,12 @@ ReducerSynchronizer::ReducerSynchronizer(std::vector<torch::Tensor> parameters, 
 }
 
 ReducerSynchronizer::~ReducerSynchronizer() = default;
+
+std::vector<std::vector<size_t>> internal::gradient_buckets(const std::vector<torch::Tensor>& parameters,
+                                                            int64_t bucket_cap_mb) {
+  VOLT_CHECK(bucket_cap_mb > 0, "bucket_cap_mb={} must be positive.", bucket_cap_mb);
+  return std::get<0>(bucket_layout(parameters, bucket_cap_mb * 1024 * 1024));
+}
 
 void ReducerSynchronizer::prepare_for_backward(const torch::Tensor& loss) {
   // What PyTorch DDP's forward does first: fail if the previous reduction never finished (a

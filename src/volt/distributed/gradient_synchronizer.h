@@ -22,6 +22,14 @@ struct GradientSyncOptions {
   bool find_unused_parameters = false;
 };
 
+namespace internal {
+/// The gradient buckets ReducerSynchronizer all-reduces, as indices into its parameters: filled in
+/// reverse registration order (the order backward makes gradients ready), the first bucket
+/// closing at 1 MiB and the others at `bucket_cap_mb` MiB, each starting a new one once full.
+/// Exposed for the tests of the layout.
+std::vector<std::vector<size_t>> gradient_buckets(const std::vector<torch::Tensor>& parameters, int64_t bucket_cap_mb);
+}  // namespace internal
+
 /// Synchronizes gradients of a set of parameters; the strategy decides when.
 class GradientSynchronizer {
  public:
