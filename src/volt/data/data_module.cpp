@@ -22,6 +22,10 @@ std::vector<DataLoader> DataModule::val_dataloaders() { return as_loaders(val_da
 
 std::vector<DataLoader> DataModule::test_dataloaders() { return as_loaders(test_dataloader()); }
 
+bool runs_prepare_data(const DataModule& data, int64_t local_rank, int64_t global_rank) {
+  return data.prepare_data_per_node() ? local_rank == 0 : global_rank == 0;
+}
+
 Stage parse_stage(const std::string& text) {
   for (const Stage stage : {Stage::kFit, Stage::kValidate, Stage::kTest, Stage::kPredict}) {
     if (text == to_string(stage)) return stage;

@@ -5,6 +5,7 @@
 // modules, with the same Trainer calls: trainer.fit(model, data), trainer.test(model, data).
 #pragma once
 
+#include <cstdint>
 #include <string>
 #include <vector>
 
@@ -52,5 +53,10 @@ class DataModule {
   /// Several test loaders; the default is test_dataloader() alone.
   virtual std::vector<DataLoader> test_dataloaders();
 };
+
+/// Whether the process at `local_rank` (on its node) and `global_rank` (in the run) calls
+/// data.prepare_data(): local rank 0 of every node when data.prepare_data_per_node(), otherwise
+/// global rank 0 alone.
+bool runs_prepare_data(const DataModule& data, int64_t local_rank, int64_t global_rank);
 
 }  // namespace volt
