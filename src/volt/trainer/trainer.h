@@ -3,6 +3,7 @@
 
 #include <map>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -20,8 +21,8 @@ class Checkpointer;
 class Console;
 class PrecisionPlugin;
 class Strategy;
-struct FitLoaderCounts;
 struct LastCheckpointSearch;
+struct LoadedCheckpoint;
 namespace internal {
 class RequeueSignalGuard;
 }
@@ -89,8 +90,16 @@ class Trainer {
   const std::map<std::string, double>& callback_metrics() const { return callback_metrics_; }
 
  private:
-  template <typename Stage>
-  auto run_stage(Stage&& stage);
+  /// Runs `run` after printing the plan's notes (once per Trainer); under several processes an
+  /// error is rethrown with the run's first failure named (Strategy::on_failure).
+  template <typename Run>
+  auto report_failures(Run&& run);
+  /// The one set-up and teardown of every stage: the process settings, the strategy's
+  /// environment, the module's view of the run and the stage's callbacks, then the module's
+  /// setup(stage), `body(internal::StageContext&)`, and its teardown(stage) also when `body`
+  /// throws. Outside fit, the callbacks' on_exception hears of an error first.
+  template <typename Body>
+  auto run_stage(LightningModule& module, Stage stage, Body&& body);
   /// prepare_data and setup(stage) of `data`, then `run`, then teardown(stage).
   template <typename Run>
   auto with_data_module(LightningModule& module, DataModule& data, Stage stage, Run&& run);
@@ -100,12 +109,14 @@ class Trainer {
   /// Where ckpt_path="last" looks; the first ModelCheckpoint of `callbacks` names the first folder.
   LastCheckpointSearch last_search(const std::string& log_dir,
                                    const std::vector<std::shared_ptr<Callback>>& callbacks) const;
-  void configure_loader(DataLoader& loader, bool evaluation, bool contiguous = false) const;
   void load_weights(LightningModule& module, const std::string& ckpt_path);
+  /// The checkpoint a fit resumes from: a restarted SLURM job's newest HPC checkpoint, else
+  /// `ckpt_path` (or options.ckpt_path) resolved; none for a fresh fit.
+  std::optional<LoadedCheckpoint> resume_point(const std::string& ckpt_path, const std::string& log_dir,
+                                               const std::vector<std::shared_ptr<Callback>>& callbacks,
+                                               Console& console);
   EvalResult evaluate(LightningModule& module, std::vector<DataLoader> loaders, const std::string& ckpt_path,
                       bool test);
-  /// Configures fit's loaders for this run and counts their batches.
-  FitLoaderCounts count_fit_batches(LightningModule& module, DataLoader& train, std::vector<DataLoader>& val) const;
   /// fit() with the given loaders; those not given come from `data` when set, else the module.
   FitResult fit_stage(LightningModule& module, DataLoader train, std::vector<DataLoader> val,
                       const std::string& ckpt_path, DataModule* data = nullptr);
