@@ -8,7 +8,7 @@ import json
 import pytest
 
 from test_ddp import TOLERANCE, assert_close, flat_params, ranks, run
-from test_fsdp import ADAM, SHARDED, checkpoint_after, fit, run_limited, shard_files, slurm_job
+from test_fsdp import ADAM, SHARDED, checkpoint_after, fit, never_stopped, run_limited, shard_files, shared, slurm_job
 
 FULL = ["--strategy", "fsdp", "--sharding-strategy", "full_shard"]
 # ADAM's model: hidden 8 -> 16 (144 values), out 16 -> 1 (17 values).
@@ -19,10 +19,11 @@ def padded(numel, processes):
     return -(-numel // processes) * processes
 
 
-def assert_full_shard_matches_ddp(tmp_path, common, steps, ddp=("--strategy", "ddp")):
-    """Runs `common` under ddp and under full_shard on 2 processes: the same model after `steps`."""
+def assert_full_shard_matches_ddp(tmp_path, common, steps, ddp=("--strategy", "ddp"), shared=None):
+    """Runs `common` under ddp and under full_shard on 2 processes: the same model after `steps`.
+    With `shared`, the full_shard run is the one other tests share."""
     ddp_out, _ = fit(tmp_path, "ddp", common + list(ddp))
-    fsdp_out, _ = fit(tmp_path, "fsdp", common + FULL)
+    fsdp_out = shared.fit(common + FULL) if shared else fit(tmp_path, "fsdp", common + FULL)[0]
     for a, b in zip(ranks(fsdp_out, 2), ranks(ddp_out, 2)):
         assert a["global_step"] == steps
         assert_close(flat_params(a), flat_params(b), TOLERANCE)
@@ -86,7 +87,7 @@ DEEP = ["--optimizer", "adam", "--width", "3000", "--depth", "12", "--fsdp-units
         "--examples", "16", "--max-steps", "2", "--devices", "4", "--skip-params", "--no-tune-allocator"]
 
 
-def test_a_model_that_fits_only_sharded_trains_with_full_shard_and_fails_with_shard_grad_op_and_ddp(tmp_path):
+def test_a_model_that_fits_only_sharded_trains_with_full_shard_and_fails_with_shard_grad_op(tmp_path):
     grad_op, _ = fit(tmp_path, "grad_op", DEEP + ["--strategy", "fsdp"])
     full, _ = fit(tmp_path, "full", DEEP + FULL)
     peak_grad_op = max(r["vm_peak_kb"] for r in ranks(grad_op, 4))
@@ -103,8 +104,10 @@ def test_a_model_that_fits_only_sharded_trains_with_full_shard_and_fails_with_sh
     assert peak_grad_op - peak_full > 150_000, (peak_grad_op, peak_full)
     assert rss_grad_op - rss_full > 200_000, (rss_grad_op, rss_full)
     # A limit 200 MB over full_shard's peak measured in this run: full_shard trains under it;
-    # shard_grad_op, which needs ~430 MB more for the whole gradients alone, and ddp run out of memory
-    # and every process exits non-zero. (Not the midpoint: shard_grad_op's peak address space varied
+    # shard_grad_op, which needs ~430 MB more for the whole gradients alone, runs out of memory and
+    # every process exits non-zero. (ddp, which holds more than shard_grad_op, failing under a limit
+    # fsdp trains under is test_fsdp.py's memory case: a run of it here, 4 processes building a 432 MB
+    # model each, proved nothing more.) (Not the midpoint: shard_grad_op's peak address space varied
     # by up to 230 MB between runs here, glibc reserving arenas it need not fill, and under a limit it
     # does without them.)
     limit = peak_full + 200_000
@@ -113,13 +116,12 @@ def test_a_model_that_fits_only_sharded_trains_with_full_shard_and_fails_with_sh
     proc = run_limited(DEEP + FULL, out, limit)
     assert proc.returncode == 0, proc.stderr
     assert all(r["global_step"] == 2 for r in ranks(out, 4))
-    for name, strategy in (("grad_op_limited", ["--strategy", "fsdp"]), ("ddp_limited", ["--strategy", "ddp"])):
-        out = tmp_path / name
-        out.mkdir()
-        proc = run_limited(DEEP + strategy, out, limit)
-        assert proc.returncode != 0
-        # Out of memory, or (LibTorch 2.15, seen here) rank 0 naming the rank that ran out first.
-        assert any(word in proc.stderr.lower() for word in ("alloc", "memory", "failed first")), proc.stderr
+    out = tmp_path / "grad_op_limited"
+    out.mkdir()
+    proc = run_limited(DEEP + ["--strategy", "fsdp"], out, limit)
+    assert proc.returncode != 0
+    # Out of memory, or (LibTorch 2.15, seen here) rank 0 naming the rank that ran out first.
+    assert any(word in proc.stderr.lower() for word in ("alloc", "memory", "failed first")), proc.stderr
 
 
 @pytest.mark.parametrize("extra", [["--accumulate-grad-batches", "2"], ["--precision", "bf16-mixed"]],
@@ -160,9 +162,13 @@ def test_full_shard_without_units_warns_and_trains_as_shard_grad_op(tmp_path):
         assert flat_params(a) == flat_params(b)
 
 
-def test_a_resumed_full_shard_run_ends_bit_identical_to_an_uninterrupted_one(tmp_path):
-    common = ADAM + FULL + ["--fsdp-units", "hidden", "--devices", "2", "--batch-size", "8", "--max-epochs", "2"]
-    straight, _ = fit(tmp_path, "straight", common)
+# The uninterrupted run that the three tests of a resume under full_shard (units=hidden) compare with.
+HIDDEN_2_EPOCHS = ADAM + FULL + ["--fsdp-units", "hidden", "--devices", "2", "--batch-size", "8", "--max-epochs", "2"]
+
+
+def test_a_resumed_full_shard_run_ends_bit_identical_to_an_uninterrupted_one(tmp_path, shared):
+    common = HIDDEN_2_EPOCHS
+    straight = shared.fit(common)
     checkpoint = checkpoint_after(tmp_path, "first", common, 5)  # inside epoch 0 (12 steps)
     second, _ = fit(tmp_path, "second", common + ["--ckpt-path", str(checkpoint), "--default-root-dir",
                                                    str(tmp_path / "root2")])
@@ -176,10 +182,11 @@ def test_a_resumed_full_shard_run_ends_bit_identical_to_an_uninterrupted_one(tmp
     (["--strategy", "ddp", "--devices", "2", "--batch-size", "8"], FULL + ["--devices", "2", "--batch-size", "8"]),
     (FULL + ["--devices", "2", "--batch-size", "8"], ["--strategy", "fsdp", "--devices", "2", "--batch-size", "8"]),
 ], ids=["full-shard-to-one-process", "ddp-to-full-shard", "full-shard-to-shard-grad-op"])
-def test_a_full_shard_checkpoint_holds_the_whole_model_and_moves_between_strategies(tmp_path, first, second):
+def test_a_full_shard_checkpoint_holds_the_whole_model_and_moves_between_strategies(tmp_path, shared, first, second):
+    # The cases that start under full_shard share its runs (made once).
     common = ADAM + ["--fsdp-units", "all", "--max-epochs", "1"]
-    straight, _ = fit(tmp_path, "straight", common + first)
-    checkpoint = checkpoint_after(tmp_path, "first", common + first, 3)
+    straight = shared.fit(common + first)
+    checkpoint = shared.checkpoint_after(common + first, 3)
     resumed, _ = fit(tmp_path, "second", common + second + ["--ckpt-path", str(checkpoint), "--default-root-dir",
                                                              str(tmp_path / "root2")])
     whole = ranks(straight, 1)[0]
@@ -189,9 +196,9 @@ def test_a_full_shard_checkpoint_holds_the_whole_model_and_moves_between_strateg
 
 
 @pytest.mark.compat
-def test_a_sharded_full_shard_checkpoint_resumes_bit_identical_and_not_under_shard_grad_op(tmp_path):
+def test_a_sharded_full_shard_checkpoint_resumes_bit_identical_and_not_under_shard_grad_op(tmp_path, shared):
     common = ADAM + ["--fsdp-units", "hidden", "--devices", "2", "--batch-size", "8", "--max-epochs", "2"]
-    straight, _ = fit(tmp_path, "straight", common + FULL)
+    straight = shared.fit(HIDDEN_2_EPOCHS)
     checkpoint = checkpoint_after(tmp_path, "first", common + FULL + SHARDED, 5)
     assert len(shard_files(checkpoint)) == 2
     second, _ = fit(tmp_path, "second", common + FULL + SHARDED + ["--ckpt-path", str(checkpoint),
@@ -221,16 +228,20 @@ def consolidated(checkpoint):
     return checkpoint.parent / (checkpoint.name + ".whole.ckpt")
 
 
-def test_a_sharded_full_shard_checkpoint_keeps_each_units_weights_in_the_shards_and_consolidates_whole(tmp_path):
+def test_a_sharded_full_shard_checkpoint_keeps_each_units_weights_in_the_shards_and_consolidates_whole(tmp_path,
+                                                                                                        shared):
     """For a model too large to gather: rank 0's file holds only the parameters outside every unit,
     each process's shard its pieces of the units' (full checkpoints and weights-only ones alike)."""
     common = ADAM + ["--fsdp-units", "hidden", "--devices", "2", "--batch-size", "8", "--max-epochs", "2"]
-    straight, _ = fit(tmp_path, "straight", common + FULL)
+    straight = shared.fit(HIDDEN_2_EPOCHS)
     reference = describe(checkpoint_after(tmp_path, "full", common + FULL, 12))
     assert reference["sharded_parameters"] == [] and reference["optimizer_states"]
-    full = checkpoint_after(tmp_path, "sharded", common + FULL + SHARDED, 12)
-    out, _ = fit(tmp_path, "weights", common + FULL + SHARDED + ["--max-steps", "12", "--save-weights-only",
-                                                                 "--default-root-dir", str(tmp_path / "w_root")])
+    # One run saves both, at epoch 0's end: a full checkpoint (ModelCheckpoint(save_last): last.ckpt)
+    # and a weights-only one (weights_ckpt).
+    root = tmp_path / "sharded_root"
+    out, _ = fit(tmp_path, "sharded", common + FULL + SHARDED + ["--max-steps", "12", "--save-weights-only",
+                                                                 "--save-last", "--default-root-dir", str(root)])
+    full = root / "checkpoints" / "last.ckpt"
     [weights] = sorted((out / "weights_ckpt").glob("*.ckpt"))
     for checkpoint in (full, weights):
         assert len(shard_files(checkpoint)) == 2
@@ -243,9 +254,10 @@ def test_a_sharded_full_shard_checkpoint_keeps_each_units_weights_in_the_shards_
         assert whole["optimizer_states"] == (checkpoint == full)
         # The same weights as the full checkpoint of a run that gathered them.
         assert whole["state_dict"] == reference["state_dict"]
-    # Consolidated, it resumes on one process like a full checkpoint.
+    # Consolidated (in the loop above), it resumes on one process like a full checkpoint.
+    whole_file = full.parent / (full.name + ".whole.ckpt")
     resumed, _ = fit(tmp_path, "one", ADAM + ["--max-epochs", "2", "--batch-size", "16", "--ckpt-path",
-                                              str(consolidated(full)), "--default-root-dir", str(tmp_path / "r1")])
+                                              str(whole_file), "--default-root-dir", str(tmp_path / "r1")])
     after = ranks(resumed, 1)[0]
     assert after["global_step"] == 24
     assert_close(flat_params(after), flat_params(ranks(straight, 2)[0]), TOLERANCE)
@@ -259,11 +271,11 @@ def test_a_sharded_full_shard_checkpoint_keeps_each_units_weights_in_the_shards_
 
 @pytest.mark.parametrize("state_dict_type", ["full", "sharded"])
 def test_sigterm_under_full_shard_saves_an_hpc_checkpoint_that_the_restarted_job_resumes_bit_identical(
-        tmp_path, state_dict_type):
+        tmp_path, shared, state_dict_type):
     common = ADAM + FULL + ["--fsdp-units", "all", "--devices", "2", "--batch-size", "8", "--max-epochs", "20",
                             "--step-sleep-ms", "25", "--no-auto-requeue", "--checkpoint-on-sigterm", "--logger",
                             "--log-every-n-steps", "1", "--state-dict-type", state_dict_type]
-    straight = slurm_job(common, tmp_path / "straight", tmp_path / "straight_root")
+    straight = never_stopped(shared, common)  # made once for both cases
     root = tmp_path / "root"
     stopped = slurm_job(common, tmp_path / "stopped", root, stop=True)
     assert 0 < stopped[0]["global_step"] == stopped[1]["global_step"] < 240
@@ -276,12 +288,16 @@ def test_sigterm_under_full_shard_saves_an_hpc_checkpoint_that_the_restarted_job
         assert flat_params(again) == flat_params(whole)
 
 
-def test_a_fine_tuning_run_resumed_from_a_sharded_checkpoint_after_the_unfreeze_ends_bit_identical(tmp_path):
+# A fine-tuning run under full_shard: the test against ddp and the resume test below share it.
+FINE_TUNE_FULL = ADAM + FULL + ["--fsdp-units", "all", "--max-epochs", "3", "--unfreeze-hidden-at", "1", "--devices",
+                                "2", "--batch-size", "8"]
+
+
+def test_a_fine_tuning_run_resumed_from_a_sharded_checkpoint_after_the_unfreeze_ends_bit_identical(tmp_path, shared):
     """The unfrozen layer's unit is laid out again only once the resume has added its param group
     back; its pieces load after that."""
-    common = ADAM + FULL + SHARDED + ["--fsdp-units", "all", "--devices", "2", "--batch-size", "8", "--max-epochs",
-                                      "3", "--unfreeze-hidden-at", "1"]
-    straight, _ = fit(tmp_path, "straight", common)
+    common = FINE_TUNE_FULL + SHARDED
+    straight = shared.fit(FINE_TUNE_FULL)  # the state dict's type changes nothing trained
     checkpoint = checkpoint_after(tmp_path, "first", common, 15)  # inside epoch 1, after the unfreeze
     assert describe(checkpoint)["sharded_parameters"] == ["hidden.bias", "hidden.weight", "out.bias", "out.weight"]
     second, _ = fit(tmp_path, "second", common + ["--ckpt-path", str(checkpoint), "--default-root-dir",
@@ -291,10 +307,9 @@ def test_a_fine_tuning_run_resumed_from_a_sharded_checkpoint_after_the_unfreeze_
         assert flat_params(resumed) == flat_params(whole)
 
 
-def test_a_backbone_unfrozen_mid_run_under_full_shard_matches_ddp(tmp_path):
-    fine_tune = ADAM + ["--fsdp-units", "all", "--max-epochs", "3", "--unfreeze-hidden-at", "1", "--devices", "2",
-                        "--batch-size", "8"]
-    assert_full_shard_matches_ddp(tmp_path, fine_tune, 36)
+def test_a_backbone_unfrozen_mid_run_under_full_shard_matches_ddp(tmp_path, shared):
+    fine_tune = [a for a in FINE_TUNE_FULL if a not in FULL]
+    assert_full_shard_matches_ddp(tmp_path, fine_tune, 36, shared=shared)
 
 
 def test_a_rank_killed_under_full_shard_stops_every_process(tmp_path):
