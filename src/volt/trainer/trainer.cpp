@@ -169,9 +169,7 @@ template <typename Run>
 auto Trainer::with_data_module(LightningModule& module, DataModule& data, Stage stage, Run&& run) {
   report_failures([&] {
     strategy().setup_environment(module);
-    const bool prepares =
-        data.prepare_data_per_node() ? plan_.topology.local_rank == 0 : plan_.topology.global_rank == 0;
-    if (prepares) data.prepare_data();
+    if (runs_prepare_data(data, plan_.topology.local_rank, plan_.topology.global_rank)) data.prepare_data();
     // The other processes read what prepare_data wrote: none goes on before it is complete.
     strategy().barrier();
     data.setup(stage);
