@@ -17,7 +17,20 @@ started=$(date +%s)
 # machine's load average: stop 23's CI took 1415 s for a build that takes about half that on a
 # developer's machine of the same kind; these lines tell a busy or smaller machine from a slower build.
 phase() {
-  echo "test: $1 done, $(( $(date +%s) - started )) s since the start (load $(cut -d' ' -f1-3 /proc/loadavg))"
+  echo "test: $1 done, $(( $(date +%s) - started )) s since the start (load $(cut -d' ' -f1-3 /proc/loadavg))$(cache_note)"
+}
+# ccache's hits and misses since the start of this run (a warm cache should compile almost nothing:
+# a build that misses shows it here), from its machine-readable counters.
+ccache_counts() {
+  ccache --print-stats 2>/dev/null | awk '$1 ~ /^(direct|preprocessed)_cache_hit$/ {h += $2} $1 == "cache_miss" {m += $2}
+                                          END {print h + 0, m + 0}'
+}
+read -r hits_at_start misses_at_start < <(ccache_counts || echo "0 0")
+cache_note() {
+  command -v ccache >/dev/null || return 0
+  local hits misses
+  read -r hits misses < <(ccache_counts)
+  echo ", ccache $(( hits - hits_at_start )) hits / $(( misses - misses_at_start )) misses"
 }
 echo "test: $(nproc) usable cores of $(grep -c ^processor /proc/cpuinfo), $(free -g | awk '/^Mem:/ {print $2}') GiB," \
      "load $(cut -d' ' -f1-3 /proc/loadavg)"
