@@ -5,8 +5,8 @@
 # VOLT_TIDY=0 skips it). Where the CUDA toolkit is installed, the CUDA build runs beside the CPU
 # tests (scripts/build-cuda.sh, upstream LibTorch 2.15) of target torch_checks (every LibTorch-linked
 # library, the example, the ddp probe, the unit tests of the version-sensitive areas) and the
-# `compat`-labelled tests it built (unit, ddp, quick end-to-end), which run on the CPU (*_CUDA tests
-# skip without a GPU): they prove the compatibility headers' LibTorch 2.x side at run time, not
+# `compat`-labelled tests it built (unit, ddp, quick end-to-end), also beside them, which run on the
+# CPU (*_CUDA tests skip without a GPU): they prove the compatibility headers' LibTorch 2.x side at run time, not
 # only that it compiles. Each phase line says how long the run has taken so far.
 # Extra arguments go to ctest, e.g. scripts/test.sh -L unit   or   scripts/test.sh -LE slow
 # VOLT_CUDA_BUILD=0 skips the CUDA build; =1 requires it.
@@ -47,9 +47,11 @@ scripts/build.sh -DCMAKE_BUILD_TYPE=Release -DCMAKE_CXX_FLAGS_RELEASE="-O2 -DNDE
 # After the build: clang-tidy reads its compile_commands.json and generated protobuf header.
 [ "${VOLT_TIDY:-1}" = 0 ] || scripts/check-tidy.sh
 phase "build and clang-tidy"
-# The CUDA build (see below) starts now, beside the CPU tests, at the lowest priority: those
-# tests leave the cores idle for minutes (processes starting, ranks waiting on each other, SLURM's
-# ticks), and a build from a warm ccache is mostly linking. It gets what the tests leave.
+# The CUDA stage (see below) starts now, beside the CPU tests: its build from a warm ccache is some
+# 100 s of CPU, mostly linking (a clean clone, 2026-11-28), and its tests then run at once, filling
+# the minutes the CPU tests leave the cores idle (processes starting, ranks waiting on each other,
+# timeouts, SLURM's ticks). At nice 19 (stop 35) the build got almost no CPU beside the tests and
+# ended 268 s after them, and its tests then ran on their own for 169 s.
 cuda_root=${CUDAToolkit_ROOT:-/usr/local/cuda}
 cuda_build=
 case "${VOLT_CUDA_BUILD:-auto}" in
@@ -61,14 +63,23 @@ case "${VOLT_CUDA_BUILD:-auto}" in
 esac
 if [ -n "$cuda_build" ]; then
   cuda_log=$(mktemp)
-  # Only what differs with the LibTorch (target torch_checks, tests labelled `compat`): a torch-free
-  # target compiles the same against either LibTorch, and the CPU stage runs every test already.
-  # No debug info and -O0: the stage proves that the code compiles and runs against LibTorch 2.x,
-  # whose kernels are compiled already; optimising Volt's own code only adds build time
-  # (trainer.cpp: 14 s at -O0 against 19 s at -O1).
-  VOLT_BUILD_DIR=build-cuda VOLT_BUILD_TARGET=torch_checks nice -n 19 scripts/build-cuda.sh \
-    -DCMAKE_BUILD_TYPE=Release -DCMAKE_CXX_FLAGS_RELEASE="-O0 -DNDEBUG" -DVOLT_UNITY_BUILD=ON \
-    -DVOLT_COMPAT_SUBSET=ON >"$cuda_log" 2>&1 &
+  (
+    # Only what differs with the LibTorch (target torch_checks, tests labelled `compat`): a
+    # torch-free target compiles the same against either LibTorch, and the CPU stage runs every
+    # test already. No debug info and -O0: the stage proves that the code compiles and runs against
+    # LibTorch 2.x, whose kernels are compiled already; optimising Volt's own code only adds build
+    # time (trainer.cpp: 14 s at -O0 against 19 s at -O1). One job: the CPU tests hold the cores.
+    VOLT_JOBS=1 VOLT_BUILD_DIR=build-cuda VOLT_BUILD_TARGET=torch_checks scripts/build-cuda.sh \
+      -DCMAKE_BUILD_TYPE=Release -DCMAKE_CXX_FLAGS_RELEASE="-O0 -DNDEBUG" -DVOLT_UNITY_BUILD=ON \
+      -DVOLT_COMPAT_SUBSET=ON
+    phase "CUDA build (beside the CPU tests)"
+    # A unity build, and only the cases marked `compat` of the multi-process and end-to-end suites
+    # (VOLT_COMPAT_SUBSET): one case per mechanism proves the compatibility headers on LibTorch 2.x;
+    # the CPU stage runs every case of the same algorithms.
+    cd build-cuda
+    ctest --output-on-failure --timeout 900 -j 1 -L compat "$@"
+    phase "CUDA-stage tests (beside the CPU tests)"
+  ) >"$cuda_log" 2>&1 &
   cuda_pid=$!
 fi
 # The SLURM tests (label `slurm`) run as a ctest of their own beside the rest: for minutes they
@@ -94,14 +105,8 @@ if [ -z "$cuda_build" ]; then
 fi
 cuda_status=0
 wait "$cuda_pid" || cuda_status=$?
-echo "test: the CUDA build, run beside the CPU tests:"
+echo "test: the CUDA build and its tests, run beside the CPU tests:"
 cat "$cuda_log" && rm -f "$cuda_log"
-phase "CUDA build (beside the CPU tests)"
+phase "CUDA stage"
 [ "$cpu_status" = 0 ] || exit "$cpu_status"
-[ "$cuda_status" = 0 ] || exit "$cuda_status"
-# A unity build, and only the cases marked `compat` of the multi-process and end-to-end suites
-# (VOLT_COMPAT_SUBSET): one case per mechanism proves the compatibility headers on LibTorch 2.x; the
-# CPU stage above already ran every case of the same algorithms.
-cd build-cuda
-ctest --output-on-failure --timeout 900 -j "${VOLT_TEST_JOBS:-2}" -L compat "$@"
-phase "CUDA-stage tests"
+exit "$cuda_status"
