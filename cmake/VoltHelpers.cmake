@@ -161,8 +161,11 @@ function(volt_cc_test)
     set(V_LABELS "${V_LABELS}_compat")  # what CI's CUDA stage runs (top CMakeLists.txt)
   endif()
   if(V_PER_CASE)
-    # A skipped case shows as skipped, with its reason, not inside a binary that passed.
-    gtest_discover_tests(${V_NAME} DISCOVERY_TIMEOUT 60 PROPERTIES LABELS "${V_LABELS}")
+    # A skipped case shows as skipped, with its reason, not inside a binary that passed. The cases
+    # are listed when CTest runs (PRE_TEST), not after each link: CI's CUDA build runs at nice 19
+    # beside the CPU tests, and there listing trainer_cuda_test (loading CUDA LibTorch) once took
+    # over 60 s and failed the build.
+    gtest_discover_tests(${V_NAME} DISCOVERY_MODE PRE_TEST DISCOVERY_TIMEOUT 300 PROPERTIES LABELS "${V_LABELS}")
     return()
   endif()
   # One CTest test per binary: a process per case paid ~0.65 s of loading LibTorch for each of
