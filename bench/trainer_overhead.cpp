@@ -44,7 +44,7 @@
 #include <vector>
 
 #include "volt/datasets/fashion_mnist.h"
-#include "volt/trainer/process_setup.h"
+#include "volt/plan/process_setup.h"
 #include "volt/volt.h"
 
 namespace {

@@ -21,8 +21,8 @@
 #include "volt/progress/model_summary.h"
 #include "volt/progress/progress_bar.h"
 #include "volt/strategies/strategy.h"
-#include "volt/trainer/process_setup.h"
-#include "volt/trainer/run_plan.h"
+#include "volt/plan/process_setup.h"
+#include "volt/plan/run_plan.h"
 
 namespace volt {
 

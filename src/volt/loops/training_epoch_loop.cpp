@@ -14,7 +14,7 @@
 #include "volt/profiler/profiler.h"
 #include "volt/progress/progress_bar.h"
 #include "volt/strategies/strategy.h"
-#include "volt/trainer/run_plan.h"
+#include "volt/plan/run_plan.h"
 
 namespace volt {
 

@@ -1,6 +1,6 @@
 // What the user asks the Trainer for (Lightning's Trainer arguments). No LibTorch.
 //
-// TrainerOptions is user intent and may say "auto"; resolve_run_plan (volt/trainer/run_plan.h)
+// TrainerOptions is user intent and may say "auto"; resolve_run_plan (volt/plan/run_plan.h)
 // turns it, once, into a RunPlan in which nothing is "auto". Only the Trainer facade reads
 // TrainerOptions: every value through the plan, and the objects it carries (loggers, callbacks,
 // config) as they are; the loops see the plan only. The `volt` tool reads the same options from

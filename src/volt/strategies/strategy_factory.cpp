@@ -13,7 +13,7 @@
 #include "volt/strategies/dp_strategy.h"
 #include "volt/strategies/fsdp_strategy.h"
 #include "volt/strategies/pipeline_strategy.h"
-#include "volt/trainer/process_setup.h"
+#include "volt/plan/process_setup.h"
 
 namespace volt {
 namespace {

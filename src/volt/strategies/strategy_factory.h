@@ -5,7 +5,7 @@
 
 #include "volt/core/env.h"
 #include "volt/strategies/strategy.h"
-#include "volt/trainer/run_plan.h"
+#include "volt/plan/run_plan.h"
 
 namespace volt {
 

@@ -20,7 +20,7 @@
 #include "volt/profiler/profiler.h"
 #include "volt/progress/progress_bar.h"
 #include "volt/strategies/strategy_factory.h"
-#include "volt/trainer/process_setup.h"
+#include "volt/plan/process_setup.h"
 #include "volt/trainer/stage_context.h"
 #include "volt/trainer/stage_setup.h"
 

@@ -12,7 +12,7 @@
 #include "volt/loops/fit_result.h"
 #include "volt/module/lightning_module.h"
 #include "volt/options/trainer_options.h"
-#include "volt/trainer/run_plan.h"
+#include "volt/plan/run_plan.h"
 
 namespace volt {
 

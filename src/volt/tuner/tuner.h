@@ -10,7 +10,7 @@
 
 #include "volt/core/env.h"
 #include "volt/options/trainer_options.h"
-#include "volt/trainer/run_plan.h"
+#include "volt/plan/run_plan.h"
 
 namespace volt {
 

@@ -1,4 +1,4 @@
-#include "volt/trainer/process_setup.h"
+#include "volt/plan/process_setup.h"
 
 #include <c10/core/impl/DeviceGuardImplInterface.h>
 #include <malloc.h>

@@ -5,7 +5,7 @@
 
 #include <atomic>
 
-#include "volt/trainer/run_plan.h"
+#include "volt/plan/run_plan.h"
 
 namespace volt::internal {
 

@@ -1,4 +1,4 @@
-#include "volt/trainer/run_plan.h"
+#include "volt/plan/run_plan.h"
 
 #include <gtest/gtest.h>
 

@@ -1,4 +1,4 @@
-#include "volt/trainer/run_plan.h"
+#include "volt/plan/run_plan.h"
 
 #include <sched.h>
 #include <torch/cuda.h>
@@ -12,7 +12,7 @@
 #include "volt/core/strings.h"
 #include "volt/loggers/mlflow_rest.h"
 #include "volt/slurm/hostlist.h"
-#include "volt/trainer/gpu_placement.h"
+#include "volt/plan/gpu_placement.h"
 
 namespace volt {
 

@@ -1,4 +1,4 @@
-#include "volt/trainer/gpu_placement.h"
+#include "volt/plan/gpu_placement.h"
 
 #include <gtest/gtest.h>
 
