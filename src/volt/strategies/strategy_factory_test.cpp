@@ -5,6 +5,7 @@
 #include <typeinfo>
 
 #include "volt/core/console.h"
+#include "volt/core/error.h"
 #include "volt/strategies/ddp_strategy.h"
 #include "volt/strategies/dp_strategy.h"
 #include "volt/strategies/fsdp_strategy.h"
@@ -49,6 +50,11 @@ TEST(MakeStrategy, BuildsFsdpForTheShardingStrategiesThatShard) {
 
 TEST(MakeStrategy, NamesPlainDdpDdp) {
   EXPECT_EQ(strategy_of(plan({.devices = 2, .strategy = StrategyRequest::kDdp}))->name(), "ddp");
+}
+
+TEST(FsdpStrategy, RefusesNoShardWhichIsDdp) {
+  EXPECT_THROW(FsdpStrategy(Topology(), DdpOptions(), Env(), FsdpOptions{.sharding = ShardingStrategy::kNoShard}),
+               Error);
 }
 
 TEST(MakeStrategy, PicksAFreeRendezvousPortForTheStrategyAndLeavesThePlanAsResolved) {
