@@ -4,6 +4,7 @@
 #include <chrono>
 #include <memory>
 #include <optional>
+#include <string>
 
 #include "volt/core/env.h"
 #include "volt/distributed/gradient_synchronizer.h"
@@ -23,6 +24,11 @@ struct DdpOptions {
   /// True when this process must start its node's other local ranks (Lightning's default
   /// launcher); false when srun/torchrun/mpirun started them.
   bool launch_local_processes = false;
+  /// What DdpStrategy::name() says (ddp2 and pipeline name themselves). make_strategy sets "fsdp"
+  /// for fsdp's sharding_strategy no_shard, which shards nothing and so is this strategy: the
+  /// summary and the errors then name the strategy the user chose, and nothing else differs (its
+  /// state_sharding() is nullptr and its checkpoints are ddp's), so a name is all it takes.
+  std::string name = "ddp";
 };
 
 /// Lightning's `ddp`: parameters and buffers broadcast from rank 0, gradients all-reduced in
@@ -33,7 +39,8 @@ class DdpStrategy : public Strategy {
   DdpStrategy(Topology topology, DdpOptions options, Env env);
   ~DdpStrategy() override;
 
-  std::string name() const override { return "ddp"; }
+  /// "ddp", or the name DdpOptions gives it.
+  std::string name() const override { return options_.name; }
   const Topology& topology() const override { return topology_; }
   void setup_environment(LightningModule& module) override;
   void setup_module(LightningModule& module) override;

@@ -77,10 +77,18 @@ std::unique_ptr<Strategy> make_strategy(const RunPlan& plan, const Env& env, std
       return std::make_unique<Ddp2Strategy>(std::move(topology), ddp, std::move(dp), std::move(child_env));
     case StrategyKind::kPipeline:
       return std::make_unique<PipelineDdpStrategy>(std::move(topology), ddp, std::move(child_env), std::move(pipe));
-    case StrategyKind::kFsdp:
-      return std::make_unique<FsdpStrategy>(
-          std::move(topology), ddp, std::move(child_env),
-          FsdpOptions{.sharding = plan.sharding_strategy, .min_unit_params = plan.fsdp_min_unit_params});
+    case StrategyKind::kFsdp: {
+      if (plan.sharding_strategy != ShardingStrategy::kNoShard) {
+        return std::make_unique<FsdpStrategy>(
+            std::move(topology), ddp, std::move(child_env),
+            FsdpOptions{.sharding = plan.sharding_strategy, .min_unit_params = plan.fsdp_min_unit_params});
+      }
+      // no_shard shards nothing: it is ddp (the same gradient all-reduce, checkpoints and memory),
+      // named as the user asked.
+      DdpOptions named = ddp;
+      named.name = "fsdp";
+      return std::make_unique<DdpStrategy>(std::move(topology), std::move(named), std::move(child_env));
+    }
     case StrategyKind::kDdp:
     case StrategyKind::kSingleDevice:  // made above, like kDp
     case StrategyKind::kDp:

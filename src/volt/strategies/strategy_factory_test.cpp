@@ -2,9 +2,13 @@
 
 #include <gtest/gtest.h>
 
+#include <typeinfo>
+
 #include "volt/core/console.h"
+#include "volt/core/error.h"
 #include "volt/strategies/ddp_strategy.h"
 #include "volt/strategies/dp_strategy.h"
+#include "volt/strategies/fsdp_strategy.h"
 
 namespace volt {
 namespace {
@@ -23,6 +27,34 @@ TEST(MakeStrategy, MakesTheStrategyThePlanNames) {
             nullptr);
   EXPECT_NE(dynamic_cast<DdpStrategy*>(strategy_of(plan({.devices = 2, .strategy = StrategyRequest::kDdp})).get()),
             nullptr);
+}
+
+TEST(MakeStrategy, BuildsFsdpsNoShardAsPlainDdpUnderTheNameFsdp) {
+  const std::unique_ptr<Strategy> strategy = strategy_of(
+      plan({.devices = 2, .strategy = StrategyRequest::kFsdp, .sharding_strategy = ShardingStrategy::kNoShard}));
+  const Strategy& made = *strategy;
+  EXPECT_EQ(typeid(made), typeid(DdpStrategy));    // not an FsdpStrategy that behaves as ddp
+  EXPECT_EQ(strategy->name(), "fsdp");             // what the summary and errors name
+  EXPECT_EQ(strategy->state_sharding(), nullptr);  // so checkpoints are ddp's: whole optimizer state
+}
+
+TEST(MakeStrategy, BuildsFsdpForTheShardingStrategiesThatShard) {
+  for (const ShardingStrategy sharding : {ShardingStrategy::kShardGradOp, ShardingStrategy::kFullShard}) {
+    const std::unique_ptr<Strategy> strategy =
+        strategy_of(plan({.devices = 2, .strategy = StrategyRequest::kFsdp, .sharding_strategy = sharding}));
+    EXPECT_NE(dynamic_cast<FsdpStrategy*>(strategy.get()), nullptr) << to_string(sharding);
+    EXPECT_EQ(strategy->name(), "fsdp");
+    EXPECT_NE(strategy->state_sharding(), nullptr) << to_string(sharding);
+  }
+}
+
+TEST(MakeStrategy, NamesPlainDdpDdp) {
+  EXPECT_EQ(strategy_of(plan({.devices = 2, .strategy = StrategyRequest::kDdp}))->name(), "ddp");
+}
+
+TEST(FsdpStrategy, RefusesNoShardWhichIsDdp) {
+  EXPECT_THROW(FsdpStrategy(Topology(), DdpOptions(), Env(), FsdpOptions{.sharding = ShardingStrategy::kNoShard}),
+               Error);
 }
 
 TEST(MakeStrategy, PicksAFreeRendezvousPortForTheStrategyAndLeavesThePlanAsResolved) {
