@@ -11,7 +11,7 @@
 #include "trainer_shape.h"
 #include "volt/core/error.h"
 #include "volt/options/trainer_flags.h"
-#include "volt/trainer/run_plan.h"
+#include "volt/plan/run_plan.h"
 
 namespace volt::tool {
 namespace {
