@@ -82,9 +82,11 @@ def test_full_shard_matches_ddp_and_one_process_with_adam_a_scheduler_and_clippi
 # with glibc's own malloc thresholds (--no-tune-allocator): Volt's pinned ones keep freed blocks in
 # the heap, and full_shard frees and allocates a unit's size many times a step, which under LibTorch
 # 2.15 grew its resident set to shard_grad_op's (2.45 GB after 4 steps, 2.7 GB by 8; 1.27 GB with
-# glibc's thresholds).
+# glibc's thresholds). One step: Adam's state is made in the first, so both peaks are reached there
+# (measured: the same peaks after 1 and 2 steps within 2 MB, LibTorch 1.13), and each of the four
+# runs of 4 processes costs some 30-50 s of CPU a step, most of it the kernel's page faults.
 DEEP = ["--optimizer", "adam", "--width", "3000", "--depth", "12", "--fsdp-units", "all", "--batch-size", "1",
-        "--examples", "16", "--max-steps", "2", "--devices", "4", "--skip-params", "--no-tune-allocator"]
+        "--examples", "16", "--max-steps", "1", "--devices", "4", "--skip-params", "--no-tune-allocator"]
 
 
 def test_a_model_that_fits_only_sharded_trains_with_full_shard_and_fails_with_shard_grad_op(tmp_path):
@@ -115,7 +117,7 @@ def test_a_model_that_fits_only_sharded_trains_with_full_shard_and_fails_with_sh
     out.mkdir()
     proc = run_limited(DEEP + FULL, out, limit)
     assert proc.returncode == 0, proc.stderr
-    assert all(r["global_step"] == 2 for r in ranks(out, 4))
+    assert all(r["global_step"] == 1 for r in ranks(out, 4))
     out = tmp_path / "grad_op_limited"
     out.mkdir()
     proc = run_limited(DEEP + ["--strategy", "fsdp"], out, limit)
