@@ -24,9 +24,9 @@ namespace {
 class ManualScope {
  public:
   ManualScope(LightningModule& module, ManualOptimization* loop) : module_(module) {
-    module.set_manual_optimization(loop);
+    internal::ModuleAccess::set_manual_optimization(module, loop);
   }
-  ~ManualScope() { module_.set_manual_optimization(nullptr); }
+  ~ManualScope() { internal::ModuleAccess::set_manual_optimization(module_, nullptr); }
   ManualScope(const ManualScope&) = delete;
   ManualScope& operator=(const ManualScope&) = delete;
 
