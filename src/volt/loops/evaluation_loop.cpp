@@ -89,7 +89,7 @@ EvalCounts EvaluationLoop::run(LightningModule& module, const std::vector<DataLo
     if (limit && *limit <= 0) continue;
     // Lightning's add_dataloader_idx: names tell the loaders apart only when there are several.
     results.set_name_suffix(passes > 1 ? fmt::format("/dataloader_idx_{}", k) : "");
-    module.set_dataloader_idx(k);
+    internal::ModuleAccess::set_dataloader_idx(module, k);
     if (bar_) bar_->start(bar_title(stage), 0, limit.value_or(-1));
     StepFeed feed(loader, 0, limit, strategy_.topology().world_size, count_across(strategy_));
     for (int64_t i = 0; feed.has_step(); ++i) {
@@ -155,7 +155,7 @@ EvalCounts EvaluationLoop::run(LightningModule& module, const std::vector<DataLo
     if (bar_ && k + 1 < passes) bar_->finish({});
   }
   results.set_name_suffix("");
-  module.set_dataloader_idx(0);
+  internal::ModuleAccess::set_dataloader_idx(module, 0);
   if (test) {
     notify([](Callback& c, const CallbackContext& x, CallbackServices& s) { return c.on_test_epoch_end(x, s); },
            pass_point);

@@ -67,7 +67,7 @@ TEST_F(EvaluationLoopTest, AThrowingStepLeavesTheModuleAsItWas) {
   Probe module;
   module.throw_at = 1;
   ResultCollection outer(/*training=*/true);
-  module.set_metric_sink(&outer);  // as during a training epoch's mid-epoch validation
+  const MetricSinkScope sink(module, &outer);  // as during a training epoch's mid-epoch validation
   {
     ResultCollection results(/*training=*/false);
     EvaluationLoop loop(strategy_, *precision_, c10::Device(c10::kCPU), nullptr);
@@ -77,7 +77,6 @@ TEST_F(EvaluationLoopTest, AThrowingStepLeavesTheModuleAsItWas) {
   // mode; a later log() would have written through a dangling pointer.
   EXPECT_EQ(module.metric_sink(), &outer);
   EXPECT_TRUE(module.is_training());
-  module.set_metric_sink(nullptr);
 }
 
 TEST_F(EvaluationLoopTest, PredictionRestoresTheModeAndReturnsOneOutputPerBatch) {

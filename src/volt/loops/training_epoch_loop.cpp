@@ -8,8 +8,6 @@
 #include "volt/loops/metric_router.h"
 #include "volt/loops/step_feed.h"
 #include "volt/loops/stop_controller.h"
-#include "volt/metrics/metric.h"
-#include "volt/optim/lr_scheduler.h"
 #include "volt/precision/precision_plugin.h"
 #include "volt/profiler/profiler.h"
 #include "volt/progress/progress_bar.h"
@@ -17,24 +15,6 @@
 #include "volt/plan/run_plan.h"
 
 namespace volt {
-
-namespace {
-
-// The module's manual optimization is this loop's for a scope (also when a step throws).
-class ManualScope {
- public:
-  ManualScope(LightningModule& module, ManualOptimization* loop) : module_(module) {
-    module.set_manual_optimization(loop);
-  }
-  ~ManualScope() { module_.set_manual_optimization(nullptr); }
-  ManualScope(const ManualScope&) = delete;
-  ManualScope& operator=(const ManualScope&) = delete;
-
- private:
-  LightningModule& module_;
-};
-
-}  // namespace
 
 TrainingEpochLoop::TrainingEpochLoop(const RunPlan& plan, Strategy& strategy, PrecisionPlugin& precision,
                                      MetricRouter& metrics, LightningModule& module, DataLoader& train,
@@ -45,38 +25,23 @@ TrainingEpochLoop::TrainingEpochLoop(const RunPlan& plan, Strategy& strategy, Pr
       metrics_(metrics),
       module_(module),
       train_(train),
-      optimization_(optimization),
       bar_(bar),
       profiler_(profiler),
-      manual_(!module.automatic_optimization()),
-      clips_(optimization.optimizers.size()),
       results_(/*training=*/true, [&strategy](double value, Reduce op) { return strategy.reduce(value, op); }) {
-  if (!manual_) return;
-  // Lightning refuses the same: under manual optimization the module decides when to step.
-  VOLT_CHECK(plan.accumulate_grad_batches == 1,
-             "{} optimizes manually (automatic_optimization() is false), but accumulate_grad_batches={}. HINT: "
-             "accumulate in training_step (step the optimizer every k batches) and leave accumulate_grad_batches at 1.",
-             module.name(), plan.accumulate_grad_batches);
-  VOLT_CHECK(!plan.gradient_clip_val,
-             "{} optimizes manually (automatic_optimization() is false), but gradient_clip_val={} asks the Trainer to "
-             "clip. HINT: call clip_gradients(optimizer, value) before optimizer.step() in training_step, and unset "
-             "gradient_clip_val.",
-             module.name(), plan.gradient_clip_val.value_or(0.0));
-  VOLT_CHECK(
-      plan.strategy != StrategyKind::kDp && plan.strategy != StrategyKind::kDdp2,
-      "{} optimizes manually (automatic_optimization() is false), which strategy '{}' cannot run: it splits each "
-      "batch over replicas on threads, whose backward passes and steps would interleave. HINT: use "
-      "strategy='ddp' (one process per device).",
-      module.name(), to_string(plan.strategy));
+  const StepParts parts{strategy, precision, module, optimization, profiler};
+  if (module.automatic_optimization()) {
+    automatic_.emplace(parts, metrics.callback_metrics(), plan.gradient_clip_val, plan.gradient_clip_algorithm);
+  } else {
+    manual_.emplace(parts, plan.accumulate_grad_batches, plan.gradient_clip_val, plan.strategy);
+  }
 }
 
 void TrainingEpochLoop::run(FitProgress& progress, StopController& stop, EpochHooks& hooks,
                             std::optional<int64_t> num_batches, std::optional<int64_t> val_interval) {
   bool validate_at_end = false;
   bool complete = false;
-  progress_ = &progress;
-  hooks_ = &hooks;
-  const ManualScope manual_scope(module_, manual_ ? this : nullptr);
+  if (manual_) manual_->start_epoch(progress, hooks);
+  const ManualOptimizationScope manual_scope(module_, manual_ ? &*manual_ : nullptr);
   {
     // Reset and install the sink before the hook: Lightning lets on_train_epoch_start log.
     results_.reset();
@@ -94,11 +59,7 @@ void TrainingEpochLoop::run(FitProgress& progress, StopController& stop, EpochHo
     }
 
     const int64_t accumulate = hooks.accumulate_grad_batches(progress.epoch);
-    VOLT_CHECK(!manual_ || accumulate == 1,
-               "{} optimizes manually (automatic_optimization() is false), but a callback schedules "
-               "accumulate_grad_batches={} for epoch {}. HINT: accumulate in training_step and remove the "
-               "GradientAccumulationScheduler.",
-               module_.name(), accumulate, progress.epoch);
+    if (manual_) manual_->check_accumulation(accumulate, progress.epoch);
     const bool validates = hooks.validates_in_epoch(progress.epoch);
     // The loader's workers make the rest of the epoch's batches ahead of the steps; a stop
     // before the end drops what they made.
@@ -136,35 +97,12 @@ void TrainingEpochLoop::run(FitProgress& progress, StopController& stop, EpochHo
       std::optional<ResultCollection> kept;
       if (input.joined) kept = results_;
       results_.set_batch_size(batch.size());
-      input_ = &input;
-      torch::Tensor loss;
-      {
-        // Its metric updates would count the replayed examples twice.
-        std::optional<internal::DiscardMetricUpdates> discard;
-        if (input.joined) discard.emplace();
-        Profiler::Scope forward(profiler_, Action::kForward);
-        inner_seconds_ = 0;
-        loss = training_step(batch, i);
-        // Under manual optimization training_step ran the backward passes and steps, timed apart.
-        forward.exclude(inner_seconds_);
-      }
-      input_ = nullptr;
+      // The automatic loop asks whether the pass ends after training_step, before the backward
+      // pass; asked again below, last() answers the same without waiting.
+      const auto last_of_pass = [&feed] { return feed.last(); };
+      const torch::Tensor loss = manual_ ? manual_->run(batch, i, input)
+                                         : automatic_->run(batch, i, input, accumulate, last_of_pass, progress, hooks);
       const bool last = feed.last();
-      const bool steps = (i + 1) % accumulate == 0 || last;
-      if (!manual_) {
-        // Only the backward pass that precedes an optimizer step communicates (PyTorch's no_sync).
-        // A joined step's gradients are exact zeros (not the loss times 0, which is NaN where the
-        // replayed loss overflows), so they add nothing to the others' average.
-        const torch::Tensor weighted = input.joined        ? zero_loss()
-                                       : input.weight != 1 ? loss * (input.weight / static_cast<double>(accumulate))
-                                       : accumulate == 1   ? loss
-                                                           : loss / static_cast<double>(accumulate);
-        backward_with_hooks(weighted, steps, /*hooks=*/!input.joined);
-        if (steps) {
-          const Profiler::Scope timed(profiler_, Action::kOptimizerStep);
-          optimizer_step(progress);
-        }
-      }
       std::optional<Profiler::Scope> end_hooks(std::in_place, profiler_, Action::kHooks);
       if (!input.joined) module_.on_train_batch_end(loss, batch, i);
       if (kept) {
@@ -214,148 +152,6 @@ void TrainingEpochLoop::run(FitProgress& progress, StopController& stop, EpochHo
   finish_epoch(progress, hooks, complete, validate_at_end);
 }
 
-torch::Tensor TrainingEpochLoop::zero_loss() const {
-  // Every trained parameter gets a gradient of exactly 0, so the gradient synchronizer sees the
-  // same parameters ready as on the processes that trained. The module's parameters, not the
-  // optimizers': under fsdp those are pieces outside the graph.
-  torch::Tensor sum;
-  for (const torch::Tensor& p : module_.parameters()) {
-    if (!p.requires_grad()) continue;
-    const torch::Tensor term = p.sum() * 0.0;
-    sum = sum.defined() ? sum + term : term;
-  }
-  return sum;
-}
-
-torch::Tensor TrainingEpochLoop::training_step(const Batch& batch, int64_t index) {
-  strategy_.before_forward(module_);
-  const torch::Tensor loss = [&] {
-    const AutocastGuard autocast = precision_.forward_context();
-    return strategy_.training_step(module_, batch, index);
-  }();
-  // Under manual optimization the step backpropagated already; what it returns is only passed on
-  // to on_train_batch_end (Lightning allows None).
-  if (manual_) return loss;
-  VOLT_CHECK(loss.defined() && loss.numel() == 1 && loss.requires_grad(),
-             "{}::training_step must return a scalar loss that requires grad; got {}. HINT: return the loss "
-             "computed from the model's outputs, not a detached value or a number.",
-             module_.name(),
-             loss.defined() ? fmt::format("shape {} requires_grad={}", c10::str(loss.sizes()), loss.requires_grad())
-                            : std::string("an undefined tensor"));
-  return loss;
-}
-
-void TrainingEpochLoop::backward(const torch::Tensor& loss) {
-  VOLT_CHECK(loss.defined() && loss.numel() == 1 && loss.requires_grad(),
-             "{}::manual_backward needs a scalar loss that requires grad; got {}. HINT: pass the loss computed from "
-             "the model's outputs (after toggle_optimizer, from the toggled optimizer's parameters).",
-             module_.name(),
-             loss.defined() ? fmt::format("shape {} requires_grad={}", c10::str(loss.sizes()), loss.requires_grad())
-                            : std::string("an undefined tensor"));
-  // As an automatic step: a process whose stream ran dry contributes exact zeros, the others
-  // their loss scaled so that the average is over the processes with data.
-  const bool joined = input_ != nullptr && input_->joined;
-  const double weight = input_ != nullptr ? input_->weight : 1.0;
-  const torch::Tensor weighted = joined ? zero_loss() : weight != 1 ? loss * weight : loss;
-  backward_with_hooks(weighted, /*synchronize=*/true, /*hooks=*/!joined);
-}
-
-void TrainingEpochLoop::backward_with_hooks(const torch::Tensor& loss, bool synchronize, bool hooks) {
-  const auto start = Profiler::Clock::now();
-  if (hooks) {
-    const Profiler::Scope timed(profiler_, Action::kHooks);
-    dispatch([&loss](Callback& c, const CallbackContext& ctx, CallbackServices& s) {
-      return c.on_before_backward(ctx, s, loss);
-    });
-    module_.on_before_backward(loss);
-  }
-  {
-    Profiler::Scope pass(profiler_, Action::kBackward);
-    strategy_.before_backward(loss, synchronize);
-    precision_.backward(loss);
-    // fsdp reduce-scatters here, so the hooks below see the gradients the optimizers will use.
-    strategy_.after_backward(synchronize);
-    if (synchronize && strategy_.topology().world_size > 1) {
-      const double wait = strategy_.gradient_sync_wait();
-      pass.exclude(wait);
-      profiler_.record(Action::kGradSync, wait);
-    }
-  }
-  if (hooks) {
-    const Profiler::Scope timed(profiler_, Action::kHooks);
-    dispatch([](Callback& c, const CallbackContext& ctx, CallbackServices& s) { return c.on_after_backward(ctx, s); });
-    module_.on_after_backward();
-  }
-  inner_seconds_ += std::chrono::duration<double>(Profiler::Clock::now() - start).count();
-}
-
-void TrainingEpochLoop::before_optimizer_step(size_t index) {
-  torch::optim::Optimizer& optimizer = *optimization_.optimizers[index];
-  dispatch([&optimizer, index](Callback& c, const CallbackContext& ctx, CallbackServices& s) {
-    return c.on_before_optimizer_step(ctx, s, optimizer, index);
-  });
-  module_.on_before_optimizer_step(optimizer, index);
-}
-
-void TrainingEpochLoop::dispatch(const CallbackHook& hook) {
-  if (hooks_ != nullptr) hooks_->dispatch(hook, {});
-}
-
-void TrainingEpochLoop::step(size_t index) {
-  VOLT_INTERNAL_ASSERT(progress_ != nullptr && index < optimization_.optimizers.size(), "manual step {} of {}", index,
-                       optimization_.optimizers.size());
-  const std::shared_ptr<torch::optim::Optimizer>& optimizer = optimization_.optimizers[index];
-  const auto apply_clip = [&] {
-    if (!clips_[index]) return;
-    module_.clip_gradients(*optimizer, clips_[index]->value, clips_[index]->algorithm);
-    clips_[index].reset();
-  };
-  const Profiler::Scope timed(profiler_, Action::kOptimizerStep);
-  precision_.optimizer_step({optimizer}, apply_clip, [&](size_t) { before_optimizer_step(index); });
-  strategy_.after_optimizer_step();
-  inner_seconds_ += timed.elapsed();
-  ++progress_->global_step;
-}
-
-void TrainingEpochLoop::clip_gradients(size_t index, double value, GradientClipAlgorithm algorithm) {
-  VOLT_INTERNAL_ASSERT(index < clips_.size(), "clip for optimizer {} of {}", index, clips_.size());
-  if (value > 0.0) clips_[index] = Clip{value, algorithm};
-}
-
-void TrainingEpochLoop::optimizer_step(FitProgress& progress) {
-  // Lightning clips each optimizer's gradients apart (their norm is the optimizer's own), through
-  // the module's hook, which may clip differently.
-  const auto apply_clip = [this] {
-    for (const auto& optimizer : optimization_.optimizers)
-      module_.configure_gradient_clipping(*optimizer, plan_.gradient_clip_val, plan_.gradient_clip_algorithm);
-  };
-  // The plugin unscales (16-mixed) before `clip` and may skip the step on inf/NaN gradients; the
-  // step still counts, as in Lightning, so schedules and checkpoints do not drift.
-  precision_.optimizer_step(optimization_.optimizers, apply_clip, [this](size_t i) { before_optimizer_step(i); });
-  // fsdp all-gathers the updated shards: every process holds the whole model before zero_grad.
-  strategy_.after_optimizer_step();
-  for (const auto& optimizer : optimization_.optimizers) {
-    dispatch([&optimizer](Callback& c, const CallbackContext& ctx, CallbackServices& s) {
-      return c.on_before_zero_grad(ctx, s, *optimizer);
-    });
-    module_.on_before_zero_grad(*optimizer);
-    optimizer->zero_grad();
-  }
-  ++progress.global_step;
-  step_schedulers(Interval::kStep, progress.global_step);
-}
-
-void TrainingEpochLoop::step_schedulers(Interval interval, int64_t count) {
-  for (const auto& config : optimization_.schedulers) {
-    if (config.interval != interval || count % config.frequency != 0) continue;
-    std::optional<double> metric;
-    if (config.scheduler->needs_metric()) {
-      metric = internal::monitored_value(&metrics_.callback_metrics(), config.monitor, config.scheduler->name());
-    }
-    module_.lr_scheduler_step(*config.scheduler, metric);
-  }
-}
-
 void TrainingEpochLoop::finish_epoch(FitProgress& progress, EpochHooks& hooks, bool complete, bool validate_at_end) {
   std::map<std::string, double> val_bar;
   if (validate_at_end) val_bar = hooks.validate_end_of_epoch();
@@ -375,7 +171,7 @@ void TrainingEpochLoop::finish_epoch(FitProgress& progress, EpochHooks& hooks, b
   }
   // An epoch cut short by max_steps or a stop is not complete: a resume continues inside it.
   // Under manual optimization the module steps its schedulers itself, as in Lightning.
-  if (complete && !manual_) step_schedulers(Interval::kEpoch, progress.epoch + 1);
+  if (complete && automatic_) automatic_->step_schedulers(Interval::kEpoch, progress.epoch + 1);
   progress.epoch_done = complete;
   // Callbacks see (and checkpoints record) the epoch with all its end-of-epoch work done, so
   // a resume from one of these checkpoints starts cleanly at the next epoch.

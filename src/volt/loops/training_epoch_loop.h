@@ -1,20 +1,19 @@
-// One training epoch: batches, forward and backward, optimizer steps, step metrics, and the
-// epoch's end (epoch metrics, epoch-interval schedulers).
+// One training epoch: batches (each trained by the automatic or the manual optimization loop),
+// step metrics, validation between batches, and the epoch's end (epoch metrics, epoch-interval
+// schedulers).
 #pragma once
 
 #include <chrono>
 #include <cstdint>
-#include <functional>
 #include <map>
-#include <memory>
 #include <optional>
 #include <string>
-#include <vector>
 
 #include "volt/callbacks/callback.h"
 #include "volt/checkpoint/checkpoint_state.h"
+#include "volt/loops/automatic_optimization_loop.h"
+#include "volt/loops/manual_optimization_loop.h"
 #include "volt/module/lightning_module.h"
-#include "volt/module/manual_optimization.h"
 #include "volt/module/result_collection.h"
 
 namespace volt {
@@ -26,7 +25,6 @@ class ProgressBar;
 class StopController;
 class Strategy;
 struct RunPlan;
-struct StepInput;
 
 /// What the epoch loop asks of the loop that runs it (the fit loop): callbacks, validation and
 /// the agreement on stopping live there, since they outlast one epoch. Its dispatch calls a hook
@@ -59,18 +57,17 @@ class EpochHooks : public CallbackDispatcher {
 /// Runs the training batches of one epoch from a FitProgress position.
 ///
 /// Lightning's order per batch (docs/hooks.md): the batch transfer hooks, on_train_batch_start
-/// (callbacks', then the module's), training_step (under autocast), on_before_backward, backward
-/// (scaled by 1/accumulate_grad_batches), on_after_backward, at the accumulation boundary the
-/// optimizer step (unscale, configure_gradient_clipping, on_before_optimizer_step, step or skip,
-/// on_before_zero_grad, zero_grad, step-interval schedulers through lr_scheduler_step),
-/// on_train_batch_end, step metrics, callbacks, stop checks, mid-epoch validation.
-/// Under manual optimization (the module's automatic_optimization() false) training_step does
-/// the backward passes and steps itself, through this loop's ManualOptimization, and the loop
-/// steps no optimizer or scheduler.
-class TrainingEpochLoop : private ManualOptimization {
+/// (callbacks', then the module's), the batch's optimization, on_train_batch_end, step metrics,
+/// callbacks, stop checks, mid-epoch validation. The optimization is one of two loops, as in
+/// Lightning: AutomaticOptimizationLoop (training_step, backward, at the accumulation boundary
+/// the optimizer step) or, when the module's automatic_optimization() is false,
+/// ManualOptimizationLoop (training_step does the backward passes and steps itself, and the loop
+/// steps no optimizer or scheduler).
+class TrainingEpochLoop {
  public:
   /// Borrows everything; `bar` may be nullptr (no progress shown).
   /// `profiler` times each step's parts (Action's kStepParts) and moves its trace's schedule.
+  /// Throws volt::Error when `plan` asks for what manual optimization refuses.
   TrainingEpochLoop(const RunPlan& plan, Strategy& strategy, PrecisionPlugin& precision, MetricRouter& metrics,
                     LightningModule& module, DataLoader& train, const OptimizerConfig& optimization, ProgressBar* bar,
                     Profiler& profiler);
@@ -86,23 +83,6 @@ class TrainingEpochLoop : private ManualOptimization {
   ResultCollection& results() { return results_; }
 
  private:
-  // ManualOptimization: what a module with automatic_optimization() false calls.
-  const OptimizerConfig& optimization() const override { return optimization_; }
-  void backward(const torch::Tensor& loss) override;
-  void step(size_t index) override;
-  void clip_gradients(size_t index, double value, GradientClipAlgorithm algorithm) override;
-
-  torch::Tensor training_step(const Batch& batch, int64_t index);
-  torch::Tensor zero_loss() const;
-  void optimizer_step(FitProgress& progress);
-  void step_schedulers(Interval interval, int64_t count);
-  /// The backward pass of `loss` between on_before_backward and on_after_backward (`hooks`:
-  /// false on a replayed batch, whose loss is not the module's).
-  void backward_with_hooks(const torch::Tensor& loss, bool synchronize, bool hooks);
-  /// on_before_optimizer_step of the callbacks, then of the module.
-  void before_optimizer_step(size_t index);
-  /// Calls `hook` on the callbacks during run() (a step outside it has none to call).
-  void dispatch(const CallbackHook& hook);
   void finish_epoch(FitProgress& progress, EpochHooks& hooks, bool complete, bool validate_at_end);
   void show_progress(int64_t done, bool force);
 
@@ -112,21 +92,11 @@ class TrainingEpochLoop : private ManualOptimization {
   MetricRouter& metrics_;
   LightningModule& module_;
   DataLoader& train_;
-  const OptimizerConfig& optimization_;
   ProgressBar* bar_;
   Profiler& profiler_;
-  // Seconds of backward passes and optimizer steps run inside the current training_step (manual
-  // optimization): "forward" is training_step less these.
-  double inner_seconds_ = 0;
-  bool manual_;                       // the module optimizes itself (automatic_optimization() false)
-  FitProgress* progress_ = nullptr;   // during run(): where manual steps count
-  EpochHooks* hooks_ = nullptr;       // during run(): the callbacks of optimizer steps
-  const StepInput* input_ = nullptr;  // during a step: its weight, for manual_backward
-  struct Clip {
-    double value;
-    GradientClipAlgorithm algorithm;
-  };
-  std::vector<std::optional<Clip>> clips_;  // per optimizer: the clip its next manual step applies
+  // Exactly one of the two: the module's automatic_optimization() chooses.
+  std::optional<AutomaticOptimizationLoop> automatic_;
+  std::optional<ManualOptimizationLoop> manual_;
   ResultCollection results_;
   std::map<std::string, double> bar_metrics_;  // epoch values kept on the bar
   std::chrono::steady_clock::time_point last_bar_update_{};

@@ -33,6 +33,10 @@ struct Topology;
 struct ProcessGroupOptions;
 struct GradientSyncOptions;
 
+namespace internal {
+class ModuleAccess;
+}  // namespace internal
+
 /// A learning-rate scheduler and when it steps (Lightning's lr_scheduler_config).
 struct SchedulerConfig {
   /// The scheduler; it must drive one of the returned optimizers.
@@ -343,28 +347,27 @@ class LightningModule : public torch::nn::Module {
   /// default configure_gradient_clipping calls, and what an override calls with its own values.
   void clip_gradients(torch::optim::Optimizer& optimizer, double value,
                       GradientClipAlgorithm algorithm = GradientClipAlgorithm::kNorm);
-  /// Installs (or clears with nullptr) the training loop's manual optimization; the Trainer's business.
-  void set_manual_optimization(ManualOptimization* loop) { manual_ = loop; }
 
   // ---- hyperparameters -------------------------------------------------------------------------
   /// Records the hyperparameters: written to hparams.yaml and the checkpoint.
   void save_hyperparameters(nlohmann::json hparams) { hparams_ = std::move(hparams); }
   /// The recorded hyperparameters (an empty object when none).
   const nlohmann::json& hparams() const { return hparams_; }
-  /// Sets what dataloader_idx() returns; the evaluation loop's business.
-  void set_dataloader_idx(int64_t index) { dataloader_idx_ = index; }
 
-  /// Installs (or clears with nullptr) the view of the run; the Trainer's business.
-  void set_run_view(RunView* view) { run_view_ = view; }
-  /// The view installed by set_run_view (nullptr outside a stage).
+  /// The view of the run a stage installed (RunViewScope; nullptr outside a stage).
   RunView* run_view() const { return run_view_; }
-
-  /// Installs (or clears with nullptr) where log() sends values; the Trainer's business.
-  void set_metric_sink(MetricSink* sink) { sink_ = sink; }
-  /// The sink installed by set_metric_sink (nullptr outside a stage).
+  /// Where log() sends values (MetricSinkScope; nullptr outside a stage).
   MetricSink* metric_sink() const { return sink_; }
 
  private:
+  // What a stage lends the module, installed by the Trainer's loops, strategies and scopes
+  // through internal::ModuleAccess, so a user's completion list shows only what a user calls.
+  friend class internal::ModuleAccess;
+  void set_manual_optimization(ManualOptimization* loop) { manual_ = loop; }
+  void set_dataloader_idx(int64_t index) { dataloader_idx_ = index; }
+  void set_run_view(RunView* view) { run_view_ = view; }
+  void set_metric_sink(MetricSink* sink) { sink_ = sink; }
+
   MetricSink* sink_ = nullptr;
   RunView* run_view_ = nullptr;
   ManualOptimization* manual_ = nullptr;
@@ -376,6 +379,27 @@ class LightningModule : public torch::nn::Module {
   nlohmann::json hparams_ = nlohmann::json::object();
 };
 
+namespace internal {
+
+/// The Trainer's access to what a stage lends a module (its private setters), as LibTorch's
+/// Module lets Cloneable in through a friend: for the loops, the strategies and the scopes below.
+class ModuleAccess {
+ public:
+  /// Installs (or clears with nullptr) the training loop's manual optimization.
+  static void set_manual_optimization(LightningModule& module, ManualOptimization* loop) {
+    module.set_manual_optimization(loop);
+  }
+  /// Sets what dataloader_idx() returns (the evaluation loop, per loader).
+  static void set_dataloader_idx(LightningModule& module, int64_t index) { module.set_dataloader_idx(index); }
+  /// Installs (or clears with nullptr) the view of the run; RunViewScope puts the previous one back.
+  static void set_run_view(LightningModule& module, RunView* view) { module.set_run_view(view); }
+  /// Installs (or clears with nullptr) where log() sends values; MetricSinkScope puts the previous
+  /// one back.
+  static void set_metric_sink(LightningModule& module, MetricSink* sink) { module.set_metric_sink(sink); }
+};
+
+}  // namespace internal
+
 /// Installs `sink` as the module's metric sink for a scope and puts the previous one back at
 /// its end, also when a step or hook throws, so the module never points at a collection that
 /// no longer exists.
@@ -383,9 +407,9 @@ class MetricSinkScope {
  public:
   /// Routes `module`'s log() calls to `sink` (nullptr: nowhere) until the scope ends.
   MetricSinkScope(LightningModule& module, MetricSink* sink) : module_(module), previous_(module.metric_sink()) {
-    module.set_metric_sink(sink);
+    internal::ModuleAccess::set_metric_sink(module, sink);
   }
-  ~MetricSinkScope() { module_.set_metric_sink(previous_); }
+  ~MetricSinkScope() { internal::ModuleAccess::set_metric_sink(module_, previous_); }
   MetricSinkScope(const MetricSinkScope&) = delete;
   MetricSinkScope& operator=(const MetricSinkScope&) = delete;
 
@@ -400,9 +424,9 @@ class RunViewScope {
  public:
   /// Shows `view` to `module` until the scope ends.
   RunViewScope(LightningModule& module, RunView* view) : module_(module), previous_(module.run_view()) {
-    module.set_run_view(view);
+    internal::ModuleAccess::set_run_view(module, view);
   }
-  ~RunViewScope() { module_.set_run_view(previous_); }
+  ~RunViewScope() { internal::ModuleAccess::set_run_view(module_, previous_); }
   RunViewScope(const RunViewScope&) = delete;
   RunViewScope& operator=(const RunViewScope&) = delete;
 

@@ -249,7 +249,7 @@ std::vector<LightningModule*> DataParallel::refresh_replicas(LightningModule& mo
     if (module.run_view() != viewed_ || !copy_views_[r - 1]) {
       copy_views_[r - 1] =
           module.run_view() == nullptr ? nullptr : std::make_shared<CopyView>(*module.run_view(), options_.devices[r]);
-      copy->set_run_view(copy_views_[r - 1].get());
+      internal::ModuleAccess::set_run_view(*copy, copy_views_[r - 1].get());
     }
     replicas[r] = copy.get();
   }

@@ -104,7 +104,7 @@ TEST(SplitBatch, EveryNamedTensorAndListIsSplitWithItsExamples) {
 TEST(DataParallel, GradientsEqualThoseOfTheWholeBatch) {
   Net net;
   RecordingSink sink;
-  net.set_metric_sink(&sink);
+  const MetricSinkScope net_sink(net, &sink);
   const Batch batch = make_batch(10);  // 3 + 3 + 3 + 1: unequal pieces are weighted by size
   const torch::Tensor whole = net.training_step(batch, 0);
   whole.backward();
@@ -124,7 +124,7 @@ DataParallelOptions copies_on_cpu(int64_t replicas) {
 void expect_replicas_log_once(const DataParallelOptions& options) {
   Net net;
   RecordingSink sink;
-  net.set_metric_sink(&sink);
+  const MetricSinkScope net_sink(net, &sink);
   const Batch batch = make_batch(8);
   const double whole = net.training_step(batch, 0).item<double>();
   sink.values.clear();
@@ -141,10 +141,10 @@ TEST(DataParallel, ReplicasLogOnceThroughTheModulesSink) { expect_replicas_log_o
 TEST(DataParallel, BuffersKeepTheRootReplicasUpdate) {
   Net net(/*batch_norm=*/true);
   RecordingSink sink;
-  net.set_metric_sink(&sink);
+  const MetricSinkScope net_sink(net, &sink);
   const Batch batch = make_batch(8);
   Net root(/*batch_norm=*/true);
-  root.set_metric_sink(&sink);
+  const MetricSinkScope root_sink(root, &sink);
   root.training_step(split_batch(batch, 2)[0], 0);
   DataParallel({.replicas = 2}).training_step(net, batch, 0);
   EXPECT_TRUE(torch::equal(net.norm->running_mean, root.norm->running_mean));
@@ -156,7 +156,7 @@ TEST(DataParallel, ModulesWithBuffersBackPropagateThroughEveryReplica) {
   // replica's forward pass must not fail the first replica's graph's in-place check.
   Net net(/*batch_norm=*/true);
   RecordingSink sink;
-  net.set_metric_sink(&sink);
+  const MetricSinkScope net_sink(net, &sink);
   const torch::Tensor loss = DataParallel({.replicas = 3}).training_step(net, make_batch(12), 0);
   EXPECT_NO_THROW(loss.backward());
   EXPECT_TRUE(net.hidden->weight.grad().defined());
@@ -165,7 +165,7 @@ TEST(DataParallel, ModulesWithBuffersBackPropagateThroughEveryReplica) {
 TEST(DataParallel, AFailingReplicaThrowsOnTheCallingThread) {
   Net net;
   RecordingSink sink;
-  net.set_metric_sink(&sink);
+  const MetricSinkScope net_sink(net, &sink);
   net.fail_on_examples = 2;  // the last of 3 + 3 + 2
   EXPECT_THROW(DataParallel({.replicas = 3}).training_step(net, make_batch(8), 0), std::runtime_error);
 }
@@ -173,7 +173,7 @@ TEST(DataParallel, AFailingReplicaThrowsOnTheCallingThread) {
 TEST(DataParallel, ReplicasRunUnderTheCallersGradMode) {
   Net net;
   RecordingSink sink;
-  net.set_metric_sink(&sink);
+  const MetricSinkScope net_sink(net, &sink);
   torch::NoGradGuard no_grad;
   EXPECT_FALSE(DataParallel({.replicas = 2}).training_step(net, make_batch(8), 0).requires_grad());
 }
@@ -191,8 +191,8 @@ TEST(DataParallelCopies, GradientsFlowBackToTheModuleAndEqualTheWholeBatchsStepA
   Net net;
   Net reference;
   RecordingSink sink;
-  net.set_metric_sink(&sink);
-  reference.set_metric_sink(&sink);
+  const MetricSinkScope net_sink(net, &sink);
+  const MetricSinkScope reference_sink(reference, &sink);
   DataParallel dp(copies_on_cpu(4));
   for (int step = 0; step < 3; ++step) {
     const Batch batch = make_batch(10 + step);
@@ -225,8 +225,8 @@ TEST(DataParallelCopies, BuffersKeepTheRootReplicasUpdate) {
   Net net(/*batch_norm=*/true);
   Net root(/*batch_norm=*/true);
   RecordingSink sink;
-  net.set_metric_sink(&sink);
-  root.set_metric_sink(&sink);
+  const MetricSinkScope net_sink(net, &sink);
+  const MetricSinkScope root_sink(root, &sink);
   const Batch batch = make_batch(8);
   root.training_step(split_batch(batch, 2)[0], 0);
   const torch::Tensor loss = DataParallel(copies_on_cpu(2)).training_step(net, batch, 0);
@@ -238,7 +238,7 @@ TEST(DataParallelCopies, BuffersKeepTheRootReplicasUpdate) {
 /// The error of a step of `net` over two copies.
 std::string copies_error(Net& net) {
   RecordingSink sink;
-  net.set_metric_sink(&sink);
+  const MetricSinkScope net_sink(net, &sink);
   return testing::error_message([&] { DataParallel(copies_on_cpu(2)).training_step(net, make_batch(8), 0); });
 }
 
@@ -264,7 +264,7 @@ TEST(DataParallelCopies, ACopyOfAnotherArchitectureIsRefusedNamingTheTensor) {
 TEST(DataParallelCopies, AFailingCopyThrowsOnTheCallingThread) {
   Net net;
   RecordingSink sink;
-  net.set_metric_sink(&sink);
+  const MetricSinkScope net_sink(net, &sink);
   net.fail_on_examples = 2;  // the last of 3 + 3 + 2, run by a copy
   EXPECT_THROW(DataParallel(copies_on_cpu(3)).training_step(net, make_batch(8), 0), std::runtime_error);
 }

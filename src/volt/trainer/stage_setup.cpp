@@ -9,6 +9,7 @@
 #include "volt/callbacks/timer.h"
 #include "volt/core/console.h"
 #include "volt/core/error.h"
+#include "volt/data/data_module.h"
 #include "volt/loggers/csv_logger.h"
 #include "volt/loggers/hparams_yaml.h"
 #include "volt/loggers/mlflow_logger.h"
@@ -20,6 +21,7 @@
 #include "volt/precision/precision_plugin.h"
 #include "volt/strategies/fsdp_unit.h"
 #include "volt/strategies/strategy.h"
+#include "volt/trainer/process_setup.h"
 
 namespace volt::internal {
 namespace {
@@ -105,6 +107,54 @@ FitLoaderCounts count_fit_batches(const RunPlan& plan, Console& console, const L
     plan.val_check_interval.resolve_unknown("val_check_interval");
   }
   return counts;
+}
+
+FitLoaders::FitLoaders(LightningModule& module, DataModule* data, DataLoader train, std::vector<DataLoader> val)
+    : module_(module),
+      data_(data),
+      train_from_hook_(!train.defined()),
+      val_from_hook_(val.empty()),
+      train_(std::move(train)),
+      val_(std::move(val)) {
+  load_from_hooks();
+}
+
+void FitLoaders::reload() { load_from_hooks(); }
+
+void FitLoaders::load_from_hooks() {
+  if (train_from_hook_) train_ = data_ ? data_->train_dataloader() : module_.train_dataloader();
+  if (val_from_hook_) val_ = data_ ? data_->val_dataloaders() : module_.val_dataloaders();
+}
+
+void configure_fit_model(const RunPlan& plan, LightningModule& module) {
+  module.configure_model();
+  refuse_plain_batchnorm(plan, module);
+}
+
+OptimizerConfig prepare_training(const RunPlan& plan, LightningModule& module, PrecisionPlugin& precision,
+                                 const std::vector<std::shared_ptr<Callback>>& callbacks, Strategy& strategy,
+                                 Console& console) {
+  place_module(module, precision, plan.root_device());
+  module.train();
+  OptimizerConfig optimization = configure_optimization(module, callbacks, strategy);
+  warn_if_nothing_to_shard(plan, module, console);
+  share_found_inf(precision, strategy);
+  return optimization;
+}
+
+FitResult run_fit_loop(FitLoop& loop, Strategy& strategy, LightningModule& module, bool detect_anomaly) {
+  FitResult result = [&] {
+    // Anomaly mode is the process's: on for this fit only (Lightning wraps its fit loop alike).
+    const AnomalyModeScope anomaly(detect_anomaly);
+    try {
+      return loop.run();
+    } catch (...) {
+      strategy.finish_fit(module, /*completed=*/false);
+      throw;
+    }
+  }();
+  strategy.finish_fit(module, /*completed=*/true);
+  return result;
 }
 
 void place_module(LightningModule& module, PrecisionPlugin& precision, c10::Device device) {

@@ -19,10 +19,13 @@
 namespace volt {
 
 class Console;
+class DataModule;
+class FitLoop;
 class ModelCheckpoint;
 class PrecisionPlugin;
 class Strategy;
 struct FitLoaderCounts;
+struct FitResult;
 
 namespace internal {
 
@@ -38,6 +41,49 @@ void configure_loader(DataLoader& loader, const RunPlan& plan, bool evaluation, 
 /// overfit_batches turns their shuffling off.
 FitLoaderCounts count_fit_batches(const RunPlan& plan, Console& console, const LightningModule& module,
                                   DataLoader& train, std::vector<DataLoader>& val);
+
+/// fit's loaders: those passed to fit() stay for the whole run; the others come from the
+/// DataModule's hooks when there is one, else from the module's, and are asked for again on
+/// reload() (reload_dataloaders_every_n_epochs).
+class FitLoaders {
+ public:
+  /// Keeps `train` when defined and `val` when not empty, and asks `data` (nullptr: none) or
+  /// `module` (both borrowed) for the others now, the training loader first.
+  FitLoaders(LightningModule& module, DataModule* data, DataLoader train, std::vector<DataLoader> val);
+  /// Asks the hooks again for the loaders that fit() was not given.
+  void reload();
+  /// The training loader; the fit loop borrows it, so a reload replaces what the loop sees.
+  DataLoader& train() { return train_; }
+  /// The validation loaders (none: no validation), borrowed by the fit loop like train().
+  std::vector<DataLoader>& val() { return val_; }
+
+ private:
+  void load_from_hooks();
+
+  LightningModule& module_;
+  DataModule* data_;
+  bool train_from_hook_;
+  bool val_from_hook_;
+  DataLoader train_;
+  std::vector<DataLoader> val_;
+};
+
+/// The module's configure_model, and the layers it built checked as sync_batchnorm asks (every
+/// rank builds the same ones, so every rank refuses alike).
+void configure_fit_model(const RunPlan& plan, LightningModule& module);
+
+/// Readies `module` to train and returns its optimizers and schedulers: cast to `precision` and
+/// placed on the plan's root device before configure_optimizers (as in Lightning, so the
+/// optimizers hold the device's parameters), in training mode, configure_optimization, then
+/// fsdp's warning on `console` and the loss scaler's inf/NaN check shared over `strategy`.
+OptimizerConfig prepare_training(const RunPlan& plan, LightningModule& module, PrecisionPlugin& precision,
+                                 const std::vector<std::shared_ptr<Callback>>& callbacks, Strategy& strategy,
+                                 Console& console);
+
+/// Runs `loop`, with anomaly detection when `detect_anomaly` (the process's mode, restored
+/// after), then tells `strategy` that `module`'s fit finished: completed, or not when the loop
+/// throws (rethrown).
+FitResult run_fit_loop(FitLoop& loop, Strategy& strategy, LightningModule& module, bool detect_anomaly);
 
 /// Converts `module` to `precision`'s dtype, then puts it on `device` (a no-op on the CPU, where
 /// modules are built).

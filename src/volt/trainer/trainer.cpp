@@ -267,28 +267,16 @@ FitResult Trainer::fit_stage(LightningModule& module, DataLoader train, std::vec
     FitResult result = run_stage(module, Stage::kFit, [&](internal::StageContext& stage) {
       Strategy& strategy = stage.strategy;
       Console& console = *stage.console;
-      module.configure_model();
-      // configure_model may have built BatchNorm layers (each rank the same ones).
-      internal::refuse_plain_batchnorm(plan_, module);
+      internal::configure_fit_model(plan_, module);
       // The layers hold the process group's collectives for this fit only (also when it throws).
       SyncBatchNormScope sync_batchnorm(module, plan_.sync_batchnorm ? &strategy.collectives() : nullptr);
-
-      // Loaders passed to fit() stay for the whole run; those from the DataModule or the module's
-      // hooks are asked for again when reload_dataloaders_every_n_epochs says so.
-      const bool train_from_hook = !train.defined();
-      const bool val_from_hook = val.empty();
-      auto train_source = [&] { return data ? data->train_dataloader() : module.train_dataloader(); };
-      auto val_source = [&] { return data ? data->val_dataloaders() : module.val_dataloaders(); };
-      if (train_from_hook) train = train_source();
-      if (val_from_hook) val = val_source();
-      const FitLoaderCounts counts = internal::count_fit_batches(plan_, console, module, train, val);
-
-      // Before configure_optimizers, as in Lightning, so the optimizers hold the device's parameters.
-      internal::place_module(module, *precision_, plan_.root_device());
-      module.train();
-      const OptimizerConfig optimization = internal::configure_optimization(module, stage.callbacks, strategy);
-      internal::warn_if_nothing_to_shard(plan_, module, console);
-      internal::share_found_inf(*precision_, strategy);
+      internal::FitLoaders loaders(module, data, std::move(train), std::move(val));
+      const auto count_batches = [&] {
+        return internal::count_fit_batches(plan_, console, module, loaders.train(), loaders.val());
+      };
+      const FitLoaderCounts counts = count_batches();
+      const OptimizerConfig optimization =
+          internal::prepare_training(plan_, module, *precision_, stage.callbacks, strategy, console);
 
       MetricRouter metrics(callback_metrics_, internal::fit_loggers(options_, plan_, stage.console));
       const std::vector<std::shared_ptr<Callback>> callbacks = internal::fit_callbacks(stage.callbacks, plan_, console);
@@ -311,14 +299,13 @@ FitResult Trainer::fit_stage(LightningModule& module, DataLoader train, std::vec
                                 .profiler = profiler,
                                 .config = &options_.config},
                    FitData{.module = module,
-                           .train = train,
-                           .val = val,
+                           .train = loaders.train(),
+                           .val = loaders.val(),
                            .optimization = optimization,
                            .counts = counts,
                            .reload = [&] {
-                             if (train_from_hook) train = train_source();
-                             if (val_from_hook) val = val_source();
-                             return internal::count_fit_batches(plan_, console, module, train, val);
+                             loaders.reload();
+                             return count_batches();
                            }});
       stage.view.watch(loop.progress());
       // Only now, with the checkpoint found, read and restored, does the run write into its log
@@ -328,17 +315,7 @@ FitResult Trainer::fit_stage(LightningModule& module, DataLoader train, std::vec
       for (const auto& logger : metrics.loggers()) logger->log_hyperparams(module.hparams());
       internal::save_run_config(options_.config, info, metrics.loggers());
 
-      FitResult fit_result = [&] {
-        // Anomaly mode is the process's: on for this fit only (Lightning wraps its fit loop alike).
-        const internal::AnomalyModeScope anomaly(plan_.detect_anomaly);
-        try {
-          return loop.run();
-        } catch (...) {
-          strategy.finish_fit(module, /*completed=*/false);
-          throw;
-        }
-      }();
-      strategy.finish_fit(module, /*completed=*/true);
+      FitResult fit_result = internal::run_fit_loop(loop, strategy, module, plan_.detect_anomaly);
       finish_stage_profile(profiler, strategy, console, profile_dir);
       fitted_ = loop.progress();
       checkpointer_->remember(fit_result.best_model_path, fit_result.last_model_path);
