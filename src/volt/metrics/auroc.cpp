@@ -73,7 +73,11 @@ void MulticlassAUROC::update_state(const torch::Tensor& preds, const torch::Tens
       "{}.update() was given preds {} for target {}; expected [N, {}] floating-point scores for the N "
       "targets. HINT: pass every class's score (logits or probabilities), not the argmax.",
       name(), internal::describe(preds), internal::describe(target), num_classes_);
-  append("preds", preds);
+  // Logits are made probabilities first, as torchmetrics does with a batch not within [0, 1]:
+  // class c's AUROC ranks the examples by column c, and a row of logits may be shifted by any
+  // constant (the same prediction), which would reorder the raw column but not the softmax.
+  const bool probabilities = preds.numel() == 0 || ((preds >= 0) & (preds <= 1)).all().item<bool>();
+  append("preds", probabilities ? preds : preds.softmax(1));
   append("target", target);
 }
 

@@ -28,7 +28,9 @@ class BinaryAUROC : public Metric {
 };
 
 /// The mean of the one-vs-rest AUROCs of every class: preds [N, C] scores, target [N] class
-/// indices; class c's AUROC ranks column c with the examples of class c as the positives.
+/// indices; class c's AUROC ranks column c with the examples of class c as the positives. A
+/// batch of scores not all within [0, 1] is taken for logits and softmaxed first (per row), as
+/// torchmetrics does; probabilities are ranked as given.
 class MulticlassAUROC : public Metric {
  public:
   /// Over `num_classes` (at least 2) classes, e.g. `volt::MulticlassAUROC auroc(10)`.

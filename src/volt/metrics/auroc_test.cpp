@@ -75,6 +75,19 @@ TEST(AUROC, MulticlassIsTheMeanOfTheOneVsRestAurocs) {
   EXPECT_EQ(auroc.name(), "MulticlassAUROC");
 }
 
+TEST(AUROC, MulticlassSoftmaxesABatchOfLogitsFirst) {
+  // Row 0 (class 0) is row 1 (class 1) shifted by 10: ranked raw, class 1's column puts row 0
+  // first (AUROC 0); its softmax puts row 1 first (AUROC 1), as torchmetrics does.
+  const torch::Tensor logits = torch::tensor({10.0F, 10.5F, 0.0F, 1.0F}).view({2, 2});
+  const torch::Tensor target = torch::tensor({0, 1}, torch::kLong);
+  MulticlassAUROC auroc(2);
+  auroc.update(logits, target);
+  EXPECT_DOUBLE_EQ(auroc.compute().item<double>(), 1.0);
+  MulticlassAUROC probabilities(2);
+  probabilities.update(logits.softmax(1), target);
+  EXPECT_DOUBLE_EQ(probabilities.compute().item<double>(), 1.0);
+}
+
 TEST(AUROC, AClassWithoutPositivesOrNegativesScoresZero) {
   BinaryAUROC binary;
   binary.update(torch::tensor({0.2F, 0.9F}), torch::tensor({1, 1}, torch::kLong));

@@ -110,6 +110,24 @@ TEST(PrecisionRecallF1, HandCheckedPerClassAndMicro) {
   EXPECT_DOUBLE_EQ(on_batch7<MulticlassF1Score>({.num_classes = 3}), 10.0 / 14);
 }
 
+TEST(PrecisionRecallF1, MacroTopKLeavesOutClassesWithoutExamplesExceptForF1) {
+  // Top-2 of 3 classes; class 2 is never expected but is among the top 2 of the second example.
+  //   example 0: target 0, top-2 {0, 1};  example 1: target 1, top-2 {2, 1}
+  // class 0: tp 1, fp 0, fn 0;  class 1: tp 1, fp 1, fn 0;  class 2: tp 0, fp 1, fn 0.
+  const torch::Tensor scores = torch::tensor({0.6F, 0.3F, 0.1F, 0.1F, 0.3F, 0.6F}).view({2, 3});
+  const torch::Tensor target = torch::tensor({0, 1}, torch::kLong);
+  const auto run = [&](auto metric) {
+    metric.update(scores, target);
+    return value(metric);
+  };
+  const ClassificationOptions options{.num_classes = 3, .top_k = 2, .average = Average::kMacro};
+  // Precision and recall leave class 2 out (no examples), as torchmetrics does with top_k > 1.
+  EXPECT_DOUBLE_EQ(run(MulticlassPrecision(options)), (1.0 + 0.5) / 2);
+  EXPECT_DOUBLE_EQ(run(MulticlassRecall(options)), (1.0 + 1.0) / 2);
+  // F1 keeps it (it has a false positive), with F1 0: torchmetrics' F-beta ignores top_k there.
+  EXPECT_DOUBLE_EQ(run(MulticlassF1Score(options)), (1.0 + 2.0 / 3 + 0.0) / 3);
+}
+
 TEST(PrecisionRecallF1, ADivisionByZeroCountsAsZero) {
   // Class 1 is expected but never predicted: its precision is 0 / 0, taken as 0.
   MulticlassPrecision precision({.num_classes = 2, .average = Average::kMacro});

@@ -21,7 +21,10 @@ MulticlassF1Score::MulticlassF1Score(const ClassificationOptions& options)
 
 torch::Tensor MulticlassF1Score::compute_from(const States& states) const {
   const torch::Tensor& tp = states.at("tp");
-  return reduce(2 * tp, 2 * tp + states.at("fp") + states.at("fn"), states);
+  // torchmetrics' F-beta reduction does not pass top_k on to its macro weights
+  // (_adjust_weights_safe_divide in 1.3.2), so a class predicted among the top k but never
+  // expected counts in the mean with F1 0, where precision and recall leave it out.
+  return reduce(2 * tp, 2 * tp + states.at("fp") + states.at("fn"), states, /*top_k_needs_examples=*/false);
 }
 
 }  // namespace volt

@@ -32,7 +32,8 @@ class MulticlassRecall : public MulticlassStatScores {
 };
 
 /// 2 tp / (2 tp + fp + fn), the harmonic mean of precision and recall, per class for kMacro or
-/// over the summed counts for kMicro; 0 where nothing was predicted or expected. Compute
+/// over the summed counts for kMicro; 0 where nothing was predicted or expected. kMacro leaves
+/// out only the classes with no tp, fp or fn, also with top_k > 1 (as torchmetrics). Compute
 /// returns a 0-dim double tensor.
 class MulticlassF1Score : public MulticlassStatScores {
  public:

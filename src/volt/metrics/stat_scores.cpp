@@ -66,13 +66,16 @@ void MulticlassStatScores::update_state(const torch::Tensor& preds, const torch:
 }
 
 torch::Tensor MulticlassStatScores::reduce(const torch::Tensor& numerator, const torch::Tensor& denominator,
-                                           const States& states) const {
+                                           const States& states, bool top_k_needs_examples) const {
   if (options_.average == Average::kMicro) return safe_divide(numerator.sum(), denominator.sum());
   const torch::Tensor& tp = states.at("tp");
   const torch::Tensor& fp = states.at("fp");
   const torch::Tensor& fn = states.at("fn");
   // torchmetrics leaves out the classes that nothing was about: in no target and (top-1) no prediction.
-  const torch::Tensor present = options_.top_k == 1 ? (tp + fp + fn) > 0 : (tp + fn) > 0;
+  // With top_k > 1 nearly every class is among some example's predictions, so for accuracy,
+  // precision and recall it leaves out the classes without examples instead.
+  const bool by_examples = top_k_needs_examples && options_.top_k > 1;
+  const torch::Tensor present = by_examples ? (tp + fn) > 0 : (tp + fp + fn) > 0;
   const torch::Tensor weights = present.to(torch::kDouble);
   return safe_divide((safe_divide(numerator, denominator) * weights).sum(), weights.sum());
 }

@@ -32,8 +32,8 @@ struct ClassificationOptions {
   /// [N, C] scores). MulticlassAccuracy with top_k 5 is "top-5 accuracy".
   int64_t top_k = 1;
   /// kMicro (the default, as torchmetrics' MulticlassAccuracy(task="multiclass")) or kMacro. A class that
-  /// occurs in no target and no prediction (with top_k > 1: in no target) is left out of the
-  /// macro mean, as in torchmetrics.
+  /// occurs in no target and no prediction (with top_k > 1: in no target, except for
+  /// MulticlassF1Score) is left out of the macro mean, as in torchmetrics.
   Average average = Average::kMicro;
 };
 /// Checks `options`; throws volt::Error naming the bad field, what it was and what is allowed.
@@ -52,8 +52,12 @@ class MulticlassStatScores : public Metric {
   /// Counts one batch.
   void update_state(const torch::Tensor& preds, const torch::Tensor& target) override;
   /// `numerator / denominator` per class (0 where the denominator is 0, as in torchmetrics),
-  /// averaged as options().average says: for kMicro both are summed over classes first.
-  torch::Tensor reduce(const torch::Tensor& numerator, const torch::Tensor& denominator, const States& states) const;
+  /// averaged as options().average says: for kMicro both are summed over classes first. kMacro
+  /// leaves out the classes that nothing was about: with no tp, fp or fn, or, where
+  /// `top_k_needs_examples` and top_k > 1, with no tp or fn (no examples). torchmetrics applies
+  /// the second rule to accuracy, precision and recall, and the first to F1 at every top_k.
+  torch::Tensor reduce(const torch::Tensor& numerator, const torch::Tensor& denominator, const States& states,
+                       bool top_k_needs_examples = true) const;
 
  private:
   ClassificationOptions options_;
