@@ -66,7 +66,8 @@ volt::ClassificationOptions classification_options(const Json& options) {
 }
 
 std::unique_ptr<volt::Metric> make_metric(const std::string& metric, const Json& options) {
-  if (metric == "MulticlassAccuracy") return std::make_unique<volt::MulticlassAccuracy>(classification_options(options));
+  if (metric == "MulticlassAccuracy")
+    return std::make_unique<volt::MulticlassAccuracy>(classification_options(options));
   if (metric == "MulticlassPrecision") {
     return std::make_unique<volt::MulticlassPrecision>(classification_options(options));
   }

@@ -15,14 +15,14 @@
 #include "volt/loops/metric_router.h"
 #include "volt/optim/lr_scheduler.h"
 #include "volt/optim/optimizer_state.h"
+#include "volt/plan/process_setup.h"
+#include "volt/plan/run_plan.h"
 #include "volt/precision/precision_plugin.h"
 #include "volt/profiler/profiler.h"
 #include "volt/profiler/straggler.h"
 #include "volt/progress/model_summary.h"
 #include "volt/progress/progress_bar.h"
 #include "volt/strategies/strategy.h"
-#include "volt/plan/process_setup.h"
-#include "volt/plan/run_plan.h"
 
 namespace volt {
 

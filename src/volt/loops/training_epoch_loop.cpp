@@ -8,11 +8,11 @@
 #include "volt/loops/metric_router.h"
 #include "volt/loops/step_feed.h"
 #include "volt/loops/stop_controller.h"
+#include "volt/plan/run_plan.h"
 #include "volt/precision/precision_plugin.h"
 #include "volt/profiler/profiler.h"
 #include "volt/progress/progress_bar.h"
 #include "volt/strategies/strategy.h"
-#include "volt/plan/run_plan.h"
 
 namespace volt {
 

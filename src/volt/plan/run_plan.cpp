@@ -11,8 +11,8 @@
 #include "volt/core/error.h"
 #include "volt/core/strings.h"
 #include "volt/loggers/mlflow_rest.h"
-#include "volt/slurm/hostlist.h"
 #include "volt/plan/gpu_placement.h"
+#include "volt/slurm/hostlist.h"
 
 namespace volt {
 

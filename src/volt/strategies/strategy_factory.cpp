@@ -8,12 +8,12 @@
 #include "volt/core/console.h"
 #include "volt/distributed/subprocess_launcher.h"
 #include "volt/environments/requeue.h"
+#include "volt/plan/process_setup.h"
 #include "volt/strategies/ddp2_strategy.h"
 #include "volt/strategies/ddp_strategy.h"
 #include "volt/strategies/dp_strategy.h"
 #include "volt/strategies/fsdp_strategy.h"
 #include "volt/strategies/pipeline_strategy.h"
-#include "volt/plan/process_setup.h"
 
 namespace volt {
 namespace {

@@ -4,8 +4,8 @@
 #include <memory>
 
 #include "volt/core/env.h"
-#include "volt/strategies/strategy.h"
 #include "volt/plan/run_plan.h"
+#include "volt/strategies/strategy.h"
 
 namespace volt {
 

@@ -17,11 +17,11 @@
 #include "volt/loops/fit_loop.h"
 #include "volt/nn/sync_batch_norm.h"
 #include "volt/optim/lr_scheduler.h"
+#include "volt/plan/process_setup.h"
 #include "volt/precision/grad_scaler.h"
 #include "volt/precision/precision_plugin.h"
 #include "volt/strategies/fsdp_unit.h"
 #include "volt/strategies/strategy.h"
-#include "volt/trainer/process_setup.h"
 
 namespace volt::internal {
 namespace {

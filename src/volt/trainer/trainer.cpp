@@ -16,11 +16,11 @@
 #include "volt/loops/stage_profile.h"
 #include "volt/module/result_collection.h"
 #include "volt/nn/sync_batch_norm.h"
+#include "volt/plan/process_setup.h"
 #include "volt/precision/precision_plugin.h"
 #include "volt/profiler/profiler.h"
 #include "volt/progress/progress_bar.h"
 #include "volt/strategies/strategy_factory.h"
-#include "volt/plan/process_setup.h"
 #include "volt/trainer/stage_context.h"
 #include "volt/trainer/stage_setup.h"
 
