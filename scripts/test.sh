@@ -50,8 +50,9 @@ phase "build and clang-tidy"
 # The CUDA stage (see below) starts now, beside the CPU tests: its build from a warm ccache is some
 # 100 s of CPU, mostly linking (a clean clone, 2026-11-28), and its tests then run at once, filling
 # the minutes the CPU tests leave the cores idle (processes starting, ranks waiting on each other,
-# timeouts, SLURM's ticks). At nice 19 (stop 35) the build got almost no CPU beside the tests and
-# ended 268 s after them, and its tests then ran on their own for 169 s.
+# timeouts, SLURM's ticks). The build runs at nice 10: at nice 19 (stop 35) a cached build got
+# almost no CPU beside the tests and ended 268 s after them; at nice 0 a build with cache misses
+# held a core for 20 minutes and the CPU tests ran on the other. Its tests run at normal priority.
 cuda_root=${CUDAToolkit_ROOT:-/usr/local/cuda}
 cuda_build=
 case "${VOLT_CUDA_BUILD:-auto}" in
@@ -69,7 +70,7 @@ if [ -n "$cuda_build" ]; then
     # test already. No debug info and -O0: the stage proves that the code compiles and runs against
     # LibTorch 2.x, whose kernels are compiled already; optimising Volt's own code only adds build
     # time (trainer.cpp: 14 s at -O0 against 19 s at -O1). One job: the CPU tests hold the cores.
-    VOLT_JOBS=1 VOLT_BUILD_DIR=build-cuda VOLT_BUILD_TARGET=torch_checks scripts/build-cuda.sh \
+    VOLT_JOBS=1 VOLT_BUILD_DIR=build-cuda VOLT_BUILD_TARGET=torch_checks nice -n 10 scripts/build-cuda.sh \
       -DCMAKE_BUILD_TYPE=Release -DCMAKE_CXX_FLAGS_RELEASE="-O0 -DNDEBUG" -DVOLT_UNITY_BUILD=ON \
       -DVOLT_COMPAT_SUBSET=ON
     phase "CUDA build (beside the CPU tests)"
