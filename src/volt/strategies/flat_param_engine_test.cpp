@@ -6,50 +6,16 @@
 #include <gtest/gtest.h>
 #include <torch/torch.h>
 
-#include <exception>
-#include <functional>
 #include <map>
-#include <mutex>
-#include <thread>
 
 #include "volt/distributed/process_group.h"
-#include "volt/distributed/subprocess_launcher.h"
+#include "volt/distributed/testing_process_group.h"
 #include "volt/optim/optimizer_state.h"
 
 namespace volt {
 namespace {
 
-/// Runs `body(group)` on `world` threads, each rank of one group; rethrows the first failure.
-void on_ranks(int64_t world, const std::function<void(ProcessGroup&)>& body) {
-  const int port = find_free_port();
-  std::mutex mutex;
-  std::exception_ptr failure;
-  std::vector<std::thread> threads;
-  for (int64_t rank = 0; rank < world; ++rank) {
-    threads.emplace_back([&, rank] {
-      try {
-        Topology topology;
-        topology.world_size = world;
-        topology.global_rank = rank;
-        topology.local_rank = rank;
-        topology.processes_per_node = world;
-        topology.main_port = port;
-        topology.host = "localhost";
-        ProcessGroupOptions options;
-        options.timeout = std::chrono::seconds(30);
-        options.join_timeout = std::chrono::seconds(30);
-        ProcessGroup group(topology, options);
-        body(group);
-        group.barrier();  // rank 0 serves the store: it leaves last
-      } catch (...) {
-        const std::lock_guard<std::mutex> lock(mutex);
-        if (!failure) failure = std::current_exception();
-      }
-    });
-  }
-  for (std::thread& t : threads) t.join();
-  if (failure) std::rethrow_exception(failure);
-}
+using testing::on_ranks;
 
 /// A Linear(3, 2) (8 elements) and a unit around a Linear(2, 1) (3): 11 elements, so 6 per rank of
 /// 2 with one of padding. Every rank holds the same values: 0, 1, 2, ... in registration order.
