@@ -104,6 +104,6 @@ def test_a_rank_that_never_computes_fails_the_others_naming_it(tmp_path, mode, w
             continue
         code, err = result
         assert code != 0, f"rank {rank} succeeded without rank {missing}"
-        assert f"rank {missing}" in err, err
+        assert f"rank {missing}" in err, f"rank {rank} exited with {code}: {err}"
         assert "compute()" in err, err
     assert elapsed < 45, elapsed

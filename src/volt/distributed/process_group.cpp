@@ -2,6 +2,7 @@
 
 #include <netdb.h>
 #include <poll.h>
+#include <signal.h>
 #include <sys/socket.h>
 #include <sys/time.h>
 #include <unistd.h>
@@ -11,6 +12,7 @@
 #include <chrono>
 #include <cstdint>
 #include <cstring>
+#include <mutex>
 #include <stdexcept>
 #include <thread>
 #include <torch/csrc/distributed/c10d/PrefixStore.hpp>
@@ -114,10 +116,38 @@ c10d::ReduceOp reduce_op(Reduce op) {
   return c10d::ReduceOp::SUM;
 }
 
+/// Ignores SIGPIPE until the last holder of the returned token lets go. Gloo writes to its peers
+/// with writev, which raises SIGPIPE once a peer has closed its socket; the default action kills
+/// this process before Gloo's error (which the caller turns into one naming the peer) is thrown.
+/// torch.distributed never meets this because Python ignores SIGPIPE. A handler the program set
+/// itself is left alone, and the default comes back only if nobody changed SIGPIPE meanwhile.
+std::shared_ptr<const void> ignore_sigpipe() {
+  // A count under a lock rather than a weak_ptr: a group made while the last one is being
+  // destroyed must not see SIGPIPE ignored "by the program" and then have it restored under it.
+  static std::mutex mutex;
+  static int64_t holders = 0;
+  static bool ignored_here = false;
+  const std::lock_guard<std::mutex> lock(mutex);
+  if (holders++ == 0) {
+    struct sigaction previous {};
+    sigaction(SIGPIPE, nullptr, &previous);
+    ignored_here = (previous.sa_flags & SA_SIGINFO) == 0 && previous.sa_handler == SIG_DFL;
+    if (ignored_here) ::signal(SIGPIPE, SIG_IGN);
+  }
+  return std::shared_ptr<const void>(new int(0), [](const int* token) {
+    delete token;
+    const std::lock_guard<std::mutex> lock(mutex);
+    if (--holders > 0 || !ignored_here) return;
+    struct sigaction now {};
+    sigaction(SIGPIPE, nullptr, &now);
+    if ((now.sa_flags & SA_SIGINFO) == 0 && now.sa_handler == SIG_IGN) ::signal(SIGPIPE, SIG_DFL);
+  });
+}
+
 }  // namespace
 
 ProcessGroup::ProcessGroup(const Topology& topology, const ProcessGroupOptions& options)
-    : topology_(topology), options_(options) {
+    : sigpipe_ignored_(ignore_sigpipe()), topology_(topology), options_(options) {
 #ifdef USE_C10D_NCCL
   VOLT_CHECK(options_.backend == "gloo" || options_.backend == "nccl",
              "process group backend '{}' is not supported; supported: 'gloo', 'nccl'. HINT: use 'nccl' for CUDA "

@@ -37,6 +37,9 @@ struct ProcessGroupOptions {
 
 /// A joined process group. Construction is the rendezvous: it returns once every rank joined,
 /// or throws volt::Error naming the ranks that never did (and the host each was expected on).
+/// While any group lives, SIGPIPE is ignored if the program left it at its default action (see
+/// ignore_sigpipe in the source): a peer that dies then fails a collective with an error naming
+/// it, instead of silently killing this process in Gloo's next write to it.
 class ProcessGroup : public Collectives {
  public:
   /// Joins the group described by `topology`.
@@ -100,6 +103,8 @@ class ProcessGroup : public Collectives {
   std::optional<std::vector<int64_t>> absent_ranks(const std::string& tag, std::chrono::milliseconds wait) noexcept;
 
  private:
+  // First, so it is taken before the rendezvous and given back after the sockets are closed.
+  std::shared_ptr<const void> sigpipe_ignored_;
   Topology topology_;
   ProcessGroupOptions options_;
   c10::intrusive_ptr<c10d::Store> store_;

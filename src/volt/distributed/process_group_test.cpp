@@ -3,6 +3,7 @@
 #include "volt/distributed/process_group.h"
 
 #include <gtest/gtest.h>
+#include <signal.h>
 #include <torch/torch.h>
 
 #include "volt/core/error.h"
@@ -66,6 +67,27 @@ TEST(ProcessGroupTest, GatheringEmptyBytesOnEveryRankReturnsEmptyStrings) {
     EXPECT_EQ(mixed[0], "");
     EXPECT_EQ(mixed[1], "ab");
   });
+}
+
+void (*sigpipe_handler())(int) {
+  struct sigaction now {};
+  sigaction(SIGPIPE, nullptr, &now);
+  return now.sa_handler;
+}
+
+void on_sigpipe(int) {}
+
+TEST(ProcessGroupTest, SigpipeIsIgnoredWhileAGroupLivesAndComesBackAfterwards) {
+  // Gloo's writev to a peer that closed its socket raises SIGPIPE: at its default action the
+  // process died silently instead of failing the collective with the peer's name.
+  ::signal(SIGPIPE, SIG_DFL);
+  on_ranks(2, [](ProcessGroup&) { EXPECT_EQ(sigpipe_handler(), SIG_IGN); });
+  EXPECT_EQ(sigpipe_handler(), SIG_DFL);
+  // A handler the program installed is its own business.
+  ::signal(SIGPIPE, on_sigpipe);
+  on_ranks(2, [](ProcessGroup&) { EXPECT_EQ(sigpipe_handler(), &on_sigpipe); });
+  EXPECT_EQ(sigpipe_handler(), &on_sigpipe);
+  ::signal(SIGPIPE, SIG_DFL);
 }
 
 }  // namespace
