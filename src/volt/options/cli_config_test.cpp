@@ -1,13 +1,13 @@
 #include "volt/options/cli_config.h"
 
 #include <gtest/gtest.h>
-#include <unistd.h>
 
 #include <fstream>
 #include <string>
 #include <vector>
 
 #include "volt/core/error.h"
+#include "volt/core/testing.h"
 #include "volt/loggers/hparams_yaml.h"
 #include "volt/options/trainer_flags.h"
 
@@ -43,11 +43,7 @@ struct Program {
 };
 
 std::string write_file(const std::string& name, const std::string& text) {
-  // CTest runs each test in its own process, two at a time: a shared name would let one test
-  // read the file another is writing.
-  std::string path = ::testing::TempDir() + std::to_string(::getpid()) + "_" + name;
-  std::ofstream(path) << text;
-  return path;
+  return volt::testing::write_scratch_file(name, text);
 }
 
 /// The message of the volt::Error that parsing `yaml` as a config file throws ("" if none).
@@ -274,9 +270,7 @@ TEST(CliConfig, TheDebuggingAndSummaryOptionsAreConfigKeys) {
 
 TEST(CliConfig, InvalidYamlNamesTheFileAndLine) {
   const std::string message = config_error("trainer:\n  max_epochs: [3\n");
-  EXPECT_NE(message.find("'" + ::testing::TempDir() + std::to_string(::getpid()) + "_bad.yaml' is not valid YAML"),
-            std::string::npos)
-      << message;
+  EXPECT_NE(message.find("'" + write_file("bad.yaml", "") + "' is not valid YAML"), std::string::npos) << message;
   EXPECT_NE(message.find("line "), std::string::npos) << message;
 }
 

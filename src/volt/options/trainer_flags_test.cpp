@@ -1,7 +1,6 @@
 #include "volt/options/trainer_flags.h"
 
 #include <gtest/gtest.h>
-#include <unistd.h>
 
 #include <fstream>
 #include <regex>
@@ -31,9 +30,7 @@ struct Flags {
 };
 
 std::string write_file(const std::string& name, const std::string& text) {
-  std::string path = ::testing::TempDir() + std::to_string(::getpid()) + "_" + name;
-  std::ofstream(path) << text;
-  return path;
+  return volt::testing::write_scratch_file(name, text);
 }
 
 /// What parsing `args` throws as a volt::Error.
