@@ -4,7 +4,9 @@
 #include <torch/torch.h>
 
 #include <algorithm>
+#include <cstring>
 #include <string>
+#include <utility>
 
 #include "volt/core/error.h"
 #include "volt/core/strings.h"
@@ -23,6 +25,45 @@ std::string describe(const torch::Tensor& descriptor) {
 }
 
 }  // namespace
+
+ReduceWork::ReduceWork(double value) : value_(value) {}
+
+ReduceWork::ReduceWork(std::function<double()> wait) : wait_(std::move(wait)) {}
+
+double ReduceWork::wait() {
+  if (wait_) {
+    value_ = wait_();
+    wait_ = nullptr;
+  }
+  return value_;
+}
+
+double Collectives::all_reduce(double value, Reduce op) {
+  torch::Tensor t = torch::tensor({value}, torch::kDouble);
+  all_reduce(t, op);
+  return t.item<double>();
+}
+
+ReduceWork Collectives::all_reduce_async(double value, Reduce op) { return ReduceWork(all_reduce(value, op)); }
+
+void Collectives::barrier() { all_reduce(0.0, Reduce::kSum); }
+
+std::vector<std::string> Collectives::all_gather_bytes(const std::string& bytes) {
+  torch::Tensor mine = torch::empty({static_cast<int64_t>(bytes.size())}, torch::kUInt8);
+  if (!bytes.empty()) std::memcpy(mine.data_ptr<uint8_t>(), bytes.data(), bytes.size());
+  std::vector<std::string> out;
+  for (const torch::Tensor& each : all_gather(mine)) {
+    const torch::Tensor bytes_of_rank = each.cpu().contiguous();
+    out.emplace_back(reinterpret_cast<const char*>(bytes_of_rank.data_ptr<uint8_t>()),
+                     static_cast<size_t>(bytes_of_rank.numel()));
+  }
+  return out;
+}
+
+std::string Collectives::broadcast_string(const std::string& value) {
+  if (world_size() == 1) return value;
+  return all_gather_bytes(rank() == 0 ? value : std::string()).at(0);
+}
 
 Collectives& local_collectives() {
   static LocalCollectives local;

@@ -7,15 +7,40 @@
 
 #include <cstdint>
 #include <functional>
+#include <string>
 #include <vector>
 
 #include "volt/base/reduce.h"
 
 namespace volt {
 
-/// Collectives over the processes of a run. Every process must call the same collectives in the
-/// same order, as with any c10d collective; a peer that never arrives fails the call after the
-/// process group's timeout (it never hangs).
+/// The handle of a reduction started by Collectives::all_reduce_async, as c10d's Work is of a
+/// collective: the caller goes on (a step's stop vote overlaps the next step) and wait() blocks
+/// until the result is there, bounded by the group's timeout. Move-only.
+class ReduceWork {
+ public:
+  /// A reduction that already ended with `value` (one process, or one run synchronously).
+  explicit ReduceWork(double value);
+  /// A reduction whose result `wait` blocks for and returns.
+  explicit ReduceWork(std::function<double()> wait);
+  ReduceWork(ReduceWork&&) = default;
+  ReduceWork& operator=(ReduceWork&&) = default;
+  ReduceWork(const ReduceWork&) = delete;
+  ReduceWork& operator=(const ReduceWork&) = delete;
+  /// The reduced value; throws what the collective threw (a peer that died, the timeout). A
+  /// second call returns the same value without waiting again.
+  double wait();
+
+ private:
+  std::function<double()> wait_;
+  double value_ = 0.0;
+};
+
+/// Collectives over the processes of a run: the one surface that strategies, metrics, the
+/// module's view of the run and the stop agreement use. Every process must call the same
+/// collectives in the same order, as with any c10d collective; a peer that never arrives fails
+/// the call after the process group's timeout (it never hangs). An implementation provides the
+/// four pure calls; the others are built from them and may be overridden by faster ones.
 class Collectives {
  public:
   virtual ~Collectives() = default;
@@ -29,15 +54,32 @@ class Collectives {
   /// processes (each rank's own length comes back, nothing padded); the other dimensions and the
   /// dtype must agree, or every process throws volt::Error naming each rank's shape.
   virtual std::vector<torch::Tensor> all_gather(const torch::Tensor& tensor) = 0;
+
+  /// Reduces one number across processes (a one-element all_reduce).
+  virtual double all_reduce(double value, Reduce op);
+  /// Starts reducing one number and returns its handle at once; here it runs synchronously, a
+  /// process group overrides it with c10d's asynchronous all-reduce.
+  virtual ReduceWork all_reduce_async(double value, Reduce op);
+  /// Returns once every process called it (an all_reduce of one number: a CPU collective also
+  /// where NCCL is the group's default backend, whose barrier has to guess a device).
+  virtual void barrier();
+  /// Every process's `bytes`, indexed by rank (an all_gather of them as bytes).
+  virtual std::vector<std::string> all_gather_bytes(const std::string& bytes);
+  /// Rank 0's `value` on every process (short strings: a checkpoint path, a log directory).
+  virtual std::string broadcast_string(const std::string& value);
 };
 
-/// One process: all_reduce leaves values as they are, all_gather returns {tensor}.
+/// One process: every reduction leaves its values as they are, a gather returns {tensor}.
 class LocalCollectives : public Collectives {
  public:
+  using Collectives::all_reduce;
   int64_t world_size() const override { return 1; }
   int64_t rank() const override { return 0; }
   void all_reduce(torch::Tensor& values, Reduce op) override {}
   std::vector<torch::Tensor> all_gather(const torch::Tensor& tensor) override { return {tensor}; }
+  double all_reduce(double value, Reduce op) override { return value; }
+  void barrier() override {}
+  std::vector<std::string> all_gather_bytes(const std::string& bytes) override { return {bytes}; }
 };
 
 /// The single-process Collectives, shared (it has no state).

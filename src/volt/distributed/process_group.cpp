@@ -302,12 +302,6 @@ ProcessGroup::~ProcessGroup() = default;
 
 c10::intrusive_ptr<c10d::ProcessGroup> ProcessGroup::backend() const { return group_; }
 
-void ProcessGroup::barrier() {
-  // An all-reduce of a CPU scalar: a barrier that always runs on Gloo, also where NCCL is the
-  // group's default backend (NCCL's barrier has to guess a device).
-  all_reduce(0.0, Reduce::kSum);
-}
-
 void ProcessGroup::broadcast(std::vector<torch::Tensor> tensors, int64_t root) {
   if (tensors.empty()) return;
   c10d::broadcast_coalesced(group_, tensors, /*buffer_size=*/256 * 1024 * 1024, static_cast<int>(root));
@@ -321,23 +315,17 @@ void ProcessGroup::all_reduce(torch::Tensor& values, Reduce op) {
   if (op == Reduce::kMean) values.div_(static_cast<double>(topology_.world_size));
 }
 
-double ProcessGroup::all_reduce(double value, Reduce op) {
-  torch::Tensor t = torch::tensor({value}, torch::kDouble);
-  all_reduce(t, op);
-  return t.item<double>();
-}
-
-std::function<double()> ProcessGroup::all_reduce_async(double value, Reduce op) {
+ReduceWork ProcessGroup::all_reduce_async(double value, Reduce op) {
   torch::Tensor t = torch::tensor({value}, torch::kDouble);
   std::vector<torch::Tensor> tensors{t};
   c10d::AllreduceOptions options;
   options.reduceOp = reduce_op(op);
   auto work = group_->allreduce(tensors, options);
   const double divisor = op == Reduce::kMean ? static_cast<double>(topology_.world_size) : 1.0;
-  return [work, t, divisor] {
+  return ReduceWork([work, t, divisor] {
     work->wait();
     return t.item<double>() / divisor;
-  };
+  });
 }
 
 std::vector<torch::Tensor> ProcessGroup::all_gather(const torch::Tensor& tensor) {
@@ -395,19 +383,7 @@ void ProcessGroup::all_gather_into(const torch::Tensor& chunk, torch::Tensor& fl
   group_->allgather(outputs, inputs)->wait();
 }
 
-std::vector<std::string> ProcessGroup::all_gather_bytes(const std::string& bytes) {
-  torch::Tensor mine = torch::empty({static_cast<int64_t>(bytes.size())}, torch::kUInt8);
-  if (!bytes.empty()) std::memcpy(mine.data_ptr<uint8_t>(), bytes.data(), bytes.size());
-  std::vector<std::string> out;
-  for (const torch::Tensor& each : all_gather(mine)) {
-    out.emplace_back(reinterpret_cast<const char*>(each.data_ptr<uint8_t>()), static_cast<size_t>(each.numel()));
-  }
-  return out;
-}
-
 std::string ProcessGroup::broadcast_string(const std::string& value) {
-  // Through the process group, not the store: the store lives in rank 0, which may exit as soon
-  // as its part is done, while the others are still reading.
   torch::Tensor length = torch::tensor({static_cast<int64_t>(value.size())}, torch::kLong);
   broadcast({length}, 0);
   torch::Tensor bytes = torch::empty({length.item<int64_t>()}, torch::kUInt8);

@@ -53,10 +53,9 @@ class ProcessGroup : public Collectives {
   /// The c10d group (for the gradient reducer and user hooks).
   c10::intrusive_ptr<c10d::ProcessGroup> backend() const;
 
-  /// Waits until every rank reached the same barrier.
-  void barrier();
   /// Broadcasts `tensors` from `root` in place (coalesced into few messages).
   void broadcast(std::vector<torch::Tensor> tensors, int64_t root = 0);
+  using Collectives::all_reduce;
   /// The number of ranks.
   int64_t world_size() const override { return topology_.world_size; }
   /// This process's global rank.
@@ -65,12 +64,10 @@ class ProcessGroup : public Collectives {
   void all_reduce(torch::Tensor& values, Reduce op) override;
   /// Every rank's `tensor` (first dimensions may differ): all_gather_uneven over c10d's allgather.
   std::vector<torch::Tensor> all_gather(const torch::Tensor& tensor) override;
-  /// Reduces one number across ranks.
-  double all_reduce(double value, Reduce op);
-  /// Starts reducing one number across ranks and returns at once; the returned function waits
-  /// for the result (bounded by the collective timeout). Every rank must start the same
-  /// reductions in the same order, like any collective.
-  std::function<double()> all_reduce_async(double value, Reduce op);
+  /// Starts reducing one number across ranks with c10d's asynchronous all-reduce and returns at
+  /// once; the handle's wait() is bounded by the collective timeout. Every rank must start the
+  /// same reductions in the same order, like any collective.
+  ReduceWork all_reduce_async(double value, Reduce op) override;
   /// Reduces the flat `values` (world_size() equal chunks) across ranks with `op` and returns this
   /// rank's chunk of the result: NCCL's reduce-scatter for CUDA tensors; on CPU, where Gloo lacks
   /// it, an all-reduce of the whole of `values` in place (twice the traffic, same numbers), whose
@@ -85,10 +82,9 @@ class ProcessGroup : public Collectives {
   /// that keeps its flat buffer (fsdp's parameters) gathers with no second copy. `chunk` may be
   /// this rank's slice of `flat` itself. Throws volt::Error when the sizes do not fit.
   void all_gather_into(const torch::Tensor& chunk, torch::Tensor& flat);
-  /// Every rank's `bytes`, indexed by rank, on every rank (all_gather of the bytes as a tensor).
-  std::vector<std::string> all_gather_bytes(const std::string& bytes);
-  /// Rank 0's `value` on every rank (two broadcasts; for short strings such as a log dir).
-  std::string broadcast_string(const std::string& value);
+  /// Rank 0's `value` on every rank: two broadcasts through the group, not the store (which
+  /// lives in rank 0, and rank 0 may exit as soon as its part is done).
+  std::string broadcast_string(const std::string& value) override;
 
   /// Records the first failure of the run in the store (first writer wins), so other ranks can
   /// name it instead of reporting their own secondary errors.

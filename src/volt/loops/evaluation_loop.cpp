@@ -91,7 +91,7 @@ EvalCounts EvaluationLoop::run(LightningModule& module, const std::vector<DataLo
     results.set_name_suffix(passes > 1 ? fmt::format("/dataloader_idx_{}", k) : "");
     internal::ModuleAccess::set_dataloader_idx(module, k);
     if (bar_) bar_->start(bar_title(stage), 0, limit.value_or(-1));
-    StepFeed feed(loader, 0, limit, strategy_.topology().world_size, count_across(strategy_));
+    StepFeed feed(loader, 0, limit, strategy_.collectives());
     for (int64_t i = 0; feed.has_step(); ++i) {
       std::optional<Profiler::Scope> fetch;
       if (profiler_) fetch.emplace(*profiler_, Action::kEvalDataFetch);
@@ -166,7 +166,7 @@ EvalCounts EvaluationLoop::run(LightningModule& module, const std::vector<DataLo
     module.on_validation_epoch_end();
   }
   // One collective for all sync_dist values: exact means over every process's real examples.
-  results.sync_epoch([this](torch::Tensor& t, Reduce op) { strategy_.reduce(t, op); }, &strategy_.collectives());
+  results.sync_epoch(strategy_.collectives());
   if (test) {
     module.on_test_end();
   } else {

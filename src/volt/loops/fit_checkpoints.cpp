@@ -150,7 +150,7 @@ std::string FitCheckpoints::save_hpc() {
   metric_states_.reset();
   optimizer_states_.reset();
   // Also a barrier: no rank goes on (and exits) before the file is complete.
-  return strategy_.broadcast_string(path);
+  return strategy_.collectives().broadcast_string(path);
 }
 
 TrainingParts FitCheckpoints::parts_for_save(const std::string& path, std::optional<StateDict>& local) {
@@ -221,7 +221,7 @@ void FitCheckpoints::commit_sharded_saves() {
     for (const PendingSave& save : pending_saves_) plan.entries.push_back({save.path, save.weights_only});
   }
   // Rank 0's save id and paths reach every process: each writes its shard of every save, in parallel.
-  plan = decode_sharded_commit_plan(strategy_.broadcast_string(encode(plan)));
+  plan = decode_sharded_commit_plan(strategy_.collectives().broadcast_string(encode(plan)));
   if (!plan.entries.empty()) {
     const int64_t rank = strategy_.topology().global_rank;
     const int64_t world = strategy_.topology().world_size;
@@ -234,7 +234,7 @@ void FitCheckpoints::commit_sharded_saves() {
     }
     // Every shard is on disk before rank 0 commits: a kill before the commit leaves the previous
     // checkpoint (and its shards) in place, after it the complete new set.
-    strategy_.barrier();
+    strategy_.collectives().barrier();
     if (strategy_.is_global_zero()) {
       for (PendingSave& save : pending_saves_) {
         save.checkpoint.insert_or_assign(kShardIndexKey,

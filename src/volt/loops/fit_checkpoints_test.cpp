@@ -29,24 +29,47 @@ struct Regression : LightningModule {
   OptimizerConfig configure_optimizers() override { return std::make_shared<torch::optim::SGD>(parameters(), 0.1); }
 };
 
-/// One rank of `world` processes: broadcast_string records what it sends and returns `reply`
-/// (rank 0's message) when set, else what it sent (rank 0 itself).
-class FakeStrategy : public Strategy {
+/// One rank of `world` processes, as its collectives see them: broadcast_string records what it
+/// sends and returns `reply` (rank 0's message) when set, else what it sent (rank 0 itself);
+/// barriers are counted; reductions keep this rank's values, gathers repeat them.
+class FakeCollectives : public Collectives {
  public:
-  FakeStrategy(int64_t rank, int64_t world) { topology_ = Topology{.world_size = world, .global_rank = rank}; }
-  std::string name() const override { return "fsdp"; }
-  const Topology& topology() const override { return topology_; }
-  StateSharding* state_sharding() override { return sharding; }
+  using Collectives::all_reduce;
+  FakeCollectives(int64_t rank, int64_t world) : rank_(rank), world_(world) {}
+  int64_t world_size() const override { return world_; }
+  int64_t rank() const override { return rank_; }
+  void all_reduce(torch::Tensor&, Reduce) override {}
+  std::vector<torch::Tensor> all_gather(const torch::Tensor& tensor) override {
+    return std::vector<torch::Tensor>(static_cast<size_t>(world_), tensor);
+  }
   void barrier() override { ++barriers; }
   std::string broadcast_string(const std::string& value) override {
     sent.push_back(value);
     return reply.value_or(value);
   }
 
-  StateSharding* sharding = nullptr;
   std::vector<std::string> sent;
   std::optional<std::string> reply;
   int barriers = 0;
+
+ private:
+  int64_t rank_;
+  int64_t world_;
+};
+
+/// One rank of `world` processes over FakeCollectives.
+class FakeStrategy : public Strategy {
+ public:
+  FakeStrategy(int64_t rank, int64_t world) : group(rank, world) {
+    topology_ = Topology{.world_size = world, .global_rank = rank};
+  }
+  std::string name() const override { return "fsdp"; }
+  const Topology& topology() const override { return topology_; }
+  StateSharding* state_sharding() override { return sharding; }
+  Collectives& collectives() override { return group; }
+
+  StateSharding* sharding = nullptr;
+  FakeCollectives group;
 
  private:
   Topology topology_;
@@ -142,19 +165,19 @@ TEST(FitCheckpointsTest, ShardedSaveIsWrittenAtTheCommitByEveryRank) {
   EXPECT_EQ(zero.checkpoints.last_saved(), "ckpts/a.ckpt");
 
   zero.checkpoints.after_dispatch();
-  ASSERT_EQ(zero.strategy.sent.size(), 1u);
-  const ShardedCommitPlan plan = decode_sharded_commit_plan(zero.strategy.sent[0]);
+  ASSERT_EQ(zero.strategy.group.sent.size(), 1u);
+  const ShardedCommitPlan plan = decode_sharded_commit_plan(zero.strategy.group.sent[0]);
   ASSERT_EQ(plan.entries.size(), 1u);
   EXPECT_EQ(plan.entries[0], (ShardedCommitPlan::Entry{.path = "ckpts/a.ckpt", .weights_only = false}));
-  EXPECT_EQ(zero.strategy.barriers, 1) << "every shard is written before rank 0 commits";
+  EXPECT_EQ(zero.strategy.group.barriers, 1) << "every shard is written before rank 0 commits";
 
   // Rank 1 receives rank 0's plan and writes its own shard of the same save.
   Rank one(1, 2, io, /*pieces=*/false);
-  one.strategy.reply = zero.strategy.sent[0];
+  one.strategy.group.reply = zero.strategy.group.sent[0];
   one.checkpoints.gather();
   one.checkpoints.save("ckpts/a.ckpt");  // only rank 0 builds the file
   one.checkpoints.after_dispatch();
-  EXPECT_EQ(decode_sharded_commit_plan(one.strategy.sent[0]).entries.size(), 0u) << "rank 1 announces nothing";
+  EXPECT_EQ(decode_sharded_commit_plan(one.strategy.group.sent[0]).entries.size(), 0u) << "rank 1 announces nothing";
 
   std::vector<std::string> files{"ckpts/a.ckpt", shard_path("ckpts/a.ckpt", plan.save_id, 0),
                                  shard_path("ckpts/a.ckpt", plan.save_id, 1)};
@@ -197,7 +220,7 @@ TEST(FitCheckpointsTest, ARemovalWaitsForTheCommitOfTheSavesThatReplaceIt) {
   zero.checkpoints.remove("dropped.ckpt");  // saved and removed in the same hook
   zero.checkpoints.after_dispatch();
 
-  const ShardedCommitPlan plan = decode_sharded_commit_plan(zero.strategy.sent.at(0));
+  const ShardedCommitPlan plan = decode_sharded_commit_plan(zero.strategy.group.sent.at(0));
   ASSERT_EQ(plan.entries.size(), 1u) << "dropped.ckpt is never written";
   EXPECT_EQ(plan.entries[0].path, "new.ckpt");
   EXPECT_FALSE(io->exists("old.ckpt"));
@@ -217,7 +240,7 @@ TEST(FitCheckpointsTest, AWeightsOnlyShardHoldsOnlyTheParametersPieces) {
   zero.checkpoints.save_weights("w.ckpt");
   zero.checkpoints.after_dispatch();
 
-  const ShardedCommitPlan plan = decode_sharded_commit_plan(zero.strategy.sent.at(0));
+  const ShardedCommitPlan plan = decode_sharded_commit_plan(zero.strategy.group.sent.at(0));
   ASSERT_EQ(plan.entries.size(), 1u);
   EXPECT_TRUE(plan.entries[0].weights_only);
   const c10::IValue top = io->load("w.ckpt");
@@ -257,7 +280,7 @@ TEST(FitCheckpointsTest, AFullCheckpointHoldsTheGatheredOptimizerStates) {
   ASSERT_EQ(states.size(), 1u);
   EXPECT_EQ(field(states[0], "kind"), "whole");
   zero.checkpoints.after_dispatch();
-  EXPECT_TRUE(zero.strategy.sent.empty()) << "nothing to commit";
+  EXPECT_TRUE(zero.strategy.group.sent.empty()) << "nothing to commit";
 }
 
 TEST(FitCheckpointsTest, TrainEndSavesAreListedOnceInOrder) {

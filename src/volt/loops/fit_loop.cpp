@@ -16,7 +16,6 @@
 #include "volt/optim/lr_scheduler.h"
 #include "volt/optim/optimizer_state.h"
 #include "volt/plan/process_setup.h"
-#include "volt/plan/run_plan.h"
 #include "volt/precision/precision_plugin.h"
 #include "volt/profiler/profiler.h"
 #include "volt/profiler/straggler.h"
@@ -42,8 +41,6 @@ const ModelCheckpoint* first_model_checkpoint(const std::vector<std::shared_ptr<
   return nullptr;
 }
 
-int identity(int code) { return code; }
-
 /// Where `progress` stands, for messages: "epoch 3 after 12 batches, global step 100", or at an
 /// epoch boundary "the end of epoch 2, global step 96".
 std::string fit_position(const FitProgress& progress) {
@@ -60,24 +57,23 @@ constexpr int64_t kStragglerPatience = 2;
 
 }  // namespace
 
-FitLoop::FitLoop(FitLoopParts parts, FitData data)
-    : parts_(parts),
+FitLoop::FitLoop(FitLoopConfig config, FitLoopParts parts, FitData data)
+    : config_(std::move(config)),
+      parts_(parts),
       data_(data),
-      bar_(make_progress_bar(parts.plan.shows_progress(), parts.console)),
-      eval_bar_(make_progress_bar(parts.plan.shows_progress(), parts.console)),
-      epoch_loop_(parts.plan, parts.strategy, parts.precision, parts.metrics, data.module, data.train,
+      bar_(make_progress_bar(config_.show_progress, parts.console)),
+      eval_bar_(make_progress_bar(config_.show_progress, parts.console)),
+      epoch_loop_(config_.epoch, parts.strategy, parts.precision, parts.metrics, data.module, data.train,
                   data.optimization, bar_.get(), parts.profiler),
       val_results_(/*training=*/false),
-      checkpoints_({.state_dict_type = parts.plan.state_dict_type,
-                    .hpc_checkpoint_dir = parts.plan.hpc_checkpoint_dir,
-                    .hpc_checkpoints_to_keep = parts.plan.hpc_checkpoints_to_keep},
-                   parts.strategy, parts.strategy.state_sharding(), parts.checkpointer, parts.metrics, parts.console,
+      checkpoints_(config_.checkpoints, parts.strategy, parts.strategy.state_sharding(), parts.checkpointer,
+                   parts.metrics, parts.console,
                    TrainingParts{&data.module, &data.optimization, &parts.callbacks, &parts.precision, parts.config},
                    progress_),
-      stop_(parts.plan.min_epochs, parts.plan.min_steps) {
+      stop_(config_.min_epochs, config_.min_steps) {
   progress_.train_stream_layout = data.train.stream_layout();
-  if (parts.plan.straggler_every_n_steps) {
-    stragglers_ = std::make_unique<StragglerDetector>(parts.plan.straggler_threshold, kStragglerPatience);
+  if (config_.epoch.straggler_every_n_steps) {
+    stragglers_ = std::make_unique<StragglerDetector>(config_.straggler_threshold, kStragglerPatience);
   }
   name_learning_rates();
 }
@@ -131,7 +127,7 @@ CallbackContext FitLoop::context(const HookPoint& point) const {
 bool rank_zero_decision(Strategy& strategy, bool decision) {
   if (strategy.topology().world_size == 1) return decision;
   const double vote = strategy.is_global_zero() && decision ? 1.0 : 0.0;
-  return strategy.reduce(vote, Reduce::kMax) > 0.5;
+  return strategy.collectives().all_reduce(vote, Reduce::kMax) > 0.5;
 }
 
 bool FitLoop::broadcast_decision(bool decision) { return rank_zero_decision(parts_.strategy, decision); }
@@ -176,24 +172,24 @@ void FitLoop::dispatch(const CallbackHook& hook, const HookPoint& point) {
   checkpoints_.after_dispatch();
   // One process needs no agreement: a callback's stop holds from the next check on, as it
   // always did. Several processes agree at the next step boundary or epoch end.
-  if (parts_.plan.topology.world_size == 1) stop_.agree(identity);
+  if (config_.topology.world_size == 1) stop_.agree(local_collectives());
 }
 
 int64_t FitLoop::accumulate_grad_batches(int64_t epoch) const {
   for (const auto& callback : parts_.callbacks) {
     const std::optional<int64_t> scheduled = callback->accumulate_grad_batches(epoch);
     if (!scheduled) continue;
-    VOLT_CHECK(parts_.plan.accumulate_grad_batches == 1,
+    VOLT_CHECK(config_.epoch.accumulate_grad_batches == 1,
                "accumulate_grad_batches={} is set, and a {} schedules the accumulation too. HINT: leave "
                "accumulate_grad_batches at 1 and put every factor in the schedule.",
-               parts_.plan.accumulate_grad_batches, callback->state_key());
+               config_.epoch.accumulate_grad_batches, callback->state_key());
     return *scheduled;
   }
-  return parts_.plan.accumulate_grad_batches;
+  return config_.epoch.accumulate_grad_batches;
 }
 
 bool FitLoop::validates_in_epoch(int64_t epoch) const {
-  return data_.counts.has_validation && (epoch + 1) % parts_.plan.check_val_every_n_epoch == 0;
+  return data_.counts.has_validation && (epoch + 1) % config_.check_val_every_n_epoch == 0;
 }
 
 void FitLoop::run_validation() {
@@ -201,7 +197,7 @@ void FitLoop::run_validation() {
   progress_.validation_pending = false;
   val_results_.reset();
   for (DataLoader& loader : data_.val) loader.set_epoch(0);
-  EvaluationLoop(parts_.strategy, parts_.precision, parts_.plan.root_device(), eval_bar_.get(), this, &parts_.profiler)
+  EvaluationLoop(parts_.strategy, parts_.precision, config_.epoch.device, eval_bar_.get(), this, &parts_.profiler)
       .run(data_.module, data_.val, data_.counts.num_val_batches, EvalStage::kValidation, val_results_);
   parts_.metrics.publish_epoch(val_results_, progress_.epoch, progress_.global_step);
 }
@@ -222,10 +218,9 @@ std::map<std::string, double> FitLoop::validate_end_of_epoch() {
 }
 
 void FitLoop::poll_signals() {
-  const RunPlan& plan = parts_.plan;
-  if (plan.requeue.enabled && internal::RequeueSignalGuard::received()) {
+  if (config_.requeue.enabled && internal::RequeueSignalGuard::received()) {
     stop_.propose_interrupt(StopCode::kRequeue,
-                            fmt::format("received {}, SLURM's requeue signal", signal_name(plan.requeue.signal)));
+                            fmt::format("received {}, SLURM's requeue signal", signal_name(config_.requeue.signal)));
   }
   if (const int signal = internal::StopSignalGuard::received()) {
     stop_.propose_interrupt(signal == SIGTERM ? StopCode::kTerminate : StopCode::kInterrupt,
@@ -235,27 +230,23 @@ void FitLoop::poll_signals() {
 
 void FitLoop::at_step_boundary() {
   poll_signals();
-  if (parts_.plan.topology.world_size == 1) {
-    stop_.agree(identity);
+  if (config_.topology.world_size == 1) {
+    stop_.agree(local_collectives());
     return;
   }
   // Every rank must leave the loop at the same step and take the same path out of it, or the
   // others block in their next collective. The agreement rides along without a wait: started
   // now, read at the next boundary, when a whole step has passed.
-  Strategy& strategy = parts_.strategy;
-  stop_.agree_async([&strategy](int code) {
-    std::function<double()> wait = strategy.reduce_async(static_cast<double>(code), Reduce::kMax);
-    return std::function<int()>([wait] { return static_cast<int>(wait()); });
-  });
+  stop_.agree_async(parts_.strategy.collectives());
 }
 
 void FitLoop::check_stragglers() {
   if (!stragglers_) return;
-  const Topology& topology = parts_.plan.topology;
+  const Topology& topology = config_.topology;
   const RankTiming mine = rank_timing(parts_.profiler.take_window(), topology.global_rank, topology.host);
   // A collective at the same batch on every process; a rank that died or hangs fails it by name.
   std::vector<RankTiming> all;
-  for (const std::string& text : parts_.strategy.all_gather_bytes(encode_rank_timing(mine))) {
+  for (const std::string& text : parts_.strategy.collectives().all_gather_bytes(encode_rank_timing(mine))) {
     all.push_back(decode_rank_timing(text));
   }
   const std::vector<Straggler> slow = stragglers_->update(all);
@@ -280,24 +271,17 @@ void FitLoop::check_stragglers() {
 }
 
 void FitLoop::at_epoch_end() {
-  if (parts_.plan.topology.world_size == 1) {
-    stop_.agree(identity);
-    return;
-  }
-  Strategy& strategy = parts_.strategy;
-  stop_.agree(
-      [&strategy](int code) { return static_cast<int>(strategy.reduce(static_cast<double>(code), Reduce::kMax)); });
+  stop_.agree(config_.topology.world_size == 1 ? local_collectives() : parts_.strategy.collectives());
 }
 
 void FitLoop::sanity_check() {
-  const RunPlan& plan = parts_.plan;
   if (!data_.counts.has_validation) return;
   // Lightning's num_sanity_val_steps counts batches per loader.
   std::vector<std::optional<int64_t>> n = data_.counts.num_val_batches;
   bool any = false;
   for (std::optional<int64_t>& batches : n) {
-    if (plan.num_sanity_val_steps != -1) {
-      batches = std::min(plan.num_sanity_val_steps, batches.value_or(plan.num_sanity_val_steps));
+    if (config_.num_sanity_val_steps != -1) {
+      batches = std::min(config_.num_sanity_val_steps, batches.value_or(config_.num_sanity_val_steps));
     }
     any = any || !batches || *batches > 0;
   }
@@ -309,7 +293,7 @@ void FitLoop::sanity_check() {
   for (DataLoader& loader : data_.val) loader.set_epoch(0);
   dispatch([](Callback& c, const CallbackContext& ctx, CallbackServices& s) { return c.on_sanity_check_start(ctx, s); },
            {.sanity_checking = true});
-  EvaluationLoop(parts_.strategy, parts_.precision, plan.root_device(), eval_bar_.get(), this, &parts_.profiler)
+  EvaluationLoop(parts_.strategy, parts_.precision, config_.epoch.device, eval_bar_.get(), this, &parts_.profiler)
       .run(data_.module, data_.val, n, EvalStage::kSanityCheck, throwaway);
   dispatch([](Callback& c, const CallbackContext& ctx, CallbackServices& s) { return c.on_sanity_check_end(ctx, s); },
            {.sanity_checking = true});
@@ -329,7 +313,7 @@ void FitLoop::check_stream_layout(const std::string& source) {
 }
 
 void FitLoop::reload_dataloaders_if_due() {
-  const int64_t every = parts_.plan.reload_dataloaders_every_n_epochs;
+  const int64_t every = config_.reload_dataloaders_every_n_epochs;
   if (every == 0 || !data_.reload) return;
   // The epochs that are multiples of `every`. A resumed run asks once more at its start (its
   // loaders were asked for before the checkpoint was read), showing the hooks the epoch at which
@@ -364,13 +348,12 @@ void FitLoop::restore(const LoadedCheckpoint& checkpoint) {
 
 FitResult FitLoop::run() {
   const auto start = std::chrono::steady_clock::now();
-  const RunPlan& plan = parts_.plan;
   LightningModule& module = data_.module;
   FitResult result;
   result.resumed_from = resumed_from_;
   try {
-    if (plan.enable_model_summary) {
-      parts_.console.info(summarize(module, static_cast<int>(plan.model_summary_max_depth)).to_string());
+    if (config_.enable_model_summary) {
+      parts_.console.info(summarize(module, static_cast<int>(config_.model_summary_max_depth)).to_string());
     }
 
     dispatch([](Callback& c, const CallbackContext& ctx, CallbackServices& s) { return c.on_fit_start(ctx, s); }, {});
@@ -379,11 +362,11 @@ FitResult FitLoop::run() {
     dispatch([](Callback& c, const CallbackContext& ctx, CallbackServices& s) { return c.on_train_start(ctx, s); }, {});
     module.on_train_start();
     while (!stop_.should_stop()) {
-      if (plan.max_epochs >= 0 && progress_.epoch >= plan.max_epochs) {
+      if (config_.max_epochs >= 0 && progress_.epoch >= config_.max_epochs) {
         stop_.stop_at_limit(StopReason::kMaxEpochs);
         break;
       }
-      if (plan.max_steps >= 0 && progress_.global_step >= plan.max_steps) {
+      if (config_.epoch.max_steps >= 0 && progress_.global_step >= config_.epoch.max_steps) {
         stop_.stop_at_limit(StopReason::kMaxSteps);
         break;
       }
@@ -399,14 +382,14 @@ FitResult FitLoop::run() {
     at_epoch_end();
     // A requeue asked for at the very last step comes too late to matter: the run is complete,
     // and a restarted job would only load the checkpoint to find nothing left to do.
-    const bool steps_done = plan.max_steps >= 0 && progress_.global_step >= plan.max_steps;
-    const bool epochs_done = plan.max_epochs >= 0 && progress_.epoch >= plan.max_epochs;
+    const bool steps_done = config_.epoch.max_steps >= 0 && progress_.global_step >= config_.epoch.max_steps;
+    const bool epochs_done = config_.max_epochs >= 0 && progress_.epoch >= config_.max_epochs;
     if (stop_.code() == StopCode::kRequeue && (steps_done || epochs_done)) {
       stop_.finish_at(steps_done ? StopReason::kMaxSteps : StopReason::kMaxEpochs);
     }
     // SLURM is ending this run: save where it stands, at the step every rank stopped at.
     const bool save_hpc = stop_.code() == StopCode::kRequeue ||
-                          (stop_.code() == StopCode::kTerminate && plan.requeue.checkpoint_on_sigterm);
+                          (stop_.code() == StopCode::kTerminate && config_.requeue.checkpoint_on_sigterm);
     if (save_hpc) {
       const Profiler::Scope timed(parts_.profiler, Action::kCheckpointSave);
       result.hpc_checkpoint_path = checkpoints_.save_hpc();
@@ -455,9 +438,10 @@ FitResult FitLoop::run() {
   }
   if (result.last_model_path.empty()) result.last_model_path = checkpoints_.last_saved();
   // Files are complete before any rank reads one, and every rank names rank 0's files.
-  parts_.strategy.barrier();
-  result.best_model_path = parts_.strategy.broadcast_string(result.best_model_path);
-  result.last_model_path = parts_.strategy.broadcast_string(result.last_model_path);
+  Collectives& collectives = parts_.strategy.collectives();
+  collectives.barrier();
+  result.best_model_path = collectives.broadcast_string(result.best_model_path);
+  result.last_model_path = collectives.broadcast_string(result.last_model_path);
   result.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   return result;
 }

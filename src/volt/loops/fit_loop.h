@@ -12,6 +12,7 @@
 #include "volt/callbacks/callback.h"
 #include "volt/checkpoint/checkpointer.h"
 #include "volt/loops/fit_checkpoints.h"
+#include "volt/loops/fit_loop_config.h"
 #include "volt/loops/fit_result.h"
 #include "volt/loops/stop_controller.h"
 #include "volt/loops/training_epoch_loop.h"
@@ -25,12 +26,9 @@ class ProgressBar;
 class Profiler;
 class StragglerDetector;
 class Strategy;
-struct RunPlan;
 
 /// What a fit runs with, borrowed from the Trainer for one fit() call.
 struct FitLoopParts {
-  /// The resolved plan (limits, intervals, who writes).
-  const RunPlan& plan;
   /// How processes cooperate (reductions, collectives, who writes).
   Strategy& strategy;
   /// Autocast, loss scaling, casts.
@@ -94,8 +92,8 @@ bool rank_zero_decision(Strategy& strategy, bool decision);
 /// with no wait on the critical path; at every epoch end with a blocking agreement).
 class FitLoop : public CallbackServices, private EpochHooks {
  public:
-  /// Borrows `parts` and `data` for the loop's lifetime.
-  FitLoop(FitLoopParts parts, FitData data);
+  /// Runs as `config` says; borrows `parts` and `data` for the loop's lifetime.
+  FitLoop(FitLoopConfig config, FitLoopParts parts, FitData data);
   ~FitLoop() override;
 
   /// Restores module, optimizers, callbacks and progress from `checkpoint`, so that run() goes on
@@ -138,6 +136,7 @@ class FitLoop : public CallbackServices, private EpochHooks {
   /// Asks for new loaders at the epochs reload_dataloaders_every_n_epochs names.
   void reload_dataloaders_if_due();
 
+  FitLoopConfig config_;
   FitLoopParts parts_;
   FitData data_;
   std::unique_ptr<ProgressBar> bar_;       // training epochs

@@ -75,7 +75,7 @@ std::vector<torch::Tensor> PredictionLoop::run(LightningModule& module, const Da
   }
   if (!gather) return outputs;
   // Every rank takes part (a collective); only rank 0 keeps the whole.
-  const std::vector<std::string> gathered = strategy_.all_gather_bytes(serialize(outputs));
+  const std::vector<std::string> gathered = strategy_.collectives().all_gather_bytes(serialize(outputs));
   if (!strategy_.is_global_zero()) return outputs;
   std::vector<torch::Tensor> all;
   for (const std::string& bytes : gathered) {

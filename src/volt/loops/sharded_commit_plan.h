@@ -26,7 +26,7 @@ struct ShardedCommitPlan {
   bool operator==(const ShardedCommitPlan&) const = default;
 };
 
-/// The bytes of `plan` for Strategy::broadcast_string: a version tag, then each field as its
+/// The bytes of `plan` for Collectives::broadcast_string: a version tag, then each field as its
 /// length and its bytes, so a path may hold any byte.
 std::string encode(const ShardedCommitPlan& plan);
 

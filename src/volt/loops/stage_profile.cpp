@@ -28,7 +28,8 @@ std::string finish_stage_profile(Profiler& profiler, Strategy& strategy, Console
     const std::string host = topology.host.empty() ? "?" : topology.host;
     std::vector<ProfileStats> ranks;
     std::vector<std::string> hosts;
-    for (const std::string& text : strategy.all_gather_bytes(host + "\n" + encode_profile_stats(profiler.stats()))) {
+    for (const std::string& text :
+         strategy.collectives().all_gather_bytes(host + "\n" + encode_profile_stats(profiler.stats()))) {
       const size_t line = text.find('\n');
       VOLT_INTERNAL_ASSERT(line != std::string::npos, "profile exchange without a host line: '{}'", text);
       hosts.push_back(text.substr(0, line));

@@ -1,21 +1,17 @@
 #include "volt/loops/step_feed.h"
 
 #include "volt/core/error.h"
-#include "volt/strategies/strategy.h"
 
 namespace volt {
 
-StepFeed::StepFeed(const DataLoader& loader, int64_t first, std::optional<int64_t> end, int64_t world_size,
-                   StartSum start_sum)
+StepFeed::StepFeed(const DataLoader& loader, int64_t first, std::optional<int64_t> end, Collectives& collectives)
     : stream_(loader.stream(first, end)),
       streaming_(loader.streaming()),
-      world_size_(streaming_ ? world_size : 1),
-      start_sum_(std::move(start_sum)),
+      collectives_(collectives),
+      world_size_(streaming_ ? collectives.world_size() : 1),
       next_(first),
       end_(end) {
   VOLT_INTERNAL_ASSERT(streaming_ || end_, "a map-style StepFeed needs its end");
-  if (world_size_ > 1)
-    VOLT_INTERNAL_ASSERT(start_sum_ != nullptr, "StepFeed over {} processes without a sum", world_size_);
 }
 
 bool StepFeed::has_step() {
@@ -64,13 +60,14 @@ StepInput StepFeed::take() {
 
 void StepFeed::start_count() {
   const int64_t mine = stream_.has_next() ? 1 : 0;
-  pending_count_ = world_size_ > 1 ? start_sum_(mine) : [mine] { return mine; };
+  pending_count_ = world_size_ > 1 ? collectives_.all_reduce_async(static_cast<double>(mine), Reduce::kSum)
+                                   : ReduceWork(static_cast<double>(mine));
 }
 
 void StepFeed::read_count() {
   if (with_data_) return;
-  with_data_ = pending_count_();
-  pending_count_ = nullptr;
+  with_data_ = static_cast<int64_t>(pending_count_->wait());
+  pending_count_.reset();
 }
 
 bool StepFeed::last() {
@@ -82,13 +79,6 @@ bool StepFeed::last() {
   read_count();
   if (*with_data_ == 0) finished_ = true;
   return finished_;
-}
-
-StepFeed::StartSum count_across(Strategy& strategy) {
-  return [&strategy](int64_t count) {
-    std::function<double()> wait = strategy.reduce_async(static_cast<double>(count), Reduce::kSum);
-    return std::function<int64_t()>([wait] { return static_cast<int64_t>(wait()); });
-  };
 }
 
 }  // namespace volt

@@ -13,14 +13,12 @@
 #pragma once
 
 #include <cstdint>
-#include <functional>
 #include <optional>
 
+#include "volt/base/collectives.h"
 #include "volt/data/data_loader.h"
 
 namespace volt {
-
-class Strategy;
 
 /// What one step runs on.
 struct StepInput {
@@ -36,13 +34,10 @@ struct StepInput {
 /// The steps of one pass over a loader, agreed across processes for streams.
 class StepFeed {
  public:
-  /// Starts summing a count over the processes; the returned function waits for the sum. The
-  /// identity for one process.
-  using StartSum = std::function<std::function<int64_t()>(int64_t)>;
-
   /// Steps [first, end) of `loader`'s current epoch (unset `end`: to its end). For a stream
-  /// with `world_size` > 1 processes, `start_sum` counts the processes with data before each step.
-  StepFeed(const DataLoader& loader, int64_t first, std::optional<int64_t> end, int64_t world_size, StartSum start_sum);
+  /// over several processes, `collectives` counts the processes with data before each step
+  /// (all_reduce_async); a map-style loader or one process makes no collective call.
+  StepFeed(const DataLoader& loader, int64_t first, std::optional<int64_t> end, Collectives& collectives);
 
   /// Whether another step happens; every process gets the same answer. Throws volt::Error on
   /// every process when a stream leaves some process without any data in the pass.
@@ -64,16 +59,13 @@ class StepFeed {
 
   BatchStream stream_;
   bool streaming_;
+  Collectives& collectives_;
   int64_t world_size_;
-  StartSum start_sum_;
   int64_t next_;
   std::optional<int64_t> end_;
-  std::optional<int64_t> with_data_;        // processes with a batch for step next_
-  std::function<int64_t()> pending_count_;  // the count for step next_, in flight
+  std::optional<int64_t> with_data_;         // processes with a batch for step next_
+  std::optional<ReduceWork> pending_count_;  // the count for step next_, in flight
   bool finished_ = false;
 };
-
-/// StepFeed's count as a sum over `strategy`'s processes (borrowed), started without waiting.
-StepFeed::StartSum count_across(Strategy& strategy);
 
 }  // namespace volt

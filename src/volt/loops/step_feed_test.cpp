@@ -37,33 +37,65 @@ class Numbers : public IterableDataset {
   int64_t n_;
 };
 
-/// Sums among `parties` threads, round by round: each party's k-th call joins round k.
+/// Sums among `parties` threads, round by round: each party's k-th all_reduce_async joins round
+/// k and returns at once; waiting on it blocks until every party joined the round.
 class FakeSums {
  public:
   explicit FakeSums(int parties) : parties_(parties) {}
-  StepFeed::StartSum party() {
-    auto round = std::make_shared<int64_t>(0);
-    return [this, round](int64_t value) {
-      const int64_t r = (*round)++;
+
+  /// One party's side: the Collectives a StepFeed of that thread counts through.
+  class Party : public Collectives {
+   public:
+    using Collectives::all_reduce;
+    explicit Party(FakeSums& sums) : sums_(sums) {}
+    int64_t world_size() const override { return sums_.parties_; }
+    int64_t rank() const override { return 0; }
+    void all_reduce(torch::Tensor&, Reduce) override { ADD_FAILURE() << "StepFeed only counts"; }
+    std::vector<torch::Tensor> all_gather(const torch::Tensor& t) override { return {t}; }
+    ReduceWork all_reduce_async(double value, Reduce op) override {
+      EXPECT_EQ(op, Reduce::kSum);
+      FakeSums& sums = sums_;
+      const int64_t r = round_++;
       {
-        const std::lock_guard<std::mutex> lock(mutex_);
-        rounds_[r].first += value;
-        ++rounds_[r].second;
+        const std::lock_guard<std::mutex> lock(sums.mutex_);
+        sums.rounds_[r].first += static_cast<int64_t>(value);
+        ++sums.rounds_[r].second;
       }
-      changed_.notify_all();
-      return std::function<int64_t()>([this, r] {
-        std::unique_lock<std::mutex> lock(mutex_);
-        changed_.wait(lock, [&] { return rounds_[r].second == parties_; });
-        return rounds_[r].first;
+      sums.changed_.notify_all();
+      return ReduceWork([&sums, r] {
+        std::unique_lock<std::mutex> lock(sums.mutex_);
+        sums.changed_.wait(lock, [&] { return sums.rounds_[r].second == sums.parties_; });
+        return static_cast<double>(sums.rounds_[r].first);
       });
-    };
-  }
+    }
+
+   private:
+    FakeSums& sums_;
+    int64_t round_ = 0;
+  };
 
  private:
   int parties_;
   std::mutex mutex_;
   std::condition_variable changed_;
   std::map<int64_t, std::pair<int64_t, int>> rounds_;
+};
+
+/// Two processes whose every collective is a test failure.
+class NoCollectives : public Collectives {
+ public:
+  using Collectives::all_reduce;
+  int64_t world_size() const override { return 2; }
+  int64_t rank() const override { return 0; }
+  void all_reduce(torch::Tensor&, Reduce) override { ADD_FAILURE() << "a collective"; }
+  std::vector<torch::Tensor> all_gather(const torch::Tensor& t) override {
+    ADD_FAILURE() << "a collective";
+    return {t, t};
+  }
+  ReduceWork all_reduce_async(double value, Reduce) override {
+    ADD_FAILURE() << "a collective";
+    return ReduceWork(value * 2);
+  }
 };
 
 struct Step {
@@ -73,12 +105,12 @@ struct Step {
   bool last;
 };
 
-std::vector<Step> run_pass(int64_t examples, int world, const StepFeed::StartSum& sum, int64_t first = 0) {
+std::vector<Step> run_pass(int64_t examples, Collectives& collectives, int64_t first = 0) {
   DataLoaderOptions options;
   options.batch_size = 2;
   DataLoader loader(std::static_pointer_cast<const IterableDataset>(std::make_shared<Numbers>(examples)), options);
   loader.set_epoch(0);
-  StepFeed feed(loader, first, std::nullopt, world, sum);
+  StepFeed feed(loader, first, std::nullopt, collectives);
   std::vector<Step> steps;
   while (feed.has_step()) {
     const StepInput in = feed.take();
@@ -90,10 +122,11 @@ std::vector<Step> run_pass(int64_t examples, int world, const StepFeed::StartSum
 
 TEST(StepFeed, UnevenStreamsStepTogetherUntilAllAreDry) {
   FakeSums sums(2);
+  FakeSums::Party party_a(sums), party_b(sums);
   std::vector<Step> a;
   std::vector<Step> b;
-  std::thread other([&] { b = run_pass(5, 2, sums.party()); });  // 3 batches
-  a = run_pass(10, 2, sums.party());                             // 5 batches
+  std::thread other([&] { b = run_pass(5, party_b); });  // 3 batches
+  a = run_pass(10, party_a);                             // 5 batches
   other.join();
   ASSERT_EQ(a.size(), 5u);
   ASSERT_EQ(b.size(), 5u);
@@ -111,10 +144,11 @@ TEST(StepFeed, UnevenStreamsStepTogetherUntilAllAreDry) {
 
 TEST(StepFeed, AResumedDryProcessStillStepsAlong) {
   FakeSums sums(2);
+  FakeSums::Party party_a(sums), party_b(sums);
   std::vector<Step> a;
   std::vector<Step> b;
-  std::thread other([&] { b = run_pass(5, 2, sums.party(), /*first=*/4); });
-  a = run_pass(10, 2, sums.party(), /*first=*/4);
+  std::thread other([&] { b = run_pass(5, party_b, /*first=*/4); });
+  a = run_pass(10, party_a, /*first=*/4);
   other.join();
   ASSERT_EQ(a.size(), 1u);
   ASSERT_EQ(b.size(), 1u);
@@ -126,21 +160,22 @@ TEST(StepFeed, AResumedDryProcessStillStepsAlong) {
 
 TEST(StepFeed, AProcessWithoutAnyDataFailsOnEveryProcess) {
   FakeSums sums(2);
+  FakeSums::Party party_a(sums), party_b(sums);
   std::string other_error;
   std::thread other([&] {
     try {
-      run_pass(0, 2, sums.party());
+      run_pass(0, party_b);
     } catch (const Error& e) {
       other_error = e.what();
     }
   });
-  EXPECT_THROW(run_pass(6, 2, sums.party()), Error);
+  EXPECT_THROW(run_pass(6, party_a), Error);
   other.join();
   EXPECT_NE(other_error.find("1 of 2 processes have no data"), std::string::npos) << other_error;
 }
 
 TEST(StepFeed, OneProcessNeedsNoSum) {
-  const std::vector<Step> steps = run_pass(5, 1, nullptr);
+  const std::vector<Step> steps = run_pass(5, local_collectives());
   ASSERT_EQ(steps.size(), 3u);
   EXPECT_TRUE(steps[2].last);
   EXPECT_FALSE(steps[1].last);
@@ -149,7 +184,8 @@ TEST(StepFeed, OneProcessNeedsNoSum) {
 TEST(StepFeed, AMapStyleLoaderStepsItsCount) {
   DataLoader loader(std::make_shared<TensorDataset>(torch::zeros({10, 1}), torch::arange(10)), {3});
   loader.set_epoch(0);
-  StepFeed feed(loader, 1, 4, 2, nullptr);
+  NoCollectives two;  // a map-style loader steps its count: no collective at all
+  StepFeed feed(loader, 1, 4, two);
   int64_t steps = 0;
   while (feed.has_step()) {
     const StepInput in = feed.take();

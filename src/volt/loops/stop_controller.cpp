@@ -41,14 +41,21 @@ void StopController::stop_at_limit(StopReason limit) {
   message_.clear();
 }
 
-void StopController::agree(const std::function<int(int)>& reduce_max) {
-  if (pending_) decide(static_cast<StopCode>(std::exchange(pending_, nullptr)()));
-  decide(static_cast<StopCode>(reduce_max(static_cast<int>(proposed_))));
+void StopController::settle_pending() {
+  if (!pending_) return;
+  const double agreed = pending_->wait();
+  pending_.reset();
+  decide(static_cast<StopCode>(static_cast<int>(agreed)));
 }
 
-void StopController::agree_async(const StartReduceMax& start) {
-  if (pending_) decide(static_cast<StopCode>(std::exchange(pending_, nullptr)()));
-  pending_ = start(static_cast<int>(proposed_));
+void StopController::agree(Collectives& collectives) {
+  settle_pending();
+  decide(static_cast<StopCode>(static_cast<int>(collectives.all_reduce(static_cast<double>(proposed_), Reduce::kMax))));
+}
+
+void StopController::agree_async(Collectives& collectives) {
+  settle_pending();
+  pending_ = collectives.all_reduce_async(static_cast<double>(proposed_), Reduce::kMax);
 }
 
 void StopController::decide(StopCode agreed) {

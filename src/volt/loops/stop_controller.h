@@ -3,13 +3,14 @@
 // A stop can start on one process only (a signal, a callback deciding on unsynchronized
 // metrics); if that process left the loop alone, the others would block in their next
 // collective. The controller keeps this process's proposal apart from the decision every
-// process acts on, and turns proposals into decisions through an injected reduction (MAX of
-// the StopCode across processes), so it is unit-tested without processes.
+// process acts on, and turns proposals into decisions through the run's Collectives (MAX of the
+// StopCode across processes), so it is unit-tested with fake ones, without processes.
 #pragma once
 
-#include <functional>
+#include <optional>
 #include <string>
 
+#include "volt/base/collectives.h"
 #include "volt/loops/fit_result.h"
 
 namespace volt {
@@ -28,10 +29,6 @@ const char* to_string(StopCode code);
 /// no wait on the critical path) makes it the decision on every process.
 class StopController {
  public:
-  /// Starts one reduction of this process's code; the returned function waits for it and returns
-  /// the maximum over all processes.
-  using StartReduceMax = std::function<std::function<int()>(int)>;
-
   /// Callback stops are ignored until `min_epochs` epochs are complete and `min_steps` optimizer
   /// steps are taken (Lightning's rule).
   explicit StopController(int64_t min_epochs = 0, int64_t min_steps = 0)
@@ -48,13 +45,13 @@ class StopController {
   void stop_at_limit(StopReason limit);
 
   /// Blocking agreement: waits for a reduction started by agree_async(), then reduces the
-  /// current proposal. With `reduce_max` the identity (one process) this costs nothing.
-  void agree(const std::function<int(int)>& reduce_max);
+  /// current proposal (MAX) over `collectives`. One process's local collectives cost nothing.
+  void agree(Collectives& collectives);
   /// Non-blocking agreement: acts on the reduction started one call earlier (whose result has
-  /// had a whole step to arrive) and starts one for the current proposal. Every process calls
-  /// it at the same step boundaries, so all of them act on a proposal at the same step, one
-  /// step after it was made.
-  void agree_async(const StartReduceMax& start);
+  /// had a whole step to arrive) and starts one for the current proposal
+  /// (Collectives::all_reduce_async). Every process calls it at the same step boundaries, so all
+  /// of them act on a proposal at the same step, one step after it was made.
+  void agree_async(Collectives& collectives);
 
   /// True once every process has decided to stop.
   bool should_stop() const { return decided_ != StopCode::kNone || limit_; }
@@ -70,6 +67,8 @@ class StopController {
   void finish_at(StopReason limit);
 
  private:
+  // Waits for the reduction agree_async started, if any, and decides on its result.
+  void settle_pending();
   void decide(StopCode agreed);
 
   int64_t min_epochs_;
@@ -81,7 +80,7 @@ class StopController {
   bool finished_ = false;
   StopReason reason_ = StopReason::kMaxEpochs;
   std::string message_;
-  std::function<int()> pending_;
+  std::optional<ReduceWork> pending_;  // started by agree_async, read by the next agreement
 };
 
 }  // namespace volt

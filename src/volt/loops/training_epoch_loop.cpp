@@ -8,7 +8,6 @@
 #include "volt/loops/metric_router.h"
 #include "volt/loops/step_feed.h"
 #include "volt/loops/stop_controller.h"
-#include "volt/plan/run_plan.h"
 #include "volt/precision/precision_plugin.h"
 #include "volt/profiler/profiler.h"
 #include "volt/progress/progress_bar.h"
@@ -16,10 +15,10 @@
 
 namespace volt {
 
-TrainingEpochLoop::TrainingEpochLoop(const RunPlan& plan, Strategy& strategy, PrecisionPlugin& precision,
+TrainingEpochLoop::TrainingEpochLoop(const TrainingEpochConfig& config, Strategy& strategy, PrecisionPlugin& precision,
                                      MetricRouter& metrics, LightningModule& module, DataLoader& train,
                                      const OptimizerConfig& optimization, ProgressBar* bar, Profiler& profiler)
-    : plan_(plan),
+    : config_(config),
       strategy_(strategy),
       precision_(precision),
       metrics_(metrics),
@@ -27,12 +26,12 @@ TrainingEpochLoop::TrainingEpochLoop(const RunPlan& plan, Strategy& strategy, Pr
       train_(train),
       bar_(bar),
       profiler_(profiler),
-      results_(/*training=*/true, [&strategy](double value, Reduce op) { return strategy.reduce(value, op); }) {
+      results_(/*training=*/true, &strategy.collectives()) {
   const StepParts parts{strategy, precision, module, optimization, profiler};
   if (module.automatic_optimization()) {
-    automatic_.emplace(parts, metrics.callback_metrics(), plan.gradient_clip_val, plan.gradient_clip_algorithm);
+    automatic_.emplace(parts, metrics.callback_metrics(), config.gradient_clip_val, config.gradient_clip_algorithm);
   } else {
-    manual_.emplace(parts, plan.accumulate_grad_batches, plan.gradient_clip_val, plan.strategy);
+    manual_.emplace(parts, config.accumulate_grad_batches, config.gradient_clip_val, config.strategy);
   }
 }
 
@@ -64,7 +63,7 @@ void TrainingEpochLoop::run(FitProgress& progress, StopController& stop, EpochHo
     // The loader's workers make the rest of the epoch's batches ahead of the steps; a stop
     // before the end drops what they made.
     const int64_t first = num_batches ? std::min(progress.batches_done, *num_batches) : progress.batches_done;
-    StepFeed feed(train_, first, num_batches, strategy_.topology().world_size, count_across(strategy_));
+    StepFeed feed(train_, first, num_batches, strategy_.collectives());
     // Resumed from a checkpoint taken at the end of a batch whose validation had not run yet: run
     // it first, as Lightning's restarting epoch loop does.
     if (progress.validation_pending) {
@@ -84,7 +83,7 @@ void TrainingEpochLoop::run(FitProgress& progress, StopController& stop, EpochHo
       }();
       const Batch batch = [&] {
         const Profiler::Scope transfer(profiler_, Action::kTransfer);
-        return prepare_batch(module_, input.batch, plan_.root_device(), precision_, /*dataloader_idx=*/0);
+        return prepare_batch(module_, input.batch, config_.device, precision_, /*dataloader_idx=*/0);
       }();
       if (!input.joined) {
         const Profiler::Scope timed(profiler_, Action::kHooks);
@@ -119,7 +118,7 @@ void TrainingEpochLoop::run(FitProgress& progress, StopController& stop, EpochHo
       {
         const Profiler::Scope timed(profiler_, Action::kLogging);
         metrics_.publish_step(results_, progress.epoch, progress.global_step,
-                              progress.total_batches % plan_.log_every_n_steps == 0);
+                              progress.total_batches % config_.log_every_n_steps == 0);
         show_progress(progress.batches_done, /*force=*/false);
       }
       end_hooks.emplace(profiler_, Action::kHooks);
@@ -127,12 +126,13 @@ void TrainingEpochLoop::run(FitProgress& progress, StopController& stop, EpochHo
       hooks.dispatch(
           [](Callback& c, const CallbackContext& ctx, CallbackServices& s) { return c.on_train_batch_end(ctx, s); },
           HookPoint{.batch = &batch, .batch_idx = i, .outputs = &loss});
-      if (plan_.max_steps >= 0 && progress.global_step >= plan_.max_steps) stop.stop_at_limit(StopReason::kMaxSteps);
+      if (config_.max_steps >= 0 && progress.global_step >= config_.max_steps)
+        stop.stop_at_limit(StopReason::kMaxSteps);
       hooks.at_step_boundary();
       end_hooks.reset();
       step.reset();
       profiler_.step_done();
-      if (plan_.straggler_every_n_steps && progress.total_batches % *plan_.straggler_every_n_steps == 0) {
+      if (config_.straggler_every_n_steps && progress.total_batches % *config_.straggler_every_n_steps == 0) {
         hooks.check_stragglers();
       }
       // Mid-epoch validation (val_check_interval < 1 epoch); the end-of-epoch one is below.
@@ -159,7 +159,7 @@ void TrainingEpochLoop::finish_epoch(FitProgress& progress, EpochHooks& hooks, b
     const MetricSinkScope sink(module_, &results_);
     module_.on_train_epoch_end();
   }
-  results_.sync_epoch([this](torch::Tensor& t, Reduce op) { strategy_.reduce(t, op); }, &strategy_.collectives());
+  results_.sync_epoch(strategy_.collectives());
   metrics_.publish_epoch(results_, progress.epoch, progress.global_step);
   bar_metrics_ = results_.epoch_metrics(MetricTarget::kProgBar);
   bar_metrics_.insert(val_bar.begin(), val_bar.end());

@@ -3,6 +3,8 @@
 // schedulers).
 #pragma once
 
+#include <c10/core/Device.h>
+
 #include <chrono>
 #include <cstdint>
 #include <map>
@@ -15,6 +17,7 @@
 #include "volt/loops/manual_optimization_loop.h"
 #include "volt/module/lightning_module.h"
 #include "volt/module/result_collection.h"
+#include "volt/options/option_enums.h"
 
 namespace volt {
 
@@ -24,7 +27,26 @@ class Profiler;
 class ProgressBar;
 class StopController;
 class Strategy;
-struct RunPlan;
+
+/// What the training epoch loop reads of the run plan (made by fit_loop_config; nothing "auto").
+struct TrainingEpochConfig {
+  /// Where batches go (the plan's root device).
+  c10::Device device = c10::Device(c10::kCPU);
+  /// Optimizer steps at which the fit stops; -1: no limit.
+  int64_t max_steps = -1;
+  /// Batches between step metrics sent to the loggers.
+  int64_t log_every_n_steps = 50;
+  /// Batches between straggler checks; unset: none.
+  std::optional<int64_t> straggler_every_n_steps;
+  /// Clipping after each accumulation (unset: none), by norm or by value.
+  std::optional<double> gradient_clip_val;
+  /// How gradient_clip_val clips.
+  GradientClipAlgorithm gradient_clip_algorithm = GradientClipAlgorithm::kNorm;
+  /// Batches per optimizer step; manual optimization refuses more than 1.
+  int64_t accumulate_grad_batches = 1;
+  /// The strategy's kind: manual optimization refuses dp's and ddp2's split steps.
+  StrategyKind strategy = StrategyKind::kSingleDevice;
+};
 
 /// What the epoch loop asks of the loop that runs it (the fit loop): callbacks, validation and
 /// the agreement on stopping live there, since they outlast one epoch. Its dispatch calls a hook
@@ -67,10 +89,10 @@ class TrainingEpochLoop {
  public:
   /// Borrows everything; `bar` may be nullptr (no progress shown).
   /// `profiler` times each step's parts (Action's kStepParts) and moves its trace's schedule.
-  /// Throws volt::Error when `plan` asks for what manual optimization refuses.
-  TrainingEpochLoop(const RunPlan& plan, Strategy& strategy, PrecisionPlugin& precision, MetricRouter& metrics,
-                    LightningModule& module, DataLoader& train, const OptimizerConfig& optimization, ProgressBar* bar,
-                    Profiler& profiler);
+  /// Throws volt::Error when `config` asks for what manual optimization refuses.
+  TrainingEpochLoop(const TrainingEpochConfig& config, Strategy& strategy, PrecisionPlugin& precision,
+                    MetricRouter& metrics, LightningModule& module, DataLoader& train,
+                    const OptimizerConfig& optimization, ProgressBar* bar, Profiler& profiler);
 
   /// Trains `num_batches` batches (unset: until every process's stream is dry) of epoch
   /// `progress.epoch` from `progress.batches_done`, then finishes the epoch unless a signal
@@ -86,7 +108,7 @@ class TrainingEpochLoop {
   void finish_epoch(FitProgress& progress, EpochHooks& hooks, bool complete, bool validate_at_end);
   void show_progress(int64_t done, bool force);
 
-  const RunPlan& plan_;
+  TrainingEpochConfig config_;
   Strategy& strategy_;
   PrecisionPlugin& precision_;
   MetricRouter& metrics_;

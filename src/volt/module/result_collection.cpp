@@ -9,7 +9,8 @@
 
 namespace volt {
 
-ResultCollection::ResultCollection(bool training, SyncFn sync) : training_(training), sync_(std::move(sync)) {}
+ResultCollection::ResultCollection(bool training, Collectives* step_sync)
+    : training_(training), step_sync_(step_sync) {}
 
 void ResultCollection::log(const std::string& name, const torch::Tensor& value, const LogOptions& options) {
   VOLT_CHECK(value.defined() && value.numel() == 1,
@@ -37,7 +38,8 @@ void ResultCollection::log(const std::string& name, const torch::Tensor& value, 
   double v = value.item<double>();
   // The step value shown for on_step is synchronized per call; epoch aggregates are synchronized
   // once per epoch by sync_epoch, which is exact for weighted means.
-  if (options.sync_dist && sync_ && *entry.options.on_step) v = sync_(v, options.reduce_fx);
+  if (options.sync_dist && step_sync_ != nullptr && *entry.options.on_step)
+    v = step_sync_->all_reduce(v, options.reduce_fx);
   const double weight = static_cast<double>(options.batch_size.value_or(batch_size_));
   entry.last = v;
   switch (entry.options.reduce_fx) {
@@ -129,7 +131,7 @@ std::map<std::string, double> ResultCollection::epoch_metrics(MetricTarget targe
   return out;
 }
 
-void ResultCollection::sync_epoch(const std::function<void(torch::Tensor&, Reduce)>& reduce, Collectives* collectives) {
+void ResultCollection::sync_epoch(Collectives& collectives) {
   compute_metrics(collectives);
   std::vector<Entry*> sums;  // means and sums: aggregate and weight add up across processes
   std::vector<Entry*> maxima;
@@ -156,7 +158,7 @@ void ResultCollection::sync_epoch(const std::function<void(torch::Tensor&, Reduc
       data[2 * i] = sums[i]->aggregate;
       data[2 * i + 1] = sums[i]->weight;
     }
-    reduce(packed, Reduce::kSum);
+    collectives.all_reduce(packed, Reduce::kSum);
     for (size_t i = 0; i < sums.size(); ++i) {
       sums[i]->aggregate = data[2 * i];
       sums[i]->weight = data[2 * i + 1];
@@ -166,7 +168,7 @@ void ResultCollection::sync_epoch(const std::function<void(torch::Tensor&, Reduc
     if (group->empty()) continue;
     torch::Tensor packed = torch::empty({static_cast<int64_t>(group->size())}, torch::kDouble);
     for (size_t i = 0; i < group->size(); ++i) packed.data_ptr<double>()[i] = (*group)[i]->aggregate;
-    reduce(packed, op);
+    collectives.all_reduce(packed, op);
     for (size_t i = 0; i < group->size(); ++i) (*group)[i]->aggregate = packed.data_ptr<double>()[i];
   }
 }
@@ -186,8 +188,7 @@ int64_t names_hash(const std::vector<std::string>& names) {
 }
 }  // namespace
 
-void ResultCollection::compute_metrics(Collectives* collectives) {
-  Collectives& group = collectives != nullptr ? *collectives : local_collectives();
+void ResultCollection::compute_metrics(Collectives& group) {
   std::vector<std::string> names;  // the map's order: the same on every process
   for (const auto& [name, entry] : entries_) {
     if (entry.metric != nullptr) names.push_back(name);

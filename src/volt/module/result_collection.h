@@ -1,10 +1,10 @@
 // Collects what a module logs during one stage and turns it into step and epoch metrics.
 #pragma once
 
-#include <functional>
 #include <map>
 #include <string>
 
+#include "volt/base/collectives.h"
 #include "volt/module/lightning_module.h"
 
 namespace volt {
@@ -22,11 +22,11 @@ enum class MetricTarget {
 /// `<name>_epoch` per epoch, as in Lightning; the callback metrics also carry the plain name.
 class ResultCollection : public MetricSink {
  public:
-  /// Reduces a value across processes (sync_dist); the identity for one process.
-  using SyncFn = std::function<double(double value, Reduce reduce)>;
-
   /// `training` picks the on_step/on_epoch defaults (training_step: step; evaluation: epoch).
-  explicit ResultCollection(bool training, SyncFn sync = nullptr);
+  /// Values logged on_step with sync_dist are reduced over `step_sync` as they are logged
+  /// (training, where every process runs the same steps); nullptr: they stay this process's
+  /// (evaluation, whose processes may run different numbers of batches). Borrowed.
+  explicit ResultCollection(bool training, Collectives* step_sync = nullptr);
 
   /// The weight of the next logged means (the current batch's example count).
   void set_batch_size(int64_t batch_size) { batch_size_ = batch_size; }
@@ -47,13 +47,12 @@ class ResultCollection : public MetricSink {
   std::map<std::string, double> epoch_metrics(MetricTarget target) const;
   /// Reduces the epoch aggregates of sync_dist values across processes: weighted means become
   /// means over every process's examples (so padding-free validation accuracy is the same for
-  /// 1, 2 or 3 processes), sums add up, max/min take the extreme. `reduce` all-reduces a tensor
-  /// in place; every process must call this at the same point and must have logged the same
-  /// sync_dist names. Then each logged Metric is computed through `collectives` (nullptr: this
-  /// process alone) and reset; with several processes, one small collective first checks that
-  /// every process logged the same metrics (each throws volt::Error if not, rather than wait for
-  /// a collective the others never start).
-  void sync_epoch(const std::function<void(torch::Tensor&, Reduce)>& reduce, Collectives* collectives = nullptr);
+  /// 1, 2 or 3 processes), sums add up, max/min take the extreme, all over `collectives`; every
+  /// process must call this at the same point and must have logged the same sync_dist names.
+  /// Each logged Metric is computed through `collectives` and reset; with several processes, one
+  /// small collective first checks that every process logged the same metrics (each throws
+  /// volt::Error if not, rather than wait for a collective the others never start).
+  void sync_epoch(Collectives& collectives = local_collectives());
   /// Forgets everything logged in the epoch (call at each epoch start).
   void reset();
   /// True when nothing was logged since the last reset.
@@ -68,11 +67,11 @@ class ResultCollection : public MetricSink {
     int64_t count = 0;
     Metric* metric = nullptr;  // log(name, metric): computed into `aggregate` by sync_epoch
   };
-  void compute_metrics(Collectives* collectives);
+  void compute_metrics(Collectives& collectives);
   static bool wanted(const Entry& entry, MetricTarget target);
 
   bool training_;
-  SyncFn sync_;
+  Collectives* step_sync_;
   int64_t batch_size_ = 1;
   std::string suffix_;
   std::map<std::string, Entry> entries_;

@@ -10,6 +10,27 @@
 namespace volt {
 namespace {
 
+// This process and one other whose reduced values are `other`: a sum adds them, a mean averages
+// with them; max and min keep this process's values (the other logged the same names, so the
+// names' check agrees). Counts the tensor reductions.
+class OneOtherProcess : public Collectives {
+ public:
+  using Collectives::all_reduce;
+  explicit OneOtherProcess(torch::Tensor other) : other_(std::move(other)) {}
+  int64_t world_size() const override { return 2; }
+  int64_t rank() const override { return 0; }
+  void all_reduce(torch::Tensor& values, Reduce op) override {
+    ++reductions;
+    if (op == Reduce::kSum || op == Reduce::kMean) values.add_(other_);
+    if (op == Reduce::kMean) values.div_(2);
+  }
+  std::vector<torch::Tensor> all_gather(const torch::Tensor& tensor) override { return {tensor, tensor}; }
+  int reductions = 0;
+
+ private:
+  torch::Tensor other_;
+};
+
 TEST(ResultCollection, TrainingValuesAreStepValuesByDefault) {
   ResultCollection results(/*training=*/true);
   results.log("loss", torch::tensor(0.5), {});
@@ -66,11 +87,13 @@ TEST(ResultCollection, ProgBarAndLoggerTargetsFilter) {
 }
 
 TEST(ResultCollection, SyncDistStepValuesGoThroughTheReducer) {
-  ResultCollection results(/*training=*/true, [](double v, Reduce) { return v * 2; });
+  OneOtherProcess other(torch::tensor({2.5}, torch::kDouble));  // the other process logged 2.5
+  ResultCollection results(/*training=*/true, &other);
   LogOptions synced;
   synced.sync_dist = true;
   results.log("x", torch::tensor(1.5), synced);
-  EXPECT_EQ(results.step_metrics(MetricTarget::kCallback).at("x"), 3.0);
+  EXPECT_EQ(results.step_metrics(MetricTarget::kCallback).at("x"), 2.0);  // reduce_fx's default: the mean
+  EXPECT_EQ(other.reductions, 1);
 }
 
 TEST(ResultCollection, SyncEpochAddsWeightedAggregatesAcrossProcesses) {
@@ -81,18 +104,14 @@ TEST(ResultCollection, SyncEpochAddsWeightedAggregatesAcrossProcesses) {
   results.set_batch_size(3);
   results.log("acc", torch::tensor(1.0), synced);
   results.log("local", torch::tensor(1.0), {});
-  results.sync_epoch([](torch::Tensor& t, Reduce op) {
-    ASSERT_EQ(op, Reduce::kSum);
-    ASSERT_EQ(t.numel(), 2);  // only the sync_dist entry: aggregate and weight
-    t.add_(torch::tensor({0.0, 1.0}, torch::kDouble));
-  });
+  // Only the sync_dist entry travels: its aggregate and weight.
+  OneOtherProcess other(torch::tensor({0.0, 1.0}, torch::kDouble));
+  results.sync_epoch(other);
+  EXPECT_EQ(other.reductions, 2);  // the names' check (no Metric logged: nothing) and the sums
   const auto epoch = results.epoch_metrics(MetricTarget::kCallback);
   EXPECT_DOUBLE_EQ(epoch.at("acc"), 0.75);
   EXPECT_DOUBLE_EQ(epoch.at("local"), 1.0);
 }
-
-// sync_epoch's reduce for one process: nothing to add.
-void no_reduce(torch::Tensor&, Reduce) {}
 
 TEST(ResultCollection, LoggedMetricIsComputedOnceAtEpochEndAndReset) {
   ResultCollection results(/*training=*/true);
@@ -106,7 +125,7 @@ TEST(ResultCollection, LoggedMetricIsComputedOnceAtEpochEndAndReset) {
     results.log_metric("mse", logged, {});  // once per step, as a training_step would
   }
   EXPECT_TRUE(results.step_metrics(MetricTarget::kLogger).empty());  // no per-step value
-  results.sync_epoch(no_reduce);
+  results.sync_epoch();
   const double expected = direct.compute().item<double>();
   EXPECT_DOUBLE_EQ(results.epoch_metrics(MetricTarget::kCallback).at("mse"), expected);
   EXPECT_DOUBLE_EQ(results.epoch_metrics(MetricTarget::kLogger).at("mse"), expected);
@@ -131,7 +150,7 @@ TEST(ResultCollection, LoggedMetricRefusesStepValuesMixingAndVectors) {
   matrix.update(torch::tensor({0, 1}), torch::tensor({0, 0}));
   vector.log_metric("cm", matrix, {});
   try {
-    vector.sync_epoch(no_reduce);
+    vector.sync_epoch();
     FAIL() << "a matrix-valued metric was logged";
   } catch (const Error& error) {
     EXPECT_NE(std::string(error.what()).find("single value"), std::string::npos) << error.what();
@@ -146,7 +165,7 @@ TEST(ResultCollection, KeptCollectionTakesOverTheMetricsOfAReplayedStep) {
   replayed.log("loss", torch::tensor(5.0), {});
   kept.keep_metrics_from(replayed);
   mse.update(torch::tensor({1.0}), torch::tensor({0.0}));
-  kept.sync_epoch(no_reduce);
+  kept.sync_epoch();
   const auto epoch = kept.epoch_metrics(MetricTarget::kCallback);
   EXPECT_DOUBLE_EQ(epoch.at("mse"), 1.0);
   EXPECT_EQ(epoch.count("loss"), 0u);  // the replayed step's values stay discarded
@@ -160,7 +179,7 @@ TEST(ResultCollection, LoggedMetricIsSyncedOverEveryProcess) {
     mse.update(torch::full({rank + 1}, static_cast<float>(rank + 1)), torch::zeros({rank + 1}));
     ResultCollection results(/*training=*/false);
     results.log_metric("mse", mse, {});
-    results.sync_epoch(no_reduce, &collectives);
+    results.sync_epoch(collectives);
     values[static_cast<size_t>(rank)] = results.epoch_metrics(MetricTarget::kCallback).at("mse");
   });
   const double expected = (1.0 * 1 + 4.0 * 2 + 9.0 * 3) / 6.0;
@@ -174,7 +193,7 @@ TEST(ResultCollection, ProcessesThatLoggedOtherMetricsFailInsteadOfWaiting) {
     ResultCollection results(/*training=*/false);
     results.log_metric(rank == 0 ? "mse" : "val_mse", mse, {});
     try {
-      results.sync_epoch(no_reduce, &collectives);
+      results.sync_epoch(collectives);
     } catch (const Error& error) {
       errors[static_cast<size_t>(rank)] = error.what();
     }

@@ -32,13 +32,7 @@ class Ddp2Strategy : public Strategy {
   }
   void after_backward(bool synchronize) override { ddp_.after_backward(synchronize); }
   double gradient_sync_wait() const override { return ddp_.gradient_sync_wait(); }
-  void reduce(torch::Tensor& values, Reduce op) override { ddp_.reduce(values, op); }
-  double reduce(double value, Reduce op) override { return ddp_.reduce(value, op); }
-  std::function<double()> reduce_async(double value, Reduce op) override { return ddp_.reduce_async(value, op); }
   Collectives& collectives() override { return ddp_.collectives(); }
-  std::vector<std::string> all_gather_bytes(const std::string& bytes) override { return ddp_.all_gather_bytes(bytes); }
-  void barrier() override { ddp_.barrier(); }
-  std::string broadcast_string(const std::string& value) override { return ddp_.broadcast_string(value); }
   std::string on_failure(const std::string& message) override { return ddp_.on_failure(message); }
   void teardown() override { ddp_.teardown(); }
 

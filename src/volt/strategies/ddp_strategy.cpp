@@ -153,22 +153,6 @@ void DdpStrategy::stop_sync_clock() {
   compute_done_.reset();
 }
 
-void DdpStrategy::reduce(torch::Tensor& values, Reduce op) { process_group().all_reduce(values, op); }
-
-double DdpStrategy::reduce(double value, Reduce op) { return process_group().all_reduce(value, op); }
-
-std::function<double()> DdpStrategy::reduce_async(double value, Reduce op) {
-  return process_group().all_reduce_async(value, op);
-}
-
-std::vector<std::string> DdpStrategy::all_gather_bytes(const std::string& bytes) {
-  return process_group().all_gather_bytes(bytes);
-}
-
-void DdpStrategy::barrier() { process_group().barrier(); }
-
-std::string DdpStrategy::broadcast_string(const std::string& value) { return process_group().broadcast_string(value); }
-
 std::string DdpStrategy::on_failure(const std::string& message) {
   // Errors of the process group name the rank already ("rank 1 on node2 could not reach ...").
   const std::string prefix = fmt::format("rank {} on {}", topology_.global_rank, topology_.host);

@@ -49,13 +49,7 @@ class DdpStrategy : public Strategy {
   void before_backward(const torch::Tensor& loss, bool synchronize) override;
   void after_backward(bool synchronize) override;
   double gradient_sync_wait() const override { return sync_wait_; }
-  void reduce(torch::Tensor& values, Reduce op) override;
-  double reduce(double value, Reduce op) override;
-  std::function<double()> reduce_async(double value, Reduce op) override;
   Collectives& collectives() override { return process_group(); }
-  std::vector<std::string> all_gather_bytes(const std::string& bytes) override;
-  void barrier() override;
-  std::string broadcast_string(const std::string& value) override;
   std::string on_failure(const std::string& message) override;
   void teardown() override;
 

@@ -78,24 +78,10 @@ class Strategy {
   /// processes (fsdp): clipping by norm then sums over every process, and a checkpoint needs the
   /// state gathered or each process's piece. nullptr (the default): each process holds it whole.
   virtual StateSharding* state_sharding() { return nullptr; }
-  /// Reduces a tensor across processes in place.
-  virtual void reduce(torch::Tensor& values, Reduce op) {}
-  /// Reduces a number across processes.
-  virtual double reduce(double value, Reduce op) { return value; }
-  /// Starts reducing a number across processes; the returned function waits for the result.
-  /// The fit loop agrees on stopping this way, so no step waits for the others' answer.
-  virtual std::function<double()> reduce_async(double value, Reduce op) {
-    return [value] { return value; };
-  }
-  /// The collectives over this run's processes, for modules, metrics and layers (one process:
-  /// the local ones, which change nothing). Valid after setup_environment.
+  /// The collectives over this run's processes (reductions, the asynchronous stop vote,
+  /// barriers, gathered bytes, rank 0's strings), for the loops, modules, metrics and layers;
+  /// one process: the local ones, which change nothing. Valid after setup_environment.
   virtual Collectives& collectives() { return local_collectives(); }
-  /// Every process's `bytes`, indexed by global rank (one process: just `bytes`).
-  virtual std::vector<std::string> all_gather_bytes(const std::string& bytes) { return {bytes}; }
-  /// Waits for every process.
-  virtual void barrier() {}
-  /// Rank 0's string on every process.
-  virtual std::string broadcast_string(const std::string& value) { return value; }
   /// Records this process's failure for the others and returns the message to print: the
   /// first failure of the run (possibly another rank's), once.
   virtual std::string on_failure(const std::string& message) { return message; }

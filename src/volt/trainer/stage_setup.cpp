@@ -198,7 +198,8 @@ void share_found_inf(PrecisionPlugin& precision, Strategy& strategy) {
   // every process's, or one would skip a step the others take (PyTorch's ShardedGradScaler).
   scaler->set_found_inf_sync(nullptr);
   if (strategy.state_sharding() != nullptr) {
-    scaler->set_found_inf_sync([&strategy](torch::Tensor& found) { strategy.reduce(found, Reduce::kMax); });
+    scaler->set_found_inf_sync(
+        [&strategy](torch::Tensor& found) { strategy.collectives().all_reduce(found, Reduce::kMax); });
   }
 }
 

@@ -171,7 +171,7 @@ auto Trainer::with_data_module(LightningModule& module, DataModule& data, Stage 
     strategy().setup_environment(module);
     if (runs_prepare_data(data, plan_.topology.local_rank, plan_.topology.global_rank)) data.prepare_data();
     // The other processes read what prepare_data wrote: none goes on before it is complete.
-    strategy().barrier();
+    strategy().collectives().barrier();
     data.setup(stage);
   });
   return internal::run_then_teardown(std::forward<Run>(run), [&] { data.teardown(stage); });
@@ -281,7 +281,7 @@ FitResult Trainer::fit_stage(LightningModule& module, DataLoader train, std::vec
       MetricRouter metrics(callback_metrics_, internal::fit_loggers(options_, plan_, stage.console));
       const std::vector<std::shared_ptr<Callback>> callbacks = internal::fit_callbacks(stage.callbacks, plan_, console);
       const FitInfo info =
-          internal::fit_info(plan_, strategy.broadcast_string(metrics.log_dir()), counts, optimization);
+          internal::fit_info(plan_, strategy.collectives().broadcast_string(metrics.log_dir()), counts, optimization);
       for (const auto& callback : callbacks) callback->setup(info);
       const std::optional<LoadedCheckpoint> resume = resume_point(ckpt_path, info.log_dir, stage.callbacks, console);
 
@@ -289,8 +289,8 @@ FitResult Trainer::fit_stage(LightningModule& module, DataLoader train, std::vec
       const std::string profile_dir = info.log_dir.empty() ? plan_.root_dir : info.log_dir;
       Profiler profiler = make_profiler(plan_);
       profiler.start_stage("fit", trace_path(plan_, "fit", profile_dir));
-      FitLoop loop(FitLoopParts{.plan = plan_,
-                                .strategy = strategy,
+      FitLoop loop(fit_loop_config(plan_),
+                   FitLoopParts{.strategy = strategy,
                                 .precision = *precision_,
                                 .checkpointer = *checkpointer_,
                                 .metrics = metrics,

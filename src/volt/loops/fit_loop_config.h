@@ -1,0 +1,52 @@
+// What the fit loop and the training epoch loop read of the run plan, made once from it: the
+// loops get these values, not the whole RunPlan.
+#pragma once
+
+#include <cstdint>
+
+#include "volt/distributed/topology.h"
+#include "volt/environments/requeue.h"
+#include "volt/loops/fit_checkpoints.h"
+#include "volt/loops/training_epoch_loop.h"
+
+namespace volt {
+
+struct RunPlan;
+
+/// What the fit loop reads of the run plan: limits, intervals, where it runs. Made by
+/// fit_loop_config from the resolved plan, so nothing in it is "auto".
+struct FitLoopConfig {
+  /// What each training epoch reads.
+  TrainingEpochConfig epoch;
+  /// How checkpoints are saved (state_dict_type, the HPC directory and how many it keeps).
+  FitCheckpointsOptions checkpoints;
+  /// This process's place (world size, rank, host).
+  Topology topology;
+  /// Epochs at which the fit stops; -1: no limit.
+  int64_t max_epochs = 1000;
+  /// Epochs before a callback may stop the fit.
+  int64_t min_epochs = 0;
+  /// Optimizer steps before a callback may stop the fit.
+  int64_t min_steps = 0;
+  /// Validate every this many epochs.
+  int64_t check_val_every_n_epoch = 1;
+  /// Validation batches run before training (-1: all of them).
+  int64_t num_sanity_val_steps = 2;
+  /// Ask for new loaders every this many epochs; 0: never.
+  int64_t reload_dataloaders_every_n_epochs = 0;
+  /// Whether this process draws progress bars.
+  bool show_progress = false;
+  /// Whether the model summary is printed, and how many submodule levels it lists (-1: all).
+  bool enable_model_summary = true;
+  int64_t model_summary_max_depth = 1;
+  /// Slower than the others' median by more than this: a straggler (checks: epoch's
+  /// straggler_every_n_steps).
+  double straggler_threshold = 0.2;
+  /// SLURM's requeue signal and the SIGTERM checkpoint.
+  RequeuePolicy requeue;
+};
+
+/// The fit loop's part of `plan` (a pure function).
+FitLoopConfig fit_loop_config(const RunPlan& plan);
+
+}  // namespace volt
