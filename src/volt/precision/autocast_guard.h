@@ -38,4 +38,34 @@ class AutocastGuard {
   c10::ScalarType previous_dtype_ = c10::ScalarType::Undefined;
 };
 
+/// This thread's autocast settings for CPU and CUDA. The default value is autocast off on both.
+struct AutocastState {
+  /// Whether CPU autocast is on, and the dtype it casts to.
+  bool cpu_enabled = false;
+  c10::ScalarType cpu_dtype = c10::ScalarType::BFloat16;
+  /// Whether CUDA autocast is on, and the dtype it casts to.
+  bool cuda_enabled = false;
+  c10::ScalarType cuda_dtype = c10::ScalarType::Half;
+  /// The calling thread's settings.
+  static AutocastState current();
+};
+
+/// Applies an AutocastState while alive and restores the thread's previous settings after.
+/// Activation checkpointing recomputes a forward pass during backward, on the autograd engine's
+/// thread, under the autocast its first run had; and `AutocastStateGuard off{AutocastState{}}`
+/// runs a piece of code outside autocast (an operation autocast's dtype lacks).
+class AutocastStateGuard {
+ public:
+  /// Applies `state`.
+  explicit AutocastStateGuard(const AutocastState& state);
+  /// Restores what was there before.
+  ~AutocastStateGuard();
+  AutocastStateGuard(const AutocastStateGuard&) = delete;
+  AutocastStateGuard& operator=(const AutocastStateGuard&) = delete;
+
+ private:
+  AutocastState previous_;
+  bool nested_;  // counted in autocast's nesting (state turns autocast on)
+};
+
 }  // namespace volt
