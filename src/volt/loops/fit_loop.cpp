@@ -176,16 +176,7 @@ void FitLoop::dispatch(const CallbackHook& hook, const HookPoint& point) {
 }
 
 int64_t FitLoop::accumulate_grad_batches(int64_t epoch) const {
-  for (const auto& callback : parts_.callbacks) {
-    const std::optional<int64_t> scheduled = callback->accumulate_grad_batches(epoch);
-    if (!scheduled) continue;
-    VOLT_CHECK(config_.epoch.accumulate_grad_batches == 1,
-               "accumulate_grad_batches={} is set, and a {} schedules the accumulation too. HINT: leave "
-               "accumulate_grad_batches at 1 and put every factor in the schedule.",
-               config_.epoch.accumulate_grad_batches, callback->state_key());
-    return *scheduled;
-  }
-  return config_.epoch.accumulate_grad_batches;
+  return volt::accumulate_grad_batches(parts_.callbacks, config_.epoch.accumulate_grad_batches, epoch);
 }
 
 bool FitLoop::validates_in_epoch(int64_t epoch) const {

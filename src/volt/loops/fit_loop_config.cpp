@@ -1,5 +1,8 @@
 #include "volt/loops/fit_loop_config.h"
 
+#include <algorithm>
+
+#include "volt/core/error.h"
 #include "volt/plan/run_plan.h"
 
 namespace volt {
@@ -28,6 +31,34 @@ FitLoopConfig fit_loop_config(const RunPlan& plan) {
                        .model_summary_max_depth = plan.model_summary_max_depth,
                        .straggler_threshold = plan.straggler_threshold,
                        .requeue = plan.requeue};
+}
+
+int64_t accumulate_grad_batches(const std::vector<std::shared_ptr<Callback>>& callbacks, int64_t configured,
+                                int64_t epoch) {
+  for (const auto& callback : callbacks) {
+    const std::optional<int64_t> scheduled = callback->accumulate_grad_batches(epoch);
+    if (!scheduled) continue;
+    VOLT_CHECK(configured == 1,
+               "accumulate_grad_batches={} is set, and a {} schedules the accumulation too. HINT: leave "
+               "accumulate_grad_batches at 1 and put every factor in the schedule.",
+               configured, callback->state_key());
+    return *scheduled;
+  }
+  return configured;
+}
+
+std::optional<int64_t> estimated_stepping_batches(const FitLoopConfig& config, std::optional<int64_t> num_train_batches,
+                                                  const std::function<int64_t(int64_t epoch)>& accumulation) {
+  const int64_t max_steps = config.epoch.max_steps;
+  const std::optional<int64_t> cap = max_steps >= 0 ? std::optional<int64_t>(max_steps) : std::nullopt;
+  if (config.max_epochs < 0 || !num_train_batches) return cap;
+  int64_t steps = 0;
+  for (int64_t epoch = 0; epoch < std::max<int64_t>(config.max_epochs, 1); ++epoch) {
+    const int64_t every = std::max<int64_t>(accumulation(epoch), 1);
+    steps += (*num_train_batches + every - 1) / every;
+    if (cap && steps >= *cap) return cap;
+  }
+  return steps;
 }
 
 }  // namespace volt

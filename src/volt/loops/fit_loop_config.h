@@ -3,7 +3,12 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
+#include <memory>
+#include <optional>
+#include <vector>
 
+#include "volt/callbacks/callback.h"
 #include "volt/distributed/topology.h"
 #include "volt/environments/requeue.h"
 #include "volt/loops/fit_checkpoints.h"
@@ -48,5 +53,19 @@ struct FitLoopConfig {
 
 /// The fit loop's part of `plan` (a pure function).
 FitLoopConfig fit_loop_config(const RunPlan& plan);
+
+/// The batches epoch `epoch` accumulates per optimizer step: the first of `callbacks` that
+/// schedules it (GradientAccumulationScheduler), else `configured` (the plan's
+/// accumulate_grad_batches). Throws volt::Error when both are set: the factor would be ambiguous.
+int64_t accumulate_grad_batches(const std::vector<std::shared_ptr<Callback>>& callbacks, int64_t configured,
+                                int64_t epoch);
+
+/// The optimizer steps a fit with `config` takes when nothing stops it early (Lightning's
+/// estimated_stepping_batches): per epoch, `num_train_batches` over that epoch's
+/// `accumulation(epoch)` rounded up (the epoch's last, partial accumulation steps too), summed
+/// over max_epochs and capped at max_steps. Unset when unbounded: max_epochs -1 without
+/// max_steps, or a stream of unknown length (`num_train_batches` unset) without max_steps.
+std::optional<int64_t> estimated_stepping_batches(const FitLoopConfig& config, std::optional<int64_t> num_train_batches,
+                                                  const std::function<int64_t(int64_t epoch)>& accumulation);
 
 }  // namespace volt

@@ -67,5 +67,22 @@ TEST(FitLoopConfig, EachFieldComesFromItsOwnFieldOfThePlan) {
   EXPECT_FALSE(fit_loop_config(plan).show_progress) << "only global rank 0 draws bars";
 }
 
+TEST(FitLoopConfig, EstimatedSteppingBatchesFollowsEpochsAccumulationAndTheStepCap) {
+  FitLoopConfig c;
+  c.max_epochs = 3;
+  const auto every = [](int64_t factor) { return [factor](int64_t) { return factor; }; };
+  EXPECT_EQ(estimated_stepping_batches(c, 10, every(1)), 30);
+  EXPECT_EQ(estimated_stepping_batches(c, 10, every(4)), 9) << "ceil(10 / 4) = 3 per epoch";
+  // A schedule: 4 in epoch 0, 1 afterwards (GradientAccumulationScheduler).
+  EXPECT_EQ(estimated_stepping_batches(c, 10, [](int64_t epoch) { return epoch == 0 ? 4 : 1; }), 3 + 10 + 10);
+  c.epoch.max_steps = 12;
+  EXPECT_EQ(estimated_stepping_batches(c, 10, every(1)), 12) << "max_steps caps the epochs";
+  EXPECT_EQ(estimated_stepping_batches(c, std::nullopt, every(1)), 12) << "a stream: max_steps alone";
+  c.epoch.max_steps = -1;
+  EXPECT_EQ(estimated_stepping_batches(c, std::nullopt, every(1)), std::nullopt) << "a stream, no cap";
+  c.max_epochs = -1;
+  EXPECT_EQ(estimated_stepping_batches(c, 10, every(1)), std::nullopt) << "unbounded";
+}
+
 }  // namespace
 }  // namespace volt

@@ -31,6 +31,10 @@ int64_t LightningModule::current_epoch() const { return run_view_ ? run_view_->c
 
 int64_t LightningModule::global_step() const { return run_view_ ? run_view_->global_step() : 0; }
 
+std::optional<int64_t> LightningModule::estimated_stepping_batches() const {
+  return run_view_ ? run_view_->estimated_stepping_batches() : std::nullopt;
+}
+
 int64_t LightningModule::global_rank() const { return run_view_ ? run_view_->topology().global_rank : 0; }
 
 int64_t LightningModule::local_rank() const { return run_view_ ? run_view_->topology().local_rank : 0; }

@@ -291,6 +291,12 @@ class LightningModule : public torch::nn::Module {
   int64_t current_epoch() const;
   /// Optimizer steps so far; inside training_step, the steps before this one.
   int64_t global_step() const;
+  /// The optimizer steps this fit will take unless something stops it early (Lightning's
+  /// trainer.estimated_stepping_batches): for a schedule's total length, e.g. warmup then cosine
+  /// decay over the whole run, which would otherwise change with the number of processes. Known
+  /// from configure_optimizers on; unset outside fit and for an unbounded run (max_epochs and
+  /// max_steps both -1, or a stream of unknown length without max_steps).
+  std::optional<int64_t> estimated_stepping_batches() const;
   /// This process's rank among all processes.
   int64_t global_rank() const;
   /// This process's rank on its node.

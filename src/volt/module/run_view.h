@@ -6,6 +6,7 @@
 #include <torch/types.h>
 
 #include <cstdint>
+#include <optional>
 #include <string>
 
 namespace volt {
@@ -21,6 +22,9 @@ class RunView {
   virtual int64_t current_epoch() const = 0;
   /// Optimizer steps taken so far (inside training_step: before this step's).
   virtual int64_t global_step() const = 0;
+  /// The optimizer steps the running fit will take (LightningModule::estimated_stepping_batches);
+  /// unset outside fit or when unbounded.
+  virtual std::optional<int64_t> estimated_stepping_batches() const { return std::nullopt; }
   /// This process's place in the run.
   virtual const Topology& topology() const = 0;
   /// The device this process's module runs on.

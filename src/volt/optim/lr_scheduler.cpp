@@ -295,6 +295,61 @@ void CosineAnnealingLR::load_fields(FieldReader& reader) {
 }
 
 // ---------------------------------------------------------------------------------------------
+// LinearWarmupCosineLR
+
+LinearWarmupCosineLR::LinearWarmupCosineLR(torch::optim::Optimizer& optimizer, int64_t warmup_steps,
+                                           int64_t total_steps, double eta_min, double warmup_start_factor)
+    : LRScheduler(optimizer),
+      warmup_steps_(warmup_steps),
+      total_steps_(total_steps),
+      eta_min_(eta_min),
+      warmup_start_factor_(warmup_start_factor) {
+  VOLT_CHECK(warmup_steps >= 0 && total_steps > warmup_steps,
+             "LinearWarmupCosineLR was given warmup_steps={} and total_steps={}; expected 0 <= warmup_steps < "
+             "total_steps. HINT: total_steps is the run's optimizer steps, e.g. the module's "
+             "estimated_stepping_batches() in configure_optimizers.",
+             warmup_steps, total_steps);
+  VOLT_CHECK(eta_min >= 0, "LinearWarmupCosineLR's eta_min is {}; expected >= 0.", eta_min);
+  VOLT_CHECK(warmup_start_factor >= 0 && warmup_start_factor <= 1,
+             "LinearWarmupCosineLR's warmup_start_factor is {}; expected a share of the base lr in [0, 1].",
+             warmup_start_factor);
+  initial_step();
+}
+
+std::vector<double> LinearWarmupCosineLR::compute_lrs() {
+  const auto e = static_cast<double>(last_epoch());
+  std::vector<double> lrs;
+  if (last_epoch() < warmup_steps_) {
+    const double factor = warmup_start_factor_ + (1 - warmup_start_factor_) * e / static_cast<double>(warmup_steps_);
+    for (const double base : base_lrs()) lrs.push_back(base * factor);
+    return lrs;
+  }
+  const double progress =
+      std::min(1.0, (e - static_cast<double>(warmup_steps_)) / static_cast<double>(total_steps_ - warmup_steps_));
+  const double cosine = (1 + std::cos(kPi * progress)) / 2;
+  for (const double base : base_lrs()) lrs.push_back(eta_min_ + (base - eta_min_) * cosine);
+  return lrs;
+}
+
+void LinearWarmupCosineLR::save_fields(TypedDict& state) const {
+  state.insert("warmup_steps", warmup_steps_);
+  state.insert("total_steps", total_steps_);
+  state.insert("eta_min", eta_min_);
+  state.insert("warmup_start_factor", warmup_start_factor_);
+}
+
+void LinearWarmupCosineLR::load_fields(FieldReader& reader) {
+  if (const auto v = reader.integer("warmup_steps")) warmup_steps_ = *v;
+  if (const auto v = reader.integer("total_steps")) total_steps_ = *v;
+  if (const auto v = reader.number("eta_min")) eta_min_ = *v;
+  if (const auto v = reader.number("warmup_start_factor")) warmup_start_factor_ = *v;
+  if (warmup_steps_ < 0 || total_steps_ <= warmup_steps_) {
+    reader.problem(fmt::format("warmup_steps {} and total_steps {}; expected 0 <= warmup_steps < total_steps",
+                               warmup_steps_, total_steps_));
+  }
+}
+
+// ---------------------------------------------------------------------------------------------
 // LambdaLR
 
 LambdaLR::LambdaLR(torch::optim::Optimizer& optimizer, std::function<double(int64_t epoch)> lr_lambda)

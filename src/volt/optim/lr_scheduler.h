@@ -194,6 +194,36 @@ class CosineAnnealingLR final : public LRScheduler {
   double eta_min_;
 };
 
+/// Warms the lr up linearly from `warmup_start_factor` x base_lr to base_lr over `warmup_steps`
+/// periods, then anneals it along a half cosine to `eta_min` at `total_steps`, and holds it there
+/// (the transformer schedule: Hugging Face's get_cosine_schedule_with_warmup with eta_min 0 and a
+/// start factor 0, stepped per optimizer step). For period e:
+///   e < warmup_steps: base_lr * (f + (1 - f) * e / warmup_steps), f = warmup_start_factor;
+///   else: eta_min + (base_lr - eta_min) * (1 + cos(pi * min(1, (e - warmup) / (total - warmup)))) / 2.
+/// Closed form in the period, so a resumed run sets exactly the lrs an uninterrupted one would.
+///
+/// Example (the whole run, whatever the number of processes; interval kStep):
+/// `volt::LinearWarmupCosineLR scheduler(optimizer, /*warmup_steps=*/100, *estimated_stepping_batches());`
+class LinearWarmupCosineLR final : public LRScheduler {
+ public:
+  /// `warmup_steps` >= 0 periods of warmup within `total_steps` > warmup_steps periods; `eta_min`
+  /// >= 0 the final lr; `warmup_start_factor` in [0, 1] the first period's share of base_lr.
+  LinearWarmupCosineLR(torch::optim::Optimizer& optimizer, int64_t warmup_steps, int64_t total_steps,
+                       double eta_min = 0.0, double warmup_start_factor = 0.0);
+  std::string name() const override { return "LinearWarmupCosineLR"; }
+
+ protected:
+  std::vector<double> compute_lrs() override;
+  void save_fields(c10::Dict<std::string, c10::IValue>& state) const override;
+  void load_fields(internal::FieldReader& reader) override;
+
+ private:
+  int64_t warmup_steps_;
+  int64_t total_steps_;
+  double eta_min_;
+  double warmup_start_factor_;
+};
+
 /// Sets the lr to base_lr * lambda(epoch).
 ///
 /// Example (linear warm-up over 5 periods):

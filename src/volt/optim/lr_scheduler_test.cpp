@@ -109,6 +109,19 @@ std::vector<SchedulerCase> scheduler_cases() {
         {0.10000000000000003, 0.050000000000000024},
         {0.08550178566873413, 0.04282411613907044},
         {0.05050000000000003, 0.02550000000000002}}},
+      {"LinearWarmupCosineLR",  // transformers' get_cosine_schedule_with_warmup(o, 3, 10): a LambdaLR
+       [](torch::optim::Optimizer& o) { return std::make_unique<LinearWarmupCosineLR>(o, 3, 10); },
+       {{0.0, 0.0},
+        {0.03333333333333333, 0.016666666666666666},
+        {0.06666666666666667, 0.03333333333333333},
+        {0.1, 0.05},
+        {0.09504844339512096, 0.04752422169756048},
+        {0.08117449009293669, 0.040587245046468344},
+        {0.06112604669781572, 0.03056302334890786},
+        {0.03887395330218429, 0.019436976651092144},
+        {0.018825509907063328, 0.009412754953531664},
+        {0.004951556604879049, 0.0024757783024395245},
+        {0.0, 0.0}}},
       {"LambdaLR",  // LambdaLR(o, lambda e: 1.0 / (e + 1))
        [](torch::optim::Optimizer& o) {
          return std::make_unique<LambdaLR>(o, [](int64_t e) { return 1.0 / (e + 1); });
@@ -212,11 +225,21 @@ TEST(LRScheduler, ConstructorRejectsOutOfRangeArguments) {
   EXPECT_THROW(StepLR(sgd.optimizer, 0), Error);
   EXPECT_THROW(ExponentialLR(sgd.optimizer, 0.0), Error);
   EXPECT_THROW(CosineAnnealingLR(sgd.optimizer, 0), Error);
+  EXPECT_THROW(LinearWarmupCosineLR(sgd.optimizer, 10, 10), Error);  // no steps left to anneal
+  EXPECT_THROW(LinearWarmupCosineLR(sgd.optimizer, 2, 10, 0.0, 1.5), Error);
   EXPECT_THROW(MultiStepLR(sgd.optimizer, {-1, 3}), Error);
   EXPECT_THROW(LambdaLR(sgd.optimizer, nullptr), Error);
   ReduceLROnPlateauOptions options;
   options.factor = 1.0;
   EXPECT_THROW(ReduceLROnPlateau(sgd.optimizer, options), Error);
+}
+
+TEST(LinearWarmupCosineLR, HoldsEtaMinAfterTheLastStepAndStartsFromTheWarmupFactor) {
+  TwoGroupSgd sgd;
+  LinearWarmupCosineLR scheduler(sgd.optimizer, 2, 4, /*eta_min=*/0.001, /*warmup_start_factor=*/0.5);
+  EXPECT_DOUBLE_EQ(scheduler.get_last_lr()[0], 0.05);  // half of 0.1 at step 0
+  for (int i = 0; i < 6; ++i) scheduler.step();
+  EXPECT_DOUBLE_EQ(scheduler.get_last_lr()[0], 0.001) << "held at eta_min after total_steps, not rising again";
 }
 
 TEST(LRScheduler, EpochSchedulersIgnoreAMetric) {

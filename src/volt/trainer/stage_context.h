@@ -28,9 +28,13 @@ class StageView : public RunView {
       : strategy_(strategy), device_(device), console_(std::move(console)), progress_(&progress) {}
   /// Reads `progress` from now on (the fit loop's, once it exists).
   void watch(const FitProgress& progress) { progress_ = &progress; }
+  /// What estimated_stepping_batches() answers from now on (the fit stage, once its loaders are
+  /// counted and before configure_optimizers).
+  void set_estimated_stepping_batches(std::optional<int64_t> steps) { estimated_stepping_batches_ = steps; }
 
   int64_t current_epoch() const override { return progress_->epoch; }
   int64_t global_step() const override { return progress_->global_step; }
+  std::optional<int64_t> estimated_stepping_batches() const override { return estimated_stepping_batches_; }
   const Topology& topology() const override { return strategy_.topology(); }
   torch::Device device() const override { return device_; }
   Collectives& collectives() const override { return strategy_.collectives(); }
@@ -42,6 +46,7 @@ class StageView : public RunView {
   torch::Device device_;
   std::shared_ptr<Console> console_;
   const FitProgress* progress_;
+  std::optional<int64_t> estimated_stepping_batches_;
 };
 
 /// The callbacks of validate, test and predict: their epoch and batch hooks see the module and

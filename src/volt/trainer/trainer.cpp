@@ -275,6 +275,11 @@ FitResult Trainer::fit_stage(LightningModule& module, DataLoader train, std::vec
         return internal::count_fit_batches(plan_, console, module, loaders.train(), loaders.val());
       };
       const FitLoaderCounts counts = count_batches();
+      // Before configure_optimizers, whose schedules may span the whole run.
+      stage.view.set_estimated_stepping_batches(
+          estimated_stepping_batches(fit_loop_config(plan_), counts.num_train_batches, [&](int64_t epoch) {
+            return accumulate_grad_batches(stage.callbacks, plan_.accumulate_grad_batches, epoch);
+          }));
       const OptimizerConfig optimization =
           internal::prepare_training(plan_, module, *precision_, stage.callbacks, strategy, console);
 

@@ -149,6 +149,28 @@ TEST_F(TrainerTest, AnIncompleteLastAccumulationStillSteps) {
   EXPECT_EQ(result.global_step, 2 * 4) << "ceil(7 / 2) = 4 steps per epoch, as in Lightning";
 }
 
+/// Records what estimated_stepping_batches() says where a schedule would read it.
+class StepEstimateRecorder : public TinyModule {
+ public:
+  using TinyModule::TinyModule;
+  OptimizerConfig configure_optimizers() override {
+    estimate = estimated_stepping_batches();
+    return TinyModule::configure_optimizers();
+  }
+  std::optional<int64_t> estimate = -7;
+};
+
+TEST_F(TrainerTest, ConfigureOptimizersKnowsTheStepsTheFitWillTake) {
+  StepEstimateRecorder module({.train_size = 14, .batch_size = 2});  // 7 batches
+  const FitResult result =
+      make_trainer({.max_epochs = 2, .limit_val_batches = 0, .accumulate_grad_batches = 2}).fit(module);
+  EXPECT_EQ(module.estimate, result.global_step) << "ceil(7 / 2) per epoch, twice";
+  StepEstimateRecorder capped({.train_size = 14, .batch_size = 2});
+  make_trainer({.max_epochs = 2, .max_steps = 5, .limit_val_batches = 0}).fit(capped);
+  EXPECT_EQ(capped.estimate, 5);
+  EXPECT_EQ(capped.estimated_stepping_batches(), std::nullopt) << "known during fit only";
+}
+
 /// Trains `reference` by hand for `batches` SGD steps, clipping each step's gradients with `clip`.
 void train_by_hand(TinyModule& reference, int64_t batches,
                    const std::function<void(std::vector<torch::Tensor>&)>& clip) {
