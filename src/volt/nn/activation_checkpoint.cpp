@@ -166,8 +166,7 @@ std::vector<torch::Tensor> checkpoint(const CheckpointFn& fn, const std::vector<
     saved.push_back(input.defined() ? input.detach().requires_grad_(input.requires_grad()) : input);
     edges.push_back(input.defined() ? torch::autograd::impl::gradient_edge(input) : torch::autograd::Edge());
   }
-  auto node = std::shared_ptr<CheckpointBackward>(
-      new CheckpointBackward(fn, std::move(saved), std::move(generators), autocast), torch::autograd::deleteNode);
+  auto node = std::make_shared<CheckpointBackward>(fn, std::move(saved), std::move(generators), autocast);
   node->set_next_edges(std::move(edges));
   node->set_output_count(outputs.size());
   for (size_t i = 0; i < outputs.size(); ++i) {

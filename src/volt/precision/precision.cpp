@@ -37,4 +37,17 @@ void check_precision_supported(Precision precision, c10::DeviceType device) {
                   to_string(nearest), to_string(precision)));
 }
 
+std::optional<std::string> missing_kernel_hint(const std::string& message) {
+  for (const char* dtype : {"BFloat16", "Half"}) {
+    if (message.find(fmt::format("not implemented for '{}'", dtype)) == std::string::npos) continue;
+    return fmt::format(
+        "HINT: this LibTorch has no {0} kernel for that operation; a {0} tensor reached it through a "
+        "{1} precision or autocast. Run that piece in float32: cast its inputs with .to(torch::kFloat) "
+        "inside a `volt::AutocastStateGuard off{{volt::AutocastState{{}}}};` scope (autocast off until the "
+        "scope ends), or choose another --precision. docs/precision.md lists the known gaps of each LibTorch.",
+        dtype, std::string(dtype) == "BFloat16" ? "bf16" : "16");
+  }
+  return std::nullopt;
+}
+
 }  // namespace volt

@@ -65,5 +65,17 @@ TEST(Precision, Float16OnCpuNamesTheBf16Alternative) {
 }
 #endif
 
+TEST(Precision, AMissingHalfPrecisionKernelGetsAHintAndOtherErrorsNone) {
+  // LibTorch 1.13's words for mse_loss on bfloat16 CPU tensors.
+  const auto hint = missing_kernel_hint("(LibTorch) \"mse_cpu\" not implemented for 'BFloat16'");
+  ASSERT_TRUE(hint.has_value());
+  EXPECT_NE(hint->find("HINT: this LibTorch has no BFloat16 kernel"), std::string::npos) << *hint;
+  EXPECT_NE(hint->find("volt::AutocastStateGuard"), std::string::npos) << *hint;
+  EXPECT_NE(hint->find("bf16 precision"), std::string::npos) << *hint;
+  EXPECT_NE(missing_kernel_hint("\"addmm_impl_cpu_\" not implemented for 'Half'")->find("no Half kernel"),
+            std::string::npos);
+  EXPECT_FALSE(missing_kernel_hint("shape '[2, 3]' is invalid for input of size 5").has_value());
+}
+
 }  // namespace
 }  // namespace volt
