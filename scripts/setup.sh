@@ -29,7 +29,7 @@ packages=(
 )
 # The tests, their tools and peers.
 [ "$main_job" = 1 ] || packages+=(
-  clang libclang-rt-14-dev  # libFuzzer for the hostlist fuzz test
+  clang libclang-rt-14-dev  # libFuzzer for the fuzz tests (hostlist, safetensors)
   clang-format clang-tidy   # scripts/check-format.sh, check-tidy.sh (the tree is formatted with 14)
   libgtest-dev libgmock-dev
   gnuplot-nox             # `volt plot` draws metrics.csv curves as PNG
