@@ -75,7 +75,7 @@ inline std::string write_scratch_file(const std::string& name, const std::string
     }
   };
   static const ScratchDirectory directory;
-  const std::string path = (directory.path / name).string();
+  std::string path = (directory.path / name).string();
   std::ofstream(path) << text;
   return path;
 }
