@@ -29,7 +29,7 @@ packages=(
 )
 # The tests, their tools and peers.
 [ "$main_job" = 1 ] || packages+=(
-  clang libclang-rt-14-dev  # libFuzzer for the hostlist fuzz test
+  clang libclang-rt-14-dev  # libFuzzer for the fuzz tests (hostlist, safetensors)
   clang-format clang-tidy   # scripts/check-format.sh, check-tidy.sh (the tree is formatted with 14)
   libgtest-dev libgmock-dev
   gnuplot-nox             # `volt plot` draws metrics.csv curves as PNG
@@ -122,6 +122,12 @@ install_folder "${VOLT_LIGHTNING_PYTHONPATH:-/opt/volt/python-lightning}" \
 # And Lightning 2.2.5, the last 2.x whose torch range includes 1.13 (VOLT_LIGHTNING2_PYTHONPATH).
 install_folder "${VOLT_LIGHTNING2_PYTHONPATH:-/opt/volt/python-lightning2}" \
   pytorch-lightning==2.2.5 lightning-utilities==0.11.2 torchmetrics==1.3.2
+
+# PyPI's safetensors (Debian has none; its wheel needs no other package, and Debian's torch 1.13
+# imports it) for tests/interop/test_safetensors_interop.py: Python loads the files Volt writes and
+# writes the files and sharded folders Volt reads. Keep the folder in step with
+# VOLT_SAFETENSORS_PYTHONPATH in that test.
+install_folder "${VOLT_SAFETENSORS_PYTHONPATH:-/opt/volt/python-safetensors}" safetensors==0.8.0
 
 # torchrun from PyPI's torch 2.x, for tests/e2e/test_torchrun.py: users run 2.x (Debian's own
 # torchrun, torch 1.13, crashes in its argument handling on Python 3.11). Like tensorboard it

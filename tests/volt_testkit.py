@@ -2,11 +2,14 @@
 
 free_port()              a TCP port for a test's server or rendezvous that no other test process gets
 require(ok, reason)      a missing prerequisite: a failure under CI=true, a skip elsewhere
+import_from(folder, *modules)  a Python peer that scripts/setup.sh installs in a folder of its own
 """
 import fcntl
+import importlib
 import os
 import random
 import socket
+import sys
 
 import pytest
 
@@ -96,3 +99,15 @@ def require(condition, reason):
     if on_ci():
         pytest.fail(f"{reason} (CI=true: a missing prerequisite is a failure)", pytrace=False)
     pytest.skip(reason, allow_module_level=True)
+
+
+def import_from(folder, *modules):
+    """Imports `modules`, in order, with `folder` first on sys.path, and returns them: a peer that
+    scripts/setup.sh installs in a folder of its own, so /usr/bin/python3 keeps Debian's packages. A
+    module that does not import is a missing prerequisite (require), named with the folder."""
+    __tracebackhide__ = True
+    sys.path.insert(0, str(folder))
+    try:
+        return [importlib.import_module(module) for module in modules]
+    except ImportError as error:
+        require(False, f"{modules[0]} is not importable from {folder}: run scripts/setup.sh ({error})")

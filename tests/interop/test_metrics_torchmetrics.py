@@ -25,29 +25,19 @@ import json
 import math
 import os
 import subprocess
-import sys
 import warnings
 from pathlib import Path
 
 import pytest
 import torch
 
-from volt_testkit import require
+from volt_testkit import import_from
 
 TOOL = os.environ.get("METRICS_INTEROP_TOOL")
 # Where scripts/setup.sh installs torchmetrics 1.3.2 (beside Lightning 2.2.5, which needs it); it
 # holds no torch of its own, so Debian's python3-torch is still the one imported.
 TORCHMETRICS_PATH = Path(os.environ.get("VOLT_LIGHTNING2_PYTHONPATH", "/opt/volt/python-lightning2"))
-sys.path.insert(0, str(TORCHMETRICS_PATH))
-try:
-    import torchmetrics
-    import torchmetrics.classification as tmc
-except ImportError as error:
-    torchmetrics = None
-    IMPORT_ERROR = error
-require(torchmetrics is not None,
-        f"torchmetrics is not importable from {TORCHMETRICS_PATH}: run scripts/setup.sh"
-        + ("" if torchmetrics else f" ({IMPORT_ERROR})"))
+torchmetrics, tmc = import_from(TORCHMETRICS_PATH, "torchmetrics", "torchmetrics.classification")
 
 # torchmetrics computes its ratios in float32 (_safe_divide casts the counts with .float()), and
 # its ROC curve and MSE states are float32 too; Volt computes in double. 1e-6 is float32's

@@ -198,10 +198,10 @@ std::string describe_bad_magic(const char* head, size_t size, const std::string&
                   path, step, file, std::strerror(error_number)));
 }
 
-void write_all(int fd, const std::vector<char>& bytes, const std::string& tmp, const std::string& path) {
+void write_all(int fd, const char* data, size_t size, const std::string& tmp, const std::string& path) {
   size_t written = 0;
-  while (written < bytes.size()) {
-    const ssize_t n = ::write(fd, bytes.data() + written, bytes.size() - written);
+  while (written < size) {
+    const ssize_t n = ::write(fd, data + written, size - written);
     if (n < 0 && errno == EINTR) continue;
     if (n < 0) throw_io_error("write", tmp, path, errno);
     written += static_cast<size_t>(n);
@@ -269,7 +269,10 @@ c10::IValue load_from_bytes(const std::vector<char>& bytes, const std::string& w
 
 void save_checkpoint_file(const c10::IValue& value, const std::string& path) {
   const std::vector<char> bytes = save_to_bytes(value);
+  write_file_atomically(path, [&](const ByteSink& sink) { sink(bytes.data(), bytes.size()); });
+}
 
+void write_file_atomically(const std::string& path, const std::function<void(const ByteSink& sink)>& produce) {
   const fs::path target(path);
   fs::path directory = target.parent_path();
   if (directory.empty()) directory = ".";
@@ -283,7 +286,7 @@ void save_checkpoint_file(const c10::IValue& value, const std::string& path) {
   const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
   if (fd < 0) throw_io_error("create", tmp, path, errno);
   try {
-    write_all(fd, bytes, tmp, path);
+    produce([&](const char* data, size_t size) { write_all(fd, data, size, tmp, path); });
     // Data must be on disk before the rename makes it visible, or a crash could leave `path`
     // naming an empty file.
     if (::fsync(fd) != 0) throw_io_error("fsync", tmp, path, errno);

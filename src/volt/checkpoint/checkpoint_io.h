@@ -11,6 +11,7 @@
 
 #include <ATen/core/ivalue.h>
 
+#include <functional>
 #include <map>
 #include <mutex>
 #include <string>
@@ -32,10 +33,21 @@ std::vector<char> save_to_bytes(const c10::IValue& value);
 /// Throws volt::CheckpointError when the bytes are empty, not a zip archive, or miss a record.
 c10::IValue load_from_bytes(const std::vector<char>& bytes, const std::string& what = "checkpoint");
 
-/// Writes `value` to `path` atomically: into `<path>.tmp.<pid>` in the same directory, fsyncs
-/// it, renames it over `path`, then fsyncs the directory. Creates parent directories. A reader
-/// sees either the old file or the new one, never a half-written one.
+/// Writes `value` to `path` atomically (see write_file_atomically).
 void save_checkpoint_file(const c10::IValue& value, const std::string& path);
+
+/// Appends `size` bytes at `data` to the file being written; see write_file_atomically.
+using ByteSink = std::function<void(const char* data, size_t size)>;
+
+/// Writes the file `path` atomically: `produce` hands its bytes, in order, to the sink it is given,
+/// which writes them into `<path>.tmp.<pid>` in the same directory; then the file is fsynced,
+/// renamed over `path`, and the directory fsynced. Creates parent directories. A reader sees either
+/// the old file or the new one, never a half-written one; when `produce` (or a write) throws, the
+/// temporary file is removed and `path` is left as it was. How every checkpoint file is written
+/// (torch.save archives, safetensors files, their indexes).
+///
+/// Throws volt::CheckpointError naming `path` and the step that failed (create, write, fsync, rename).
+void write_file_atomically(const std::string& path, const std::function<void(const ByteSink& sink)>& produce);
 
 /// Reads the checkpoint file at `path`.
 ///

@@ -10,6 +10,7 @@
 #include <set>
 #include <vector>
 
+#include "volt/core/edit_distance.h"
 #include "volt/core/error.h"
 #include "volt/core/strings.h"
 #include "volt/loggers/hparams_yaml.h"
@@ -113,22 +114,6 @@ json resolved_value(CLI::Option& option) {
     return list;
   }
   return typed_value(option, option.count() > 0 ? option.as<std::string>() : fallback);
-}
-
-/// Levenshtein distance, for "did you mean".
-size_t edit_distance(const std::string& a, const std::string& b) {
-  std::vector<size_t> row(b.size() + 1);
-  for (size_t j = 0; j <= b.size(); ++j) row[j] = j;
-  for (size_t i = 1; i <= a.size(); ++i) {
-    size_t diagonal = row[0];
-    row[0] = i;
-    for (size_t j = 1; j <= b.size(); ++j) {
-      const size_t above = row[j];
-      row[j] = std::min({row[j] + 1, row[j - 1] + 1, diagonal + (a[i - 1] == b[j - 1] ? 0 : 1)});
-      diagonal = above;
-    }
-  }
-  return row[b.size()];
 }
 
 /// The candidate closest to `word`, if it is close enough to be a likely typo.
