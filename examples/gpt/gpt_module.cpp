@@ -48,7 +48,10 @@ const GptModuleOptions& checked(const GptModuleOptions& o) {
   VOLT_CHECK(o.min_lr_ratio >= 0 && o.min_lr_ratio <= 1,
              "--min-lr-ratio={} must be in [0, 1]. HINT: 0.1 ends the decay at a tenth of --lr.", o.min_lr_ratio);
   VOLT_CHECK(o.weight_decay >= 0, "--weight-decay={} must be >= 0. HINT: GPT-2's recipe uses 0.1.", o.weight_decay);
-  VOLT_CHECK(o.warmup_steps >= 1, "--warmup-steps={} must be at least 1. HINT: e.g. 100.", o.warmup_steps);
+  VOLT_CHECK(o.warmup_steps >= 1, "--warmup-steps={} must be at least 1. HINT: e.g. a tenth of the run's steps.",
+             o.warmup_steps);
+  VOLT_CHECK(o.lr_decay_steps >= 1, "--lr-decay-steps={} must be at least 1. HINT: the run's optimizer steps.",
+             o.lr_decay_steps);
   VOLT_CHECK(o.num_workers >= 0, "--num-workers={} must be >= 0. HINT: 0 makes batches on the training thread.",
              o.num_workers);
   VOLT_CHECK(!o.prompt.empty(), "--prompt is empty. HINT: generation continues a prompt of at least one byte.");
@@ -82,11 +85,14 @@ GptModule::GptModule(GptModuleOptions options) : volt::LightningModule("GptModul
                         {"text", options_.text}});
 }
 
-void GptModule::set_lr_decay_steps(int64_t steps) {
-  VOLT_CHECK(steps >= 1, "lr_decay_steps={} must be at least 1. HINT: the run's optimizer steps.", steps);
-  options_.lr_decay_steps = steps;
+void GptModule::set_schedule(int64_t warmup_steps, int64_t lr_decay_steps) {
+  GptModuleOptions changed = options_;
+  changed.warmup_steps = warmup_steps;
+  changed.lr_decay_steps = lr_decay_steps;
+  options_ = checked(changed);
   nlohmann::json hparams = this->hparams();
-  hparams["lr_decay_steps"] = steps;
+  hparams["warmup_steps"] = warmup_steps;
+  hparams["lr_decay_steps"] = lr_decay_steps;
   save_hyperparameters(std::move(hparams));
 }
 

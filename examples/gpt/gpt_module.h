@@ -31,7 +31,8 @@ struct GptModuleOptions {
   /// AdamW's beta1 and beta2 (GPT-3's 0.9 and 0.95).
   double beta1 = 0.9;
   double beta2 = 0.95;  ///< see beta1
-  /// Optimizer steps of linear warmup from 0 to lr.
+  /// Optimizer steps of linear warmup from 0 to lr (the gpt binary: a tenth of lr_decay_steps unless
+  /// --warmup-steps says).
   int64_t warmup_steps = 100;
   /// Optimizer steps from the start to the end of the cosine decay (lr * min_lr_ratio after it).
   int64_t lr_decay_steps = 1000;
@@ -82,8 +83,9 @@ class GptModule : public volt::LightningModule {
   Gpt& transformer() { return transformer_; }
   /// Training windows in the text (read on first use): what an epoch's length derives from.
   int64_t train_windows();
-  /// Sets lr_decay_steps (the main program knows the run's length once the Trainer resolved it).
-  void set_lr_decay_steps(int64_t steps);
+  /// Sets the schedule's warmup_steps and lr_decay_steps (the main program knows the run's length
+  /// once the Trainer resolved it); from the next configure_optimizers() on.
+  void set_schedule(int64_t warmup_steps, int64_t lr_decay_steps);
 
  private:
   void load_text();

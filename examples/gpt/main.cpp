@@ -2,7 +2,7 @@
 //
 //   gpt --text book.txt --max-steps 2000
 //   gpt --text book.txt --n-layer 6 --n-head 6 --n-embd 384 --block-size 256 --max-epochs 2
-//   gpt --text book.txt --model-config gpt2/config.json --activation-checkpointing --max-steps 10
+//   gpt --text book.txt --model-config config.json --activation-checkpointing --max-steps 10
 //   gpt --text book.txt --max-steps 200 --strategy ddp --devices 2 --precision bf16-mixed
 //
 // The last tenth of the text validates (val/loss, in nats per byte). Every Trainer flag works as
@@ -76,13 +76,16 @@ int main(int argc, char** argv) {
     app.add_option("--weight-decay", options.weight_decay, "AdamW's weight decay (matrices and embeddings only)")
         ->capture_default_str()
         ->group("Model");
-    app.add_option("--warmup-steps", options.warmup_steps, "optimizer steps of linear warmup")
+    int64_t warmup_steps = 0;
+    app.add_option("--warmup-steps", warmup_steps, "optimizer steps of linear warmup (0: a tenth of the decay's)")
         ->capture_default_str()
+        ->check(CLI::NonNegativeNumber)
         ->group("Model");
     int64_t lr_decay_steps = 0;
     app.add_option("--lr-decay-steps", lr_decay_steps,
                    "optimizer steps until the cosine decay ends (0: the run's length, from --max-steps or the epochs)")
         ->capture_default_str()
+        ->check(CLI::NonNegativeNumber)
         ->group("Model");
     app.add_option("--text", options.text, "the text file to train on (read as bytes)")->group("Data");
     app.add_option("--val-fraction", options.val_fraction, "the share of the text, from its end, that validates")
@@ -147,9 +150,10 @@ int main(int argc, char** argv) {
     }
     // The Trainer seeded LibTorch (seed_everything), so the initial weights are reproducible.
     gpt::GptModule module(options);
-    module.set_lr_decay_steps(
+    const int64_t decay_steps =
         lr_decay_steps > 0 ? lr_decay_steps
-                           : estimated_optimizer_steps(trainer.plan(), module.train_windows(), options.batch_size));
+                           : estimated_optimizer_steps(trainer.plan(), module.train_windows(), options.batch_size);
+    module.set_schedule(warmup_steps > 0 ? warmup_steps : std::max<int64_t>(1, decay_steps / 10), decay_steps);
     const volt::FitResult result = trainer.fit(module);
     // SLURM is about to end this run and start the job again; it resumes from the HPC checkpoint.
     if (result.requeued()) {
