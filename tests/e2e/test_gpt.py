@@ -1,12 +1,11 @@
 """examples/gpt, run the way a user does: a tiny GPT trained for 20 steps on a small text learns
 (its loss falls well below ln 256, the untrained model's), validates, and prints a sample that
 is valid UTF-8; a vocabulary too small for bytes is refused with a HINT. About 4 s on 2 cores."""
-import os
 import random
 
 import pytest
 
-from volt_e2e import assert_clean_exit, assert_ok, merge_flags, read_metrics_csv, run_binary
+from volt_e2e import assert_clean_exit, assert_ok, example_binary, merge_flags, read_metrics_csv, run_binary
 
 # A model of 35 K parameters on 32-byte windows: 20 steps take well under a second.
 TINY = ["--n-layer", "2", "--n-head", "2", "--n-embd", "32", "--block-size", "32", "--batch-size", "8",
@@ -16,11 +15,7 @@ TINY = ["--n-layer", "2", "--n-head", "2", "--n-embd", "32", "--block-size", "32
 
 @pytest.fixture(scope="module")
 def gpt():
-    path = os.environ.get("VOLT_GPT_EXAMPLE")
-    if not path:
-        pytest.fail("VOLT_GPT_EXAMPLE is not set; run through CTest, or export "
-                    "VOLT_GPT_EXAMPLE=/path/to/build/examples/gpt")
-    return path
+    return example_binary("VOLT_GPT_EXAMPLE", "gpt")
 
 
 @pytest.fixture(scope="module")
