@@ -10,14 +10,6 @@
 
 namespace gpt {
 
-double warmup_cosine_factor(int64_t step, int64_t warmup_steps, int64_t lr_decay_steps, double min_lr_ratio) {
-  if (step < warmup_steps) return static_cast<double>(step + 1) / static_cast<double>(warmup_steps);
-  if (step >= lr_decay_steps) return min_lr_ratio;
-  const double progress = static_cast<double>(step - warmup_steps) /
-                          static_cast<double>(std::max<int64_t>(1, lr_decay_steps - warmup_steps));
-  return min_lr_ratio + (1.0 - min_lr_ratio) * 0.5 * (1.0 + std::cos(M_PI * progress));
-}
-
 namespace {
 
 // Bytes held out for validation: the last val_fraction of the text. They validate only when they
@@ -48,9 +40,9 @@ const GptModuleOptions& checked(const GptModuleOptions& o) {
   VOLT_CHECK(o.min_lr_ratio >= 0 && o.min_lr_ratio <= 1,
              "--min-lr-ratio={} must be in [0, 1]. HINT: 0.1 ends the decay at a tenth of --lr.", o.min_lr_ratio);
   VOLT_CHECK(o.weight_decay >= 0, "--weight-decay={} must be >= 0. HINT: GPT-2's recipe uses 0.1.", o.weight_decay);
-  VOLT_CHECK(o.warmup_steps >= 1, "--warmup-steps={} must be at least 1. HINT: e.g. a tenth of the run's steps.",
+  VOLT_CHECK(o.warmup_steps >= 0, "--warmup-steps={} must be >= 0. HINT: 0 warms up for a tenth of the decay.",
              o.warmup_steps);
-  VOLT_CHECK(o.lr_decay_steps >= 1, "--lr-decay-steps={} must be at least 1. HINT: the run's optimizer steps.",
+  VOLT_CHECK(o.lr_decay_steps >= 0, "--lr-decay-steps={} must be >= 0. HINT: 0 decays over the whole run.",
              o.lr_decay_steps);
   VOLT_CHECK(o.num_workers >= 0, "--num-workers={} must be >= 0. HINT: 0 makes batches on the training thread.",
              o.num_workers);
@@ -85,17 +77,6 @@ GptModule::GptModule(GptModuleOptions options) : volt::LightningModule("GptModul
                         {"text", options_.text}});
 }
 
-void GptModule::set_schedule(int64_t warmup_steps, int64_t lr_decay_steps) {
-  GptModuleOptions changed = options_;
-  changed.warmup_steps = warmup_steps;
-  changed.lr_decay_steps = lr_decay_steps;
-  options_ = checked(changed);
-  nlohmann::json hparams = this->hparams();
-  hparams["warmup_steps"] = warmup_steps;
-  hparams["lr_decay_steps"] = lr_decay_steps;
-  save_hyperparameters(std::move(hparams));
-}
-
 torch::Tensor GptModule::training_step(const volt::Batch& batch, int64_t) {
   const auto [inputs, targets] = inputs_and_targets(batch);
   const torch::Tensor loss = next_token_loss(transformer_->forward(inputs), targets);
@@ -127,10 +108,21 @@ volt::OptimizerConfig GptModule::configure_optimizers() {
   groups.emplace_back(decayed, std::make_unique<torch::optim::AdamWOptions>(adamw_options(options_.weight_decay)));
   groups.emplace_back(not_decayed, std::make_unique<torch::optim::AdamWOptions>(adamw_options(0.0)));
   auto adamw = std::make_shared<torch::optim::AdamW>(std::move(groups), adamw_options(options_.weight_decay));
-  // TODO(#31): Volt's own warmup + cosine scheduler replaces this LambdaLR once it exists.
-  auto schedule = std::make_shared<volt::LambdaLR>(
-      *adamw, [warmup = options_.warmup_steps, decay = options_.lr_decay_steps, floor = options_.min_lr_ratio](
-                  int64_t step) { return warmup_cosine_factor(step, warmup, decay, floor); });
+  // The decay spans the whole run as the Trainer counts its optimizer steps (they change with the
+  // number of processes, the accumulation and the batch limits), unless --lr-decay-steps says.
+  const int64_t decay_steps =
+      options_.lr_decay_steps > 0 ? options_.lr_decay_steps : estimated_stepping_batches().value_or(0);
+  VOLT_CHECK(decay_steps > 0,
+             "the learning-rate decay has no length: --lr-decay-steps is 0 and the run's optimizer steps are unknown "
+             "(no fit, or neither --max-steps nor --max-epochs bounds it). HINT: pass --max-steps N or "
+             "--lr-decay-steps N.");
+  const int64_t warmup_steps = options_.warmup_steps > 0 ? options_.warmup_steps : decay_steps / 10;
+  VOLT_CHECK(warmup_steps < decay_steps,
+             "--warmup-steps={} leaves no decay: the schedule has {} optimizer steps in all. HINT: pass fewer warmup "
+             "steps, or 0 for a tenth of the run.",
+             warmup_steps, decay_steps);
+  auto schedule = std::make_shared<volt::LinearWarmupCosineLR>(*adamw, warmup_steps, decay_steps,
+                                                               /*eta_min=*/options_.lr * options_.min_lr_ratio);
   return volt::OptimizerConfig(adamw, {.scheduler = schedule, .interval = volt::Interval::kStep});
 }
 
@@ -148,11 +140,6 @@ void GptModule::load_text() {
   train_ = token_windows(tokens.narrow(0, 0, kept), block);
   // The held-out end validates only when it holds a whole window.
   if (held_out >= block + 1) val_ = token_windows(tokens.narrow(0, kept, held_out), block);
-}
-
-int64_t GptModule::train_windows() {
-  load_text();
-  return train_->size();
 }
 
 volt::DataLoader GptModule::train_dataloader() {

@@ -31,11 +31,11 @@ struct GptModuleOptions {
   /// AdamW's beta1 and beta2 (GPT-3's 0.9 and 0.95).
   double beta1 = 0.9;
   double beta2 = 0.95;  ///< see beta1
-  /// Optimizer steps of linear warmup from 0 to lr (the gpt binary: a tenth of lr_decay_steps unless
-  /// --warmup-steps says).
-  int64_t warmup_steps = 100;
-  /// Optimizer steps from the start to the end of the cosine decay (lr * min_lr_ratio after it).
-  int64_t lr_decay_steps = 1000;
+  /// Optimizer steps of linear warmup from 0 to lr; 0: a tenth of the decay's steps.
+  int64_t warmup_steps = 0;
+  /// Optimizer steps from the start to the end of the cosine decay (lr * min_lr_ratio after it);
+  /// 0: the whole run, as the Trainer counts it (estimated_stepping_batches).
+  int64_t lr_decay_steps = 0;
   /// Threads that make batches ahead of the step.
   int64_t num_workers = 0;
   /// predict_step's prompt, as text (byte tokens).
@@ -47,11 +47,6 @@ struct GptModuleOptions {
 /// Whether the text file of `options` leaves a validation window (read from its size, before the
 /// module exists: the checkpoint callback monitors val/loss only then).
 bool has_validation_data(const GptModuleOptions& options);
-
-/// The learning-rate factor at optimizer step `step`: (step + 1) / warmup_steps during warmup,
-/// then a cosine from 1 down to min_lr_ratio over the steps up to lr_decay_steps, then
-/// min_lr_ratio.
-double warmup_cosine_factor(int64_t step, int64_t warmup_steps, int64_t lr_decay_steps, double min_lr_ratio);
 
 /// Trains a Gpt on byte windows of a text; logs train/loss and val/loss; predict_step continues
 /// the prompt.
@@ -70,7 +65,9 @@ class GptModule : public volt::LightningModule {
   /// [B, T + max_new_tokens].
   torch::Tensor predict_step(const volt::Batch& batch, int64_t batch_idx) override;
   /// AdamW with two parameter groups (weight decay on tensors of 2 or more dimensions, none on
-  /// biases and LayerNorm weights) and warmup_cosine_factor stepped per optimizer step.
+  /// biases and LayerNorm weights) and a LinearWarmupCosineLR stepped per optimizer step (Hugging
+  /// Face's get_cosine_schedule_with_warmup, ending at lr * min_lr_ratio). Throws volt::Error when
+  /// neither lr_decay_steps nor the run gives the decay a length.
   volt::OptimizerConfig configure_optimizers() override;
   volt::DataLoader train_dataloader() override;
   volt::DataLoader val_dataloader() override;
@@ -81,11 +78,6 @@ class GptModule : public volt::LightningModule {
 
   /// The model.
   Gpt& transformer() { return transformer_; }
-  /// Training windows in the text (read on first use): what an epoch's length derives from.
-  int64_t train_windows();
-  /// Sets the schedule's warmup_steps and lr_decay_steps (the main program knows the run's length
-  /// once the Trainer resolved it); from the next configure_optimizers() on.
-  void set_schedule(int64_t warmup_steps, int64_t lr_decay_steps);
 
  private:
   void load_text();

@@ -1,4 +1,4 @@
-// The example module's pieces: the learning-rate schedule, AdamW's parameter groups, and the
+// The example module's pieces: AdamW's parameter groups and schedule, the held-out split, and the
 // byte-level text (round trip, printable decoding, windows).
 #include "gpt/gpt_module.h"
 
@@ -8,15 +8,6 @@
 
 namespace gpt {
 namespace {
-
-TEST(WarmupCosine, RisesLinearlyThenFallsAlongACosineToTheFloor) {
-  EXPECT_DOUBLE_EQ(warmup_cosine_factor(0, 10, 110, 0.1), 0.1);
-  EXPECT_DOUBLE_EQ(warmup_cosine_factor(4, 10, 110, 0.1), 0.5);
-  EXPECT_DOUBLE_EQ(warmup_cosine_factor(10, 10, 110, 0.1), 1.0);
-  EXPECT_DOUBLE_EQ(warmup_cosine_factor(60, 10, 110, 0.1), 0.55);  // halfway down
-  EXPECT_DOUBLE_EQ(warmup_cosine_factor(110, 10, 110, 0.1), 0.1);
-  EXPECT_DOUBLE_EQ(warmup_cosine_factor(500, 10, 110, 0.1), 0.1);
-}
 
 GptModuleOptions tiny_options() {
   GptModuleOptions options;
@@ -40,21 +31,59 @@ TEST(GptModule, DecaysMatricesAndEmbeddingsOnly) {
   for (const torch::Tensor& p : groups[1].params()) EXPECT_EQ(p.dim(), 1);
   EXPECT_EQ(static_cast<const torch::optim::AdamWOptions&>(groups[0].options()).weight_decay(), 0.1);
   EXPECT_EQ(static_cast<const torch::optim::AdamWOptions&>(groups[1].options()).weight_decay(), 0.0);
-  // The scheduler's step 0 set the first warmup rate: lr / warmup_steps.
-  EXPECT_DOUBLE_EQ(groups[0].options().get_lr(), 1e-3 / 4);
   ASSERT_EQ(config.schedulers.size(), 1u);
   EXPECT_EQ(config.schedulers[0].interval, volt::Interval::kStep);
 }
 
+// The lr of the first group after each of `steps` scheduler steps, from step 0 (construction) on.
+std::vector<double> lrs(const volt::OptimizerConfig& config, int steps) {
+  std::vector<double> out{config.optimizers[0]->param_groups()[0].options().get_lr()};
+  for (int i = 0; i < steps; ++i) {
+    config.schedulers[0].scheduler->step();
+    out.push_back(config.optimizers[0]->param_groups()[0].options().get_lr());
+  }
+  return out;
+}
+
+TEST(GptModule, WarmsUpThenDecaysAlongACosineToItsFloor) {
+  GptModuleOptions options = tiny_options();  // lr 1e-3, warmup 4 of 20 steps, floor 0.1 lr
+  GptModule module(options);
+  const std::vector<double> lr = lrs(module.configure_optimizers(), 25);
+  EXPECT_DOUBLE_EQ(lr[0], 0.0);
+  EXPECT_DOUBLE_EQ(lr[2], 0.5e-3);
+  EXPECT_DOUBLE_EQ(lr[4], 1e-3);
+  EXPECT_NEAR(lr[12], 0.55e-3, 1e-12);  // halfway down the cosine
+  EXPECT_NEAR(lr[20], 1e-4, 1e-12);
+  EXPECT_NEAR(lr[25], 1e-4, 1e-12);
+  // Without --warmup-steps the warmup is a tenth of the decay: 2 of 20 steps.
+  options.warmup_steps = 0;
+  GptModule auto_warmup(options);
+  const std::vector<double> short_warmup = lrs(auto_warmup.configure_optimizers(), 2);
+  EXPECT_DOUBLE_EQ(short_warmup[1], 0.5e-3);
+  EXPECT_DOUBLE_EQ(short_warmup[2], 1e-3);
+}
+
+TEST(GptModule, RefusesAScheduleWithoutALength) {
+  GptModuleOptions options = tiny_options();
+  options.lr_decay_steps = 0;  // outside a fit the run's steps are unknown
+  std::string message = volt::testing::error_message([&] { GptModule(options).configure_optimizers(); });
+  EXPECT_NE(message.find("the learning-rate decay has no length"), std::string::npos) << message;
+  EXPECT_NE(message.find("HINT: pass --max-steps N or --lr-decay-steps N"), std::string::npos) << message;
+  options.lr_decay_steps = 4;
+  message = volt::testing::error_message([&] { GptModule(options).configure_optimizers(); });
+  EXPECT_NE(message.find("--warmup-steps=4 leaves no decay"), std::string::npos) << message;
+}
+
 TEST(GptModule, HoldsOutTheTextsEndForValidation) {
   GptModuleOptions options = tiny_options();  // windows of 8 + 1 bytes
+  options.batch_size = 1;
   options.text = volt::testing::write_scratch_file("text.txt", std::string(100, 'a'));
   GptModule module(options);
   // 90 bytes train (11 windows of 8 targets), the last 10 validate (1 window).
-  EXPECT_EQ(module.train_windows(), 11);
+  EXPECT_EQ(module.train_dataloader().num_batches(), 11);
   EXPECT_EQ(module.val_dataloader().num_batches(), 1);
   options.text = volt::testing::write_scratch_file("short.txt", "abcdefgh");
-  const std::string message = volt::testing::error_message([&] { GptModule(options).train_windows(); });
+  const std::string message = volt::testing::error_message([&] { GptModule(options).train_dataloader(); });
   EXPECT_NE(message.find("8 bytes leave 8 for training, less than one window of --block-size + 1 = 9 bytes"),
             std::string::npos)
       << message;

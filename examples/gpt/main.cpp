@@ -7,7 +7,6 @@
 //
 // The last tenth of the text validates (val/loss, in nats per byte). Every Trainer flag works as
 // in fashion_mnist; --help lists them.
-#include <algorithm>
 #include <iostream>
 #include <string>
 
@@ -16,25 +15,6 @@
 #include "volt/cli/cli_config.h"
 #include "volt/cli/trainer_flags.h"
 #include "volt/core/error.h"
-
-namespace {
-
-// Optimizer steps the run will take, for the cosine's length: --max-steps when given, else the
-// epochs times the batches each process reads per epoch over accumulate_grad_batches.
-// TODO(#31): read this from the Trainer (Lightning's estimated_stepping_batches) once it has it.
-int64_t estimated_optimizer_steps(const volt::RunPlan& plan, int64_t train_windows, int64_t batch_size) {
-  if (plan.max_steps > 0) return plan.max_steps;
-  VOLT_CHECK(plan.max_epochs > 0,
-             "neither --max-steps nor --max-epochs bounds the run, so the learning-rate decay has no length. HINT: "
-             "pass --max-steps N, or --lr-decay-steps N.");
-  const int64_t world = plan.topology.world_size;
-  const int64_t per_process = (train_windows + world - 1) / world;
-  const int64_t batches = plan.limit_train_batches.resolve((per_process + batch_size - 1) / batch_size);
-  const int64_t steps = (batches + plan.accumulate_grad_batches - 1) / plan.accumulate_grad_batches;
-  return std::max<int64_t>(1, plan.max_epochs * steps);
-}
-
-}  // namespace
 
 int main(int argc, char** argv) {
   return volt::run_main([&] {
@@ -76,14 +56,13 @@ int main(int argc, char** argv) {
     app.add_option("--weight-decay", options.weight_decay, "AdamW's weight decay (matrices and embeddings only)")
         ->capture_default_str()
         ->group("Model");
-    int64_t warmup_steps = 0;
-    app.add_option("--warmup-steps", warmup_steps, "optimizer steps of linear warmup (0: a tenth of the decay's)")
+    app.add_option("--warmup-steps", options.warmup_steps,
+                   "optimizer steps of linear warmup (0: a tenth of the decay's)")
         ->capture_default_str()
         ->check(CLI::NonNegativeNumber)
         ->group("Model");
-    int64_t lr_decay_steps = 0;
-    app.add_option("--lr-decay-steps", lr_decay_steps,
-                   "optimizer steps until the cosine decay ends (0: the run's length, from --max-steps or the epochs)")
+    app.add_option("--lr-decay-steps", options.lr_decay_steps,
+                   "optimizer steps until the cosine decay ends (0: the whole run, as the Trainer counts it)")
         ->capture_default_str()
         ->check(CLI::NonNegativeNumber)
         ->group("Model");
@@ -150,10 +129,6 @@ int main(int argc, char** argv) {
     }
     // The Trainer seeded LibTorch (seed_everything), so the initial weights are reproducible.
     gpt::GptModule module(options);
-    const int64_t decay_steps =
-        lr_decay_steps > 0 ? lr_decay_steps
-                           : estimated_optimizer_steps(trainer.plan(), module.train_windows(), options.batch_size);
-    module.set_schedule(warmup_steps > 0 ? warmup_steps : std::max<int64_t>(1, decay_steps / 10), decay_steps);
     const volt::FitResult result = trainer.fit(module);
     // SLURM is about to end this run and start the job again; it resumes from the HPC checkpoint.
     if (result.requeued()) {

@@ -1,6 +1,6 @@
 """examples/gpt, run the way a user does: a tiny GPT trained for 20 steps on a small text learns
 (its loss falls well below ln 256, the untrained model's), validates, and prints a sample that
-is valid UTF-8; a vocabulary too small for bytes is refused with a HINT. About 4 s on 2 cores."""
+is valid UTF-8; a vocabulary too small for bytes is refused with a HINT. About 3 s on 2 cores."""
 import random
 
 import pytest
@@ -9,7 +9,7 @@ from volt_e2e import assert_clean_exit, assert_ok, example_binary, merge_flags, 
 
 # A model of 35 K parameters on 32-byte windows: 20 steps take well under a second.
 TINY = ["--n-layer", "2", "--n-head", "2", "--n-embd", "32", "--block-size", "32", "--batch-size", "8",
-        "--lr", "3e-3", "--warmup-steps", "2", "--seed", "1", "--num-threads", "1", "--no-progress-bar",
+        "--lr", "1e-2", "--warmup-steps", "2", "--seed", "1", "--num-threads", "1", "--no-progress-bar",
         "--log-every-n-steps", "1"]
 
 
@@ -38,9 +38,9 @@ def test_a_tiny_gpt_learns_validates_and_prints_a_sample(gpt, text, tmp_path):
     losses = [float(r["train/loss_step"]) for r in rows if r.get("train/loss_step")]
     assert len(losses) == 20, rows
     assert losses[0] > 5.3, losses  # ln 256 = 5.55: the untrained model guesses uniformly
-    assert losses[-1] < losses[0] - 1.0, losses  # measured: 5.53 -> 3.89
+    assert losses[-1] < losses[0] - 1.5, losses  # measured, seeds 1-3: 5.53-5.55 -> 3.02-3.19
     val = [float(r["val/loss"]) for r in rows if r.get("val/loss")]
-    assert len(val) == 2 and val[-1] < 4.5, val  # measured: 3.89
+    assert len(val) == 2 and val[-1] < 4.0, val  # measured, seeds 1-3: 3.03-3.05
     assert "sample (--prompt continued by 40 bytes):" in run.stdout, repr(run)
 
 
