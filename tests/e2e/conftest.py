@@ -1,6 +1,5 @@
 """Fixtures for the end-to-end tests of examples/fashion_mnist (helpers: volt_e2e.py, and tests/volt_testkit.py,
 shared with the other folders)."""
-import os
 import sys
 from pathlib import Path
 
@@ -8,7 +7,7 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from volt_e2e import DATA_DIR, DETERMINISTIC, SHORT, assert_ok, run_binary  # noqa: E402
+from volt_e2e import DATA_DIR, DETERMINISTIC, SHORT, assert_ok, example_binary, run_binary  # noqa: E402
 from volt_testkit import require  # noqa: E402
 
 
@@ -18,13 +17,7 @@ def pytest_configure(config):
 
 @pytest.fixture(scope="session")
 def binary():
-    path = os.environ.get("VOLT_EXAMPLE")
-    if not path:
-        pytest.fail("VOLT_EXAMPLE is not set; run through CTest, or export "
-                    "VOLT_EXAMPLE=/path/to/build/examples/fashion_mnist")
-    if not os.access(path, os.X_OK):
-        pytest.fail(f"VOLT_EXAMPLE={path} is not an executable file")
-    return path
+    return example_binary("VOLT_EXAMPLE", "fashion_mnist")
 
 
 @pytest.fixture(scope="session")

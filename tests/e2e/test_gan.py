@@ -1,15 +1,14 @@
 """examples/fashion_mnist_gan: manual optimization with two optimizers, run the way a user does.
 One process and ddp train, each optimizer's step counts a global step, and a run resumed from its
 last checkpoint ends bit-identical to one that never stopped."""
-import os
 import subprocess
 import time
 
 import pytest
 import torch
 
-from volt_e2e import (DETERMINISTIC, Run, assert_ok, cluster_free_env, finite, load_checkpoint, merge_flags,
-                      read_metrics_csv, run_binary)
+from volt_e2e import (DETERMINISTIC, Run, assert_ok, cluster_free_env, example_binary, finite, load_checkpoint,
+                      merge_flags, read_metrics_csv, run_binary)
 from volt_testkit import free_port
 
 ARGS = ["--no-progress-bar", "--log-every-n-steps", "2"] + DETERMINISTIC
@@ -17,11 +16,7 @@ ARGS = ["--no-progress-bar", "--log-every-n-steps", "2"] + DETERMINISTIC
 
 @pytest.fixture(scope="module")
 def gan():
-    path = os.environ.get("VOLT_GAN_EXAMPLE")
-    if not path:
-        pytest.fail("VOLT_GAN_EXAMPLE is not set; run through CTest, or export "
-                    "VOLT_GAN_EXAMPLE=/path/to/build/examples/fashion_mnist_gan")
-    return path
+    return example_binary("VOLT_GAN_EXAMPLE", "fashion_mnist_gan")
 
 
 def last_checkpoint(run):

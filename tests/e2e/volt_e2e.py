@@ -37,6 +37,17 @@ CRASH_MARKERS = [
 ]
 
 
+def example_binary(variable, target):
+    """The example binary CTest passes in $`variable` ($<TARGET_FILE:`target`>); fails the test when it
+    is not set or not executable."""
+    path = os.environ.get(variable)
+    if not path:
+        pytest.fail(f"{variable} is not set; run through CTest, or export {variable}=/path/to/build/examples/{target}")
+    if not os.access(path, os.X_OK):
+        pytest.fail(f"{variable}={path} is not an executable file")
+    return path
+
+
 class Run:
     """The outcome of one run of the binary."""
 

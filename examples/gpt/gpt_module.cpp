@@ -1,0 +1,162 @@
+#include "gpt/gpt_module.h"
+
+#include <cmath>
+#include <filesystem>
+#include <memory>
+#include <utility>
+#include <vector>
+
+#include "volt/core/error.h"
+
+namespace gpt {
+
+namespace {
+
+// Bytes held out for validation: the last val_fraction of the text. They validate only when they
+// make at least one window (block_size + 1 bytes).
+int64_t held_out_bytes(int64_t text_bytes, const GptModuleOptions& options) {
+  return static_cast<int64_t>(static_cast<double>(text_bytes) * options.val_fraction);
+}
+
+}  // namespace
+
+bool has_validation_data(const GptModuleOptions& options) {
+  std::error_code error;
+  const auto bytes = static_cast<int64_t>(std::filesystem::file_size(options.text, error));
+  return !error && held_out_bytes(bytes, options) >= options.model.n_positions + 1;
+}
+
+namespace {
+
+/// Checks what a user can get wrong on the command line, naming the flag.
+const GptModuleOptions& checked(const GptModuleOptions& o) {
+  VOLT_CHECK(o.val_fraction >= 0 && o.val_fraction < 1,
+             "--val-fraction={} must be in [0, 1). HINT: 0.1 validates on the last tenth of the text; 0 turns "
+             "validation off.",
+             o.val_fraction);
+  VOLT_CHECK(o.batch_size >= 1, "--batch-size={} must be at least 1. HINT: the default is 16.", o.batch_size);
+  VOLT_CHECK(std::isfinite(o.lr) && o.lr > 0, "--lr={} must be a positive number. HINT: 1e-3 suits a small model.",
+             o.lr);
+  VOLT_CHECK(o.min_lr_ratio >= 0 && o.min_lr_ratio <= 1,
+             "--min-lr-ratio={} must be in [0, 1]. HINT: 0.1 ends the decay at a tenth of --lr.", o.min_lr_ratio);
+  VOLT_CHECK(o.weight_decay >= 0, "--weight-decay={} must be >= 0. HINT: GPT-2's recipe uses 0.1.", o.weight_decay);
+  VOLT_CHECK(o.warmup_steps >= 0, "--warmup-steps={} must be >= 0. HINT: 0 warms up for a tenth of the decay.",
+             o.warmup_steps);
+  VOLT_CHECK(o.lr_decay_steps >= 0, "--lr-decay-steps={} must be >= 0. HINT: 0 decays over the whole run.",
+             o.lr_decay_steps);
+  VOLT_CHECK(o.num_workers >= 0, "--num-workers={} must be >= 0. HINT: 0 makes batches on the training thread.",
+             o.num_workers);
+  VOLT_CHECK(!o.prompt.empty(), "--prompt is empty. HINT: generation continues a prompt of at least one byte.");
+  return o;
+}
+
+// Inputs [B, T] and targets [B, T] from a batch of token_windows, or of [B, T + 1] windows.
+std::pair<torch::Tensor, torch::Tensor> inputs_and_targets(const volt::Batch& batch) {
+  if (batch.target.defined()) return {batch.data, batch.target};
+  const int64_t length = batch.data.size(1) - 1;
+  return {batch.data.narrow(1, 0, length), batch.data.narrow(1, 1, length)};
+}
+
+}  // namespace
+
+GptModule::GptModule(GptModuleOptions options) : volt::LightningModule("GptModule"), options_(std::move(options)) {
+  transformer_ = register_module("transformer", Gpt(checked(options_).model));
+  const GptConfig& c = options_.model;
+  save_hyperparameters({{"n_layer", c.n_layer},
+                        {"n_head", c.n_head},
+                        {"n_embd", c.n_embd},
+                        {"n_positions", c.n_positions},
+                        {"vocab_size", c.vocab_size},
+                        {"dropout", c.resid_pdrop},
+                        {"activation_checkpointing", c.activation_checkpointing},
+                        {"lr", options_.lr},
+                        {"weight_decay", options_.weight_decay},
+                        {"warmup_steps", options_.warmup_steps},
+                        {"lr_decay_steps", options_.lr_decay_steps},
+                        {"batch_size", options_.batch_size},
+                        {"text", options_.text}});
+}
+
+torch::Tensor GptModule::training_step(const volt::Batch& batch, int64_t) {
+  const auto [inputs, targets] = inputs_and_targets(batch);
+  const torch::Tensor loss = next_token_loss(transformer_->forward(inputs), targets);
+  log("train/loss", loss, {.prog_bar = true, .on_step = true, .on_epoch = true});
+  return loss;
+}
+
+void GptModule::validation_step(const volt::Batch& batch, int64_t) {
+  const auto [inputs, targets] = inputs_and_targets(batch);
+  // sync_dist: under ddp each process validates a shard; the epoch mean covers every window once.
+  log("val/loss", next_token_loss(transformer_->forward(inputs), targets), {.prog_bar = true, .sync_dist = true});
+}
+
+torch::Tensor GptModule::predict_step(const volt::Batch& batch, int64_t) {
+  return generate(transformer_, batch.data, options_.sample);
+}
+
+volt::OptimizerConfig GptModule::configure_optimizers() {
+  // Weight decay pulls matrices and embeddings towards 0; on biases and LayerNorm gains it only
+  // hurts (GPT-2, nanoGPT): two parameter groups.
+  std::vector<torch::Tensor> decayed, not_decayed;
+  for (const torch::Tensor& param : parameters()) {
+    if (param.requires_grad()) (param.dim() >= 2 ? decayed : not_decayed).push_back(param);
+  }
+  const auto adamw_options = [&](double weight_decay) {
+    return torch::optim::AdamWOptions(options_.lr).betas({options_.beta1, options_.beta2}).weight_decay(weight_decay);
+  };
+  std::vector<torch::optim::OptimizerParamGroup> groups;
+  groups.emplace_back(decayed, std::make_unique<torch::optim::AdamWOptions>(adamw_options(options_.weight_decay)));
+  groups.emplace_back(not_decayed, std::make_unique<torch::optim::AdamWOptions>(adamw_options(0.0)));
+  auto adamw = std::make_shared<torch::optim::AdamW>(std::move(groups), adamw_options(options_.weight_decay));
+  // The decay spans the whole run as the Trainer counts its optimizer steps (they change with the
+  // number of processes, the accumulation and the batch limits), unless --lr-decay-steps says.
+  const int64_t decay_steps =
+      options_.lr_decay_steps > 0 ? options_.lr_decay_steps : estimated_stepping_batches().value_or(0);
+  VOLT_CHECK(decay_steps > 0,
+             "the learning-rate decay has no length: --lr-decay-steps is 0 and the run's optimizer steps are unknown "
+             "(no fit, or neither --max-steps nor --max-epochs bounds it). HINT: pass --max-steps N or "
+             "--lr-decay-steps N.");
+  const int64_t warmup_steps = options_.warmup_steps > 0 ? options_.warmup_steps : decay_steps / 10;
+  VOLT_CHECK(warmup_steps < decay_steps,
+             "--warmup-steps={} leaves no decay: the schedule has {} optimizer steps in all. HINT: pass fewer warmup "
+             "steps, or 0 for a tenth of the run.",
+             warmup_steps, decay_steps);
+  auto schedule = std::make_shared<volt::LinearWarmupCosineLR>(*adamw, warmup_steps, decay_steps,
+                                                               /*eta_min=*/options_.lr * options_.min_lr_ratio);
+  return volt::OptimizerConfig(adamw, {.scheduler = schedule, .interval = volt::Interval::kStep});
+}
+
+void GptModule::load_text() {
+  if (train_) return;
+  VOLT_CHECK(!options_.text.empty(), "no text to train on. HINT: pass --text FILE (any plain text file).");
+  const torch::Tensor tokens = read_byte_tokens(options_.text);
+  const int64_t block = options_.model.n_positions;
+  const int64_t held_out = held_out_bytes(tokens.numel(), options_);
+  const int64_t kept = tokens.numel() - held_out;
+  VOLT_CHECK(kept >= block + 1,
+             "{}: {} bytes leave {} for training, less than one window of --block-size + 1 = {} bytes. HINT: use a "
+             "longer text or a smaller --block-size.",
+             options_.text, tokens.numel(), kept, block + 1);
+  train_ = token_windows(tokens.narrow(0, 0, kept), block);
+  // The held-out end validates only when it holds a whole window.
+  if (held_out >= block + 1) val_ = token_windows(tokens.narrow(0, kept, held_out), block);
+}
+
+volt::DataLoader GptModule::train_dataloader() {
+  load_text();
+  return volt::DataLoader(train_,
+                          {.batch_size = options_.batch_size, .shuffle = true, .num_workers = options_.num_workers});
+}
+
+volt::DataLoader GptModule::val_dataloader() {
+  load_text();
+  if (!val_) return {};
+  return volt::DataLoader(val_, {.batch_size = options_.batch_size, .num_workers = options_.num_workers});
+}
+
+volt::DataLoader GptModule::predict_dataloader() {
+  const torch::Tensor prompt = encode_bytes(options_.prompt).unsqueeze(0);
+  return volt::DataLoader(std::make_shared<volt::TensorDataset>(prompt, torch::Tensor()), {.batch_size = 1});
+}
+
+}  // namespace gpt

@@ -1,0 +1,152 @@
+// Trains a GPT (GPT-2's architecture) on the bytes of a text file, then continues a prompt.
+//
+//   gpt --text book.txt --max-steps 2000
+//   gpt --text book.txt --n-layer 6 --n-head 6 --n-embd 384 --block-size 256 --max-epochs 2
+//   gpt --text book.txt --model-config config.json --activation-checkpointing --max-steps 10
+//   gpt --text book.txt --max-steps 200 --strategy ddp --devices 2 --precision bf16-mixed
+//
+// The last tenth of the text validates (val/loss, in nats per byte). Every Trainer flag works as
+// in fashion_mnist; --help lists them.
+#include <iostream>
+#include <string>
+
+#include "gpt/byte_text.h"
+#include "gpt/gpt_module.h"
+#include "volt/cli/cli_config.h"
+#include "volt/cli/trainer_flags.h"
+#include "volt/core/error.h"
+
+int main(int argc, char** argv) {
+  return volt::run_main([&] {
+    CLI::App app("Train a GPT on the bytes of a text file with Volt, then continue a prompt.", "gpt");
+    gpt::GptModuleOptions options;
+    gpt::GptConfig& model = options.model;
+    volt::TrainerOptions trainer_options;
+    trainer_options.max_epochs = 1;
+    volt::TrainerFlagText flag_text;
+    volt::add_trainer_flags(app, trainer_options, flag_text);
+    // The groups are the config file's sections (LightningCLI's layout).
+    app.add_option("--n-layer", model.n_layer, "transformer blocks")->capture_default_str()->group("Model");
+    app.add_option("--n-head", model.n_head, "attention heads (must divide --n-embd)")
+        ->capture_default_str()
+        ->group("Model");
+    app.add_option("--n-embd", model.n_embd, "width of the residual stream")->capture_default_str()->group("Model");
+    app.add_option("--block-size", model.n_positions, "context length: the model's positions and the training window")
+        ->capture_default_str()
+        ->group("Model");
+    app.add_option("--vocab-size", model.vocab_size, "token embedding rows (at least 256 for byte tokens)")
+        ->capture_default_str()
+        ->group("Model");
+    double dropout = 0.0;
+    app.add_option("--dropout", dropout, "embedding, attention and residual dropout")
+        ->capture_default_str()
+        ->group("Model");
+    app.add_flag("--activation-checkpointing", model.activation_checkpointing,
+                 "recompute each block in backward instead of keeping its activations (less memory, ~1 more forward)")
+        ->group("Model");
+    std::string model_config;
+    app.add_option("--model-config", model_config,
+                   "a Hugging Face GPT-2 config.json giving the model's size and dropouts (instead of the size flags)")
+        ->group("Model");
+    app.add_option("--lr", options.lr, "AdamW's peak learning rate")->capture_default_str()->group("Model");
+    app.add_option("--min-lr-ratio", options.min_lr_ratio,
+                   "the learning rate after the cosine decay, as a share of --lr")
+        ->capture_default_str()
+        ->group("Model");
+    app.add_option("--weight-decay", options.weight_decay, "AdamW's weight decay (matrices and embeddings only)")
+        ->capture_default_str()
+        ->group("Model");
+    app.add_option("--warmup-steps", options.warmup_steps,
+                   "optimizer steps of linear warmup (0: a tenth of the decay's)")
+        ->capture_default_str()
+        ->check(CLI::NonNegativeNumber)
+        ->group("Model");
+    app.add_option("--lr-decay-steps", options.lr_decay_steps,
+                   "optimizer steps until the cosine decay ends (0: the whole run, as the Trainer counts it)")
+        ->capture_default_str()
+        ->check(CLI::NonNegativeNumber)
+        ->group("Model");
+    app.add_option("--text", options.text, "the text file to train on (read as bytes)")->group("Data");
+    app.add_option("--val-fraction", options.val_fraction, "the share of the text, from its end, that validates")
+        ->capture_default_str()
+        ->group("Data");
+    app.add_option("--batch-size", options.batch_size, "windows per batch")->capture_default_str()->group("Data");
+    app.add_option("--num-workers", options.num_workers, "threads that make batches ahead of the step")
+        ->capture_default_str()
+        ->group("Data");
+    app.add_option("--prompt", options.prompt, "the text the sample at the end continues")->capture_default_str();
+    app.add_option("--sample-tokens", options.sample.max_new_tokens, "bytes generated at the end (0: no sample)")
+        ->capture_default_str();
+    app.add_option("--temperature", options.sample.temperature, "sampling temperature (0: greedy)")
+        ->capture_default_str();
+    app.add_option("--top-k", options.sample.top_k, "sample among the k most likely bytes (0: all)")
+        ->capture_default_str();
+    app.add_option("--sample-seed", options.sample.seed, "the sample's seed")->capture_default_str();
+    bool print_plan = false;
+    app.add_flag("--print-plan", print_plan, "print the resolved run plan and exit")->configurable(false);
+    try {
+      app.parse(argc, argv);
+    } catch (const CLI::ParseError& e) {
+      return app.exit(e) == 0 ? 0 : 2;
+    }
+    volt::apply_trainer_flags(flag_text, trainer_options);
+    trainer_options.config = volt::resolved_config(app);
+
+    if (!model_config.empty()) {
+      for (const char* flag : {"--n-layer", "--n-head", "--n-embd", "--block-size", "--vocab-size", "--dropout"}) {
+        VOLT_CHECK(app.count(flag) == 0,
+                   "--model-config={} and {} were both given. HINT: the config.json sets the model's size; drop {} "
+                   "or the config.",
+                   model_config, flag, flag);
+      }
+      const bool checkpointing = model.activation_checkpointing;
+      model = gpt::load_hf_config(model_config);
+      model.activation_checkpointing = checkpointing;
+    } else {
+      model.embd_pdrop = model.attn_pdrop = model.resid_pdrop = dropout;
+    }
+    VOLT_CHECK(model.vocab_size >= gpt::kByteVocabSize,
+               "--vocab-size={} is too small for byte tokens, which take {} values. HINT: pass --vocab-size 256.",
+               model.vocab_size, gpt::kByteVocabSize);
+
+    const volt::BatchLimit& val_limit = trainer_options.limit_val_batches;
+    // Without validation (--val-fraction 0, a text too short to hold out a window,
+    // --limit-val-batches 0) there is no val/loss to rank checkpoints by: keep the latest.
+    const bool validates = gpt::has_validation_data(options) &&
+                           (val_limit.is_fraction() ? val_limit.fraction() > 0 : val_limit.count() > 0);
+    if (trainer_options.enable_checkpointing) {
+      trainer_options.callbacks.push_back(std::make_shared<volt::ModelCheckpoint>(
+          validates ? volt::ModelCheckpointOptions{.filename = "{epoch}-{step}-{val/loss:.4f}",
+                                                   .monitor = "val/loss",
+                                                   .mode = volt::Mode::kMin,
+                                                   .save_last = true}
+                    : volt::ModelCheckpointOptions{.filename = "{epoch}-{step}", .save_last = true}));
+    }
+    volt::Trainer trainer(trainer_options);
+    if (print_plan) {
+      std::cout << trainer.plan().describe();
+      return 0;
+    }
+    // The Trainer seeded LibTorch (seed_everything), so the initial weights are reproducible.
+    gpt::GptModule module(options);
+    const volt::FitResult result = trainer.fit(module);
+    // SLURM is about to end this run and start the job again; it resumes from the HPC checkpoint.
+    if (result.requeued()) {
+      trainer.teardown();
+      return 0;
+    }
+    // Under ddp every process runs this program; only rank 0 reports.
+    const bool report = trainer.plan().is_global_zero();
+    if (report) std::cout << result.full_report();
+    if (result.reason != volt::StopReason::kInterrupted && options.sample.max_new_tokens > 0) {
+      const std::vector<torch::Tensor> samples = trainer.predict(module);
+      if (report && !samples.empty()) {
+        std::cout << "sample (--prompt continued by " << options.sample.max_new_tokens << " bytes):\n"
+                  << gpt::decode_bytes(samples.front()[0]) << "\n";
+      }
+    }
+    if (report) std::cout << result.brief_report() << "\n";
+    trainer.teardown();
+    return result.reason == volt::StopReason::kInterrupted ? 130 : 0;
+  });
+}
