@@ -10,6 +10,7 @@
 #include <optional>
 #include <utility>
 
+#include "volt/base/autograd_compat.h"
 #include "volt/core/error.h"
 #include "volt/precision/autocast_guard.h"
 
@@ -166,7 +167,9 @@ std::vector<torch::Tensor> checkpoint(const CheckpointFn& fn, const std::vector<
     saved.push_back(input.defined() ? input.detach().requires_grad_(input.requires_grad()) : input);
     edges.push_back(input.defined() ? torch::autograd::impl::gradient_edge(input) : torch::autograd::Edge());
   }
-  auto node = std::make_shared<CheckpointBackward>(fn, std::move(saved), std::move(generators), autocast);
+  auto node = compat::make_autograd_node<CheckpointBackward>(fn, std::move(saved), std::move(generators), autocast);
+  // The graph's own pointer type (std::shared_ptr or c10::intrusive_ptr per LibTorch) to the base.
+  const decltype(torch::autograd::Edge::function) as_node = node;
   node->set_next_edges(std::move(edges));
   node->set_output_count(outputs.size());
   for (size_t i = 0; i < outputs.size(); ++i) {
@@ -180,7 +183,7 @@ std::vector<torch::Tensor> checkpoint(const CheckpointFn& fn, const std::vector<
         break;
       }
     }
-    torch::autograd::set_history(output, node);
+    torch::autograd::set_history(output, as_node);
     node->differentiable.push_back(i);
   }
   return outputs;
