@@ -105,6 +105,8 @@ int main(int argc, char** argv) {
     } else {
       model.embd_pdrop = model.attn_pdrop = model.resid_pdrop = dropout;
     }
+    // full_shard gathers one block at a time (FSDP's per-block wrapping); elsewhere units change nothing.
+    model.fsdp_units = trainer_options.sharding_strategy == volt::ShardingStrategy::kFullShard;
     VOLT_CHECK(model.vocab_size >= gpt::kByteVocabSize,
                "--vocab-size={} is too small for byte tokens, which take {} values. HINT: pass --vocab-size 256.",
                model.vocab_size, gpt::kByteVocabSize);
