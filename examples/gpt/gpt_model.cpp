@@ -61,6 +61,103 @@ torch::Tensor run_block(torch::nn::Module& layer, const torch::Tensor& x) {
   return dynamic_cast<BlockImpl&>(layer).forward(x);
 }
 
+// Block `layer`'s output, recomputed in backward (volt::checkpoint) when `checkpointing` and a
+// backward will follow.
+torch::Tensor run_block(const std::shared_ptr<torch::nn::Module>& layer, const torch::Tensor& x, bool checkpointing) {
+  if (!(checkpointing && layer->is_training() && torch::GradMode::is_enabled())) return run_block(*layer, x);
+  // The block is captured by value: backward runs the function again, after the caller is gone.
+  return volt::checkpoint([layer](const torch::Tensor& in) { return run_block(*layer, in); }, x);
+}
+
+// The Pipe's layers (GptConfig::pipelined) refer to the model's modules without registering them:
+// the parameters stay the model's, under Hugging Face's names, and are counted once. Moving a
+// layer (the pipeline puts each stage on its device) moves what it refers to.
+class PipeLayer : public torch::nn::Module {
+ public:
+  explicit PipeLayer(std::vector<std::shared_ptr<torch::nn::Module>> parts) : parts_(std::move(parts)) {}
+  void to(torch::Device device, torch::Dtype dtype, bool non_blocking) override {
+    for (const auto& part : parts_) part->to(device, dtype, non_blocking);
+  }
+  void to(torch::Dtype dtype, bool non_blocking) override {
+    for (const auto& part : parts_) part->to(dtype, non_blocking);
+  }
+  void to(torch::Device device, bool non_blocking) override {
+    for (const auto& part : parts_) part->to(device, non_blocking);
+  }
+
+ private:
+  std::vector<std::shared_ptr<torch::nn::Module>> parts_;
+};
+
+// Token ids [B, T] -> the blocks' input [B, T, n_embd].
+class EmbeddingsLayerImpl : public PipeLayer {
+ public:
+  EmbeddingsLayerImpl(torch::nn::Embedding wte, torch::nn::Embedding wpe, torch::nn::Dropout drop)
+      : PipeLayer({wte.ptr(), wpe.ptr(), drop.ptr()}), wte_(wte), wpe_(wpe), drop_(drop) {}
+  torch::Tensor forward(const torch::Tensor& idx) {
+    return drop_(wte_(idx) + wpe_(torch::arange(idx.size(1), idx.options())));
+  }
+
+ private:
+  torch::nn::Embedding wte_, wpe_;
+  torch::nn::Dropout drop_;
+};
+TORCH_MODULE(EmbeddingsLayer);
+
+// One block of h.
+class BlockLayerImpl : public PipeLayer {
+ public:
+  BlockLayerImpl(std::shared_ptr<torch::nn::Module> block, bool checkpointing)
+      : PipeLayer({block}), block_(std::move(block)), checkpointing_(checkpointing) {}
+  torch::Tensor forward(const torch::Tensor& x) { return run_block(block_, x, checkpointing_ && is_training()); }
+
+ private:
+  std::shared_ptr<torch::nn::Module> block_;
+  bool checkpointing_;
+};
+TORCH_MODULE(BlockLayer);
+
+// ln_f, then the tied LM head. As a pipeline's last stage it runs on another thread than the
+// embeddings (the first stage): both adding into the embedding's gradient, micro-batch by
+// micro-batch, would sum in whatever order the threads meet, and no two runs would end
+// bit-identical. So while separate (GptImpl::training_loss under the pipeline) the head computes
+// with a leaf of its own over the embedding's storage, whose gradient is added once, afterwards.
+// On another device than the embeddings the weight is copied there; the copy's backward brings
+// the gradient home.
+class HeadLayerImpl : public PipeLayer {
+ public:
+  HeadLayerImpl(torch::nn::LayerNorm ln_f, torch::nn::Embedding wte)
+      : PipeLayer({ln_f.ptr()}), ln_f_(ln_f), wte_(wte) {}
+  torch::Tensor forward(const torch::Tensor& x) {
+    return torch::nn::functional::linear(ln_f_(x), weight().to(x.device()));
+  }
+  /// From now on, accumulate the head's share of the embedding's gradient apart (or not).
+  void set_separate(bool separate) { separate_ = separate; }
+  /// The gradient accumulated apart since the last call (undefined if none), cleared.
+  torch::Tensor take_gradient() {
+    if (!own_.defined() || !own_.grad().defined()) return {};
+    torch::Tensor grad = own_.grad();
+    own_.mutable_grad() = torch::Tensor();
+    return grad;
+  }
+
+ private:
+  const torch::Tensor& weight() {
+    const torch::Tensor& shared = wte_->weight;
+    if (!separate_) return shared;
+    // The same storage: the optimizer's updates of the embedding are the head's too. Made again
+    // when the embedding moved (the pipeline put the stages on their devices).
+    if (!own_.defined() || !own_.is_alias_of(shared)) own_ = shared.detach().requires_grad_(true);
+    return own_;
+  }
+
+  torch::nn::LayerNorm ln_f_;
+  torch::nn::Embedding wte_;
+  bool separate_ = false;
+  torch::Tensor own_;
+};
+TORCH_MODULE(HeadLayer);
+
 }  // namespace
 
 void GptConfig::validate() const {
@@ -202,6 +299,12 @@ GptImpl::GptImpl(GptConfig config) : config_(std::move(config)) {
   ln_f = register_module(
       "ln_f", torch::nn::LayerNorm(torch::nn::LayerNormOptions({config_.n_embd}).eps(config_.layer_norm_epsilon)));
   init_weights();
+  if (config_.pipelined) {
+    torch::nn::Sequential layers(EmbeddingsLayer(wte, wpe, drop_));
+    for (size_t i = 0; i < h->size(); ++i) layers->push_back(BlockLayer(h->ptr(i), config_.activation_checkpointing));
+    layers->push_back(HeadLayer(ln_f, wte));
+    pipe = register_module("pipe", volt::Pipe(layers));
+  }
 }
 
 void GptImpl::init_weights() {
@@ -251,18 +354,41 @@ void GptImpl::check_tokens(const torch::Tensor& idx) const {
 
 torch::Tensor GptImpl::forward(const torch::Tensor& idx) {
   check_tokens(idx);
+  if (pipe) return pipe->forward(idx);
   const torch::Tensor positions = torch::arange(idx.size(1), idx.options());
   torch::Tensor x = drop_(wte(idx) + wpe(positions));
   // Checkpointing pays off only when a backward will follow.
-  const bool recompute = config_.activation_checkpointing && is_training() && torch::GradMode::is_enabled();
-  for (size_t i = 0; i < h->size(); ++i) {
-    // The block is captured by value: backward runs the function again, after this loop is gone.
-    const std::shared_ptr<torch::nn::Module> block = h->ptr(i);
-    x = recompute ? volt::checkpoint([block](const torch::Tensor& in) { return run_block(*block, in); }, x)
-                  : run_block(*block, x);
-  }
+  for (size_t i = 0; i < h->size(); ++i) x = run_block(h->ptr(i), x, config_.activation_checkpointing && is_training());
   // The LM head is the token embedding (tied weights): logits = ln_f(x) wteᵀ.
   return torch::nn::functional::linear(ln_f(x), wte->weight);
+}
+
+torch::Tensor GptImpl::training_loss(const torch::Tensor& inputs, const torch::Tensor& targets) {
+  if (!pipe) return next_token_loss(forward(inputs), targets);
+  check_tokens(inputs);
+  const auto rows = static_cast<double>(inputs.size(0));
+  const auto loss = [&](const torch::Tensor& logits, int64_t begin, int64_t end) {
+    return next_token_loss(logits, targets.slice(0, begin, end).to(logits.device())) *
+           (static_cast<double>(end - begin) / rows);
+  };
+  if (!pipe->enabled() || !torch::GradMode::is_enabled()) return pipe->train_step(inputs, loss);
+  // The stages run forward and backward here; the head's share of the tied embedding's gradient
+  // is added after both stages are through, in one fixed order (see HeadLayer).
+  const std::shared_ptr<HeadLayerImpl> head = pipe->layers->ptr<HeadLayerImpl>(pipe->layers->size() - 1);
+  head->set_separate(true);
+  const torch::Tensor total = pipe->train_step(inputs, loss);
+  head->set_separate(false);
+  const torch::Tensor grad = head->take_gradient();
+  if (grad.defined()) {
+    torch::NoGradGuard no_grad;
+    torch::Tensor& embedding_grad = wte->weight.mutable_grad();
+    if (embedding_grad.defined()) {
+      embedding_grad.add_(grad.to(embedding_grad.device()));
+    } else {
+      embedding_grad = grad.to(wte->weight.device());
+    }
+  }
+  return total;
 }
 
 torch::Tensor next_token_loss(const torch::Tensor& logits, const torch::Tensor& targets) {

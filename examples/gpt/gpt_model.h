@@ -24,6 +24,8 @@
 #include <nlohmann/json.hpp>
 #include <string>
 
+#include "volt/pipeline/pipe.h"
+
 namespace gpt {
 
 /// The model's size and regularisation: GPT2Config's fields that change the computation.
@@ -56,6 +58,11 @@ struct GptConfig {
   /// gathered only around its own forward and backward (PyTorch FSDP's per-block wrapping), so a
   /// process holds one whole block at a time. Names and checkpoints are the same either way.
   bool fsdp_units = false;
+  /// Also hold the layers in a volt::Pipe, which strategy="pipeline" splits into stages: the
+  /// embeddings, each block, and the head (ln_f and the tied embedding), n_layer + 2 layers. The
+  /// parameters keep their names (the Pipe's layers only refer to them), so checkpoints and
+  /// Hugging Face files are the same; a checkpoint adds the partition in force (pipe.balance).
+  bool pipelined = false;
 
   /// Throws volt::Error naming the first field out of range (sizes below 1, n_embd not divisible
   /// by n_head, a dropout outside [0, 1)), with what was expected and a HINT.
@@ -136,6 +143,10 @@ class GptImpl : public torch::nn::Module {
   /// token t + 1 from tokens 0..t. Throws volt::Error for T > n_positions or an id outside
   /// [0, vocab_size), naming it.
   torch::Tensor forward(const torch::Tensor& idx);
+  /// A training batch's loss, next_token_loss(forward(inputs), targets): through the pipeline
+  /// when strategy="pipeline" runs it (each micro-batch's loss, weighted by its share of the rows;
+  /// its backward then adds nothing, the gradients being complete), else as written.
+  torch::Tensor training_loss(const torch::Tensor& inputs, const torch::Tensor& targets);
   /// The configuration it was built with.
   const GptConfig& config() const { return config_; }
 
@@ -143,6 +154,8 @@ class GptImpl : public torch::nn::Module {
   torch::nn::Embedding wpe{nullptr};   ///< position embedding
   torch::nn::ModuleList h{nullptr};    ///< the blocks, h.0 .. h.<n_layer - 1> (Block or FsdpUnit(Block))
   torch::nn::LayerNorm ln_f{nullptr};  ///< the final LayerNorm
+  /// The layers as a pipeline (GptConfig::pipelined), else empty.
+  volt::Pipe pipe{nullptr};
 
  private:
   void check_tokens(const torch::Tensor& idx) const;

@@ -160,6 +160,41 @@ TEST(Gpt, BlocksInFsdpUnitsKeepTheNamesTheWeightsAndTheOutput) {
   EXPECT_TRUE(torch::equal(wrapped->forward(idx), plain->forward(idx)));
 }
 
+TEST(Gpt, APipelinedModelKeepsItsParametersAndGivesTheSameLossAndGradients) {
+  // The Pipe's layers refer to the model's modules: one copy of each parameter, under its name,
+  // and as a pipeline (3 stages over embeddings, 2 blocks, head; the tied embedding in the first
+  // and the last stage) the same loss and gradients as the plain model.
+  GptConfig config = small_config();
+  Gpt plain = small_model(config);
+  config.pipelined = true;
+  Gpt pipelined = small_model(config);
+  ASSERT_EQ(pipelined->pipe->layers->size(), 4u);
+  const auto expected = plain->named_parameters();
+  const auto actual = pipelined->named_parameters();
+  ASSERT_EQ(actual.size(), expected.size());
+  for (size_t i = 0; i < expected.size(); ++i) EXPECT_EQ(actual[i].key(), expected[i].key());
+  EXPECT_EQ(pipelined->parameters().size(), plain->parameters().size());
+  pipelined->pipe->enable({.balance = {1, 2, 1},
+                           .devices = {torch::kCPU, torch::kCPU, torch::kCPU},
+                           .chunks = 2,
+                           .schedule = volt::PipelineSchedule::k1F1B});
+  const torch::Tensor idx = torch::randint(100, {4, 17}, torch::kLong);
+  const torch::Tensor inputs = idx.narrow(1, 0, 16), targets = idx.narrow(1, 1, 16);
+  const torch::Tensor a = plain->training_loss(inputs, targets);
+  a.backward();
+  const torch::Tensor b = pipelined->training_loss(inputs, targets);
+  b.backward();
+  EXPECT_NEAR(a.item<double>(), b.item<double>(), 1e-6);
+  EXPECT_EQ(pipelined->pipe->balance(), (std::vector<int64_t>{1, 2, 1}));
+  const auto plain_params = plain->named_parameters();
+  const auto pipelined_params = pipelined->named_parameters();
+  for (size_t i = 0; i < plain_params.size(); ++i) {
+    ASSERT_TRUE(pipelined_params[i].value().grad().defined()) << plain_params[i].key();
+    EXPECT_TRUE(torch::allclose(pipelined_params[i].value().grad(), plain_params[i].value().grad(), 1e-5, 1e-6))
+        << plain_params[i].key();
+  }
+}
+
 TEST(Gpt, RefusesTokensOutsideTheVocabularyAndContext) {
   Gpt model = small_model();
   torch::Tensor idx = torch::zeros({2, 5}, torch::kLong);

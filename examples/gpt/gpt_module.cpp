@@ -79,7 +79,9 @@ GptModule::GptModule(GptModuleOptions options) : volt::LightningModule("GptModul
 
 torch::Tensor GptModule::training_step(const volt::Batch& batch, int64_t) {
   const auto [inputs, targets] = inputs_and_targets(batch);
-  const torch::Tensor loss = next_token_loss(transformer_->forward(inputs), targets);
+  // Under strategy="pipeline" the loss comes per micro-batch from the model's Pipe, so the 1F1B
+  // schedule can run each micro-batch's backward as soon as its forward is through.
+  const torch::Tensor loss = transformer_->training_loss(inputs, targets);
   log("train/loss", loss, {.prog_bar = true, .on_step = true, .on_epoch = true});
   return loss;
 }

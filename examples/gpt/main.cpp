@@ -107,6 +107,8 @@ int main(int argc, char** argv) {
     }
     // full_shard gathers one block at a time (FSDP's per-block wrapping); elsewhere units change nothing.
     model.fsdp_units = trainer_options.sharding_strategy == volt::ShardingStrategy::kFullShard;
+    // strategy="pipeline" splits the model's Pipe (embeddings, blocks, head) into stages.
+    model.pipelined = trainer_options.strategy == volt::StrategyRequest::kPipeline;
     VOLT_CHECK(model.vocab_size >= gpt::kByteVocabSize,
                "--vocab-size={} is too small for byte tokens, which take {} values. HINT: pass --vocab-size 256.",
                model.vocab_size, gpt::kByteVocabSize);

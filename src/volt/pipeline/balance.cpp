@@ -2,12 +2,14 @@
 
 #include <fmt/format.h>
 #include <fmt/ranges.h>
+#include <torch/csrc/autograd/functions/accumulate_grad.h>
 #include <torch/torch.h>
 
 #include <algorithm>
 #include <chrono>
 #include <limits>
 #include <numeric>
+#include <unordered_set>
 
 #include "volt/core/error.h"
 #include "volt/core/strings.h"
@@ -18,27 +20,58 @@ namespace {
 
 int64_t bytes_of(const torch::Tensor& t) { return t.numel() * static_cast<int64_t>(t.element_size()); }
 
+// The leaves whose gradients a backward of `out` would accumulate (the parameters it used, and
+// `input` if it requires grad), found in its graph rather than among a layer's registered
+// parameters: a layer may use parameters registered elsewhere (a tied embedding, a view of a
+// model's modules), and they cost time and memory all the same.
+std::vector<torch::Tensor> graph_leaves(const torch::Tensor& out) {
+  std::vector<torch::Tensor> leaves;
+  std::unordered_set<const torch::autograd::Node*> seen;
+  std::vector<torch::autograd::Node*> pending;
+  if (out.grad_fn()) pending.push_back(out.grad_fn().get());
+  while (!pending.empty()) {
+    torch::autograd::Node* node = pending.back();
+    pending.pop_back();
+    if (!seen.insert(node).second) continue;
+    if (auto* accumulate = dynamic_cast<torch::autograd::AccumulateGrad*>(node)) {
+      leaves.push_back(accumulate->variable);
+      continue;
+    }
+    for (const auto& edge : node->next_edges()) {
+      if (edge.function) pending.push_back(edge.function.get());
+    }
+  }
+  return leaves;
+}
+
 }  // namespace
 
 std::vector<LayerCost> profile_layers(torch::nn::Sequential& layers, const torch::Tensor& sample, int repeats) {
   VOLT_CHECK(layers->size() > 0, "profile_layers was given an empty Sequential. HINT: add the model's layers first.");
   VOLT_CHECK(repeats >= 1, "profile_layers needs repeats >= 1; got {}.", repeats);
-  // Whatever gradients the layers hold stay: the timing passes accumulate into copies.
-  std::vector<std::pair<torch::Tensor, torch::Tensor>> kept;
-  for (const torch::Tensor& p : layers->parameters())
-    kept.emplace_back(p, p.grad().defined() ? p.grad().clone() : p.grad());
+  // The timing passes compute the gradients the backward would (autograd::grad of every leaf in
+  // the graph) without accumulating them: whatever gradients the parameters hold stay.
   std::vector<LayerCost> costs;
   torch::Tensor x = sample.detach();
   for (auto it = layers->begin(); it != layers->end(); ++it) {
     LayerCost cost;
-    for (const torch::Tensor& p : it->ptr()->parameters()) cost.parameter_bytes += 2 * bytes_of(p);
     std::vector<double> times;
     torch::Tensor out;
     for (int r = 0; r <= repeats; ++r) {
       const torch::Tensor input = x.is_floating_point() ? x.detach().requires_grad_(true) : x;
       const auto start = std::chrono::steady_clock::now();
       out = it->forward(input);
-      if (out.requires_grad()) out.backward(torch::ones_like(out));
+      if (out.requires_grad()) {
+        const std::vector<torch::Tensor> leaves = graph_leaves(out);
+        if (!leaves.empty())
+          torch::autograd::grad({out}, leaves, {torch::ones_like(out)}, /*retain_graph=*/false,
+                                /*create_graph=*/false, /*allow_unused=*/true);
+        if (r == 0) {
+          for (const torch::Tensor& leaf : leaves) {
+            if (!leaf.is_same(input)) cost.parameter_bytes += 2 * bytes_of(leaf);  // the value and its gradient
+          }
+        }
+      }
       const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
       if (r > 0) times.push_back(seconds);  // the first pass warms caches and allocators
     }
@@ -48,8 +81,6 @@ std::vector<LayerCost> profile_layers(torch::nn::Sequential& layers, const torch
     costs.push_back(cost);
     x = out.detach();
   }
-  torch::NoGradGuard no_grad;
-  for (auto& [p, grad] : kept) p.mutable_grad() = grad;
   return costs;
 }
 

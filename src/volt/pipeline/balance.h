@@ -24,8 +24,10 @@ struct LayerCost {
 };
 
 /// Times each layer of `layers` forward and backward on `sample` (`repeats` times after one
-/// warm-up, keeping the median) and measures its parameter and activation bytes. The layers'
-/// gradients are left as they were. Throws volt::Error when `layers` is empty.
+/// warm-up, keeping the median) and measures its parameter and activation bytes. A layer's
+/// parameters are those its output's graph reaches, registered in the layer or not (a tied
+/// embedding counts in each layer that uses it). No parameter's gradient changes. Throws
+/// volt::Error when `layers` is empty.
 std::vector<LayerCost> profile_layers(torch::nn::Sequential& layers, const torch::Tensor& sample, int repeats = 3);
 
 /// The partition of layers with `costs` into `stages` contiguous, non-empty stages that minimizes

@@ -106,5 +106,25 @@ TEST(BalanceTest, ProfilingMeasuresEachLayerAndLeavesGradientsAlone) {
   EXPECT_NE(text.find("stage 1: layers 2-2 (1)"), std::string::npos) << text;
 }
 
+// A layer that uses a parameter it does not register (a tied weight, a view of a model's module).
+struct SharedWeightImpl : torch::nn::Module {
+  explicit SharedWeightImpl(torch::Tensor weight) : weight(std::move(weight)) {}
+  torch::Tensor forward(const torch::Tensor& x) { return x.matmul(weight); }
+  torch::Tensor weight;
+};
+TORCH_MODULE(SharedWeight);
+
+TEST(BalanceTest, ProfilingCountsAndSparesParametersALayerUsesWithoutRegisteringThem) {
+  torch::manual_seed(0);
+  torch::Tensor shared = torch::randn({16, 16}).requires_grad_(true);
+  shared.mutable_grad() = torch::full({16, 16}, 7.0);  // a gradient accumulated before: it must stay
+  torch::nn::Sequential layers(SharedWeight(shared), torch::nn::Linear(16, 4), SharedWeight(shared.narrow(0, 0, 4)));
+  const std::vector<LayerCost> costs = profile_layers(layers, torch::randn({8, 16}), 1);
+  EXPECT_EQ(costs[0].parameter_bytes, 2 * 16 * 16 * 4);
+  EXPECT_EQ(costs[2].parameter_bytes, 2 * 16 * 16 * 4);  // the view's leaf is the whole tensor
+  EXPECT_TRUE(torch::equal(shared.grad(), torch::full({16, 16}, 7.0)));
+  for (const torch::Tensor& p : layers->parameters()) EXPECT_FALSE(p.grad().defined());
+}
+
 }  // namespace
 }  // namespace volt

@@ -82,6 +82,8 @@ class PipeImpl : public torch::nn::Module {
   void enable(PipeOptions options);
   /// Back to the plain Sequential.
   void disable();
+  /// Whether the strategy enabled the pipeline (forward and train_step then run the stages).
+  bool enabled() const { return options_.has_value(); }
   /// Layers per stage in force: chosen at the first pipelined forward, or restored; empty before.
   std::vector<int64_t> balance() const;
 
