@@ -36,7 +36,7 @@ esac
 dev_packages=(
   libfmt-dev nlohmann-json3-dev libcli11-dev libyaml-cpp-dev zlib1g-dev libpng-dev libturbojpeg0-dev
   libprotobuf-dev protobuf-compiler libprotoc32 libcurl4-openssl-dev libgtest-dev libgmock-dev
-  pkg-config libpkgconf3
+  pkgconf pkgconf-bin libpkgconf3
 )
 # Runtime libraries: what Volt's binaries (and protoc, pkg-config) link beyond LibTorch and glibc.
 runtime_packages=(
@@ -74,7 +74,8 @@ if [ "$check_only" = 1 ]; then
   exit
 fi
 
-git check-ignore -q "$pack/x" || {
+# Inside the checkout the pack must be ignored (a build folder's, as CTest's test uses, is).
+[[ "$(realpath -m "$pack")/" != "$PWD/"* ]] || git check-ignore -q "$pack/x" || {
   echo "pack: $pack is not ignored by git, so the run tool would send it twice. HINT: add /$pack/ to .gitignore." >&2
   exit 1
 }
@@ -87,30 +88,37 @@ sandbox=()
 stamp="bookworm ${dev_packages[*]} ${runtime_packages[*]}"
 if [ "$(cat "$pack/.complete" 2>/dev/null)" != "$stamp" ]; then
   rm -f "$pack/.complete"
-  (
-    cd "$pack/debs"
-    for p in "${dev_packages[@]}" "${runtime_packages[@]}"; do
-      version=$(apt-cache policy "$p" | awk '/Candidate:/ {print $2}')
-      if [ -z "$version" ] || [ "$version" = "(none)" ]; then
-        echo "pack: apt knows no version of $p. HINT: run 'apt-get update' (as root), or check the package" \
-             "name against Debian bookworm." >&2
-        exit 1
-      fi
-      file_version=${version//:/%3a}
-      if ls "${p}_${file_version}"_*.deb >/dev/null 2>&1; then continue; fi
-      cached=$(ls /var/cache/apt/archives/"${p}_${file_version}"_{amd64,all}.deb 2>/dev/null | head -n 1 || true)
-      if [ -n "$cached" ]; then
-        cp "$cached" .
-      else
-        apt-get download -q ${sandbox[@]+"${sandbox[@]}"} "$p=$version" >/dev/null || {
-          echo "pack: apt-get download $p=$version failed. HINT: this needs the network and bookworm's" \
-               "package lists ('apt-get update')." >&2
-          exit 1
-        }
-      fi
-    done
-  )
-  # An older version left by an earlier pack would be unpacked too: keep one file per package.
+  all=("${dev_packages[@]}" "${runtime_packages[@]}")
+  # One apt-cache query for every candidate version (a query per package costs a second each).
+  mapfile -t versions < <(apt-cache policy "${all[@]}" |
+    awk '/^[^ ]/ {name = $1; sub(/:$/, "", name)} /Candidate:/ {print name "=" $2}')
+  fetch=()
+  for p in "${all[@]}"; do
+    version=""
+    for v in "${versions[@]}"; do [ "${v%%=*}" != "$p" ] || version=${v#*=}; done
+    if [ -z "$version" ] || [ "$version" = "(none)" ]; then
+      echo "pack: apt knows no version of $p. HINT: run 'apt-get update' (as root), or check the package" \
+           "name against Debian bookworm." >&2
+      exit 1
+    fi
+    file_version=${version//:/%3a}
+    if ls "$pack/debs/${p}_${file_version}"_*.deb >/dev/null 2>&1; then continue; fi
+    cached=$(ls /var/cache/apt/archives/"${p}_${file_version}"_{amd64,all}.deb 2>/dev/null | head -n 1 || true)
+    if [ -n "$cached" ]; then cp "$cached" "$pack/debs/"; else fetch+=("$p=$version"); fi
+  done
+  if [ "${#fetch[@]}" -gt 0 ]; then
+    (cd "$pack/debs" && apt-get download -q ${sandbox[@]+"${sandbox[@]}"} "${fetch[@]}" >/dev/null) || {
+      echo "pack: apt-get download of ${#fetch[@]} packages (${fetch[*]:0:3} ...) failed. HINT: this needs the" \
+           "network and bookworm's package lists ('apt-get update')." >&2
+      exit 1
+    }
+  fi
+  # A package dropped from the lists, or an older version left by an earlier pack, would be
+  # unpacked too: keep one file per listed package.
+  for f in "$pack"/debs/*.deb; do
+    name=${f##*/}
+    [[ " ${dev_packages[*]} ${runtime_packages[*]} " == *" ${name%%_*} "* ]] || rm -f "$f"
+  done
   for p in "${dev_packages[@]}" "${runtime_packages[@]}"; do
     mapfile -t files < <(ls -t "$pack/debs/${p}"_*.deb)
     [ "${#files[@]}" -le 1 ] || rm -f "${files[@]:1}"
