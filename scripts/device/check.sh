@@ -62,10 +62,15 @@ fi
 rows=()
 failed=0
 # record NAME RESULT DETAIL: one row of the report's table; RESULT is pass, fail or skip.
+# A check that the budget left unrun is a skip, whatever its caller says. The report is rewritten
+# after every row, so a run killed at the run tool's limit still brings one back.
 record() {
-  rows+=("| $1 | $2 | $3 |")
-  [ "$2" != fail ] || failed=1
-  printf '[%s] %s: %s\n' "$2" "$1" "$3" | tee -a "$checks_log"
+  local result=$2
+  [[ "$3" != *"not run: "* ]] || result=skip
+  rows+=("| $1 | $result | $3 |")
+  [ "$result" != fail ] || failed=1
+  printf '[%s] %s: %s\n' "$result" "$1" "$3" | tee -a "$checks_log"
+  write_report
 }
 write_report() {
   {
@@ -73,7 +78,7 @@ write_report() {
     echo
     echo "- mode: $([ "$dry_run" = 1 ] && echo "dry run (no GPU; GPU checks skipped)" || echo "GPU run")"
     echo "- commit: $(git -C "$root" rev-parse --short HEAD 2>/dev/null || echo unknown)$(git -C "$root" diff --quiet HEAD 2>/dev/null || echo ' (with local changes)')"
-    echo "- date: $(date -u '+%Y-%m-%d %H:%M UTC'), host: $(hostname), $(nproc) cores"
+    echo "- date: $(date -u '+%Y-%m-%d %H:%M UTC'), host: ${HOSTNAME:-?}, $(nproc) cores"
     echo "- torch: ${torch_version:-?} (CUDA ${torch_cuda:-none}), GPU: ${gpu_name:-none}"
     echo "- build: ${build_seconds:-?} s (${jobs} jobs), checks: $(( $(date +%s) - checks_started )) s, total: $(( $(date +%s) - started )) s"
     echo
@@ -83,6 +88,9 @@ write_report() {
   } >"$report"
 }
 checks_started=$(date +%s)
+# Everything, build included, within VOLT_DEVICE_BUDGET seconds (8 minutes): a check that would
+# start with less than 15 s left is not run, so the report comes back inside the run tool's limit.
+deadline=$(( started + ${VOLT_DEVICE_BUDGET:-480} ))
 
 # --- 1. the prefix -----------------------------------------------------------------------------
 prefix=$build/prefix
@@ -110,6 +118,9 @@ volt_env=(env "LD_LIBRARY_PATH=$prefix_libs${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
 export PKG_CONFIG_LIBDIR="$prefix/usr/lib/$multiarch/pkgconfig:$prefix/usr/share/pkgconfig"
 export PKG_CONFIG_SYSROOT_DIR=$prefix
 export PKG_CONFIG_PATH=""
+# A pip CMake 4.x refuses package files that ask for policies older than 3.5, as some of
+# bookworm's do; 3.25 (here) ignores this.
+export CMAKE_POLICY_VERSION_MINIMUM=3.5
 
 # --- 2. configure and build ------------------------------------------------------------------
 torch_info=$("$python" - <<'PY' 2>>"$build_log"
@@ -118,7 +129,11 @@ print(torch.utils.cmake_prefix_path)
 print(os.path.dirname(torch.__file__))
 print(torch.__version__)
 print(torch.version.cuda or "")
-print(torch.cuda.get_device_name(0) if torch.cuda.is_available() else "")
+try:
+    print(torch.cuda.get_device_name(0) if torch.cuda.is_available() else "")
+except Exception as error:  # a driver that fails to initialise: the GPU checks skip, saying why
+    print("")
+    print(f"torch.cuda failed: {error}", file=__import__("sys").stderr)
 PY
 ) || {
   echo "check: '$python -c \"import torch\"' failed (see $build_log). HINT: set VOLT_DEVICE_PYTHON to the" \
@@ -209,16 +224,23 @@ have() { [ -x "$(bin "$1")" ]; }
 # run_check NAME SECONDS COMMAND...: runs COMMAND under `timeout`, its output into checks.log and
 # $work/NAME.out; returns its status (124: the time limit).
 run_check() {
-  local name=$1 seconds=$2 status=0
+  local name=$1 seconds=$2 status=0 left
   shift 2
-  echo "== $name: $*" >>"$checks_log"
+  left=$(( deadline - $(date +%s) ))
+  if [ "$left" -lt 15 ]; then
+    echo "== $name: not run, ${left} s of the budget left" | tee "$work/$name.out" >>"$checks_log"
+    return 125
+  fi
+  [ "$seconds" -le "$left" ] || seconds=$left
+  echo "== $name (limit ${seconds} s): $*" >>"$checks_log"
   timeout --kill-after=10 "$seconds" "$@" >"$work/$name.out" 2>&1 || status=$?
   cat "$work/$name.out" >>"$checks_log"
   echo "== $name: exit $status" >>"$checks_log"
   return "$status"
 }
 why() {  # the reason a check failed, from its status and output
-  if [ "$1" = 124 ] || [ "$1" = 137 ]; then echo "timed out"; else
+  if [ "$1" = 125 ]; then echo "not run: the ${VOLT_DEVICE_BUDGET:-480} s budget was spent"
+  elif [ "$1" = 124 ] || [ "$1" = 137 ]; then echo "timed out"; else
     echo "exit $1: $(grep -m1 -iE 'error|fail|what\(\)' "$work/$2.out" | cut -c1-200 | tr '|' '/')"; fi
 }
 
