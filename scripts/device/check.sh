@@ -191,11 +191,11 @@ fi
 targets=${VOLT_DEVICE_TARGETS:-trainer_cuda_test fashion_mnist bench_gpt_throughput}
 build_started=$(date +%s)
 build_ok=1
+# shellcheck disable=SC2086  # $targets: one word per target
 {
   echo "== configure: cmake ${cmake_args[*]}" &&
     "${volt_env[@]}" cmake -S "$root" -B "$build" -G Ninja "${cmake_args[@]}" &&
     echo "== build: $targets (-j$jobs)" &&
-    # shellcheck disable=SC2086
     "${volt_env[@]}" cmake --build "$build" -j "$jobs" --target $targets
 } >>"$build_log" 2>&1 || build_ok=0
 build_seconds=$(( $(date +%s) - build_started ))

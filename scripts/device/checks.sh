@@ -1,3 +1,4 @@
+# shellcheck shell=bash disable=SC2154  # check.sh's variables: pack, work, volt_env, gpu, ...
 # The checks of scripts/device/check.sh, sourced by it after the build (not run on its own): each
 # runs under its own time limit and records one row of the report (record NAME RESULT FIGURES).
 # Uses check.sh's bin, have, run_check, why, record, gpu, no_gpu, pack, work, volt_env, python.
