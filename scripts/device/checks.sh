@@ -47,10 +47,11 @@ if have src/volt/trainer/trainer_cuda_test; then
   run_check cuda_tests 120 "${volt_env[@]}" "$(bin src/volt/trainer/trainer_cuda_test)" --gtest_filter='*_CUDA' ||
     status=$?
   out=$work/cuda_tests.out
-  passed=$(grep -cE '^\[ +OK \]' "$out" || true)
-  skipped=$(grep -cE '^\[ +SKIPPED \] [A-Za-z]' "$out" || true)
-  failing=$(grep -E '^\[ +FAILED +\] [A-Za-z]' "$out" | sed 's/.*\] //; s/ (.*//' | sort -u | tr '\n' ' ' || true)
-  skips=$(grep -A1 -E '^\[ +SKIPPED \] [A-Za-z]' "$out" | grep -m1 -oE 'needs [^;]*; [^\n]*' | cut -c1-120 || true)
+  # One line per test ends in its time, "(12 ms)"; gtest's summary repeats the names without it.
+  passed=$(grep -cE '^\[ +OK \] .* \([0-9]+ ms\)$' "$out" || true)
+  skipped=$(grep -cE '^\[ +SKIPPED \] .* \([0-9]+ ms\)$' "$out" || true)
+  failing=$(grep -E '^\[ +FAILED +\] .* \([0-9]+ ms\)$' "$out" | sed 's/.*\] //; s/ (.*//' | tr '\n' ' ' || true)
+  skips=$(grep -E '^needs [0-9]+ CUDA device' "$out" | sort | uniq -c | awk '{$1 = $1 "x"; print}' | tr '\n' ';' || true)
   figures="$passed passed, $skipped skipped${skips:+ ($skips)}"
   if [ "$status" != 0 ]; then
     record "*_CUDA tests (trainer_cuda_test)" fail "$figures; failed: ${failing:-$(why "$status" cuda_tests)}"
