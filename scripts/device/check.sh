@@ -257,6 +257,27 @@ why() {  # the reason a check failed, from its status and output
 gpu=0
 [ -n "$gpu_name" ] && gpu=1
 no_gpu="no GPU: $([ "$dry_run" = 1 ] && echo "dry run" || echo "torch.cuda.is_available() is false")"
+# What the GPU checks name: the accelerator, the process group's backend, torch's device, the GPT's
+# python and size. VOLT_DEVICE_FAKE_GPU=1 (dry run only) runs them on the CPU instead (gloo, a
+# tiny GPT, Debian's python with Lightning 2.2), to test this script's own logic before a GPU
+# window: their figures mean nothing, and 16-mixed has no CPU path.
+gpu_accel=gpu
+pg_backend=nccl
+torch_device=cuda
+gpt_python=("$python")
+gpt_size=(--n-layer 6 --n-head 6 --n-embd 384 --block-size 256 --batch-size 32 --warmup-steps 10)
+gpt_steps=80
+gpt_warmup=20
+if [ "$dry_run" = 1 ] && [ "${VOLT_DEVICE_FAKE_GPU:-0}" = 1 ]; then
+  gpu=1
+  gpu_accel=cpu
+  pg_backend=gloo
+  torch_device=cpu
+  gpt_python=(env -u PYTHONPATH "PYTHONPATH=${VOLT_LIGHTNING2_PYTHONPATH:-/opt/volt/python-lightning2}" /usr/bin/python3)
+  gpt_size=(--n-layer 2 --n-head 2 --n-embd 32 --block-size 32 --batch-size 4 --warmup-steps 2)
+  gpt_steps=12
+  gpt_warmup=4
+fi
 
 # shellcheck source=scripts/device/checks.sh
 source "$root/scripts/device/checks.sh"

@@ -65,12 +65,14 @@ else
 fi
 
 # --- the example on the GPU in three precisions: accuracy and step time --------------------------
+epoch=()  # a whole epoch on the GPU; 40 batches where VOLT_DEVICE_FAKE_GPU puts it on the CPU
+[ "$gpu_accel" = gpu ] || epoch=(--limit-train-batches 40 --limit-val-batches 5)
 for precision in 32-true bf16-mixed 16-mixed; do
   name="example on the GPU, $precision, 1 epoch"
   if [ "$gpu" = 0 ]; then record "$name" skip "$no_gpu"; continue; fi
   if ! have examples/fashion_mnist; then record "$name" skip "examples/fashion_mnist not built"; continue; fi
-  if fm "gpu_$precision" 90 --accelerator gpu --devices 1 --precision "$precision" --max-epochs 1 --no-test \
-       --throughput-monitor --log-every-n-steps 20; then
+  if fm "gpu_$precision" 90 --accelerator "$gpu_accel" --devices 1 --precision "$precision" --max-epochs 1 --no-test \
+       --throughput-monitor --log-every-n-steps 20 ${epoch[@]+"${epoch[@]}"}; then
     csv=$(csv_of "gpu_$precision")
     bps=$(metric "$csv" train/batches_per_sec)
     step_ms=$([ -n "$bps" ] && awk -v b="$bps" 'BEGIN {printf "%.2f", 1000 / b}' || echo "?")
@@ -86,11 +88,12 @@ resume() {
   local from=$1 to=$2 name="checkpoint written on the $1, resumed on the $2"
   local steps=(--limit-train-batches 50 --limit-val-batches 5 --no-test)
   if [ "$gpu" = 0 ]; then record "$name" skip "$no_gpu"; return; fi
-  if ! fm "ckpt_$from" 90 --accelerator "$from" --devices 1 --max-epochs 1 "${steps[@]}"; then
+  local from_accel=${from/gpu/$gpu_accel} to_accel=${to/gpu/$gpu_accel}
+  if ! fm "ckpt_$from" 90 --accelerator "$from_accel" --devices 1 --max-epochs 1 "${steps[@]}"; then
     record "$name" fail "the first epoch on the $from: $(why $? "ckpt_$from")"
     return
   fi
-  if ! fm "ckpt_${from}_$to" 90 --accelerator "$to" --devices 1 --max-epochs 2 "${steps[@]}" \
+  if ! fm "ckpt_${from}_$to" 90 --accelerator "$to_accel" --devices 1 --max-epochs 2 "${steps[@]}" \
        --ckpt-path "$(ckpt_of "ckpt_$from")"; then
     record "$name" fail "resuming on the $to: $(why $? "ckpt_${from}_$to")"
     return
@@ -110,7 +113,7 @@ resume cpu gpu
 for strategy in ddp fsdp; do
   name="$strategy, 1 process, NCCL"
   if [ "$gpu" = 0 ]; then record "$name" skip "$no_gpu"; continue; fi
-  if fm "$strategy" 90 --accelerator gpu --devices 1 --strategy "$strategy" --process-group-backend nccl \
+  if fm "$strategy" 90 --accelerator "$gpu_accel" --devices 1 --strategy "$strategy" --process-group-backend "$pg_backend" \
        --max-epochs 1 --limit-train-batches 100 --limit-val-batches 10 --no-test; then
     record "$name" pass "val/acc $(fmt3 "$(metric "$(csv_of "$strategy")" val/acc)") after 100 steps"
   else
@@ -122,7 +125,7 @@ done
 name="pin_memory with 4 workers, DeviceStatsMonitor"
 if [ "$gpu" = 0 ]; then
   record "$name" skip "$no_gpu"
-elif fm stats 90 --accelerator gpu --devices 1 --num-workers 4 --pin-memory --device-stats-monitor \
+elif fm stats 90 --accelerator "$gpu_accel" --devices 1 --num-workers 4 --pin-memory --device-stats-monitor \
      --log-every-n-steps 10 --max-epochs 1 --limit-train-batches 100 --limit-val-batches 5 --no-test; then
   csv=$(csv_of stats)
   peak=$(metric "$csv" device_stats/cuda/peak_allocated_mb)
@@ -138,16 +141,13 @@ fi
 # --- the GPT in bf16: Volt against a plain PyTorch loop and Lightning, same model and batches ----
 # bench/gpt_throughput.cpp writes the initial weights that bench/pytorch_gpt.py loads; all three
 # train the same GPT on the same byte windows with the same AdamW and schedule.
-gpt_size=(--n-layer 6 --n-head 6 --n-embd 384 --block-size 256 --batch-size 32 --warmup-steps 10)
-gpt_steps=80
-gpt_warmup=20
-name="GPT 6x384, context 256, batch 32, bf16-mixed: tokens/s"
+name="GPT ${gpt_size[*]:0:8}, bf16-mixed: tokens/s"
 if [ "$gpu" = 0 ]; then
   record "$name" skip "$no_gpu"
 elif ! have bench/bench_gpt_throughput; then
   record "$name" skip "bench_gpt_throughput not built (VOLT_DEVICE_TARGETS)"
 elif ! run_check gpt_volt 120 "${volt_env[@]}" "$(bin bench/bench_gpt_throughput)" "${gpt_size[@]}" --text "$text" \
-       --max-steps "$gpt_steps" --warmup "$gpt_warmup" --accelerator gpu --devices 1 --precision bf16-mixed \
+       --max-steps "$gpt_steps" --warmup "$gpt_warmup" --accelerator "$gpu_accel" --devices 1 --precision bf16-mixed \
        --num-threads 4 --init-out "$work/gpt_init.safetensors"; then
   record "$name" fail "volt: $(why $? gpt_volt)"
 else
@@ -157,9 +157,9 @@ else
   figures="volt $(printf '%.0f' "$volt") (loss $(last_loss gpt_volt))"
   result=pass
   for side in pytorch lightning; do
-    if run_check "gpt_$side" 120 "$python" "$root/bench/pytorch_gpt.py" --framework "$side" "${gpt_size[@]}" \
+    if run_check "gpt_$side" 120 "${gpt_python[@]}" "$root/bench/pytorch_gpt.py" --framework "$side" "${gpt_size[@]}" \
          --text "$text" --steps "$gpt_steps" --warmup "$gpt_warmup" --init "$work/gpt_init.safetensors" \
-         --device cuda --precision bf16-mixed; then
+         --device "$torch_device" --precision bf16-mixed; then
       other=$(tps "$side" "gpt_$side")
       figures+=", $side $(printf '%.0f' "$other") (loss $(last_loss "gpt_$side")), volt/$side $(awk -v a="$volt" -v b="$other" 'BEGIN {printf "%.2f", a / b}')x"
     else
