@@ -260,7 +260,7 @@ no_gpu="no GPU: $([ "$dry_run" = 1 ] && echo "dry run" || echo "torch.cuda.is_av
 # What the GPU checks name: the accelerator, the process group's backend, torch's device, the GPT's
 # python and size. VOLT_DEVICE_FAKE_GPU=1 (dry run only) runs them on the CPU instead (gloo, a
 # tiny GPT, Debian's python with Lightning 2.2), to test this script's own logic before a GPU
-# window: their figures mean nothing, and 16-mixed has no CPU path.
+# window: their figures mean nothing (DeviceStatsMonitor's CUDA row fails there, as it should).
 gpu_accel=gpu
 pg_backend=nccl
 torch_device=cuda
