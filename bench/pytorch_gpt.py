@@ -12,6 +12,9 @@ Prints, from rank 0, `<framework> processes=N step_ms=... tokens_per_s=... flops
 and `losses l1 l2 ...` (every step's loss) like the Volt side. Plain PyTorch runs several
 processes as DistributedDataParallel over Gloo (torch.multiprocessing); Lightning (1.9.5, on
 PYTHONPATH) with strategy="ddp" on the CPU.
+On a GPU (scripts/device/check.sh): --device cuda --precision bf16-mixed, one process, the plain
+loop under torch.autocast and Lightning (2.x there) with precision="bf16-mixed"; attention is
+torch's fused scaled_dot_product_attention wherever torch has it, as Volt's on LibTorch 2.x.
 """
 import argparse
 import json
@@ -67,10 +70,12 @@ class Block(nn.Module):
         b, t, e = x.shape
         q, k, v = self.attn.c_attn(x).split(e, dim=2)
         q, k, v = (z.view(b, t, self.n_head, e // self.n_head).transpose(1, 2) for z in (q, k, v))
-        # What Volt's attention computes on LibTorch 1.13: softmax(QKᵀ/√d + causal mask) V.
-        scores = q @ k.transpose(-2, -1) / math.sqrt(q.size(-1))
-        mask = torch.ones(t, t, dtype=torch.bool).triu(1)
-        y = scores.masked_fill(mask, float("-inf")).softmax(-1) @ v
+        if hasattr(F, "scaled_dot_product_attention"):  # torch 2.x: what Volt calls there
+            y = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+        else:  # What Volt's attention computes on LibTorch 1.13: softmax(QKᵀ/√d + causal mask) V.
+            scores = q @ k.transpose(-2, -1) / math.sqrt(q.size(-1))
+            mask = torch.ones(t, t, dtype=torch.bool, device=x.device).triu(1)
+            y = scores.masked_fill(mask, float("-inf")).softmax(-1) @ v
         return self.attn.c_proj(y.transpose(1, 2).contiguous().view(b, t, e))
 
     def forward(self, x):
@@ -87,7 +92,7 @@ class Gpt(nn.Module):
         self.ln_f = nn.LayerNorm(n_embd, eps=1e-5)
 
     def forward(self, idx):
-        x = self.wte(idx) + self.wpe(torch.arange(idx.size(1)))
+        x = self.wte(idx) + self.wpe(torch.arange(idx.size(1), device=idx.device))
         for block in self.h:
             x = block(x)
         return F.linear(self.ln_f(x), self.wte.weight)
@@ -153,7 +158,8 @@ def pytorch_worker(rank, world, port, args):
     torch.set_num_threads(1)
     if world > 1:
         dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=world)
-    model = make_model(args)
+    device = torch.device(args.device)
+    model = make_model(args).to(device)
     train = model if world == 1 else nn.parallel.DistributedDataParallel(model)
     opt, schedule = optimizer_and_schedule(model, args)
     data = windows(args)
@@ -163,8 +169,10 @@ def pytorch_worker(rank, world, port, args):
     while len(stamps) < args.steps:
         sampler.set_epoch(epoch)
         for x, y in loader:
-            logits = train(x)
-            loss = F.cross_entropy(logits.reshape(-1, logits.size(-1)), y.reshape(-1))
+            x, y = x.to(device, non_blocking=True), y.to(device, non_blocking=True)
+            with torch.autocast(device.type, dtype=torch.bfloat16, enabled=args.precision == "bf16-mixed"):
+                logits = train(x)
+                loss = F.cross_entropy(logits.reshape(-1, logits.size(-1)).float(), y.reshape(-1))
             opt.zero_grad(set_to_none=True)
             loss.backward()
             opt.step()
@@ -253,9 +261,15 @@ def run_lightning(args):
     clock = Clock()
     # Lightning 1.9's "ddp" looks for unused parameters every step (find_unused_parameters=True);
     # a user tuning for speed turns that off, as PyTorch's and Volt's ddp have it.
-    strategy = pl.strategies.DDPStrategy(find_unused_parameters=False) if args.processes > 1 else None
-    trainer = pl.Trainer(accelerator="cpu", devices=args.processes, strategy=strategy, max_steps=args.steps,
-                         replace_sampler_ddp=False,
+    strategy = pl.strategies.DDPStrategy(find_unused_parameters=False) if args.processes > 1 else "auto"
+    # Lightning 2 renamed replace_sampler_ddp; "auto" and precision names are 2.x's too.
+    if pl.__version__.startswith("1."):
+        version_args = {"replace_sampler_ddp": False, "strategy": None if strategy == "auto" else strategy}
+        version_args["precision"] = {"32-true": 32, "bf16-mixed": "bf16"}[args.precision]
+    else:
+        version_args = {"use_distributed_sampler": False, "strategy": strategy, "precision": args.precision}
+    trainer = pl.Trainer(accelerator="gpu" if args.device == "cuda" else "cpu", devices=args.processes,
+                         max_steps=args.steps, **version_args,
                          logger=False, enable_checkpointing=False, enable_progress_bar=False,
                          enable_model_summary=False, callbacks=[clock], num_sanity_val_steps=0)
     trainer.fit(Module())
@@ -278,6 +292,8 @@ def main():
     parser.add_argument("--batch-size", type=int, default=16)
     parser.add_argument("--lr", type=float, default=1e-3)
     parser.add_argument("--warmup-steps", type=int, default=10)
+    parser.add_argument("--device", choices=["cpu", "cuda"], default="cpu")
+    parser.add_argument("--precision", choices=["32-true", "bf16-mixed"], default="32-true")
     args = parser.parse_args()
     if args.steps <= args.warmup + 1:
         sys.exit(f"--steps {args.steps} must exceed --warmup {args.warmup} + 1")

@@ -230,8 +230,10 @@ void FashionMnistModule::load_training_split() {
 volt::DataLoader FashionMnistModule::train_dataloader() {
   if (from_npy_shards()) return npy_loader("train", options_.batch_size, /*shuffle=*/true);
   load_training_split();
-  return volt::DataLoader(train_,
-                          {.batch_size = options_.batch_size, .shuffle = true, .num_workers = options_.num_workers});
+  return volt::DataLoader(train_, {.batch_size = options_.batch_size,
+                                   .shuffle = true,
+                                   .num_workers = options_.num_workers,
+                                   .pin_memory = options_.pin_memory});
 }
 
 volt::DataLoader FashionMnistModule::val_dataloader() {

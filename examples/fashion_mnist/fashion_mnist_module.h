@@ -30,6 +30,9 @@ struct ModuleOptions {
   int64_t val_size = 5000;
   /// Threads that make batches ahead of the step (the loaders' num_workers). Results do not depend on it.
   int64_t num_workers = 0;
+  /// Page-locks the training batches before they go to a GPU (the loader's pin_memory), so the
+  /// copy can overlap the step; changes nothing on the CPU.
+  bool pin_memory = false;
   /// Hold the net in a volt::Pipe, which strategy="pipeline" splits into stages (main sets it for
   /// --strategy pipeline). Its checkpoints name the layers net.layers.N and add net.balance.
   bool pipelined = false;

@@ -45,6 +45,8 @@ int main(int argc, char** argv) {
     app.add_option("--num-workers", module_options.num_workers, "threads that make batches ahead of the step")
         ->capture_default_str()
         ->group("Data");
+    app.add_flag("--pin-memory", module_options.pin_memory, "page-lock training batches for the copy to a GPU")
+        ->group("Data");
     app.add_option("--examples-per-shard", module_options.examples_per_shard,
                    "with .npy shards: examples per shard, the unit dealt to processes and workers")
         ->capture_default_str()

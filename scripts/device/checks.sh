@@ -1,0 +1,171 @@
+# shellcheck shell=bash disable=SC2154  # check.sh's variables: pack, work, volt_env, gpu, ...
+# The checks of scripts/device/check.sh, sourced by it after the build (not run on its own): each
+# runs under its own time limit and records one row of the report (record NAME RESULT FIGURES).
+# Uses check.sh's bin, have, run_check, why, record, gpu, no_gpu, pack, work, volt_env, python.
+# Time limits (seconds) add up to under 8 minutes with the build of a warm machine's 16 cores.
+
+data_dir=$pack/data/fashion-mnist
+text=$pack/data/text.txt
+
+# metric CSV COLUMN: the last value logged in that column of a metrics.csv ("" when none).
+metric() {
+  /usr/bin/env python3 - "$1" "$2" <<'PY'
+import csv, sys
+value = ""
+with open(sys.argv[1]) as f:
+    for row in csv.DictReader(f):
+        if row.get(sys.argv[2]):
+            value = row[sys.argv[2]]
+print(value)
+PY
+}
+# fm NAME SECONDS FLAGS...: the Fashion-MNIST example into $work/NAME (its own root dir).
+fm() {
+  local name=$1 seconds=$2
+  shift 2
+  run_check "$name" "$seconds" "${volt_env[@]}" "$(bin examples/fashion_mnist)" --data-dir "$data_dir" \
+    --default-root-dir "$work/$name" --enable-progress-bar=false --num-threads 4 "$@"
+}
+csv_of() { find "$work/$1" -name metrics.csv | sort | tail -n 1; }
+ckpt_of() { find "$work/$1" -name last.ckpt | sort | tail -n 1; }
+fmt3() { [ -n "$1" ] && printf '%.4f' "$1" || echo "?"; }
+
+# --- the example on the CPU: the binary loads the prefix's libraries and trains (always) ---------
+if have examples/fashion_mnist; then
+  if fm cpu_smoke 120 --accelerator cpu --max-epochs 1 --limit-train-batches 40 --limit-val-batches 5 --no-test; then
+    record "example on the CPU (40 steps)" pass "val/acc $(fmt3 "$(metric "$(csv_of cpu_smoke)" val/acc)")"
+  else
+    record "example on the CPU (40 steps)" fail "$(why $? cpu_smoke)"
+  fi
+else
+  record "example on the CPU (40 steps)" skip "examples/fashion_mnist not built (VOLT_DEVICE_TARGETS)"
+fi
+
+# --- the *_CUDA unit tests ---------------------------------------------------------------------
+if have src/volt/trainer/trainer_cuda_test; then
+  status=0
+  run_check cuda_tests 120 "${volt_env[@]}" "$(bin src/volt/trainer/trainer_cuda_test)" --gtest_filter='*_CUDA' ||
+    status=$?
+  out=$work/cuda_tests.out
+  # One line per test ends in its time, "(12 ms)"; gtest's summary repeats the names without it.
+  passed=$(grep -cE '^\[ +OK \] .* \([0-9]+ ms\)$' "$out" || true)
+  skipped=$(grep -cE '^\[ +SKIPPED \] .* \([0-9]+ ms\)$' "$out" || true)
+  failing=$(grep -E '^\[ +FAILED +\] .* \([0-9]+ ms\)$' "$out" | sed 's/.*\] //; s/ (.*//' | tr '\n' ' ' || true)
+  skips=$(grep -E '^needs [0-9]+ CUDA device' "$out" | sort | uniq -c | awk '{$1 = $1 "x"; print}' | tr '\n' ';' || true)
+  figures="$passed passed, $skipped skipped${skips:+ ($skips)}"
+  if [ "$status" != 0 ]; then
+    record "*_CUDA tests (trainer_cuda_test)" fail "$figures; failed: ${failing:-$(why "$status" cuda_tests)}"
+  elif [ "$passed" = 0 ]; then
+    record "*_CUDA tests (trainer_cuda_test)" skip "$figures"
+  else
+    record "*_CUDA tests (trainer_cuda_test)" pass "$figures"
+  fi
+else
+  record "*_CUDA tests (trainer_cuda_test)" skip "trainer_cuda_test not built (VOLT_DEVICE_TARGETS)"
+fi
+
+# --- the example on the GPU in three precisions: accuracy and step time --------------------------
+epoch=()  # a whole epoch on the GPU; 40 batches where VOLT_DEVICE_FAKE_GPU puts it on the CPU
+[ "$gpu_accel" = gpu ] || epoch=(--limit-train-batches 40 --limit-val-batches 5)
+for precision in 32-true bf16-mixed 16-mixed; do
+  name="example on the GPU, $precision, 1 epoch"
+  if [ "$gpu" = 0 ]; then record "$name" skip "$no_gpu"; continue; fi
+  if ! have examples/fashion_mnist; then record "$name" skip "examples/fashion_mnist not built"; continue; fi
+  if fm "gpu_$precision" 90 --accelerator "$gpu_accel" --devices 1 --precision "$precision" --max-epochs 1 --no-test \
+       --throughput-monitor --log-every-n-steps 20 ${epoch[@]+"${epoch[@]}"}; then
+    csv=$(csv_of "gpu_$precision")
+    bps=$(metric "$csv" train/batches_per_sec)
+    step_ms=$([ -n "$bps" ] && awk -v b="$bps" 'BEGIN {printf "%.2f", 1000 / b}' || echo "?")
+    record "$name" pass "val/acc $(fmt3 "$(metric "$csv" val/acc)"), step ${step_ms} ms (ThroughputMonitor)"
+  else
+    record "$name" fail "$(why $? "gpu_$precision")"
+  fi
+done
+
+# --- a checkpoint written on one device resumed on the other -----------------------------------
+# resume FROM TO: one epoch of 50 steps on FROM, then its last.ckpt resumed on TO for a second epoch.
+resume() {
+  local from=$1 to=$2 name="checkpoint written on the $1, resumed on the $2"
+  local steps=(--limit-train-batches 50 --limit-val-batches 5 --no-test)
+  if [ "$gpu" = 0 ]; then record "$name" skip "$no_gpu"; return; fi
+  local from_accel=${from/gpu/$gpu_accel} to_accel=${to/gpu/$gpu_accel}
+  if ! fm "ckpt_$from" 90 --accelerator "$from_accel" --devices 1 --max-epochs 1 "${steps[@]}"; then
+    record "$name" fail "the first epoch on the $from: $(why $? "ckpt_$from")"
+    return
+  fi
+  if ! fm "ckpt_${from}_$to" 90 --accelerator "$to_accel" --devices 1 --max-epochs 2 "${steps[@]}" \
+       --ckpt-path "$(ckpt_of "ckpt_$from")"; then
+    record "$name" fail "resuming on the $to: $(why $? "ckpt_${from}_$to")"
+    return
+  fi
+  local step
+  step=$(grep -m1 -E '^ +global step' "$work/ckpt_${from}_$to.out" | awk '{print $NF}')
+  if [ "$step" = 100 ]; then
+    record "$name" pass "resumed at step 50, ended at step 100, val/acc $(fmt3 "$(metric "$(csv_of "ckpt_${from}_$to")" val/acc)")"
+  else
+    record "$name" fail "ended at global step '${step}', expected 100 (50 before the checkpoint, 50 after)"
+  fi
+}
+resume gpu cpu
+resume cpu gpu
+
+# --- ddp and fsdp with one process over NCCL ---------------------------------------------------
+for strategy in ddp fsdp; do
+  name="$strategy, 1 process, NCCL"
+  if [ "$gpu" = 0 ]; then record "$name" skip "$no_gpu"; continue; fi
+  if fm "$strategy" 90 --accelerator "$gpu_accel" --devices 1 --strategy "$strategy" --process-group-backend "$pg_backend" \
+       --max-epochs 1 --limit-train-batches 100 --limit-val-batches 10 --no-test; then
+    record "$name" pass "val/acc $(fmt3 "$(metric "$(csv_of "$strategy")" val/acc)") after 100 steps"
+  else
+    record "$name" fail "$(why $? "$strategy")"
+  fi
+done
+
+# --- pin_memory with workers, and DeviceStatsMonitor's CUDA figures ------------------------------
+name="pin_memory with 4 workers, DeviceStatsMonitor"
+if [ "$gpu" = 0 ]; then
+  record "$name" skip "$no_gpu"
+elif fm stats 90 --accelerator "$gpu_accel" --devices 1 --num-workers 4 --pin-memory --device-stats-monitor \
+     --log-every-n-steps 10 --max-epochs 1 --limit-train-batches 100 --limit-val-batches 5 --no-test; then
+  csv=$(csv_of stats)
+  peak=$(metric "$csv" device_stats/cuda/peak_allocated_mb)
+  if [ -n "$peak" ]; then
+    record "$name" pass "100 steps; CUDA peak allocated $(fmt3 "$peak") MiB, reserved $(fmt3 "$(metric "$csv" device_stats/cuda/reserved_mb)") MiB"
+  else
+    record "$name" fail "trained, but metrics.csv has no device_stats/cuda/peak_allocated_mb"
+  fi
+else
+  record "$name" fail "$(why $? stats)"
+fi
+
+# --- the GPT in bf16: Volt against a plain PyTorch loop and Lightning, same model and batches ----
+# bench/gpt_throughput.cpp writes the initial weights that bench/pytorch_gpt.py loads; all three
+# train the same GPT on the same byte windows with the same AdamW and schedule.
+name="GPT ${gpt_size[*]:0:8}, bf16-mixed: tokens/s"
+if [ "$gpu" = 0 ]; then
+  record "$name" skip "$no_gpu"
+elif ! have bench/bench_gpt_throughput; then
+  record "$name" skip "bench_gpt_throughput not built (VOLT_DEVICE_TARGETS)"
+elif ! run_check gpt_volt 120 "${volt_env[@]}" "$(bin bench/bench_gpt_throughput)" "${gpt_size[@]}" --text "$text" \
+       --max-steps "$gpt_steps" --warmup "$gpt_warmup" --accelerator "$gpu_accel" --devices 1 --precision bf16-mixed \
+       --num-threads 4 --init-out "$work/gpt_init.safetensors"; then
+  record "$name" fail "volt: $(why $? gpt_volt)"
+else
+  tps() { grep -m1 -E "^$1 processes=" "$work/$2.out" | grep -oE 'tokens_per_s=[0-9.e+]+' | cut -d= -f2; }
+  last_loss() { grep -m1 '^losses' "$work/$1.out" | awk '{print $NF}'; }
+  volt=$(tps volt gpt_volt)
+  figures="volt $(printf '%.0f' "$volt") (loss $(last_loss gpt_volt))"
+  result=pass
+  for side in pytorch lightning; do
+    if run_check "gpt_$side" 120 "${gpt_python[@]}" "$root/bench/pytorch_gpt.py" --framework "$side" "${gpt_size[@]}" \
+         --text "$text" --steps "$gpt_steps" --warmup "$gpt_warmup" --init "$work/gpt_init.safetensors" \
+         --device "$torch_device" --precision bf16-mixed; then
+      other=$(tps "$side" "gpt_$side")
+      figures+=", $side $(printf '%.0f' "$other") (loss $(last_loss "gpt_$side")), volt/$side $(awk -v a="$volt" -v b="$other" 'BEGIN {printf "%.2f", a / b}')x"
+    else
+      figures+=", $side failed: $(why $? "gpt_$side")"
+      result=fail
+    fi
+  done
+  record "$name" "$result" "$figures"
+fi
