@@ -26,6 +26,7 @@ packages=(
   protobuf-compiler libprotobuf-dev   # TensorBoard's event files are protobuf messages
   libcurl4-openssl-dev    # MLFlowLogger talks to an MLflow tracking server over HTTP
   dataset-fashion-mnist   # the IDX files of the main job, under /usr/share/datasets/fashion-mnist
+  libsentencepiece-dev    # examples/gpt --data encodes prompts and decodes samples with SentencePiece
 )
 # The tests, their tools and peers.
 [ "$main_job" = 1 ] || packages+=(
@@ -39,6 +40,8 @@ packages=(
   python3-pil python3-torchvision   # scripts/export-fashion-mnist-images.py; PyTorch's ImageFolder in bench/
   python3-pip             # installs tensorboard for tests/tensorboard (below)
   python3-fsspec python3-tqdm python3-packaging python3-typing-extensions   # PyTorch Lightning's imports
+  python3-sentencepiece sentencepiece   # scripts/prepare-text-corpus.py trains and writes the GPT's tokens
+  python3.11-doc          # its corpus: the reStructuredText sources of Python 3.11's documentation (12 MB)
 )
 
 missing=()
