@@ -126,6 +126,19 @@ install_folder "${VOLT_LIGHTNING_PYTHONPATH:-/opt/volt/python-lightning}" \
 install_folder "${VOLT_LIGHTNING2_PYTHONPATH:-/opt/volt/python-lightning2}" \
   pytorch-lightning==2.2.5 lightning-utilities==0.11.2 torchmetrics==1.3.2
 
+# examples/gpt's corpus (docs/gpt.md): Python 3.11's documentation sources (python3.11-doc, above)
+# as SentencePiece tokens, written by scripts/prepare-text-corpus.py (about 25 s on 2 cores) into a
+# folder that gpt --data and tests/e2e/test_gpt.py's long test read. Written again when the script
+# or the package changes. Keep the folder in step with VOLT_GPT_CORPUS in that test.
+corpus_dir="${VOLT_GPT_CORPUS:-/opt/volt/data/gpt-python-docs}"
+corpus_key="$(sha256sum "$(dirname "$0")/prepare-text-corpus.py" | cut -d' ' -f1) $(dpkg-query -W -f='${Version}' python3.11-doc)"
+if [ "$(cat "$corpus_dir/.complete" 2>/dev/null)" != "$corpus_key" ]; then
+  echo "setup: writing the GPT's corpus into $corpus_dir"
+  "${sudo_cmd[@]}" rm -rf "$corpus_dir"
+  "${sudo_cmd[@]}" /usr/bin/python3 "$(dirname "$0")/prepare-text-corpus.py" "$corpus_dir" >/dev/null
+  echo "$corpus_key" | "${sudo_cmd[@]}" tee "$corpus_dir/.complete" >/dev/null
+fi
+
 # PyPI's safetensors (Debian has none; its wheel needs no other package, and Debian's torch 1.13
 # imports it) for tests/interop/test_safetensors_interop.py: Python loads the files Volt writes and
 # writes the files and sharded folders Volt reads. Keep the folder in step with
