@@ -113,6 +113,8 @@ int main(int argc, char** argv) {
     } else {
       model.embd_pdrop = model.attn_pdrop = model.resid_pdrop = dropout;
     }
+    // full_shard gathers one block at a time (FSDP's per-block wrapping); elsewhere units change nothing.
+    model.fsdp_units = trainer_options.sharding_strategy == volt::ShardingStrategy::kFullShard;
     VOLT_CHECK(options.text.empty() != options.data.empty(),
                "{}. HINT: pass --text FILE to train on a file's bytes, or --data FOLDER to train on a corpus "
                "tokenized by scripts/prepare-text-corpus.py.",
