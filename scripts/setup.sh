@@ -26,6 +26,7 @@ packages=(
   protobuf-compiler libprotobuf-dev   # TensorBoard's event files are protobuf messages
   libcurl4-openssl-dev    # MLFlowLogger talks to an MLflow tracking server over HTTP
   dataset-fashion-mnist   # the IDX files of the main job, under /usr/share/datasets/fashion-mnist
+  libsentencepiece-dev    # examples/gpt --data encodes prompts and decodes samples with SentencePiece
 )
 # The tests, their tools and peers.
 [ "$main_job" = 1 ] || packages+=(
@@ -39,6 +40,8 @@ packages=(
   python3-pil python3-torchvision   # scripts/export-fashion-mnist-images.py; PyTorch's ImageFolder in bench/
   python3-pip             # installs tensorboard for tests/tensorboard (below)
   python3-fsspec python3-tqdm python3-packaging python3-typing-extensions   # PyTorch Lightning's imports
+  python3-sentencepiece sentencepiece   # scripts/prepare-text-corpus.py trains and writes the GPT's tokens
+  python3.11-doc          # its corpus: the reStructuredText sources of Python 3.11's documentation (12 MB)
 )
 
 missing=()
@@ -122,6 +125,19 @@ install_folder "${VOLT_LIGHTNING_PYTHONPATH:-/opt/volt/python-lightning}" \
 # And Lightning 2.2.5, the last 2.x whose torch range includes 1.13 (VOLT_LIGHTNING2_PYTHONPATH).
 install_folder "${VOLT_LIGHTNING2_PYTHONPATH:-/opt/volt/python-lightning2}" \
   pytorch-lightning==2.2.5 lightning-utilities==0.11.2 torchmetrics==1.3.2
+
+# examples/gpt's corpus (docs/gpt.md): Python 3.11's documentation sources (python3.11-doc, above)
+# as SentencePiece tokens, written by scripts/prepare-text-corpus.py (about 25 s on 2 cores) into a
+# folder that gpt --data and tests/e2e/test_gpt.py's long test read. Written again when the script
+# or the package changes. Keep the folder in step with VOLT_GPT_CORPUS in that test.
+corpus_dir="${VOLT_GPT_CORPUS:-/opt/volt/data/gpt-python-docs}"
+corpus_key="$(sha256sum "$(dirname "$0")/prepare-text-corpus.py" | cut -d' ' -f1) $(dpkg-query -W -f='${Version}' python3.11-doc)"
+if [ "$(cat "$corpus_dir/.complete" 2>/dev/null)" != "$corpus_key" ]; then
+  echo "setup: writing the GPT's corpus into $corpus_dir"
+  "${sudo_cmd[@]}" rm -rf "$corpus_dir"
+  "${sudo_cmd[@]}" /usr/bin/python3 "$(dirname "$0")/prepare-text-corpus.py" "$corpus_dir" >/dev/null
+  echo "$corpus_key" | "${sudo_cmd[@]}" tee "$corpus_dir/.complete" >/dev/null
+fi
 
 # PyPI's safetensors (Debian has none; its wheel needs no other package, and Debian's torch 1.13
 # imports it) for tests/interop/test_safetensors_interop.py: Python loads the files Volt writes and

@@ -1,5 +1,6 @@
 #include "gpt/gpt_module.h"
 
+#include <algorithm>
 #include <cmath>
 #include <filesystem>
 #include <memory>
@@ -7,6 +8,7 @@
 #include <vector>
 
 #include "volt/core/error.h"
+#include "volt/datasets/token_windows.h"
 
 namespace gpt {
 
@@ -21,6 +23,21 @@ int64_t held_out_bytes(int64_t text_bytes, const GptModuleOptions& options) {
 }  // namespace
 
 bool has_validation_data(const GptModuleOptions& options) {
+  if (!options.data.empty()) {
+    // The val files' tokens from their headers; a broken file is an error when the loader opens it.
+    std::error_code error;
+    int64_t tokens = 0;
+    for (const auto& entry : std::filesystem::directory_iterator(options.data, error)) {
+      const std::string name = entry.path().filename().string();
+      if (name.rfind("val-", 0) != 0 || entry.path().extension() != ".npy") continue;
+      try {
+        tokens = std::max(tokens, volt::datasets::read_npy_header(entry.path().string()).shape[0]);
+      } catch (const volt::Error&) {
+        return true;
+      }
+    }
+    return tokens >= options.model.n_positions + 1;
+  }
   std::error_code error;
   const auto bytes = static_cast<int64_t>(std::filesystem::file_size(options.text, error));
   return !error && held_out_bytes(bytes, options) >= options.model.n_positions + 1;
@@ -44,6 +61,12 @@ const GptModuleOptions& checked(const GptModuleOptions& o) {
              o.warmup_steps);
   VOLT_CHECK(o.lr_decay_steps >= 0, "--lr-decay-steps={} must be >= 0. HINT: 0 decays over the whole run.",
              o.lr_decay_steps);
+  VOLT_CHECK(o.text.empty() || o.data.empty(),
+             "--text={} and --data={} were both given. HINT: train on a text file's bytes (--text) or on a "
+             "tokenized corpus (--data), not both.",
+             o.text, o.data);
+  VOLT_CHECK(o.windows_per_shard >= 1, "windows_per_shard={} must be at least 1. HINT: the default is 64.",
+             o.windows_per_shard);
   VOLT_CHECK(o.num_workers >= 0, "--num-workers={} must be >= 0. HINT: 0 makes batches on the training thread.",
              o.num_workers);
   VOLT_CHECK(!o.prompt.empty(), "--prompt is empty. HINT: generation continues a prompt of at least one byte.");
@@ -74,7 +97,17 @@ GptModule::GptModule(GptModuleOptions options) : volt::LightningModule("GptModul
                         {"warmup_steps", options_.warmup_steps},
                         {"lr_decay_steps", options_.lr_decay_steps},
                         {"batch_size", options_.batch_size},
-                        {"text", options_.text}});
+                        {"text", options_.text},
+                        {"data", options_.data}});
+  if (!options_.data.empty()) {
+    const CorpusMeta meta = read_corpus_meta(options_.data);
+    VOLT_CHECK(meta.vocab_size <= c.vocab_size,
+               "the corpus {} has {} tokens, more than the model's vocabulary of {}. HINT: pass --vocab-size {} or "
+               "more (or leave it out: it then comes from meta.json).",
+               options_.data, meta.vocab_size, c.vocab_size, meta.vocab_size);
+    val_tokens_per_byte_ = meta.val_bytes > 0 ? static_cast<double>(meta.val_tokens) / meta.val_bytes : 0.0;
+    tokenizer_ = std::make_shared<const Tokenizer>(options_.data);
+  }
 }
 
 torch::Tensor GptModule::training_step(const volt::Batch& batch, int64_t) {
@@ -89,7 +122,10 @@ torch::Tensor GptModule::training_step(const volt::Batch& batch, int64_t) {
 void GptModule::validation_step(const volt::Batch& batch, int64_t) {
   const auto [inputs, targets] = inputs_and_targets(batch);
   // sync_dist: under ddp each process validates a shard; the epoch mean covers every window once.
-  log("val/loss", next_token_loss(transformer_->forward(inputs), targets), {.prog_bar = true, .sync_dist = true});
+  const torch::Tensor loss = next_token_loss(transformer_->forward(inputs), targets);
+  log("val/loss", loss, {.prog_bar = true, .sync_dist = true});
+  // The epoch mean of a multiple of the loss is the multiple of its mean: val/bpb is val/loss's.
+  if (val_tokens_per_byte_ > 0) log("val/bpb", loss * (val_tokens_per_byte_ / std::log(2.0)), {.sync_dist = true});
 }
 
 torch::Tensor GptModule::predict_step(const volt::Batch& batch, int64_t) {
@@ -129,8 +165,21 @@ volt::OptimizerConfig GptModule::configure_optimizers() {
 }
 
 void GptModule::load_text() {
-  if (train_) return;
-  VOLT_CHECK(!options_.text.empty(), "no text to train on. HINT: pass --text FILE (any plain text file).");
+  if (train_ || train_stream_) return;
+  if (!options_.data.empty()) {
+    const volt::datasets::TokenWindowsOptions windows{.block_size = options_.model.n_positions,
+                                                      .windows_per_shard = options_.windows_per_shard};
+    train_stream_ = std::make_shared<volt::datasets::TokenWindows>(
+        volt::datasets::TokenWindows::in_folder(options_.data, "train", windows));
+    if (has_validation_data(options_)) {
+      val_stream_ = std::make_shared<volt::datasets::TokenWindows>(
+          volt::datasets::TokenWindows::in_folder(options_.data, "val", windows));
+    }
+    return;
+  }
+  VOLT_CHECK(!options_.text.empty(),
+             "no text to train on. HINT: pass --text FILE (any plain text file) or --data FOLDER (a corpus from "
+             "scripts/prepare-text-corpus.py).");
   const torch::Tensor tokens = read_byte_tokens(options_.text);
   const int64_t block = options_.model.n_positions;
   const int64_t held_out = held_out_bytes(tokens.numel(), options_);
@@ -146,19 +195,32 @@ void GptModule::load_text() {
 
 volt::DataLoader GptModule::train_dataloader() {
   load_text();
+  if (train_stream_) {
+    return volt::DataLoader(train_stream_,
+                            {.batch_size = options_.batch_size, .shuffle = true, .num_workers = options_.num_workers});
+  }
   return volt::DataLoader(train_,
                           {.batch_size = options_.batch_size, .shuffle = true, .num_workers = options_.num_workers});
 }
 
 volt::DataLoader GptModule::val_dataloader() {
   load_text();
+  if (train_stream_) {
+    if (!val_stream_) return {};
+    return volt::DataLoader(val_stream_, {.batch_size = options_.batch_size, .num_workers = options_.num_workers});
+  }
   if (!val_) return {};
   return volt::DataLoader(val_, {.batch_size = options_.batch_size, .num_workers = options_.num_workers});
 }
 
 volt::DataLoader GptModule::predict_dataloader() {
-  const torch::Tensor prompt = encode_bytes(options_.prompt).unsqueeze(0);
+  const torch::Tensor prompt =
+      (tokenizer_ ? tokenizer_->encode(options_.prompt) : encode_bytes(options_.prompt)).unsqueeze(0);
   return volt::DataLoader(std::make_shared<volt::TensorDataset>(prompt, torch::Tensor()), {.batch_size = 1});
+}
+
+std::string GptModule::decode(const torch::Tensor& tokens) const {
+  return tokenizer_ ? tokenizer_->decode(tokens) : decode_bytes(tokens);
 }
 
 }  // namespace gpt

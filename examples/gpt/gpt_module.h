@@ -8,6 +8,7 @@
 #include "gpt/byte_text.h"
 #include "gpt/generate.h"
 #include "gpt/gpt_model.h"
+#include "gpt/token_corpus.h"
 #include "volt/volt.h"
 
 namespace gpt {
@@ -18,6 +19,12 @@ struct GptModuleOptions {
   GptConfig model{.n_layer = 4, .n_head = 4, .n_embd = 128, .n_positions = 128, .vocab_size = kByteVocabSize};
   /// The text file to train on, read as bytes.
   std::string text;
+  /// Or: a folder of SentencePiece token shards (scripts/prepare-text-corpus.py), streamed:
+  /// train-*.npy trains, val-*.npy validates, tokenizer.model encodes the prompt and decodes.
+  std::string data;
+  /// With `data`: the windows of a loader shard (files are cut into shards for processes x
+  /// workers to share).
+  int64_t windows_per_shard = 64;
   /// The share of the text, taken from its end, held out for validation.
   double val_fraction = 0.1;
   /// Windows per batch (per process under ddp).
@@ -38,18 +45,19 @@ struct GptModuleOptions {
   int64_t lr_decay_steps = 0;
   /// Threads that make batches ahead of the step.
   int64_t num_workers = 0;
-  /// predict_step's prompt, as text (byte tokens).
+  /// predict_step's prompt, as text (byte tokens, or the tokenizer's with `data`).
   std::string prompt = "\n";
   /// How predict_step continues the prompt.
   GenerateOptions sample{.max_new_tokens = 200, .temperature = 0.8, .top_k = 40, .seed = 0};
 };
 
-/// Whether the text file of `options` leaves a validation window (read from its size, before the
-/// module exists: the checkpoint callback monitors val/loss only then).
+/// Whether the text file of `options` leaves a validation window (read from its size), or its
+/// data folder holds one (val-*.npy), before the module exists: the checkpoint callback monitors
+/// val/loss only then.
 bool has_validation_data(const GptModuleOptions& options);
 
-/// Trains a Gpt on byte windows of a text; logs train/loss and val/loss; predict_step continues
-/// the prompt.
+/// Trains a Gpt on byte windows of a text, or on token windows streamed from a corpus folder;
+/// logs train/loss and val/loss (and val/bpb for a corpus); predict_step continues the prompt.
 class GptModule : public volt::LightningModule {
  public:
   /// Builds the model (registered as "transformer", so its parameters carry Hugging Face's names
@@ -59,7 +67,8 @@ class GptModule : public volt::LightningModule {
   /// A window's loss: batches hold data [B, T] and target [B, T] (token_windows), or data
   /// [B, T + 1] alone, split into inputs [:, :-1] and targets [:, 1:].
   torch::Tensor training_step(const volt::Batch& batch, int64_t batch_idx) override;
-  /// Logs val/loss, the mean over every validation window.
+  /// Logs val/loss, the mean over every validation window, and with `data` val/bpb: bits per
+  /// byte of text (val/loss * tokens / (bytes * ln 2), the val split's counts from meta.json).
   void validation_step(const volt::Batch& batch, int64_t batch_idx) override;
   /// Continues each prompt of the batch (data [B, T] token ids) with options.sample; returns
   /// [B, T + max_new_tokens].
@@ -78,6 +87,8 @@ class GptModule : public volt::LightningModule {
 
   /// The model.
   Gpt& transformer() { return transformer_; }
+  /// The text of token ids [N]: bytes, or the tokenizer's pieces with `data`.
+  std::string decode(const torch::Tensor& tokens) const;
 
  private:
   void load_text();
@@ -86,6 +97,12 @@ class GptModule : public volt::LightningModule {
   Gpt transformer_{nullptr};
   std::shared_ptr<volt::Dataset> train_;
   std::shared_ptr<volt::Dataset> val_;  // null when the held-out part is shorter than a window
+  // With options_.data: the streamed windows (val null without val-*.npy), the tokenizer, and
+  // the val split's tokens per byte.
+  std::shared_ptr<volt::IterableDataset> train_stream_;
+  std::shared_ptr<volt::IterableDataset> val_stream_;
+  std::shared_ptr<const Tokenizer> tokenizer_;
+  double val_tokens_per_byte_ = 0;
 };
 
 }  // namespace gpt

@@ -1,11 +1,14 @@
-// Trains a GPT (GPT-2's architecture) on the bytes of a text file, then continues a prompt.
+// Trains a GPT (GPT-2's architecture) on the bytes of a text file, or on a SentencePiece-tokenized
+// corpus streamed from .npy shards, then continues a prompt.
 //
 //   gpt --text book.txt --max-steps 2000
+//   scripts/prepare-text-corpus.py corpus && gpt --data corpus --max-steps 2000
 //   gpt --text book.txt --n-layer 6 --n-head 6 --n-embd 384 --block-size 256 --max-epochs 2
 //   gpt --text book.txt --model-config config.json --activation-checkpointing --max-steps 10
 //   gpt --text book.txt --max-steps 200 --strategy ddp --devices 2 --precision bf16-mixed
 //
-// The last tenth of the text validates (val/loss, in nats per byte). Every Trainer flag works as
+// The last tenth of the text validates (val/loss, in nats per byte); a corpus validates on its
+// val-*.npy (val/loss in nats per token, val/bpb in bits per byte of text). Every Trainer flag works as
 // in fashion_mnist; --help lists them.
 #include <iostream>
 #include <string>
@@ -34,7 +37,9 @@ int main(int argc, char** argv) {
     app.add_option("--block-size", model.n_positions, "context length: the model's positions and the training window")
         ->capture_default_str()
         ->group("Model");
-    app.add_option("--vocab-size", model.vocab_size, "token embedding rows (at least 256 for byte tokens)")
+    app.add_option("--vocab-size", model.vocab_size,
+                   "token embedding rows (at least 256 for byte tokens; with --data: the corpus's, rounded up to a "
+                   "multiple of 64)")
         ->capture_default_str()
         ->group("Model");
     double dropout = 0.0;
@@ -67,6 +72,9 @@ int main(int argc, char** argv) {
         ->check(CLI::NonNegativeNumber)
         ->group("Model");
     app.add_option("--text", options.text, "the text file to train on (read as bytes)")->group("Data");
+    app.add_option("--data", options.data,
+                   "or: a folder of token shards, tokenizer.model and meta.json from scripts/prepare-text-corpus.py")
+        ->group("Data");
     app.add_option("--val-fraction", options.val_fraction, "the share of the text, from its end, that validates")
         ->capture_default_str()
         ->group("Data");
@@ -75,11 +83,11 @@ int main(int argc, char** argv) {
         ->capture_default_str()
         ->group("Data");
     app.add_option("--prompt", options.prompt, "the text the sample at the end continues")->capture_default_str();
-    app.add_option("--sample-tokens", options.sample.max_new_tokens, "bytes generated at the end (0: no sample)")
+    app.add_option("--sample-tokens", options.sample.max_new_tokens, "tokens generated at the end (0: no sample)")
         ->capture_default_str();
     app.add_option("--temperature", options.sample.temperature, "sampling temperature (0: greedy)")
         ->capture_default_str();
-    app.add_option("--top-k", options.sample.top_k, "sample among the k most likely bytes (0: all)")
+    app.add_option("--top-k", options.sample.top_k, "sample among the k most likely tokens (0: all)")
         ->capture_default_str();
     app.add_option("--sample-seed", options.sample.seed, "the sample's seed")->capture_default_str();
     bool print_plan = false;
@@ -109,9 +117,21 @@ int main(int argc, char** argv) {
     model.fsdp_units = trainer_options.sharding_strategy == volt::ShardingStrategy::kFullShard;
     // strategy="pipeline" splits the model's Pipe (embeddings, blocks, head) into stages.
     model.pipelined = trainer_options.strategy == volt::StrategyRequest::kPipeline;
-    VOLT_CHECK(model.vocab_size >= gpt::kByteVocabSize,
-               "--vocab-size={} is too small for byte tokens, which take {} values. HINT: pass --vocab-size 256.",
-               model.vocab_size, gpt::kByteVocabSize);
+    VOLT_CHECK(options.text.empty() != options.data.empty(),
+               "{}. HINT: pass --text FILE to train on a file's bytes, or --data FOLDER to train on a corpus "
+               "tokenized by scripts/prepare-text-corpus.py.",
+               options.text.empty() ? "neither --text nor --data was given" : "--text and --data were both given");
+    if (!options.data.empty()) {
+      // The vocabulary is the tokenizer's, rounded up to a multiple of 64 (faster matrix
+      // multiplications); --vocab-size or --model-config may give more (checked by the module).
+      if (model_config.empty() && app.count("--vocab-size") == 0) {
+        model.vocab_size = (gpt::read_corpus_meta(options.data).vocab_size + 63) / 64 * 64;
+      }
+    } else {
+      VOLT_CHECK(model.vocab_size >= gpt::kByteVocabSize,
+                 "--vocab-size={} is too small for byte tokens, which take {} values. HINT: pass --vocab-size 256.",
+                 model.vocab_size, gpt::kByteVocabSize);
+    }
 
     const volt::BatchLimit& val_limit = trainer_options.limit_val_batches;
     // Without validation (--val-fraction 0, a text too short to hold out a window,
@@ -145,8 +165,9 @@ int main(int argc, char** argv) {
     if (result.reason != volt::StopReason::kInterrupted && options.sample.max_new_tokens > 0) {
       const std::vector<torch::Tensor> samples = trainer.predict(module);
       if (report && !samples.empty()) {
-        std::cout << "sample (--prompt continued by " << options.sample.max_new_tokens << " bytes):\n"
-                  << gpt::decode_bytes(samples.front()[0]) << "\n";
+        std::cout << "sample (--prompt continued by " << options.sample.max_new_tokens
+                  << (options.data.empty() ? " bytes" : " tokens") << "):\n"
+                  << module.decode(samples.front()[0]) << "\n";
       }
     }
     if (report) std::cout << result.brief_report() << "\n";

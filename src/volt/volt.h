@@ -21,6 +21,7 @@
 #include "volt/data/data_module.h"
 #include "volt/datasets/image_folder.h"
 #include "volt/datasets/npy_shards.h"
+#include "volt/datasets/token_windows.h"
 #include "volt/loggers/csv_logger.h"
 #include "volt/loggers/mlflow_logger.h"
 #include "volt/loggers/tensorboard_logger.h"

@@ -5,4 +5,5 @@
 #include "volt/datasets/idx_file.h"
 #include "volt/datasets/image_folder.h"
 #include "volt/datasets/npy_shards.h"
+#include "volt/datasets/token_windows.h"
 #include "volt/datasets/transforms.h"

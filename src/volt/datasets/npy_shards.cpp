@@ -1,10 +1,5 @@
 #include "volt/datasets/npy_shards.h"
 
-#include <fcntl.h>
-#include <sys/mman.h>
-#include <sys/stat.h>
-#include <unistd.h>
-
 #include <algorithm>
 #include <cerrno>
 #include <cstring>
@@ -13,6 +8,7 @@
 
 #include "volt/core/error.h"
 #include "volt/data/data_loader.h"
+#include "volt/datasets/mapped_bytes.h"
 
 namespace volt::datasets {
 
@@ -57,53 +53,6 @@ torch::ScalarType parse_descr(const std::string& descr, const std::string& path)
                   path, descr));
 }
 
-/// A read-only memory map of bytes [offset, offset + length) of a file.
-class MappedBytes {
- public:
-  MappedBytes(const std::string& path, int64_t offset, int64_t length) {
-    if (length == 0) return;
-    const int64_t page = sysconf(_SC_PAGESIZE);
-    const int64_t aligned = offset / page * page;
-    skew_ = offset - aligned;
-    length_ = static_cast<size_t>(length + skew_);
-    const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-    VOLT_CHECK(fd >= 0, "cannot open {}: {}", path, std::strerror(errno));
-    void* base = ::mmap(nullptr, length_, PROT_READ, MAP_PRIVATE, fd, static_cast<off_t>(aligned));
-    const int error = errno;
-    ::close(fd);
-    VOLT_CHECK(base != MAP_FAILED, "cannot map {} bytes of {} at {}: {}", length, path, offset, std::strerror(error));
-    base_ = static_cast<uint8_t*>(base);
-    // Read ahead and drop behind: the reader goes through the shard once, front to back.
-    ::madvise(base_, length_, MADV_SEQUENTIAL);
-  }
-  ~MappedBytes() {
-    if (base_) ::munmap(base_, length_);
-  }
-  MappedBytes(const MappedBytes&) = delete;
-  MappedBytes& operator=(const MappedBytes&) = delete;
-
-  /// The first mapped byte of the range.
-  const uint8_t* data() const { return base_ + skew_; }
-  /// Gives back the whole pages before `used` bytes of the range: the process's memory stays a
-  /// window of the shard, not the shard.
-  void release_before(int64_t used) {
-    if (!base_) return;
-    const int64_t page = sysconf(_SC_PAGESIZE);
-    const int64_t end = (used + skew_) / page * page;
-    if (end <= released_) return;
-    ::madvise(base_ + released_, static_cast<size_t>(end - released_), MADV_DONTNEED);
-    released_ = end;
-  }
-
- private:
-  uint8_t* base_ = nullptr;
-  size_t length_ = 0;
-  int64_t skew_ = 0;
-  int64_t released_ = 0;
-};
-
-constexpr int64_t kReleaseEvery = 8 << 20;  // bytes read between two releases
-
 /// Reads examples [first, first + count) of a data file and its target file.
 class NpyReader : public ExampleReader {
  public:
@@ -132,7 +81,7 @@ class NpyReader : public ExampleReader {
     }
     if (target_) e.target = row(target_->data(), target_header_, target_shape_, next_);
     ++next_;
-    if ((next_ * data_header_.row_bytes) - released_ >= kReleaseEvery) {
+    if ((next_ * data_header_.row_bytes) - released_ >= internal::kReleaseEvery) {
       released_ = next_ * data_header_.row_bytes;
       data_.release_before(released_);
       if (target_) target_->release_before(next_ * target_header_.row_bytes);
@@ -152,10 +101,10 @@ class NpyReader : public ExampleReader {
     return torch::from_blob(const_cast<uint8_t*>(base + i * header.row_bytes), shape, header.dtype).clone();
   }
 
-  MappedBytes data_;
+  internal::MappedBytes data_;
   NpyHeader data_header_;
   std::vector<int64_t> data_shape_;  // one example's shape: the header's without its first dimension
-  std::optional<MappedBytes> target_;
+  std::optional<internal::MappedBytes> target_;
   NpyHeader target_header_;
   std::vector<int64_t> target_shape_;
   int64_t count_;
@@ -200,7 +149,9 @@ NpyHeader read_npy_header(const std::string& path) {
   VOLT_CHECK(!descr_text.empty() && descr_text[0] == '\'' && quote != std::string::npos,
              "{} has a structured dtype ({}); Volt reads plain arrays. HINT: save each field as its own array.", path,
              header);
-  out.dtype = parse_descr(descr_text.substr(1, quote - 1), path);
+  const std::string descr = descr_text.substr(1, quote - 1);
+  out.uint16 = descr == "<u2";
+  out.dtype = out.uint16 ? torch::kShort : parse_descr(descr, path);
   VOLT_CHECK(after_key(header, "fortran_order", path).rfind("False", 0) == 0,
              "{} is in Fortran order. HINT: save a C-ordered copy: numpy.save(path, numpy.ascontiguousarray(array)).",
              path);
@@ -236,6 +187,10 @@ NpyShards::NpyShards(std::vector<std::string> data, std::vector<std::string> tar
              options_.examples_per_shard.value_or(0));
   for (size_t f = 0; f < data.size(); ++f) {
     data_.push_back({data[f], read_npy_header(data[f])});
+    VOLT_CHECK(!data_[f].header.uint16,
+               "{} holds uint16 elements, which LibTorch 1.13 has no type for. HINT: save the array as int32 "
+               "(array.astype('int32')); token ids in uint16 are read by TokenWindows.",
+               data[f]);
     if (!targets.empty()) {
       targets_.push_back({targets[f], read_npy_header(targets[f])});
       VOLT_CHECK(targets_[f].header.shape[0] == data_[f].header.shape[0],

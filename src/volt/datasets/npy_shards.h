@@ -21,6 +21,9 @@ namespace volt::datasets {
 struct NpyHeader {
   /// The element type.
   torch::ScalarType dtype = torch::kFloat;
+  /// The elements are uint16 ('<u2', e.g. token ids), which LibTorch 1.13 has no type for: dtype
+  /// is then kShort, the same two bytes, and a reader widens them (TokenWindows does).
+  bool uint16 = false;
   /// The array's shape (the first dimension indexes the examples).
   std::vector<int64_t> shape;
   /// Where the data starts in the file.

@@ -14,30 +14,7 @@ namespace volt::datasets {
 namespace {
 
 namespace fs = std::filesystem;
-
-/// Writes `array` (contiguous, little-endian) as numpy.save does, format 1.0; `descr` names its
-/// type, `fortran` the order flag written (the data is written as given).
-void write_npy(const fs::path& path, const torch::Tensor& array, const std::string& descr, bool fortran = false) {
-  std::string shape = "(";
-  for (const int64_t d : array.sizes()) shape += std::to_string(d) + ", ";
-  if (array.dim() > 1) shape.resize(shape.size() - 1);
-  if (array.dim() > 1)
-    shape.back() = ')';
-  else
-    shape += ")";
-  std::string header =
-      fmt::format("{{'descr': '{}', 'fortran_order': {}, 'shape': {}, }}", descr, fortran ? "True" : "False", shape);
-  while ((10 + header.size() + 1) % 64 != 0) header += ' ';
-  header += '\n';
-  std::ofstream out(path, std::ios::binary);
-  out.write("\x93NUMPY\x01\x00", 8);
-  const auto length = static_cast<uint16_t>(header.size());
-  out.put(static_cast<char>(length & 0xff));
-  out.put(static_cast<char>(length >> 8));
-  out << header;
-  const torch::Tensor c = array.contiguous();
-  out.write(static_cast<const char*>(c.data_ptr()), static_cast<std::streamsize>(c.nbytes()));
-}
+using testing::write_npy;
 
 /// data-0000<f>.npy (uint8 [n, 2, 3], example i filled with i) and target-0000<f>.npy (int64 [n] = i).
 void write_pair(const fs::path& dir, int file, int64_t first, int64_t n) {

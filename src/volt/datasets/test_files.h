@@ -1,7 +1,9 @@
 // Helpers for the datasets tests: a scratch directory and IDX files written into it.
 #pragma once
 
+#include <fmt/format.h>
 #include <gtest/gtest.h>
+#include <torch/types.h>
 #include <unistd.h>
 #include <zlib.h>
 
@@ -61,6 +63,31 @@ inline void write_gzip(const std::string& path, const std::string& bytes) {
   ASSERT_NE(file, nullptr) << path;
   ASSERT_EQ(gzwrite(file, bytes.data(), static_cast<unsigned>(bytes.size())), static_cast<int>(bytes.size()));
   ASSERT_EQ(gzclose(file), Z_OK);
+}
+
+/// Writes `array` (contiguous, little-endian) as numpy.save does, format 1.0; `descr` names its
+/// type, `fortran` the order flag written (the data is written as given).
+inline void write_npy(const std::filesystem::path& path, const torch::Tensor& array, const std::string& descr,
+                      bool fortran = false) {
+  std::string shape = "(";
+  for (const int64_t d : array.sizes()) shape += std::to_string(d) + ", ";
+  if (array.dim() > 1) shape.resize(shape.size() - 1);
+  if (array.dim() > 1)
+    shape.back() = ')';
+  else
+    shape += ")";
+  std::string header =
+      fmt::format("{{'descr': '{}', 'fortran_order': {}, 'shape': {}, }}", descr, fortran ? "True" : "False", shape);
+  while ((10 + header.size() + 1) % 64 != 0) header += ' ';
+  header += '\n';
+  std::ofstream out(path, std::ios::binary);
+  out.write("\x93NUMPY\x01\x00", 8);
+  const auto length = static_cast<uint16_t>(header.size());
+  out.put(static_cast<char>(length & 0xff));
+  out.put(static_cast<char>(length >> 8));
+  out << header;
+  const torch::Tensor c = array.contiguous();
+  out.write(static_cast<const char*>(c.data_ptr()), static_cast<std::streamsize>(c.nbytes()));
 }
 
 /// The message of the volt::Error `f` throws; fails the test if it throws none.
