@@ -27,6 +27,10 @@ struct NpyHeader {
   int64_t data_offset = 0;
   /// Bytes per example (one row of the first dimension).
   int64_t row_bytes = 0;
+  /// Whether the file holds uint16 ('<u2', how token ids under 65,536 are often stored), which
+  /// LibTorch 1.13 lacks: dtype is then kShort over the same bytes, for the reader to widen.
+  /// NpyShards refuses such files.
+  bool uint16 = false;
 };
 
 /// Reads the header of the .npy file `path` (format 1.0 to 3.0, little-endian, C order); throws
