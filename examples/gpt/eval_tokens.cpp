@@ -67,9 +67,9 @@ TokenEvalResult evaluate_tokens(Gpt& model, const torch::Tensor& tokens, int64_t
     const torch::Tensor ids = batches.narrow(0, begin, std::min(batch_size, windows - begin)).to(device);
     const torch::Tensor logits = model->forward(ids).narrow(1, 0, block_size - 1);
     const torch::Tensor targets = ids.narrow(1, 1, block_size - 1);
-    total += torch::nn::functional::cross_entropy(logits.reshape({-1, logits.size(-1)}).to(torch::kFloat),
-                                                  targets.reshape({-1}),
-                                                  torch::nn::functional::CrossEntropyFuncOptions().reduction(torch::kSum))
+    total += torch::nn::functional::cross_entropy(
+                 logits.reshape({-1, logits.size(-1)}).to(torch::kFloat), targets.reshape({-1}),
+                 torch::nn::functional::CrossEntropyFuncOptions().reduction(torch::kSum))
                  .item<double>();
   }
   model->train(was_training);

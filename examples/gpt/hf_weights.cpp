@@ -22,6 +22,7 @@ namespace fs = std::filesystem;
 
 constexpr const char* kPrefix = "transformer.";
 constexpr const char* kLmHead = "lm_head.weight";
+constexpr int64_t kEndOfText = 50256;
 
 bool starts_with(const std::string& text, const std::string& prefix) { return text.rfind(prefix, 0) == 0; }
 
@@ -32,9 +33,7 @@ bool ends_with(const std::string& text, const std::string& suffix) {
 std::string shape_text(const std::vector<int64_t>& shape) { return c10::str(c10::IntArrayRef(shape)); }
 
 // The file name of a location, for messages: the folder is named once by the caller.
-std::string file_name(const volt::SafetensorsLocation& location) {
-  return fs::path(location.file).filename().string();
-}
+std::string file_name(const volt::SafetensorsLocation& location) { return fs::path(location.file).filename().string(); }
 
 // The attention-mask buffers older GPT2Model files carry: constants, not weights.
 bool is_mask_buffer(const std::string& name) {
@@ -181,8 +180,7 @@ void load_hf_weights(Gpt& model, const std::string& directory) {
                "{}: '{}' ({}) differs from '{}' ({}), but this GPT-2's output layer is its token embedding (tied). "
                "HINT: the checkpoint was trained with an untied head (tie_word_embeddings false) and computes "
                "something else here; fine-tune it tied, or drop lm_head.weight if it is a stale copy.",
-               directory, lm_head->second.name, file_name(lm_head->second.location), wte.name,
-               file_name(wte.location));
+               directory, lm_head->second.name, file_name(lm_head->second.location), wte.name, file_name(wte.location));
   }
 
   torch::NoGradGuard no_grad;
@@ -227,6 +225,10 @@ nlohmann::json hf_config_json(const GptConfig& config) {
       {"tie_word_embeddings", true},
       {"use_cache", true},
       {"dtype", "float32"},
+      // GPT-2's tokenizer begins and ends texts with <|endoftext|>, id 50256 (GPT2Config's default);
+      // a smaller vocabulary (bytes) has no such token.
+      {"bos_token_id", config.vocab_size > kEndOfText ? nlohmann::json(kEndOfText) : nlohmann::json(nullptr)},
+      {"eos_token_id", config.vocab_size > kEndOfText ? nlohmann::json(kEndOfText) : nlohmann::json(nullptr)},
   };
 }
 

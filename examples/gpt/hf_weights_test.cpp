@@ -190,8 +190,8 @@ TEST(HfWeights, RefusesATruncatedFileAndAFolderWithoutConfig) {
 template <typename T>
 std::string write_npy(const TempDir& dir, const std::string& name, const std::string& descr,
                       const std::vector<T>& values) {
-  std::string header = "{'descr': '" + descr + "', 'fortran_order': False, 'shape': (" +
-                       std::to_string(values.size()) + ",), }";
+  std::string header =
+      "{'descr': '" + descr + "', 'fortran_order': False, 'shape': (" + std::to_string(values.size()) + ",), }";
   header.append(64 - (10 + header.size() + 1) % 64, ' ');
   header += '\n';
   const std::string path = dir.file(name);
@@ -207,12 +207,12 @@ std::string write_npy(const TempDir& dir, const std::string& name, const std::st
 TEST(EvalTokens, ReadsInt32Int64AndUint16Ids) {
   TempDir dir;
   const torch::Tensor expected = torch::tensor({0, 7, 39, 40000, 65535}, torch::kLong);
-  EXPECT_TRUE(torch::equal(read_token_ids(write_npy<uint16_t>(dir, "u2.npy", "<u2", {0, 7, 39, 40000, 65535})),
-                           expected));
-  EXPECT_TRUE(torch::equal(read_token_ids(write_npy<int32_t>(dir, "i4.npy", "<i4", {0, 7, 39, 40000, 65535})),
-                           expected));
-  EXPECT_TRUE(torch::equal(read_token_ids(write_npy<int64_t>(dir, "i8.npy", "<i8", {0, 7, 39, 40000, 65535})),
-                           expected));
+  EXPECT_TRUE(
+      torch::equal(read_token_ids(write_npy<uint16_t>(dir, "u2.npy", "<u2", {0, 7, 39, 40000, 65535})), expected));
+  EXPECT_TRUE(
+      torch::equal(read_token_ids(write_npy<int32_t>(dir, "i4.npy", "<i4", {0, 7, 39, 40000, 65535})), expected));
+  EXPECT_TRUE(
+      torch::equal(read_token_ids(write_npy<int64_t>(dir, "i8.npy", "<i8", {0, 7, 39, 40000, 65535})), expected));
   const std::string message = error_message([&] { read_token_ids(write_npy<float>(dir, "f4.npy", "<f4", {1.0F})); });
   EXPECT_NE(message.find("holds Float elements; expected token ids"), std::string::npos) << message;
 }

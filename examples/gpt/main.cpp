@@ -115,8 +115,8 @@ int main(int argc, char** argv) {
     const int64_t block_size_flag = model.n_positions;
     const bool block_size_given = app.count("--block-size") > 0;
     if (!init_from.empty()) {
-      for (const char* flag : {"--model-config", "--n-layer", "--n-head", "--n-embd", "--block-size", "--vocab-size",
-                               "--dropout"}) {
+      for (const char* flag :
+           {"--model-config", "--n-layer", "--n-head", "--n-embd", "--block-size", "--vocab-size", "--dropout"}) {
         VOLT_CHECK(app.count(flag) == 0 || (eval_tokens.size() > 0 && std::string(flag) == "--block-size"),
                    "--init-from={} and {} were both given. HINT: the folder's config.json sets the model's size; drop "
                    "{} (--block-size is the --eval-tokens window only).",

@@ -52,3 +52,24 @@ def test_a_vocabulary_too_small_for_bytes_is_refused_with_a_hint(gpt, text, tmp_
     assert run.returncode != 0, repr(run)
     for phrase in ["--vocab-size=100 is too small for byte tokens", "HINT"]:
         assert phrase in run.stderr, f"{phrase!r} not on stderr: {run!r}"
+
+
+def test_hugging_face_flags_refuse_size_flags_and_folders_without_config(gpt, tmp_path):
+    # Exported with --no-train (no fit), then loaded: the folder's config.json sets the size, so a
+    # size flag beside --init-from is refused; so is a folder without config.json. Transformers'
+    # side is tests/interop/test_gpt_hf_interop.py.
+    small = ["--n-layer", "1", "--n-head", "2", "--n-embd", "16", "--block-size", "16"]
+    assert_ok(run_binary(gpt, ["--no-train", "--export-hf", str(tmp_path / "hf")] + small, tmp_path, timeout=60))
+    assert sorted(p.name for p in (tmp_path / "hf").iterdir()) == ["config.json", "model.safetensors"]
+    (tmp_path / "empty").mkdir()
+    for args, phrases in [
+        (["--init-from", str(tmp_path / "hf"), "--n-embd", "32"], ["--n-embd were both given", "HINT"]),
+        (["--init-from", str(tmp_path / "hf"), "--eval-tokens", "t.npy", "--block-size", "17"],
+         ["--block-size=17 cannot cut --eval-tokens windows: expected 2..16", "HINT"]),
+        (["--init-from", str(tmp_path / "empty")], ["has no config.json", "HINT"]),
+    ]:
+        run = run_binary(gpt, args + ["--no-train"], tmp_path, timeout=60)
+        assert_clean_exit(run)
+        assert run.returncode != 0, repr(run)
+        for phrase in phrases:
+            assert phrase in run.stderr, f"{phrase!r} not on stderr: {run!r}"
