@@ -158,6 +158,8 @@ int main(int argc, char** argv) {
       }
     };
     if (no_train) {
+      // No Trainer, so nothing else applies --num-threads (unset or 0: LibTorch's default).
+      if (trainer_options.num_threads.value_or(0) > 0) torch::set_num_threads(*trainer_options.num_threads);
       gpt::GptModule module(options);
       if (!init_from.empty()) gpt::load_hf_weights(module.transformer(), init_from);
       evaluate_and_export(module.transformer());
