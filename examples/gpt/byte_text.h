@@ -24,10 +24,11 @@ torch::Tensor read_byte_tokens(const std::string& path);
 /// choke on them.
 std::string decode_bytes(const torch::Tensor& tokens);
 
-/// Training examples from a token stream [N]: the non-overlapping windows of block_size + 1
-/// tokens (a trailing partial window dropped), as data = the first block_size tokens and target
-/// = the last block_size, so target[t] is the token after data[t]. Every token is a target once
-/// per epoch. Views of `tokens`: batches are gathered when the loader asks for them.
+/// Training examples from a token stream [N]: windows of block_size + 1 tokens starting every
+/// block_size tokens (each shares its first token with the previous window's last; a trailing
+/// partial window dropped), as data = the first block_size tokens and target = the last
+/// block_size, so target[t] is the token after data[t]. Every token but the first is a target
+/// once per epoch. Views of `tokens`: batches are gathered when the loader asks for them.
 std::shared_ptr<volt::Dataset> token_windows(const torch::Tensor& tokens, int64_t block_size);
 
 }  // namespace gpt

@@ -12,6 +12,7 @@
 #include "volt/core/error.h"
 #include "volt/nn/activation_checkpoint.h"
 #include "volt/nn/attention.h"
+#include "volt/strategies/fsdp_unit.h"
 
 namespace gpt {
 
@@ -52,6 +53,12 @@ void require(const nlohmann::json& json, const char* key, const T& expected, con
   const std::optional<T> value = field<T>(json, key, source);
   VOLT_CHECK(!value || *value == expected, "{}: \"{}\" is {}, but this GPT-2 implements only {}. HINT: {}", source, key,
              nlohmann::json(*value).dump(), nlohmann::json(expected).dump(), hint);
+}
+
+// A block's output: h holds Blocks, or FsdpUnits over them (GptConfig::fsdp_units).
+torch::Tensor run_block(torch::nn::Module& layer, const torch::Tensor& x) {
+  if (auto* unit = dynamic_cast<volt::FsdpUnitImpl*>(&layer)) return unit->forward(x);
+  return dynamic_cast<BlockImpl&>(layer).forward(x);
 }
 
 }  // namespace
@@ -185,7 +192,13 @@ GptImpl::GptImpl(GptConfig config) : config_(std::move(config)) {
   wpe = register_module("wpe", torch::nn::Embedding(config_.n_positions, config_.n_embd));
   drop_ = register_module("drop", torch::nn::Dropout(config_.embd_pdrop));
   h = register_module("h", torch::nn::ModuleList());
-  for (int64_t i = 0; i < config_.n_layer; ++i) h->push_back(Block(config_));
+  for (int64_t i = 0; i < config_.n_layer; ++i) {
+    if (config_.fsdp_units) {
+      h->push_back(volt::FsdpUnit(Block(config_)));
+    } else {
+      h->push_back(Block(config_));
+    }
+  }
   ln_f = register_module(
       "ln_f", torch::nn::LayerNorm(torch::nn::LayerNormOptions({config_.n_embd}).eps(config_.layer_norm_epsilon)));
   init_weights();
@@ -244,9 +257,9 @@ torch::Tensor GptImpl::forward(const torch::Tensor& idx) {
   const bool recompute = config_.activation_checkpointing && is_training() && torch::GradMode::is_enabled();
   for (size_t i = 0; i < h->size(); ++i) {
     // The block is captured by value: backward runs the function again, after this loop is gone.
-    const std::shared_ptr<BlockImpl> block = h->ptr<BlockImpl>(i);
-    x = recompute ? volt::checkpoint([block](const torch::Tensor& in) { return block->forward(in); }, x)
-                  : block->forward(x);
+    const std::shared_ptr<torch::nn::Module> block = h->ptr(i);
+    x = recompute ? volt::checkpoint([block](const torch::Tensor& in) { return run_block(*block, in); }, x)
+                  : run_block(*block, x);
   }
   // The LM head is the token embedding (tied weights): logits = ln_f(x) wteᵀ.
   return torch::nn::functional::linear(ln_f(x), wte->weight);

@@ -52,6 +52,10 @@ struct GptConfig {
   /// Recompute each block in backward instead of keeping its activations (volt::checkpoint):
   /// less memory for one more forward pass per block.
   bool activation_checkpointing = false;
+  /// Wrap each block in a volt::FsdpUnit: under fsdp's full_shard a block's parameters are
+  /// gathered only around its own forward and backward (PyTorch FSDP's per-block wrapping), so a
+  /// process holds one whole block at a time. Names and checkpoints are the same either way.
+  bool fsdp_units = false;
 
   /// Throws volt::Error naming the first field out of range (sizes below 1, n_embd not divisible
   /// by n_head, a dropout outside [0, 1)), with what was expected and a HINT.
@@ -137,7 +141,7 @@ class GptImpl : public torch::nn::Module {
 
   torch::nn::Embedding wte{nullptr};   ///< token embedding, also the LM head
   torch::nn::Embedding wpe{nullptr};   ///< position embedding
-  torch::nn::ModuleList h{nullptr};    ///< the blocks, h.0 .. h.<n_layer - 1>
+  torch::nn::ModuleList h{nullptr};    ///< the blocks, h.0 .. h.<n_layer - 1> (Block or FsdpUnit(Block))
   torch::nn::LayerNorm ln_f{nullptr};  ///< the final LayerNorm
 
  private:

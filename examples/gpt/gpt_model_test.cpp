@@ -142,6 +142,24 @@ TEST(Gpt, ActivationCheckpointingGivesTheSameGradientsWithDropout) {
   for (size_t i = 0; i < grads[0].size(); ++i) EXPECT_TRUE(torch::allclose(grads[0][i], grads[1][i], 1e-5, 1e-6)) << i;
 }
 
+TEST(Gpt, BlocksInFsdpUnitsKeepTheNamesTheWeightsAndTheOutput) {
+  // full_shard's per-block wrapping must not change what a checkpoint or a Hugging Face file holds.
+  GptConfig config = small_config();
+  Gpt plain = small_model(config);
+  config.fsdp_units = true;
+  Gpt wrapped = small_model(config);
+  EXPECT_NE(wrapped->h->ptr(0)->name().find("FsdpUnit"), std::string::npos) << wrapped->h->ptr(0)->name();
+  const auto expected = plain->named_parameters();
+  const auto actual = wrapped->named_parameters();
+  ASSERT_EQ(actual.size(), expected.size());
+  for (size_t i = 0; i < expected.size(); ++i) {
+    EXPECT_EQ(actual[i].key(), expected[i].key());
+    EXPECT_TRUE(torch::equal(actual[i].value(), expected[i].value())) << expected[i].key();
+  }
+  const torch::Tensor idx = torch::randint(100, {2, 16}, torch::kLong);
+  EXPECT_TRUE(torch::equal(wrapped->forward(idx), plain->forward(idx)));
+}
+
 TEST(Gpt, RefusesTokensOutsideTheVocabularyAndContext) {
   Gpt model = small_model();
   torch::Tensor idx = torch::zeros({2, 5}, torch::kLong);

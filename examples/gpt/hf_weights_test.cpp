@@ -82,6 +82,12 @@ TEST(HfWeights, LoadsWhatItExportedIntoAnotherModel) {
   expect_same_parameters(source, target);
   const torch::Tensor ids = torch::randint(40, {2, 16}, torch::kLong);
   EXPECT_TRUE(torch::allclose(source->forward(ids), target->forward(ids)));
+  // Blocks in FsdpUnits (full_shard's wrapping) keep the names, so the same folder loads.
+  GptConfig wrapped_config = kTiny;
+  wrapped_config.fsdp_units = true;
+  Gpt wrapped = tiny_model(3, wrapped_config);
+  load_hf_weights(wrapped, dir.file("out"));
+  expect_same_parameters(source, wrapped);
 }
 
 TEST(HfWeights, LoadsTheHubsVariantsAndHalfPrecision) {

@@ -138,6 +138,8 @@ int main(int argc, char** argv) {
     } else {
       model.embd_pdrop = model.attn_pdrop = model.resid_pdrop = dropout;
     }
+    // full_shard gathers one block at a time (FSDP's per-block wrapping); elsewhere units change nothing.
+    model.fsdp_units = trainer_options.sharding_strategy == volt::ShardingStrategy::kFullShard;
     const int64_t eval_window = block_size_given ? block_size_flag : model.n_positions;
     VOLT_CHECK(eval_tokens.empty() || (eval_window >= 2 && eval_window <= model.n_positions),
                "--block-size={} cannot cut --eval-tokens windows: expected 2..{} (the model's n_positions). HINT: the "
@@ -158,6 +160,7 @@ int main(int argc, char** argv) {
       }
     };
     if (no_train) {
+      model.fsdp_units = false;  // no fsdp without a Trainer
       // No Trainer, so nothing else applies --num-threads (unset or 0: LibTorch's default).
       if (trainer_options.num_threads.value_or(0) > 0) torch::set_num_threads(*trainer_options.num_threads);
       gpt::GptModule module(options);
@@ -187,6 +190,14 @@ int main(int argc, char** argv) {
       std::cout << trainer.plan().describe();
       return 0;
     }
+    // Under full_shard rank 0 holds only its pieces of the blocks after the fit.
+    VOLT_CHECK((eval_tokens.empty() && export_hf.empty()) ||
+                   trainer.plan().sharding_strategy != volt::ShardingStrategy::kFullShard,
+               "--export-hf and --eval-tokens need the whole model on rank 0 after training, but "
+               "--sharding-strategy full_shard leaves each process only its pieces. HINT: train with "
+               "--sharding-strategy shard_grad_op (whole parameters on every process), or evaluate and export in a "
+               "second run: gpt --init-from <folder> --no-train ...");
+
     // The Trainer seeded LibTorch (seed_everything), so the initial weights are reproducible.
     gpt::GptModule module(options);
     if (!init_from.empty()) gpt::load_hf_weights(module.transformer(), init_from);

@@ -44,6 +44,10 @@ DataLoader::DataLoader(std::shared_ptr<const Dataset> dataset, DataLoaderOptions
     : dataset_(std::move(dataset)), options_(std::move(options)) {
   VOLT_CHECK(dataset_ != nullptr, "DataLoader got a null dataset.");
   check_options();
+  VOLT_CHECK(!options_.batch_sampler || options_.batch_sampler->size() == dataset_->size(),
+             "DataLoader: the batch sampler was built for {} examples, the dataset has {}. HINT: give the sampler "
+             "one length per example of this dataset.",
+             options_.batch_sampler ? options_.batch_sampler->size() : 0, dataset_->size());
   if (options_.persistent_workers && options_.num_workers > 0)
     persistent_ = std::make_shared<internal::BatchWorkers>(options_.num_workers);
   configure(1, 0, 0);
@@ -53,6 +57,10 @@ DataLoader::DataLoader(std::shared_ptr<const IterableDataset> dataset, DataLoade
     : stream_dataset_(std::move(dataset)), options_(std::move(options)) {
   VOLT_CHECK(stream_dataset_ != nullptr, "DataLoader got a null IterableDataset.");
   check_options();
+  VOLT_CHECK(!options_.batch_sampler,
+             "DataLoader: a batch_sampler needs a map-style Dataset; this one is a stream (IterableDataset), read in "
+             "order. HINT: batch a stream in its reader (group examples of similar length there), or drop the "
+             "batch_sampler.");
   VOLT_CHECK(options_.shuffle_buffer >= 0,
              "DataLoader shuffle_buffer={} must be >= 0. HINT: 0 shuffles only the shard order; a few thousand "
              "examples mix the stream well.",
@@ -71,6 +79,11 @@ void DataLoader::check_options() const {
              "DataLoader prefetch_factor={} must be at least 1 (batches each worker makes ahead). HINT: PyTorch's "
              "default is 2.",
              options_.prefetch_factor);
+  if (!options_.batch_sampler) return;
+  VOLT_CHECK(options_.batch_size == 1,
+             "DataLoader was given both batch_size={} and a batch_sampler. HINT: the batch sampler decides the batch "
+             "size (e.g. LengthBucketOptions::batch_size); leave DataLoaderOptions::batch_size at 1.",
+             options_.batch_size);
 }
 
 void DataLoader::configure(int64_t num_replicas, int64_t rank, uint64_t default_seed, bool pad, bool contiguous) {
@@ -90,12 +103,34 @@ void DataLoader::configure(int64_t num_replicas, int64_t rank, uint64_t default_
   epoch_ = -1;
   if (streaming()) return;
   sampler_ = std::make_shared<DistributedSampler>(dataset_->size(), sampler);
+  if (!options_.batch_sampler) return;
+  batch_context_ = BatchSamplerContext{.shuffle = sampler.shuffle,
+                                       .seed = sampler.seed,
+                                       .epoch = 0,
+                                       .drop_last = sampler.drop_last,
+                                       .num_replicas = num_replicas,
+                                       .rank = rank,
+                                       .pad = pad,
+                                       .contiguous = contiguous};
+  sampled_batches_ = static_cast<int64_t>(options_.batch_sampler->batches(batch_context_).size());
 }
 
 void DataLoader::set_epoch(int64_t epoch) {
   VOLT_INTERNAL_ASSERT(defined(), "set_epoch on an empty DataLoader");
   if (epoch == epoch_) return;
-  if (!streaming()) epoch_indices_ = sampler_->indices(epoch);
+  if (options_.batch_sampler) {
+    BatchSamplerContext context = batch_context_;
+    context.epoch = epoch;
+    auto batches = std::make_shared<const std::vector<std::vector<int64_t>>>(options_.batch_sampler->batches(context));
+    // The loop counts the epoch's steps once; a sampler whose count moves would cut an epoch short.
+    VOLT_CHECK(static_cast<int64_t>(batches->size()) == sampled_batches_,
+               "the batch sampler gave {} batches in epoch {} but {} in epoch 0. HINT: a BatchSampler must give "
+               "the same number of batches every epoch (fix the batch size, not a token budget).",
+               batches->size(), epoch, sampled_batches_);
+    epoch_batches_ = std::move(batches);
+  } else if (!streaming()) {
+    epoch_indices_ = sampler_->indices(epoch);
+  }
   epoch_ = epoch;
 }
 
@@ -115,6 +150,7 @@ std::string DataLoader::stream_layout() const {
 int64_t DataLoader::num_batches() const {
   if (!defined()) return 0;
   VOLT_INTERNAL_ASSERT(!streaming(), "num_batches() of a stream");
+  if (options_.batch_sampler) return sampled_batches_;
   const int64_t n = sampler_->num_samples();
   return options_.drop_last ? n / options_.batch_size : (n + options_.batch_size - 1) / options_.batch_size;
 }
@@ -122,9 +158,15 @@ int64_t DataLoader::num_batches() const {
 Batch DataLoader::batch(int64_t index) const {
   VOLT_INTERNAL_ASSERT(epoch_ >= 0, "batch() before set_epoch()");
   VOLT_INTERNAL_ASSERT(index >= 0 && index < num_batches(), "batch {} of {}", index, num_batches());
-  const int64_t start = index * options_.batch_size;
-  const int64_t length = std::min(options_.batch_size, epoch_indices_.size(0) - start);
-  const torch::Tensor indices = epoch_indices_.narrow(0, start, length);
+  torch::Tensor indices;
+  if (options_.batch_sampler) {
+    const std::vector<int64_t>& chosen = (*epoch_batches_)[static_cast<size_t>(index)];
+    indices = torch::tensor(chosen, torch::kLong);
+  } else {
+    const int64_t start = index * options_.batch_size;
+    const int64_t length = std::min(options_.batch_size, epoch_indices_.size(0) - start);
+    indices = epoch_indices_.narrow(0, start, length);
+  }
   const BatchContextScope context(seed_, epoch_);
   Batch batch;
   if (options_.collate) {

@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include "volt/data/batch_sampler.h"
 #include "volt/data/dataset.h"
 #include "volt/data/distributed_sampler.h"
 #include "volt/data/iterable_dataset.h"
@@ -50,6 +51,11 @@ struct DataLoaderOptions {
   /// Make batches in pinned host memory, so that their copy to the GPU does not block the step
   /// (PyTorch's pin_memory). Only where a CUDA device is present; on CPU it changes nothing.
   bool pin_memory = false;
+  /// Forms the batches of a map-style dataset instead of cutting the epoch's order into
+  /// batch_size runs, e.g. LengthBucketBatchSampler for sequences of varying length. It is
+  /// given shuffle, drop_last, the seed, the epoch and the process's rank, and deals batches to
+  /// processes itself; batch_size must stay 1 (as PyTorch's batch_sampler requires).
+  std::shared_ptr<const BatchSampler> batch_sampler;
 };
 
 class DataLoader;
@@ -151,6 +157,11 @@ class DataLoader {
   // persistent_workers: the threads, shared by copies of this loader and kept between passes.
   std::shared_ptr<internal::BatchWorkers> persistent_;
   std::shared_ptr<DistributedSampler> sampler_;
+  // With a batch_sampler: what it is asked with (all but the epoch), its batch count, and the
+  // current epoch's batches (shared by copies, like the tensor of indices).
+  BatchSamplerContext batch_context_;
+  int64_t sampled_batches_ = 0;
+  std::shared_ptr<const std::vector<std::vector<int64_t>>> epoch_batches_;
   uint64_t seed_ = 0;         // the sampler's seed, also the augmentations' (example_generator)
   int64_t num_replicas_ = 1;  // a stream's share of the shards
   int64_t rank_ = 0;
