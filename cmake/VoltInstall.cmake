@@ -53,6 +53,8 @@ install(FILES ${PROJECT_BINARY_DIR}/voltConfig.cmake ${PROJECT_BINARY_DIR}/voltC
 # whose it is in a shared bin/.
 if(TARGET volt)
   install(TARGETS volt RUNTIME DESTINATION ${CMAKE_INSTALL_BINDIR})
+  # `volt checkpoint ...` runs it from volt's own folder.
+  install(TARGETS volt-checkpoint RUNTIME DESTINATION ${CMAKE_INSTALL_BINDIR})
 endif()
 if(TARGET fashion_mnist)
   install(PROGRAMS $<TARGET_FILE:fashion_mnist> DESTINATION ${CMAKE_INSTALL_BINDIR} RENAME volt-fashion-mnist)

@@ -154,4 +154,13 @@ install_folder "${VOLT_SAFETENSORS_PYTHONPATH:-/opt/volt/python-safetensors}" sa
 install_folder "${VOLT_TORCHRUN_PYTHONPATH:-/opt/volt/python-torchrun}" \
   torch==2.15.0 nvidia-cufile==1.17.1.22 nvidia-cusparselt-cu13==0.8.1 nvidia-nvshmem-cu13==3.7.2 \
   nvidia-nccl-cu13==2.30.7 filelock typing-extensions sympy mpmath networkx jinja2 MarkupSafe fsspec
+
+# PyPI's transformers for tests/interop/test_gpt_hf_interop.py: GPT2LMHeadModel writes the folders
+# `gpt --init-from` reads and loads what `gpt --export-hf` writes. It needs torch 2.x (the folder
+# above goes after this one on PYTHONPATH) and these packages that neither that folder nor Debian
+# has; Debian's numpy, pyyaml, packaging and tqdm serve. ~140 MB, ~15 s. Keep the folder in step
+# with VOLT_TRANSFORMERS_PYTHONPATH in that test.
+install_folder "${VOLT_TRANSFORMERS_PYTHONPATH:-/opt/volt/python-transformers}" \
+  transformers==5.24.0 huggingface-hub==2.4.0 safetensors==0.8.0 regex==2026.11.19 httpx2==2.16.2 httpcore2==2.16.2 \
+  anyio==4.16.0 idna==3.20 truststore==0.10.5 h11==0.16.0
 echo "setup: all dependencies present"

@@ -6,6 +6,8 @@
 //   gpt --text book.txt --n-layer 6 --n-head 6 --n-embd 384 --block-size 256 --max-epochs 2
 //   gpt --text book.txt --model-config config.json --activation-checkpointing --max-steps 10
 //   gpt --text book.txt --max-steps 200 --strategy ddp --devices 2 --precision bf16-mixed
+//   gpt --init-from gpt2-folder --no-train --eval-tokens tokens.npy --block-size 512
+//   gpt --text book.txt --max-steps 100 --export-hf out   (out: config.json + model.safetensors)
 //
 // The last tenth of the text validates (val/loss, in nats per byte); a corpus validates on its
 // val-*.npy (val/loss in nats per token, val/bpb in bits per byte of text). Every Trainer flag works as
@@ -14,7 +16,9 @@
 #include <string>
 
 #include "gpt/byte_text.h"
+#include "gpt/eval_tokens.h"
 #include "gpt/gpt_module.h"
+#include "gpt/hf_weights.h"
 #include "volt/cli/cli_config.h"
 #include "volt/cli/trainer_flags.h"
 #include "volt/core/error.h"
@@ -52,6 +56,21 @@ int main(int argc, char** argv) {
     std::string model_config;
     app.add_option("--model-config", model_config,
                    "a Hugging Face GPT-2 config.json giving the model's size and dropouts (instead of the size flags)")
+        ->group("Model");
+    // Hugging Face weights in and out (docs/gpt.md, "Hugging Face weights in and out").
+    std::string init_from, export_hf, eval_tokens;
+    bool no_train = false;
+    app.add_option("--init-from", init_from,
+                   "a Hugging Face GPT-2 folder (config.json + model.safetensors or shards) to start from; its "
+                   "config.json sets the model's size")
+        ->group("Model");
+    app.add_option("--export-hf", export_hf,
+                   "after training, write the model as a Hugging Face GPT2LMHeadModel folder (rank 0)")
+        ->group("Model");
+    app.add_option("--eval-tokens", eval_tokens,
+                   "after training, print the loss on a 1-D .npy of token ids cut into --block-size windows")
+        ->group("Model");
+    app.add_flag("--no-train", no_train, "skip training: load, then --eval-tokens and/or --export-hf only")
         ->group("Model");
     app.add_option("--lr", options.lr, "AdamW's peak learning rate")->capture_default_str()->group("Model");
     app.add_option("--min-lr-ratio", options.min_lr_ratio,
@@ -100,7 +119,21 @@ int main(int argc, char** argv) {
     volt::apply_trainer_flags(flag_text, trainer_options);
     trainer_options.config = volt::resolved_config(app);
 
-    if (!model_config.empty()) {
+    // With --init-from, --block-size is the evaluation window, not a size.
+    const int64_t block_size_flag = model.n_positions;
+    const bool block_size_given = app.count("--block-size") > 0;
+    if (!init_from.empty()) {
+      for (const char* flag :
+           {"--model-config", "--n-layer", "--n-head", "--n-embd", "--block-size", "--vocab-size", "--dropout"}) {
+        VOLT_CHECK(app.count(flag) == 0 || (eval_tokens.size() > 0 && std::string(flag) == "--block-size"),
+                   "--init-from={} and {} were both given. HINT: the folder's config.json sets the model's size; drop "
+                   "{} (--block-size is the --eval-tokens window only).",
+                   init_from, flag, flag);
+      }
+      const bool checkpointing = model.activation_checkpointing;
+      model = gpt::load_hf_folder_config(init_from);
+      model.activation_checkpointing = checkpointing;
+    } else if (!model_config.empty()) {
       for (const char* flag : {"--n-layer", "--n-head", "--n-embd", "--block-size", "--vocab-size", "--dropout"}) {
         VOLT_CHECK(app.count(flag) == 0,
                    "--model-config={} and {} were both given. HINT: the config.json sets the model's size; drop {} "
@@ -117,6 +150,35 @@ int main(int argc, char** argv) {
     model.fsdp_units = trainer_options.sharding_strategy == volt::ShardingStrategy::kFullShard;
     // strategy="pipeline" splits the model's Pipe (embeddings, blocks, head) into stages.
     model.pipelined = trainer_options.strategy == volt::StrategyRequest::kPipeline;
+    const int64_t eval_window = block_size_given ? block_size_flag : model.n_positions;
+    VOLT_CHECK(eval_tokens.empty() || (eval_window >= 2 && eval_window <= model.n_positions),
+               "--block-size={} cannot cut --eval-tokens windows: expected 2..{} (the model's n_positions). HINT: the "
+               "windows must fit the model's context.",
+               eval_window, model.n_positions);
+    const torch::Tensor eval_ids = eval_tokens.empty() ? torch::Tensor() : gpt::read_token_ids(eval_tokens);
+    // After training (or instead of it), on rank 0 only.
+    const auto evaluate_and_export = [&](gpt::Gpt& gpt_model) {
+      if (eval_ids.defined()) {
+        const gpt::TokenEvalResult eval = gpt::evaluate_tokens(gpt_model, eval_ids, eval_window);
+        std::cout << fmt::format("eval: {} windows of {} tokens from {}, {} predicted tokens\n", eval.windows,
+                                 eval_window, eval_tokens, eval.predicted_tokens)
+                  << fmt::format("eval loss {:.8f}\n", eval.loss);
+      }
+      if (!export_hf.empty()) {
+        gpt::save_hf_pretrained(gpt_model, export_hf);
+        std::cout << "exported the model to " << export_hf << " (config.json, model.safetensors)\n";
+      }
+    };
+    if (no_train) {
+      model.fsdp_units = false;  // no fsdp without a Trainer
+      // No Trainer, so nothing else applies --num-threads (unset or 0: LibTorch's default).
+      if (trainer_options.num_threads.value_or(0) > 0) torch::set_num_threads(*trainer_options.num_threads);
+      gpt::GptModule module(options);
+      if (!init_from.empty()) gpt::load_hf_weights(module.transformer(), init_from);
+      evaluate_and_export(module.transformer());
+      return 0;
+    }
+    // Training needs data: a text file's bytes or a tokenized corpus.
     VOLT_CHECK(options.text.empty() != options.data.empty(),
                "{}. HINT: pass --text FILE to train on a file's bytes, or --data FOLDER to train on a corpus "
                "tokenized by scripts/prepare-text-corpus.py.",
@@ -151,8 +213,17 @@ int main(int argc, char** argv) {
       std::cout << trainer.plan().describe();
       return 0;
     }
+    // Under full_shard rank 0 holds only its pieces of the blocks after the fit.
+    VOLT_CHECK((eval_tokens.empty() && export_hf.empty()) ||
+                   trainer.plan().sharding_strategy != volt::ShardingStrategy::kFullShard,
+               "--export-hf and --eval-tokens need the whole model on rank 0 after training, but "
+               "--sharding-strategy full_shard leaves each process only its pieces. HINT: train with "
+               "--sharding-strategy shard_grad_op (whole parameters on every process), or evaluate and export in a "
+               "second run: gpt --init-from <folder> --no-train ...");
+
     // The Trainer seeded LibTorch (seed_everything), so the initial weights are reproducible.
     gpt::GptModule module(options);
+    if (!init_from.empty()) gpt::load_hf_weights(module.transformer(), init_from);
     const volt::FitResult result = trainer.fit(module);
     // SLURM is about to end this run and start the job again; it resumes from the HPC checkpoint.
     if (result.requeued()) {
@@ -171,6 +242,7 @@ int main(int argc, char** argv) {
       }
     }
     if (report) std::cout << result.brief_report() << "\n";
+    if (report && result.reason != volt::StopReason::kInterrupted) evaluate_and_export(module.transformer());
     trainer.teardown();
     return result.reason == volt::StopReason::kInterrupted ? 130 : 0;
   });

@@ -37,10 +37,11 @@ dev_packages=(
   libfmt-dev nlohmann-json3-dev libcli11-dev libyaml-cpp-dev zlib1g-dev libpng-dev libturbojpeg0-dev
   libprotobuf-dev protobuf-compiler libprotoc32 libcurl4-openssl-dev libgtest-dev libgmock-dev
   pkgconf pkgconf-bin libpkgconf3
+  libsentencepiece-dev   # examples/gpt reads SentencePiece tokenizers (gpt_sentencepiece, dlopened)
 )
 # Runtime libraries: what Volt's binaries (and protoc, pkg-config) link beyond LibTorch and glibc.
 runtime_packages=(
-  libfmt9 libyaml-cpp0.7 libprotobuf32 libpng16-16 libturbojpeg0 zlib1g
+  libfmt9 libyaml-cpp0.7 libprotobuf32 libpng16-16 libturbojpeg0 zlib1g libsentencepiece0
   libcurl4 libbrotli1 libnghttp2-14 libpsl5 librtmp1 libssh2-1 libldap-2.5-0 libsasl2-2 libidn2-0
   libunistring2 libgssapi-krb5-2 libkrb5-3 libk5crypto3 libkrb5support0 libkeyutils1 libcom-err2
   libssl3 libzstd1 libgnutls30 libhogweed6 libnettle8 libgmp10 libp11-kit0 libtasn1-6 libffi8

@@ -1,10 +1,11 @@
 """examples/gpt, run the way a user does: a tiny GPT trained for 20 steps on a small text learns
 (its loss falls well below ln 256, the untrained model's), validates, and prints a sample that
-is valid UTF-8; a vocabulary too small for bytes is refused with a HINT. And on a corpus:
-scripts/prepare-text-corpus.py tokenizes a few documents (shards that decode back to them, split
-by document, the same files twice), a tiny GPT trains on its shards (--data) and validates with
-val/bpb, and a run stopped mid-epoch and resumed with two loader workers ends with the same weights
-as one straight run. About 10 s on 2 cores."""
+is valid UTF-8, and its checkpoint converts to safetensors (`volt checkpoint to-safetensors`); a
+vocabulary too small for bytes and misused Hugging Face flags are refused with a HINT. And on a
+corpus: scripts/prepare-text-corpus.py tokenizes a few documents (shards that decode back to them,
+split by document, the same files twice), a tiny GPT trains on its shards (--data) and validates
+with val/bpb, and a run stopped mid-epoch and resumed with two loader workers ends with the same
+weights as one straight run. About 15 s on 2 cores."""
 import json
 import math
 import os
@@ -19,8 +20,10 @@ import torch
 
 from volt_e2e import (assert_clean_exit, assert_ok, example_binary, load_checkpoint, merge_flags, read_metrics_csv,
                       run_binary)
+from volt_testkit import import_from
 
 PREPARE = Path(__file__).resolve().parents[2] / "scripts" / "prepare-text-corpus.py"
+SAFETENSORS_PATH = Path(os.environ.get("VOLT_SAFETENSORS_PYTHONPATH", "/opt/volt/python-safetensors"))
 
 # A model of 35 K parameters on 32-byte windows: 20 steps take well under a second.
 TINY = ["--n-layer", "2", "--n-head", "2", "--n-embd", "32", "--block-size", "32", "--batch-size", "8",
@@ -44,10 +47,16 @@ def text(tmp_path_factory):
     return path
 
 
+@pytest.fixture(scope="module")
+def trained(gpt, text, tmp_path_factory):
+    """The tiny GPT's 20 steps, shared by the tests that read what the run printed and wrote."""
+    return run_binary(gpt, ["--text", str(text), "--max-steps", "20", "--val-check-interval", "10",
+                            "--sample-tokens", "40"] + TINY, tmp_path_factory.mktemp("trained"), timeout=60)
+
+
 @pytest.mark.compat
-def test_a_tiny_gpt_learns_validates_and_prints_a_sample(gpt, text, tmp_path):
-    run = run_binary(gpt, ["--text", str(text), "--max-steps", "20", "--val-check-interval", "10",
-                           "--sample-tokens", "40"] + TINY, tmp_path, timeout=60)
+def test_a_tiny_gpt_learns_validates_and_prints_a_sample(trained):
+    run = trained
     assert_ok(run)
     _, rows = read_metrics_csv(run.version_dir(0) / "metrics.csv")
     losses = [float(r["train/loss_step"]) for r in rows if r.get("train/loss_step")]
@@ -220,3 +229,51 @@ def prepare_real(out):
     run = subprocess.run([sys.executable, str(PREPARE), str(out)], capture_output=True, text=True, timeout=600)
     assert run.returncode == 0, run.stderr
     return out
+
+
+def test_hugging_face_flags_refuse_size_flags_and_folders_without_config(gpt, tmp_path):
+    # Exported with --no-train (no fit), then loaded: the folder's config.json sets the size, so a
+    # size flag beside --init-from is refused; so is a folder without config.json. Transformers'
+    # side is tests/interop/test_gpt_hf_interop.py.
+    small = ["--n-layer", "1", "--n-head", "2", "--n-embd", "16", "--block-size", "16"]
+    assert_ok(run_binary(gpt, ["--no-train", "--export-hf", str(tmp_path / "hf")] + small, tmp_path, timeout=60))
+    assert sorted(p.name for p in (tmp_path / "hf").iterdir()) == ["config.json", "model.safetensors"]
+    (tmp_path / "empty").mkdir()
+    for args, phrases in [
+        (["--init-from", str(tmp_path / "hf"), "--n-embd", "32"], ["--n-embd were both given", "HINT"]),
+        (["--init-from", str(tmp_path / "hf"), "--eval-tokens", "t.npy", "--block-size", "17"],
+         ["--block-size=17 cannot cut --eval-tokens windows: expected 2..16", "HINT"]),
+        (["--init-from", str(tmp_path / "empty")], ["has no config.json", "HINT"]),
+    ]:
+        run = run_binary(gpt, args + ["--no-train"], tmp_path, timeout=60)
+        assert_clean_exit(run)
+        assert run.returncode != 0, repr(run)
+        for phrase in phrases:
+            assert phrase in run.stderr, f"{phrase!r} not on stderr: {run!r}"
+
+
+def test_volt_checkpoint_writes_the_state_dict_as_safetensors(trained, tmp_path):
+    # `volt checkpoint to-safetensors` (run by volt-checkpoint, beside volt) on the run's last
+    # checkpoint: every state_dict tensor, named as stored, read back by PyPI's safetensors.
+    assert_ok(trained)
+    safetensors, _ = import_from(SAFETENSORS_PATH, "safetensors", "safetensors.torch")
+    ckpt = trained.version_dir(0) / "checkpoints" / "last.ckpt"
+    out = tmp_path / "weights.safetensors"
+    tool = os.environ.get("VOLT_TOOL")
+    assert tool, "VOLT_TOOL is not set: run this through ctest (ctest -R e2e_gpt)"
+    run = subprocess.run([tool, "checkpoint", "to-safetensors", str(ckpt), str(out)], capture_output=True, text=True,
+                         timeout=60)
+    assert run.returncode == 0, run.stderr
+    state_dict = load_checkpoint(ckpt)["state_dict"]
+    assert "transformer.h.1.attn.c_attn.weight" in state_dict
+    assert f"wrote the {len(state_dict)} tensors" in run.stdout, run.stdout
+    written = safetensors.torch.load_file(out)
+    assert sorted(written) == sorted(state_dict)
+    for name, tensor in state_dict.items():
+        assert written[name].dtype == tensor.dtype and written[name].equal(tensor), name
+    with safetensors.safe_open(str(out), framework="pt") as f:
+        assert f.metadata() == {"format": "pt"}
+    # Not a checkpoint: refused with a HINT, through the same exit codes as every Volt program.
+    run = subprocess.run([tool, "checkpoint", "to-safetensors", str(out), str(tmp_path / "x.safetensors")],
+                         capture_output=True, text=True, timeout=60)
+    assert run.returncode == 1 and "HINT" in run.stderr, (run.returncode, run.stderr)

@@ -50,7 +50,7 @@ case "$mode" in
     cmake --install "$build" --prefix "$prefix"
     for f in lib/cmake/volt/voltConfig.cmake lib/cmake/volt/voltConfigVersion.cmake lib/cmake/volt/voltTargets.cmake \
              lib/libvolt_trainer.a lib/libvolt_tensorboard_proto.a include/volt/volt.h \
-             include/volt/trainer/trainer.h bin/volt bin/volt-fashion-mnist; do
+             include/volt/trainer/trainer.h bin/volt bin/volt-checkpoint bin/volt-fashion-mnist; do
       [ -e "$prefix/$f" ] || fail "cmake --install did not install $f"
     done
     [ ! -e "$prefix/include/volt/core/testing.h" ] || fail "a test helper header was installed"

@@ -571,6 +571,35 @@ void add_new_and_plot_commands(CLI::App& app, NewFlags& new_flags, PlotOptions& 
   draw->callback([&] { action = [&] { return plot(plot_options); }; });
 }
 
+// ---- volt checkpoint ... ---------------------------------------------------------------------
+
+/// Runs `volt-checkpoint` from this binary's folder with `args`: reading checkpoints needs
+/// LibTorch, which this tool does not link.
+[[noreturn]] void run_checkpoint_tool(const Strings& args, const std::string& self) {
+  const fs::path tool = fs::path(self).parent_path() / "volt-checkpoint";
+  VOLT_CHECK(fs::exists(tool),
+             "`volt checkpoint` runs {}, which is missing. HINT: build it (cmake --build build --target "
+             "volt-checkpoint) or install Volt (it installs beside volt).",
+             tool.string());
+  Strings argv{tool.string()};
+  argv.insert(argv.end(), args.begin(), args.end());
+  exec_process(argv);
+}
+
+void add_checkpoint_command(CLI::App& app, Strings& args, const std::string& self, std::function<int()>& action) {
+  CLI::App* checkpoint = app.add_subcommand(
+      "checkpoint",
+      "Convert checkpoints: `volt checkpoint to-safetensors CKPT OUT.safetensors` writes a checkpoint's state_dict "
+      "(the model's weights, named as stored) as safetensors. `volt checkpoint --help` lists the commands.");
+  // Everything after `checkpoint`, --help included, is volt-checkpoint's.
+  checkpoint->prefix_command();
+  checkpoint->set_help_flag();
+  checkpoint->callback([&, checkpoint] {
+    args = checkpoint->remaining();
+    action = [&]() -> int { run_checkpoint_tool(args, self); };
+  });
+}
+
 /// "volt slurm render": the subcommands CLI11 got, for the HINT after a parse error.
 std::string command_path(const CLI::App& app) {
   std::string path = app.get_name();
@@ -610,6 +639,8 @@ int run_volt_tool(int argc, const char* const* argv) {
   add_slurm_commands(app, slurm_render_flags, slurm_submit_flags, action);
   add_sweep_commands(app, sweep_render_flags, sweep_submit_flags, run_flags, status_flags, action);
   add_new_and_plot_commands(app, new_flags, plot_options, self, action);
+  Strings checkpoint_args;
+  add_checkpoint_command(app, checkpoint_args, self, action);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

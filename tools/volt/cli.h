@@ -1,5 +1,6 @@
 // The `volt` command line: `volt slurm render|submit`, `volt sweep render|submit|run-trial|status`,
-// `volt new <dir>` and `volt plot <log dir>`.
+// `volt new <dir>`, `volt plot <log dir>` and `volt checkpoint ...` (which runs volt-checkpoint,
+// beside this binary: reading checkpoints needs LibTorch, which this tool does not link).
 //
 // The parsing and the work are in small, unit-tested pieces (job_flags, trainer_shape,
 // rank_table, param_spec, sweep_jobs, sweep_status, process, project_template, metrics_csv,

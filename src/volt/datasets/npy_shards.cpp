@@ -150,7 +150,7 @@ NpyHeader read_npy_header(const std::string& path) {
              "{} has a structured dtype ({}); Volt reads plain arrays. HINT: save each field as its own array.", path,
              header);
   const std::string descr = descr_text.substr(1, quote - 1);
-  out.uint16 = descr == "<u2";
+  out.uint16 = descr == "<u2" || descr == "|u2" || descr == "=u2";
   out.dtype = out.uint16 ? torch::kShort : parse_descr(descr, path);
   VOLT_CHECK(after_key(header, "fortran_order", path).rfind("False", 0) == 0,
              "{} is in Fortran order. HINT: save a C-ordered copy: numpy.save(path, numpy.ascontiguousarray(array)).",
@@ -176,6 +176,18 @@ NpyHeader read_npy_header(const std::string& path) {
   return out;
 }
 
+namespace {
+
+// NpyShards hands out rows as stored; uint16 would come out as int16.
+void refuse_uint16(const std::string& path, const NpyHeader& header) {
+  VOLT_CHECK(!header.uint16,
+             "{} holds uint16 elements, which NpyShards does not read (LibTorch 1.13 has no uint16). HINT: convert "
+             "it, e.g. numpy.save(path, array.astype('int32')); token ids in uint16 are read by TokenWindows.",
+             path);
+}
+
+}  // namespace
+
 NpyShards::NpyShards(std::vector<std::string> data, std::vector<std::string> targets, NpyShardsOptions options)
     : options_(std::move(options)) {
   VOLT_CHECK(!data.empty(), "NpyShards got no data files. HINT: pass the .npy files of the inputs, one per shard.");
@@ -187,12 +199,10 @@ NpyShards::NpyShards(std::vector<std::string> data, std::vector<std::string> tar
              options_.examples_per_shard.value_or(0));
   for (size_t f = 0; f < data.size(); ++f) {
     data_.push_back({data[f], read_npy_header(data[f])});
-    VOLT_CHECK(!data_[f].header.uint16,
-               "{} holds uint16 elements, which LibTorch 1.13 has no type for. HINT: save the array as int32 "
-               "(array.astype('int32')); token ids in uint16 are read by TokenWindows.",
-               data[f]);
+    refuse_uint16(data[f], data_.back().header);
     if (!targets.empty()) {
       targets_.push_back({targets[f], read_npy_header(targets[f])});
+      refuse_uint16(targets[f], targets_.back().header);
       VOLT_CHECK(targets_[f].header.shape[0] == data_[f].header.shape[0],
                  "{} has {} examples but its target file {} has {}. HINT: pair each data file with the targets of "
                  "the same examples.",

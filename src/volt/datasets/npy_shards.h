@@ -22,7 +22,8 @@ struct NpyHeader {
   /// The element type.
   torch::ScalarType dtype = torch::kFloat;
   /// The elements are uint16 ('<u2', e.g. token ids), which LibTorch 1.13 has no type for: dtype
-  /// is then kShort, the same two bytes, and a reader widens them (TokenWindows does).
+  /// is then kShort, the same two bytes, and a reader widens them (TokenWindows and gpt's
+  /// --eval-tokens do). NpyShards refuses such files.
   bool uint16 = false;
   /// The array's shape (the first dimension indexes the examples).
   std::vector<int64_t> shape;
