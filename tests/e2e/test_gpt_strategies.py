@@ -113,6 +113,13 @@ def test_a_mid_epoch_resume_ends_bit_identical(gpt, text, straight, tmp_path, na
     step, state = weights(last_checkpoint(resumed, 1))
     _, reference = weights(last_checkpoint(straight[name]))
     assert step == STEPS
+    if name == "pipeline":
+        # "auto" balances by measured time, so the straight run may have split the layers
+        # otherwise (which changes no number); the resumed run keeps the interrupted run's split.
+        balance = "transformer.pipe.balance"
+        assert torch.equal(state.pop(balance), weights(last_checkpoint(first))[1][balance])
+        reference = {k: v for k, v in reference.items() if k != balance}
+    assert state.keys() == reference.keys()
     for key, tensor in reference.items():
         assert torch.equal(state[key], tensor), f"{name}: {key} differs after the resume"
     straight[f"resumed {name}"] = resumed
