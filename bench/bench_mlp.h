@@ -9,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "volt/core/error.h"
 #include "volt/volt.h"
 
 namespace volt::bench {
@@ -72,6 +73,28 @@ inline std::vector<std::chrono::steady_clock::time_point> time_steps(LightningMo
                    .enable_model_summary = false});
   trainer.fit(model);
   return clock->stamps;
+}
+
+/// What a throughput benchmark's Trainer starts from before its flags: nothing but the trainer
+/// (no bar, summary, checkpoints or logger), 1 intra-op thread, seed 0.
+inline TrainerOptions bare_trainer_options() {
+  TrainerOptions options;
+  options.enable_progress_bar = false;
+  options.enable_model_summary = false;
+  options.enable_checkpointing = false;
+  options.logger = false;
+  options.num_threads = 1;
+  options.seed = 0;
+  return options;
+}
+
+/// Milliseconds per step after the first `warmup` steps, from a StepClock's stamps; throws
+/// volt::Error when the run took too few steps to time.
+inline double steady_step_ms(const std::vector<std::chrono::steady_clock::time_point>& stamps, int64_t warmup) {
+  VOLT_CHECK(static_cast<int64_t>(stamps.size()) > warmup + 1, "ran {} steps; need more than --warmup={}",
+             stamps.size(), warmup);
+  const double seconds = std::chrono::duration<double>(stamps.back() - stamps[static_cast<size_t>(warmup)]).count();
+  return 1000.0 * seconds / static_cast<double>(stamps.size() - 1 - static_cast<size_t>(warmup));
 }
 
 }  // namespace volt::bench

@@ -40,13 +40,7 @@ class MemoryReport : public volt::Callback {
 int main(int argc, char** argv) {
   return volt::run_main([&] {
     CLI::App app("Volt ddp throughput (one side of bench/ddp_vs_pytorch.sh)", "bench_ddp_throughput");
-    volt::TrainerOptions options;
-    options.enable_progress_bar = false;
-    options.enable_model_summary = false;
-    options.enable_checkpointing = false;
-    options.logger = false;
-    options.num_threads = 1;
-    options.seed = 0;
+    volt::TrainerOptions options = volt::bench::bare_trainer_options();
     volt::TrainerFlagText text;
     volt::add_trainer_flags(app, options, text);
     int64_t warmup = 50;
@@ -65,12 +59,8 @@ int main(int argc, char** argv) {
                                 /*fsdp_units=*/options.sharding_strategy == volt::ShardingStrategy::kFullShard);
     const volt::FitResult result = trainer.fit(model);
     trainer.teardown();
-    const auto& t = clock->stamps;
     if (!trainer.plan().is_global_zero()) return 0;
-    VOLT_CHECK(static_cast<int64_t>(t.size()) > warmup + 1, "ran {} steps; need more than --warmup={}", t.size(),
-               warmup);
-    const double seconds = std::chrono::duration<double>(t.back() - t[static_cast<size_t>(warmup)]).count();
-    const double per_step_ms = 1000.0 * seconds / static_cast<double>(t.size() - 1 - static_cast<size_t>(warmup));
+    const double per_step_ms = volt::bench::steady_step_ms(clock->stamps, warmup);
     std::cout << "volt processes=" << trainer.plan().topology.world_size << " step_ms=" << per_step_ms
               << " samples_per_s=" << 64.0 * trainer.plan().topology.world_size * 1000.0 / per_step_ms
               << " steps=" << result.global_step << "\n";

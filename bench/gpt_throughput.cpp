@@ -33,13 +33,7 @@ class LossLog : public volt::Callback {
 int main(int argc, char** argv) {
   return volt::run_main([&] {
     CLI::App app("Volt GPT throughput (one side of bench/gpt_vs_pytorch.sh)", "bench_gpt_throughput");
-    volt::TrainerOptions options;
-    options.enable_progress_bar = false;
-    options.enable_model_summary = false;
-    options.enable_checkpointing = false;
-    options.logger = false;
-    options.num_threads = 1;
-    options.seed = 0;
+    volt::TrainerOptions options = volt::bench::bare_trainer_options();
     options.limit_val_batches = volt::BatchLimit(int64_t{0});
     volt::TrainerFlagText text;
     volt::add_trainer_flags(app, options, text);
@@ -77,11 +71,7 @@ int main(int argc, char** argv) {
     const volt::FitResult result = trainer.fit(gpt_module);
     trainer.teardown();
     if (!trainer.plan().is_global_zero()) return 0;
-    const auto& t = clock->stamps;
-    VOLT_CHECK(static_cast<int64_t>(t.size()) > warmup + 1, "ran {} steps; need more than --warmup={}", t.size(),
-               warmup);
-    const double seconds = std::chrono::duration<double>(t.back() - t[static_cast<size_t>(warmup)]).count();
-    const double step_ms = 1000.0 * seconds / static_cast<double>(t.size() - 1 - static_cast<size_t>(warmup));
+    const double step_ms = volt::bench::steady_step_ms(clock->stamps, warmup);
     const int64_t world = trainer.plan().topology.world_size;
     const double tokens_per_step = static_cast<double>(module.batch_size * model.n_positions * world);
     // Model FLOPs per token (PaLM's appendix B): 6 per weight that multiplies (every parameter but
