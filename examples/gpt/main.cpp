@@ -122,26 +122,20 @@ int main(int argc, char** argv) {
     // With --init-from, --block-size is the evaluation window, not a size.
     const int64_t block_size_flag = model.n_positions;
     const bool block_size_given = app.count("--block-size") > 0;
-    if (!init_from.empty()) {
-      for (const char* flag :
+    if (!init_from.empty() || !model_config.empty()) {
+      // A config.json sets the size (the folder's with --init-from): a size flag would contradict it.
+      const bool folder = !init_from.empty();
+      const std::string source = folder ? "--init-from=" + init_from : "--model-config=" + model_config;
+      for (const std::string flag :
            {"--model-config", "--n-layer", "--n-head", "--n-embd", "--block-size", "--vocab-size", "--dropout"}) {
-        VOLT_CHECK(app.count(flag) == 0 || (eval_tokens.size() > 0 && std::string(flag) == "--block-size"),
-                   "--init-from={} and {} were both given. HINT: the folder's config.json sets the model's size; drop "
-                   "{} (--block-size is the --eval-tokens window only).",
-                   init_from, flag, flag);
+        const bool allowed = (!folder && flag == "--model-config") ||
+                             (folder && flag == "--block-size" && !eval_tokens.empty());  // the eval window
+        VOLT_CHECK(allowed || app.count(flag) == 0,
+                   "{} and {} were both given. HINT: the config.json sets the model's size; drop {}{}.", source, flag,
+                   flag, folder ? " (--block-size is the --eval-tokens window only)" : " or the config");
       }
       const bool checkpointing = model.activation_checkpointing;
-      model = gpt::load_hf_folder_config(init_from);
-      model.activation_checkpointing = checkpointing;
-    } else if (!model_config.empty()) {
-      for (const char* flag : {"--n-layer", "--n-head", "--n-embd", "--block-size", "--vocab-size", "--dropout"}) {
-        VOLT_CHECK(app.count(flag) == 0,
-                   "--model-config={} and {} were both given. HINT: the config.json sets the model's size; drop {} "
-                   "or the config.",
-                   model_config, flag, flag);
-      }
-      const bool checkpointing = model.activation_checkpointing;
-      model = gpt::load_hf_config(model_config);
+      model = folder ? gpt::load_hf_folder_config(init_from) : gpt::load_hf_config(model_config);
       model.activation_checkpointing = checkpointing;
     } else {
       model.embd_pdrop = model.attn_pdrop = model.resid_pdrop = dropout;
