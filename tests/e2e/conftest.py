@@ -13,6 +13,7 @@ from volt_testkit import require  # noqa: E402
 
 def pytest_configure(config):
     config.addinivalue_line("markers", "slow: full-length training runs (the accuracy targets)")
+    config.addinivalue_line("markers", "long: runs of minutes against a documented figure, left out of CI")
 
 
 @pytest.fixture(scope="session")

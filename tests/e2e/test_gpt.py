@@ -208,6 +208,7 @@ DOCUMENTED_BPB = 2.344  # docs/gpt.md: the worst of seeds 1-3 (seed 1: 2.341)
 
 
 @pytest.mark.slow
+@pytest.mark.long  # also slow, so that `-m "not slow"` (e2e_gpt) leaves it out
 def test_the_documented_language_model_reaches_its_bits_per_byte(gpt, tmp_path):
     """Seed 1 of docs/gpt.md's measurement reaches the documented val/bpb, with 0.05 of room: the run
     is a fixed number of steps on one intra-op thread, so only another machine's or LibTorch's
