@@ -15,10 +15,10 @@ namespace {
 
 using testing::error_message;
 using testing::idx_bytes;
-using testing::ScratchDir;
+using testing::TempDir;
 
 /// Writes a 3-image training split: image i is filled with the value 255 * i / 2, label 7 - i.
-void write_tiny_train_split(const ScratchDir& dir, uint32_t labels = 3, uint8_t first_label = 7) {
+void write_tiny_train_split(const TempDir& dir, uint32_t labels = 3, uint8_t first_label = 7) {
   std::vector<uint8_t> pixels;
   for (const uint8_t value : {0, 127, 255}) pixels.insert(pixels.end(), 28 * 28, value);
   testing::write_gzip(dir.file("train-images-idx3-ubyte.gz"), idx_bytes({3, 28, 28}, pixels));
@@ -29,7 +29,7 @@ void write_tiny_train_split(const ScratchDir& dir, uint32_t labels = 3, uint8_t 
 }
 
 TEST(LoadFashionMnist, ReadsGzipAndPlainFilesAndNormalizes) {
-  ScratchDir dir;
+  TempDir dir;
   write_tiny_train_split(dir);
   const FashionMnist data = load_fashion_mnist(dir.path(), Split::kTrain);
   EXPECT_EQ(data.images.sizes(), (std::vector<int64_t>{3, 1, 28, 28}));
@@ -51,7 +51,7 @@ TEST(LoadFashionMnist, MissingDirectorySaysHowToInstallTheData) {
 }
 
 TEST(LoadFashionMnist, MissingFileNamesBothAcceptedNames) {
-  ScratchDir dir;
+  TempDir dir;
   write_tiny_train_split(dir);
   const std::string message = error_message([&] { load_fashion_mnist(dir.path(), Split::kTest); });
   EXPECT_NE(message.find("'" + dir.file("t10k-images-idx3-ubyte.gz") + "' (or '" + dir.file("t10k-images-idx3-ubyte") +
@@ -62,7 +62,7 @@ TEST(LoadFashionMnist, MissingFileNamesBothAcceptedNames) {
 }
 
 TEST(LoadFashionMnist, ImageAndLabelCountsMustAgree) {
-  ScratchDir dir;
+  TempDir dir;
   write_tiny_train_split(dir, /*labels=*/2);
   const std::string message = error_message([&] { load_fashion_mnist(dir.path(), Split::kTrain); });
   EXPECT_NE(message.find("holds 3 images but"), std::string::npos) << message;
@@ -70,14 +70,14 @@ TEST(LoadFashionMnist, ImageAndLabelCountsMustAgree) {
 }
 
 TEST(LoadFashionMnist, LabelsOutsideTheTenClassesAreRejected) {
-  ScratchDir dir;
+  TempDir dir;
   write_tiny_train_split(dir, 3, /*first_label=*/12);
   const std::string message = error_message([&] { load_fashion_mnist(dir.path(), Split::kTrain); });
   EXPECT_NE(message.find("holds the label 12; expected labels in [0, 9]"), std::string::npos) << message;
 }
 
 TEST(LoadFashionMnist, ImagesMustBe28By28) {
-  ScratchDir dir;
+  TempDir dir;
   write_tiny_train_split(dir);
   testing::write_gzip(dir.file("train-images-idx3-ubyte.gz"),
                       idx_bytes({3, 27, 28}, std::vector<uint8_t>(3 * 27 * 28)));

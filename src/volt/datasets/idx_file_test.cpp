@@ -13,7 +13,7 @@ namespace {
 
 using testing::error_message;
 using testing::idx_bytes;
-using testing::ScratchDir;
+using testing::TempDir;
 
 std::vector<uint8_t> counting(size_t n) {
   std::vector<uint8_t> data(n);
@@ -22,7 +22,7 @@ std::vector<uint8_t> counting(size_t n) {
 }
 
 TEST(ReadIdxFile, ReadsAPlainFileIntoATensorOfItsShape) {
-  ScratchDir dir;
+  TempDir dir;
   testing::write_plain(dir.file("x-idx3-ubyte"), idx_bytes({2, 3, 2}, counting(12)));
   const torch::Tensor tensor = read_idx_file(dir.file("x-idx3-ubyte"));
   EXPECT_EQ(tensor.scalar_type(), torch::kUInt8);
@@ -31,7 +31,7 @@ TEST(ReadIdxFile, ReadsAPlainFileIntoATensorOfItsShape) {
 }
 
 TEST(ReadIdxFile, ReadsAGzipFileIntoATensorOfItsShape) {
-  ScratchDir dir;
+  TempDir dir;
   testing::write_gzip(dir.file("y-idx1-ubyte.gz"), idx_bytes({200}, counting(200)));
   const torch::Tensor tensor = read_idx_file(dir.file("y-idx1-ubyte.gz"));
   EXPECT_EQ(tensor.sizes(), (std::vector<int64_t>{200}));
@@ -39,27 +39,27 @@ TEST(ReadIdxFile, ReadsAGzipFileIntoATensorOfItsShape) {
 }
 
 TEST(ReadIdxFile, MissingFileIsNamed) {
-  ScratchDir dir;
+  TempDir dir;
   const std::string message = error_message([&] { read_idx_file(dir.file("absent.gz")); });
   EXPECT_NE(message.find("'" + dir.file("absent.gz") + "' does not exist"), std::string::npos) << message;
 }
 
 TEST(ReadIdxFile, BadMagicNumberIsReportedWithWhatWasFound) {
-  ScratchDir dir;
+  TempDir dir;
   testing::write_plain(dir.file("bad"), "PK\x03\x04 not an idx file");
   const std::string message = error_message([&] { read_idx_file(dir.file("bad")); });
   EXPECT_NE(message.find("is not an IDX file: its magic number is 0x504b0304"), std::string::npos) << message;
 }
 
 TEST(ReadIdxFile, OtherDataTypesAreRejectedByName) {
-  ScratchDir dir;
+  TempDir dir;
   testing::write_plain(dir.file("floats"), idx_bytes({1}, {0, 0, 0, 0}, 0x0D));
   const std::string message = error_message([&] { read_idx_file(dir.file("floats")); });
   EXPECT_NE(message.find("type 0x0d (float); expected 0x08 (unsigned byte)"), std::string::npos) << message;
 }
 
 TEST(ReadIdxFile, TruncatedDataSaysHowMuchWasDeclaredAndFound) {
-  ScratchDir dir;
+  TempDir dir;
   testing::write_gzip(dir.file("short.gz"), idx_bytes({10, 2}, counting(15)));
   const std::string message = error_message([&] { read_idx_file(dir.file("short.gz")); });
   EXPECT_NE(message.find("truncated: its header declares shape [10, 2] (20 bytes of data) but "
@@ -69,7 +69,7 @@ TEST(ReadIdxFile, TruncatedDataSaysHowMuchWasDeclaredAndFound) {
 }
 
 TEST(ReadIdxFile, TruncatedHeaderIsReported) {
-  ScratchDir dir;
+  TempDir dir;
   // Rank 3, but only 2 bytes of the first size follow.
   testing::write_plain(dir.file("header"), std::string("\0\0\x08\x03\0\0", 6));
   const std::string message = error_message([&] { read_idx_file(dir.file("header")); });
@@ -77,7 +77,7 @@ TEST(ReadIdxFile, TruncatedHeaderIsReported) {
 }
 
 TEST(ReadIdxFile, TrailingDataIsReported) {
-  ScratchDir dir;
+  TempDir dir;
   testing::write_plain(dir.file("long"), idx_bytes({4}, counting(6)));
   const std::string message = error_message([&] { read_idx_file(dir.file("long")); });
   EXPECT_NE(message.find("holds more data than its header declares (shape [4], 4 bytes)"), std::string::npos)

@@ -37,7 +37,7 @@ std::vector<int64_t> read_all(const NpyShards& shards, int64_t shard) {
 }
 
 TEST(NpyShards, ReadsEveryExampleOfEveryFileInOrder) {
-  testing::ScratchDir dir;
+  testing::TempDir dir;
   write_pair(fs::path(dir.path()), 0, 0, 5);
   write_pair(fs::path(dir.path()), 1, 5, 3);
   const NpyShards shards = NpyShards::in_folder(fs::path(dir.path()).string());
@@ -49,7 +49,7 @@ TEST(NpyShards, ReadsEveryExampleOfEveryFileInOrder) {
 }
 
 TEST(NpyShards, ExamplesPerShardCutsFilesIntoPieces) {
-  testing::ScratchDir dir;
+  testing::TempDir dir;
   write_pair(fs::path(dir.path()), 0, 0, 5);
   write_pair(fs::path(dir.path()), 1, 5, 3);
   const NpyShards shards = NpyShards::in_folder(fs::path(dir.path()).string(), {.examples_per_shard = 2});
@@ -60,7 +60,7 @@ TEST(NpyShards, ExamplesPerShardCutsFilesIntoPieces) {
 }
 
 TEST(NpyShards, SkipSeeksWithoutReading) {
-  testing::ScratchDir dir;
+  testing::TempDir dir;
   write_pair(fs::path(dir.path()), 0, 0, 6);
   const NpyShards shards = NpyShards::in_folder(fs::path(dir.path()).string());
   auto reader = shards.open(0);
@@ -71,7 +71,7 @@ TEST(NpyShards, SkipSeeksWithoutReading) {
 }
 
 TEST(NpyShards, TheTransformSeesTheStoredRow) {
-  testing::ScratchDir dir;
+  testing::TempDir dir;
   write_pair(fs::path(dir.path()), 0, 0, 3);
   NpyShardsOptions options;
   options.transform = [](const torch::Tensor& row, at::Generator&) { return row.to(torch::kFloat).div(255); };
@@ -84,7 +84,7 @@ TEST(NpyShards, TheTransformSeesTheStoredRow) {
 }
 
 TEST(NpyShards, FeedsALoaderAcrossProcesses) {
-  testing::ScratchDir dir;
+  testing::TempDir dir;
   for (int f = 0; f < 3; ++f) write_pair(fs::path(dir.path()), f, 10 * f, 10);
   const auto shards =
       std::make_shared<NpyShards>(NpyShards::in_folder(fs::path(dir.path()).string(), {.examples_per_shard = 4}));
@@ -107,7 +107,7 @@ TEST(NpyShards, FeedsALoaderAcrossProcesses) {
 }
 
 TEST(NpyShards, FloatShardsReadBackBitExact) {
-  testing::ScratchDir dir;
+  testing::TempDir dir;
   const torch::Tensor x = torch::randn({4, 7});
   write_npy(fs::path(dir.path()) / "data-0.npy", x, "<f4");
   const NpyShards shards({(fs::path(dir.path()) / "data-0.npy").string()}, {});
@@ -129,7 +129,7 @@ void expect_error(const std::function<void()>& make, const std::string& part) {
 }
 
 TEST(NpyShards, BadFilesAreErrorsThatSayWhatToDo) {
-  testing::ScratchDir dir;
+  testing::TempDir dir;
   const fs::path p = fs::path(dir.path()) / "x.npy";
   std::ofstream(fs::path(dir.path()) / "not.npy") << "hello, world";
   expect_error([&] { read_npy_header((fs::path(dir.path()) / "not.npy").string()); }, "does not start with \\x93NUMPY");

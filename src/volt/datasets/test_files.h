@@ -1,10 +1,9 @@
-// Helpers for the datasets tests: a scratch directory and IDX files written into it.
+// Helpers for the datasets tests: IDX, gzip and other files written into a test's TempDir.
 #pragma once
 
 #include <fmt/format.h>
 #include <gtest/gtest.h>
 #include <torch/types.h>
-#include <unistd.h>
 #include <zlib.h>
 
 #include <cstdint>
@@ -14,31 +13,12 @@
 #include <vector>
 
 #include "volt/core/error.h"
+#include "volt/core/testing.h"
 
 namespace volt::datasets::testing {
 
-/// A fresh directory for one test, removed with everything in it when the test ends.
-class ScratchDir {
- public:
-  ScratchDir() {
-    const auto* info = ::testing::UnitTest::GetInstance()->current_test_info();
-    path_ = std::filesystem::temp_directory_path() /
-            ("volt_datasets_" + std::to_string(::getpid()) + "_" + info->test_suite_name() + "_" + info->name());
-    std::filesystem::remove_all(path_);
-    std::filesystem::create_directories(path_);
-  }
-  ~ScratchDir() { std::filesystem::remove_all(path_); }
-  ScratchDir(const ScratchDir&) = delete;
-  ScratchDir& operator=(const ScratchDir&) = delete;
-
-  /// `name` inside the directory.
-  std::string file(const std::string& name) const { return (path_ / name).string(); }
-  /// The directory.
-  std::string path() const { return path_.string(); }
-
- private:
-  std::filesystem::path path_;
-};
+/// A fresh directory for one test (the helper every test shares).
+using volt::testing::TempDir;
 
 /// The bytes of an IDX file: magic (0, 0, `type`, rank), big-endian `dims`, then `data`.
 inline std::string idx_bytes(const std::vector<uint32_t>& dims, const std::vector<uint8_t>& data, uint8_t type = 0x08) {

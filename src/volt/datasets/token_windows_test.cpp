@@ -23,7 +23,7 @@ void write_tokens(const fs::path& folder, const std::string& name, int64_t first
 }
 
 TEST(TokenWindows, WindowsAreConsecutiveBlocksWithTheTargetOneTokenLater) {
-  testing::ScratchDir dir;
+  testing::TempDir dir;
   write_tokens(dir.path(), "train-00000.npy", 40000, 23);  // 5 windows of 4 + 1 tokens; 2 tokens left over
   const TokenWindows windows = TokenWindows::in_folder(dir.path(), "train", {.block_size = 4});
   ASSERT_EQ(windows.num_shards(), 1);
@@ -41,7 +41,7 @@ TEST(TokenWindows, WindowsAreConsecutiveBlocksWithTheTargetOneTokenLater) {
 }
 
 TEST(TokenWindows, FilesAreCutIntoShardsThatSeek) {
-  testing::ScratchDir dir;
+  testing::TempDir dir;
   write_tokens(dir.path(), "val-00000.npy", 0, 21);   // 5 windows
   write_tokens(dir.path(), "val-00001.npy", 100, 9);  // 2 windows
   write_tokens(dir.path(), "train-00000.npy", 0, 9);  // another split: not read
@@ -58,7 +58,7 @@ TEST(TokenWindows, FilesAreCutIntoShardsThatSeek) {
 }
 
 TEST(TokenWindows, ALoaderReadsEveryWindowOnceAcrossProcessesAndWorkers) {
-  testing::ScratchDir dir;
+  testing::TempDir dir;
   for (int f = 0; f < 3; ++f) write_tokens(dir.path(), fmt::format("train-{:05d}.npy", f), 1000 * f, 41);
   const auto windows = std::make_shared<TokenWindows>(
       TokenWindows::in_folder(dir.path(), "train", {.block_size = 4, .windows_per_shard = 3}));
@@ -85,7 +85,7 @@ TEST(TokenWindows, ALoaderReadsEveryWindowOnceAcrossProcessesAndWorkers) {
 }
 
 TEST(TokenWindows, BadFilesAreErrorsThatSayWhatToDo) {
-  testing::ScratchDir dir;
+  testing::TempDir dir;
   const fs::path folder = dir.path();
   write_npy(folder / "a-00000.npy", torch::zeros({3, 2}, torch::kInt), "<i4");
   EXPECT_NE(testing::error_message([&] {

@@ -275,9 +275,10 @@ FitResult Trainer::fit_stage(LightningModule& module, DataLoader train, std::vec
         return internal::count_fit_batches(plan_, console, module, loaders.train(), loaders.val());
       };
       const FitLoaderCounts counts = count_batches();
+      const FitLoopConfig loop_config = fit_loop_config(plan_);
       // Before configure_optimizers, whose schedules may span the whole run.
       stage.view.set_estimated_stepping_batches(
-          estimated_stepping_batches(fit_loop_config(plan_), counts.num_train_batches, [&](int64_t epoch) {
+          estimated_stepping_batches(loop_config, counts.num_train_batches, [&](int64_t epoch) {
             return accumulate_grad_batches(stage.callbacks, plan_.accumulate_grad_batches, epoch);
           }));
       const OptimizerConfig optimization =
@@ -294,7 +295,7 @@ FitResult Trainer::fit_stage(LightningModule& module, DataLoader train, std::vec
       const std::string profile_dir = info.log_dir.empty() ? plan_.root_dir : info.log_dir;
       Profiler profiler = make_profiler(plan_);
       profiler.start_stage("fit", trace_path(plan_, "fit", profile_dir));
-      FitLoop loop(fit_loop_config(plan_),
+      FitLoop loop(loop_config,
                    FitLoopParts{.strategy = strategy,
                                 .precision = *precision_,
                                 .checkpointer = *checkpointer_,
