@@ -85,6 +85,12 @@ class GptModule : public volt::LightningModule {
   /// dp and ddp2 on several GPUs run a copy of the model on each device but the first.
   std::shared_ptr<volt::LightningModule> make_replica() const override { return std::make_shared<GptModule>(options_); }
 
+  /// The weights a fit starts from (e.g. HfWeights of --init-from), read by the Trainer once the
+  /// strategy has placed the parameters; none (the default) keeps the initialised ones.
+  void set_initial_weights(std::shared_ptr<volt::WeightSource> weights) { initial_weights_ = std::move(weights); }
+  /// What set_initial_weights gave.
+  std::shared_ptr<volt::WeightSource> initial_weights() override { return initial_weights_; }
+
   /// The model.
   Gpt& transformer() { return transformer_; }
   /// The text of token ids [N]: bytes, or the tokenizer's pieces with `data`.
@@ -103,6 +109,7 @@ class GptModule : public volt::LightningModule {
   std::shared_ptr<volt::IterableDataset> val_stream_;
   std::shared_ptr<const Tokenizer> tokenizer_;
   double val_tokens_per_byte_ = 0;
+  std::shared_ptr<volt::WeightSource> initial_weights_;
 };
 
 }  // namespace gpt

@@ -6,7 +6,6 @@
 #include <limits>
 #include <map>
 #include <regex>
-#include <set>
 #include <string>
 #include <utility>
 #include <vector>
@@ -90,21 +89,6 @@ std::string config_text(const GptConfig& c) {
                      c.n_positions, c.vocab_size);
 }
 
-// Reads a tensor of the folder as fp32, opening each file once.
-class FolderReader {
- public:
-  torch::Tensor read(const FolderTensor& tensor) {
-    auto it = files_.find(tensor.location.file);
-    if (it == files_.end()) {
-      it = files_.emplace(tensor.location.file, volt::SafetensorsFile::open(tensor.location.file)).first;
-    }
-    return it->second.tensor(tensor.name).to(torch::kFloat);
-  }
-
- private:
-  std::map<std::string, volt::SafetensorsFile> files_;
-};
-
 }  // namespace
 
 bool is_conv1d_weight(const std::string& name) {
@@ -123,19 +107,18 @@ GptConfig load_hf_folder_config(const std::string& directory) {
   return load_hf_config(config.string());
 }
 
-void load_hf_weights(Gpt& model, const std::string& directory) {
-  std::map<std::string, FolderTensor> tensors = tensors_by_model_name(directory);
+HfWeights::HfWeights(Gpt& model, std::string directory) : directory_(std::move(directory)) {
+  const std::string& dir = directory_;
+  std::map<std::string, FolderTensor> tensors = tensors_by_model_name(dir);
   const GptConfig& config = model->config();
   const int64_t blocks = blocks_in(tensors);
   VOLT_CHECK(blocks <= config.n_layer,
              "{}: the weights hold {} blocks (h.0 .. h.{}), but config.json says n_layer={}. HINT: the config.json "
              "and the weights come from different models; save them together (save_pretrained).",
-             directory, blocks, blocks - 1, config.n_layer);
+             dir, blocks, blocks - 1, config.n_layer);
 
   // Check everything before a parameter changes: a refused folder leaves the model as it was.
-  std::vector<std::pair<torch::Tensor, const FolderTensor*>> plan;
   std::vector<std::string> missing;
-  std::set<std::string> used;
   for (auto& item : model->named_parameters()) {
     const auto it = tensors.find(item.key());
     if (it == tensors.end()) {
@@ -143,50 +126,88 @@ void load_hf_weights(Gpt& model, const std::string& directory) {
       continue;
     }
     const FolderTensor& tensor = it->second;
-    check_dtype(directory, tensor);
+    check_dtype(dir, tensor);
     std::vector<int64_t> expected = item.value().sizes().vec();
     if (is_conv1d_weight(item.key())) std::reverse(expected.begin(), expected.end());
     VOLT_CHECK(tensor.location.info.shape == expected,
                "{}: tensor '{}' in {} is {}, but the model that config.json describes ({}) needs {}{}. HINT: the "
                "config.json and the weights come from different models; save them together (save_pretrained).",
-               directory, tensor.name, file_name(tensor.location), shape_text(tensor.location.info.shape),
+               dir, tensor.name, file_name(tensor.location), shape_text(tensor.location.info.shape),
                config_text(config), shape_text(expected),
                is_conv1d_weight(item.key()) ? " (a Conv1D weight, [in, out])" : "");
-    plan.emplace_back(item.value(), &tensor);
-    used.insert(item.key());
+    parameters_.emplace(item.key(), Entry{tensor.name, tensor.location});
+    bytes_total_ += static_cast<int64_t>(tensor.location.info.end - tensor.location.info.begin);
   }
   VOLT_CHECK(missing.empty(),
              "{}: the weights lack {} of the model's {} parameters, first '{}'. HINT: pass a complete GPT2LMHeadModel "
              "or GPT2Model folder; a sharded one needs every file its model.safetensors.index.json names.",
-             directory, missing.size(), model->named_parameters().size(), missing.empty() ? "" : missing.front());
+             dir, missing.size(), model->named_parameters().size(), missing.empty() ? "" : missing.front());
 
   std::vector<std::string> extra;
   for (const auto& [name, tensor] : tensors) {
-    if (used.count(name) == 0 && name != kLmHead && !is_mask_buffer(name)) extra.push_back(tensor.name);
+    if (parameters_.count(name) == 0 && name != kLmHead && !is_mask_buffer(name)) extra.push_back(tensor.name);
   }
   VOLT_CHECK(extra.empty(),
              "{}: the weights hold {} tensor{} that GPT-2 has no place for, first '{}'. HINT: is this a GPT-2 "
              "(GPT2LMHeadModel) folder? Another architecture's weights do not load here.",
-             directory, extra.size(), extra.size() == 1 ? "" : "s", extra.empty() ? "" : extra.front());
+             dir, extra.size(), extra.size() == 1 ? "" : "s", extra.empty() ? "" : extra.front());
 
-  FolderReader reader;
   const auto lm_head = tensors.find(kLmHead);
   if (lm_head != tensors.end()) {
     const FolderTensor& wte = tensors.at("wte.weight");
-    check_dtype(directory, lm_head->second);
+    check_dtype(dir, lm_head->second);
+    const auto whole = [&](const FolderTensor& t) {
+      bytes_read_ += static_cast<int64_t>(t.location.info.end - t.location.info.begin);
+      return file(t.location.file).tensor(t.name).to(torch::kFloat);
+    };
     const bool same = lm_head->second.location.info.shape == wte.location.info.shape &&
-                      torch::equal(reader.read(lm_head->second), reader.read(wte));
+                      torch::equal(whole(lm_head->second), whole(wte));
     VOLT_CHECK(same,
                "{}: '{}' ({}) differs from '{}' ({}), but this GPT-2's output layer is its token embedding (tied). "
                "HINT: the checkpoint was trained with an untied head (tie_word_embeddings false) and computes "
                "something else here; fine-tune it tied, or drop lm_head.weight if it is a stale copy.",
-               directory, lm_head->second.name, file_name(lm_head->second.location), wte.name, file_name(wte.location));
+               dir, lm_head->second.name, file_name(lm_head->second.location), wte.name, file_name(wte.location));
   }
+}
 
+const volt::SafetensorsFile& HfWeights::file(const std::string& path) {
+  auto it = files_.find(path);
+  if (it == files_.end()) it = files_.emplace(path, volt::SafetensorsFile::open(path)).first;
+  return it->second;
+}
+
+at::Tensor HfWeights::read(const std::string& name, const std::vector<int64_t>& shape, int64_t begin, int64_t end) {
+  const std::string key = starts_with(name, kPrefix) ? name.substr(std::string(kPrefix).size()) : name;
+  const auto it = parameters_.find(key);
+  VOLT_CHECK(it != parameters_.end(),
+             "{}: asked for parameter '{}', which the GPT-2 these weights were checked against does not have. HINT: "
+             "build the model from the same config.json before reading its weights.",
+             directory_, name);
+  const Entry& entry = it->second;
+  const int64_t numel = c10::multiply_integers(shape);
+  VOLT_CHECK(numel == c10::multiply_integers(entry.location.info.shape) && 0 <= begin && begin <= end && end <= numel,
+             "{}: asked for elements [{}, {}) of '{}' as {}, but the file holds {} ({}). HINT: ask for a range "
+             "within the parameter's shape.",
+             directory_, begin, end, name, shape_text(shape), entry.name, shape_text(entry.location.info.shape));
+  if (begin == end) return torch::empty({0});
+  // The rows of the model's layout that hold the range; a Conv1D weight's are the file's columns.
+  const int64_t row = shape.size() > 1 ? numel / shape[0] : 1;
+  const int64_t first = begin / row;
+  const int64_t last = (end + row - 1) / row;
+  const volt::SafetensorsFile& source = file(entry.location.file);
+  const at::Tensor rows = is_conv1d_weight(key) ? source.tensor(entry.name).narrow(1, first, last - first).t()
+                          : shape.empty()       ? source.tensor(entry.name)
+                                                : source.slice(entry.name, first, last);
+  bytes_read_ += rows.numel() * static_cast<int64_t>(rows.element_size());
+  return rows.to(torch::kFloat).contiguous().view({-1}).narrow(0, begin - first * row, end - begin);
+}
+
+void load_hf_weights(Gpt& model, const std::string& directory) {
+  HfWeights weights(model, directory);
   torch::NoGradGuard no_grad;
-  for (const auto& [param, tensor] : plan) {
-    const torch::Tensor value = reader.read(*tensor);
-    param.copy_(is_conv1d_weight(tensor->name) ? value.t() : value);
+  for (auto& item : model->named_parameters()) {
+    const std::vector<int64_t> shape = item.value().sizes().vec();
+    item.value().copy_(weights.read(item.key(), shape, 0, item.value().numel()).view(item.value().sizes()));
   }
 }
 

@@ -11,11 +11,15 @@
 
 #include <torch/torch.h>
 
+#include <cstdint>
+#include <map>
 #include <nlohmann/json.hpp>
 #include <string>
+#include <vector>
 
 #include "gpt/gpt_model.h"
 #include "volt/checkpoint/safetensors.h"
+#include "volt/checkpoint/weight_source.h"
 
 namespace gpt {
 
@@ -27,13 +31,47 @@ bool is_conv1d_weight(const std::string& name);
 /// Throws volt::Error naming the folder with a HINT when it has no config.json.
 GptConfig load_hf_folder_config(const std::string& directory);
 
-/// Copies the weights of the Hugging Face GPT-2 folder `directory` into `model`, as fp32 (F16, BF16
-/// and F64 tensors are converted). Everything is checked before a parameter changes: throws
-/// volt::Error (volt::CheckpointError for unreadable, truncated or malformed files), naming the
-/// tensor and its file with a HINT, for a tensor the model lacks or a parameter the file lacks, a
-/// wrong shape (the config.json that sized `model` disagrees with the tensors), a dtype that is not
-/// floating point, an `lm_head.weight` that differs from `wte.weight`, or a name given both with and
-/// without the `transformer.` prefix. The attention-mask buffers are accepted and ignored.
+/// The weights of a Hugging Face GPT-2 folder, checked against a model, read by parameter and by
+/// element range: what `gpt --init-from` trains from (GptModule returns it as its initial_weights).
+/// Under fsdp's full_shard the Trainer asks each process only for the elements of each block it
+/// keeps, and only those rows are copied out of the memory-mapped files; a Conv1D weight's rows
+/// are columns of the file, so those are copied column by column.
+class HfWeights : public volt::WeightSource {
+ public:
+  /// Opens the folder `directory` and checks it against `model` before anything is read: throws
+  /// volt::Error (volt::CheckpointError for unreadable, truncated or malformed files), naming the
+  /// tensor and its file with a HINT, for a tensor the model lacks or a parameter the file lacks, a
+  /// wrong shape (the config.json that sized `model` disagrees with the tensors), a dtype that is
+  /// not floating point, an `lm_head.weight` that differs from `wte.weight` (both read whole to
+  /// compare), or a name given both with and without the `transformer.` prefix. The
+  /// attention-mask buffers are accepted and ignored.
+  HfWeights(Gpt& model, std::string directory);
+  /// The folder.
+  std::string describe() const override { return directory_; }
+  /// Elements [begin, end) of Gpt parameter `name` (with or without GptModule's "transformer."
+  /// prefix) in the model's layout, as fp32 (F16, BF16 and F64 tensors are converted).
+  at::Tensor read(const std::string& name, const std::vector<int64_t>& shape, int64_t begin, int64_t end) override;
+  /// Bytes of tensor data copied out of the folder's files so far.
+  int64_t bytes_read() const { return bytes_read_; }
+  /// Bytes of the model's tensors in the folder: what reading every parameter whole copies.
+  int64_t bytes_total() const { return bytes_total_; }
+
+ private:
+  struct Entry {
+    std::string name;  // as the file names it
+    volt::SafetensorsLocation location;
+  };
+  const volt::SafetensorsFile& file(const std::string& path);
+
+  std::string directory_;
+  std::map<std::string, Entry> parameters_;  // by Gpt parameter name
+  std::map<std::string, volt::SafetensorsFile> files_;
+  int64_t bytes_read_ = 0;
+  int64_t bytes_total_ = 0;
+};
+
+/// Copies the weights of the Hugging Face GPT-2 folder `directory` into `model`, each parameter
+/// whole (HfWeights, which checks everything before a parameter changes and says what it throws).
 void load_hf_weights(Gpt& model, const std::string& directory);
 
 /// The tensors of `model` as GPT2LMHeadModel names and lays them out (`transformer.` prefix, Conv1D

@@ -217,8 +217,20 @@ int main(int argc, char** argv) {
 
     // The Trainer seeded LibTorch (seed_everything), so the initial weights are reproducible.
     gpt::GptModule module(options);
-    if (!init_from.empty()) gpt::load_hf_weights(module.transformer(), init_from);
+    // Checked against the model now, read by the Trainer once the strategy has placed the
+    // parameters: under full_shard each process reads only its pieces of the blocks.
+    std::shared_ptr<gpt::HfWeights> hf_weights;
+    if (!init_from.empty()) {
+      hf_weights = std::make_shared<gpt::HfWeights>(module.transformer(), init_from);
+      module.set_initial_weights(hf_weights);
+    }
     const volt::FitResult result = trainer.fit(module);
+    if (hf_weights) {
+      // Every process says what it read (none when the fit resumed from a checkpoint).
+      std::cout << fmt::format("init-from: process {} read {} of the {} bytes of weights in {}\n",
+                               trainer.plan().topology.global_rank, hf_weights->bytes_read(), hf_weights->bytes_total(),
+                               init_from);
+    }
     // SLURM is about to end this run and start the job again; it resumes from the HPC checkpoint.
     if (result.requeued()) {
       trainer.teardown();

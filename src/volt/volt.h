@@ -17,6 +17,7 @@
 #include "volt/checkpoint/checkpoint_io.h"
 #include "volt/checkpoint/checkpoint_state.h"
 #include "volt/checkpoint/sharded_checkpoint.h"
+#include "volt/checkpoint/weight_source.h"
 #include "volt/data/data_loader.h"
 #include "volt/data/data_module.h"
 #include "volt/datasets/image_folder.h"

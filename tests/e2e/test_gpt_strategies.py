@@ -5,6 +5,7 @@ ddp (2 node processes) end within 1e-5 of one process on the same global batch (
 full_shard and the pipeline resumed mid-epoch end bit-identical to the uninterrupted run; and
 generation from the same weights is the same text under 1 process and ddp. 13 runs of a 2-block
 GPT, ~25 s on 2 cores."""
+import re
 import subprocess
 from pathlib import Path
 
@@ -143,3 +144,33 @@ def test_generation_from_the_same_weights_is_the_same_under_ddp(gpt, text, strai
     assert_ok(one)
     assert len(sample(one)) > 10, repr(one)
     assert sample(one) == sample(ddp), f"1 process:\n{sample(one)}\nddp:\n{sample(ddp)}"
+
+
+def test_init_from_under_full_shard_reads_each_process_pieces_and_trains_as_one_process(gpt, text, tmp_path):
+    """`--init-from` is read once the strategy has placed the parameters: one process reads every
+    tensor whole; under full_shard each of 2 processes reads the embeddings and ln_f whole (outside
+    the units) and only its half of each block's elements, and both runs end alike."""
+    hf = tmp_path / "hf"
+    assert_ok(run_binary(gpt, merge_flags(TINY, ["--no-train", "--export-hf", str(hf), "--seed", "5"]),
+                         tmp_path / "export", timeout=60))
+    sizes = {"--n-layer", "--n-head", "--n-embd", "--block-size"}  # config.json gives them
+    flags = [f for i, f in enumerate(COMMON) if f not in sizes and (i == 0 or COMMON[i - 1] not in sizes)]
+    runs, reads = {}, {}
+    for name, extra in [("one", ["--batch-size", "8"]), ("full_shard", STRATEGIES["full_shard"])]:
+        run = run_binary(gpt, merge_flags(flags, ["--text", str(text), "--max-steps", "2", "--init-from", str(hf)],
+                                          extra), tmp_path / name, timeout=120)
+        assert_ok(run)
+        runs[name] = run
+        reads[name] = {int(m[0]): (int(m[1]), int(m[2])) for m in
+                       re.findall(r"init-from: process (\d+) read (\d+) of the (\d+) bytes", run.stdout)}
+    [(read, total)] = reads["one"].values()
+    assert read == total > 0, reads
+    assert sorted(reads["full_shard"]) == [0, 1], reads
+    # 2 blocks of 12,704 floats in units, 9,280 outside (wte 256 x 32, wpe 32 x 32, ln_f): a process
+    # reads 9,280 + 12,704 of 34,688 floats (0.63), and a few rows more where a piece ends mid-row.
+    for process, (read, whole) in reads["full_shard"].items():
+        assert whole == total and 0.6 * total < read < 0.7 * total, reads
+    _, reference = weights(last_checkpoint(runs["one"]))
+    _, state = weights(last_checkpoint(runs["full_shard"]))
+    for key, tensor in reference.items():
+        assert torch.allclose(state[key], tensor, rtol=0, atol=1e-5), key

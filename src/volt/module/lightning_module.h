@@ -27,6 +27,7 @@ class LRScheduler;
 class Metric;
 class MetricSink;
 class RunView;
+class WeightSource;
 class ProcessGroup;
 class GradientSynchronizer;
 struct Topology;
@@ -147,6 +148,12 @@ class LightningModule : public torch::nn::Module {
   /// type as a Trainer callback replaces it, and ModelCheckpoints still run last (Lightning's
   /// rules). Called once per Trainer call, first.
   virtual std::vector<std::shared_ptr<Callback>> configure_callbacks() { return {}; }
+  /// Weights to start a fit from that live outside the module (e.g. a Hugging Face folder): the
+  /// Trainer reads them after configure_optimizers and the strategy's setup, so that under fsdp's
+  /// full_shard each process reads only the elements it keeps (see WeightSource). The default,
+  /// none, keeps the weights the module was built with. Not asked when the fit resumes from a
+  /// checkpoint, nor by validate, test or predict.
+  virtual std::shared_ptr<WeightSource> initial_weights() { return nullptr; }
 
   // ---- batch transfer (every stage, every batch, on the process that reads it) ---------------
   /// Changes a batch as the loader made it, before it moves to the device (e.g. CPU-side

@@ -3,6 +3,8 @@
 #include <gtest/gtest-spi.h>
 #include <gtest/gtest.h>
 
+#include "volt/checkpoint/weight_source.h"
+#include "volt/core/testing.h"
 #include "volt/trainer/trainer_testing.h"
 
 namespace volt {
@@ -283,6 +285,65 @@ TEST_F(ResumeTest, ControlDisturbingTheRestoredRandomStreamBreaksTheMatch) {
       fit(disturbing, {.max_epochs = 2, .seed = 1}, path_ending_with(io_->paths(), "epoch=0-step=3.ckpt"));
   EXPECT_EQ(resumed.global_step, straight.global_step);
   EXPECT_FALSE(bit_identical(resumed.parameters, straight.parameters));
+}
+
+// ---- initial weights from outside (LightningModule::initial_weights) ----------------------------
+
+// Element i of a parameter is i / 100 (plus 1 for the bias); records what it was asked for.
+class RecordingSource : public WeightSource {
+ public:
+  std::string describe() const override { return "the recording source"; }
+  at::Tensor read(const std::string& name, const std::vector<int64_t>& shape, int64_t begin, int64_t end) override {
+    asked.push_back(fmt::format("{} {} [{}, {})", name, c10::str(c10::IntArrayRef(shape)), begin, end));
+    return torch::arange(begin, end - short_by, torch::kDouble) / 100 + (name == "linear.bias" ? 1.0 : 0.0);
+  }
+  std::vector<std::string> asked;
+  int64_t short_by = 0;  ///< returns this many elements fewer than asked
+};
+
+class ModuleWithSource : public TinyModule {
+ public:
+  std::shared_ptr<WeightSource> initial_weights() override { return source; }
+  std::shared_ptr<RecordingSource> source = std::make_shared<RecordingSource>();
+};
+
+TEST_F(ResumeTest, AFitStartsFromTheModulesInitialWeightsAsFromAModuleBuiltWithThem) {
+  torch::manual_seed(7);
+  ModuleWithSource from_source;
+  make_trainer({.max_epochs = 2, .seed = 1, .enable_checkpointing = false}).fit(from_source);
+  EXPECT_EQ(from_source.source->asked,
+            (std::vector<std::string>{"linear.weight [1, 4] [0, 4)", "linear.bias [1] [0, 1)"}));
+
+  auto built = make_module({}, /*init_seed=*/99);
+  {
+    torch::NoGradGuard no_grad;
+    built->named_parameters()["linear.weight"].copy_(torch::tensor({{0.0, 0.01, 0.02, 0.03}}));
+    built->named_parameters()["linear.bias"].fill_(1.0);
+  }
+  make_trainer({.max_epochs = 2, .seed = 1, .enable_checkpointing = false}).fit(*built);
+  EXPECT_TRUE(bit_identical(parameters_of(from_source), parameters_of(*built)));
+}
+
+TEST_F(ResumeTest, AResumedFitRestoresItsCheckpointAndNeverReadsTheInitialWeights) {
+  const Outcome straight = fit({}, {.max_epochs = 2, .seed = 1, .enable_checkpointing = false});
+  fit({}, {.max_steps = 3, .seed = 1, .callbacks = {every_n_steps(3)}});
+  ModuleWithSource resumed;
+  Trainer trainer = make_trainer({.max_epochs = 2, .seed = 1});
+  trainer.set_checkpoint_io(io_);
+  trainer.fit(resumed, {}, {}, path_ending_with(io_->paths(), "epoch=0-step=3.ckpt"));
+  EXPECT_TRUE(resumed.source->asked.empty());
+  EXPECT_TRUE(bit_identical(parameters_of(resumed), straight.parameters));
+}
+
+TEST_F(ResumeTest, ASourceThatReturnsTheWrongNumberOfElementsIsNamed) {
+  ModuleWithSource module;
+  module.source->short_by = 1;
+  const std::string message =
+      testing::error_message([&] { make_trainer({.max_epochs = 1, .enable_checkpointing = false}).fit(module); });
+  EXPECT_NE(message.find("the recording source"), std::string::npos) << message;
+  EXPECT_NE(message.find("elements [0, 4) of 'linear.weight' [1, 4], it returned 3 values"), std::string::npos)
+      << message;
+  EXPECT_NE(message.find("HINT"), std::string::npos) << message;
 }
 
 // ---- fast_dev_run, predict, evaluation ------------------------------------------------------------

@@ -7,6 +7,7 @@
 
 #include "volt/callbacks/model_checkpoint.h"
 #include "volt/callbacks/timer.h"
+#include "volt/checkpoint/weight_source.h"
 #include "volt/core/console.h"
 #include "volt/core/error.h"
 #include "volt/data/data_module.h"
@@ -21,6 +22,7 @@
 #include "volt/precision/grad_scaler.h"
 #include "volt/precision/precision_plugin.h"
 #include "volt/strategies/fsdp_unit.h"
+#include "volt/strategies/state_sharding.h"
 #include "volt/strategies/strategy.h"
 
 namespace volt::internal {
@@ -140,6 +142,41 @@ OptimizerConfig prepare_training(const RunPlan& plan, LightningModule& module, P
   warn_if_nothing_to_shard(plan, module, console);
   share_found_inf(precision, strategy);
   return optimization;
+}
+
+namespace {
+
+// source.read(...) checked to hold `end - begin` elements.
+at::Tensor read_checked(WeightSource& source, const std::string& name, const std::vector<int64_t>& shape, int64_t begin,
+                        int64_t end) {
+  const at::Tensor values = source.read(name, shape, begin, end);
+  VOLT_CHECK(values.defined() && values.numel() == end - begin,
+             "initial weights from {}: asked for elements [{}, {}) of '{}' {}, it returned {} values. HINT: "
+             "WeightSource::read returns exactly end - begin elements, flat in row-major order.",
+             source.describe(), begin, end, name, c10::str(c10::IntArrayRef(shape)),
+             values.defined() ? values.numel() : 0);
+  return values;
+}
+
+}  // namespace
+
+void load_initial_weights(LightningModule& module, StateSharding* sharding, WeightSource& source) {
+  ParameterPieces pieces;
+  if (sharding != nullptr && sharding->shards_parameters()) pieces = sharding->local_parameter_pieces();
+  torch::NoGradGuard no_grad;
+  for (auto& item : module.named_parameters()) {
+    if (pieces.count(item.key()) > 0) continue;
+    torch::Tensor& parameter = item.value();
+    const std::vector<int64_t> shape = parameter.sizes().vec();
+    parameter.copy_(read_checked(source, item.key(), shape, 0, parameter.numel()).view(parameter.sizes()));
+  }
+  if (pieces.empty()) return;
+  for (auto& [name, piece] : pieces) {
+    piece.values = read_checked(source, name, piece.shape, piece.begin, piece.end)
+                       .to(piece.values.options())
+                       .view(piece.values.sizes());
+  }
+  sharding->load_parameter_pieces(pieces, source.describe());
 }
 
 FitResult run_fit_loop(FitLoop& loop, Strategy& strategy, LightningModule& module, bool detect_anomaly) {

@@ -23,7 +23,9 @@ class DataModule;
 class FitLoop;
 class ModelCheckpoint;
 class PrecisionPlugin;
+class StateSharding;
 class Strategy;
+class WeightSource;
 struct FitLoaderCounts;
 struct FitResult;
 
@@ -79,6 +81,13 @@ void configure_fit_model(const RunPlan& plan, LightningModule& module);
 OptimizerConfig prepare_training(const RunPlan& plan, LightningModule& module, PrecisionPlugin& precision,
                                  const std::vector<std::shared_ptr<Callback>>& callbacks, Strategy& strategy,
                                  Console& console);
+
+/// Copies `source`'s weights into `module`'s parameters once the strategy has placed them: each
+/// parameter read whole, except those `sharding` keeps in pieces (fsdp full_shard's units; nullptr:
+/// none), of which only this process's elements are read and loaded into its pieces (a collective
+/// then: call it on every process). Throws volt::Error naming the parameter and the source when
+/// the source returns the wrong number of elements.
+void load_initial_weights(LightningModule& module, StateSharding* sharding, WeightSource& source);
 
 /// Runs `loop`, with anomaly detection when `detect_anomaly` (the process's mode, restored
 /// after), then tells `strategy` that `module`'s fit finished: completed, or not when the loop

@@ -6,6 +6,7 @@
 
 #include "volt/callbacks/model_checkpoint.h"
 #include "volt/checkpoint/checkpointer.h"
+#include "volt/checkpoint/weight_source.h"
 #include "volt/core/console.h"
 #include "volt/core/error.h"
 #include "volt/environments/requeue.h"
@@ -290,6 +291,11 @@ FitResult Trainer::fit_stage(LightningModule& module, DataLoader train, std::vec
           internal::fit_info(plan_, strategy.collectives().broadcast_string(metrics.log_dir()), counts, optimization);
       for (const auto& callback : callbacks) callback->setup(info);
       const std::optional<LoadedCheckpoint> resume = resume_point(ckpt_path, info.log_dir, stage.callbacks, console);
+      if (!resume) {
+        if (const std::shared_ptr<WeightSource> source = module.initial_weights()) {
+          internal::load_initial_weights(module, strategy.state_sharding(), *source);
+        }
+      }
 
       // The profile and trace go beside the logs (Lightning's trainer.log_dir), else to the root.
       const std::string profile_dir = info.log_dir.empty() ? plan_.root_dir : info.log_dir;
