@@ -207,14 +207,6 @@ int main(int argc, char** argv) {
       std::cout << trainer.plan().describe();
       return 0;
     }
-    // Under full_shard rank 0 holds only its pieces of the blocks after the fit.
-    VOLT_CHECK((eval_tokens.empty() && export_hf.empty()) ||
-                   trainer.plan().sharding_strategy != volt::ShardingStrategy::kFullShard,
-               "--export-hf and --eval-tokens need the whole model on rank 0 after training, but "
-               "--sharding-strategy full_shard leaves each process only its pieces. HINT: train with "
-               "--sharding-strategy shard_grad_op (whole parameters on every process), or evaluate and export in a "
-               "second run: gpt --init-from <folder> --no-train ...");
-
     // The Trainer seeded LibTorch (seed_everything), so the initial weights are reproducible.
     gpt::GptModule module(options);
     // Checked against the model now, read by the Trainer once the strategy has placed the

@@ -3,12 +3,15 @@ volt::FsdpUnit per block, here with activation checkpointing too) on 2 processes
 3 stages (embeddings, blocks, head: the tied embedding in the first and the last) and pipeline x
 ddp (2 node processes) end within 1e-5 of one process on the same global batch (fp32); ddp,
 full_shard and the pipeline resumed mid-epoch end bit-identical to the uninterrupted run; and
-generation from the same weights is the same text under 1 process and ddp. 13 runs of a 2-block
-GPT, ~25 s on 2 cores."""
+generation from the same weights is the same text under 1 process and ddp; Hugging Face weights
+go in (each process reading its pieces) and out under full_shard as under one process. 16 runs of
+a 2-block GPT, ~33 s on 2 cores."""
+import json
 import re
 import subprocess
 from pathlib import Path
 
+import numpy as np
 import pytest
 import torch
 
@@ -146,23 +149,30 @@ def test_generation_from_the_same_weights_is_the_same_under_ddp(gpt, text, strai
     assert sample(one) == sample(ddp), f"1 process:\n{sample(one)}\nddp:\n{sample(ddp)}"
 
 
-def test_init_from_under_full_shard_reads_each_process_pieces_and_trains_as_one_process(gpt, text, tmp_path):
+def test_hugging_face_weights_in_and_out_under_full_shard(gpt, text, tmp_path):
     """`--init-from` is read once the strategy has placed the parameters: one process reads every
     tensor whole; under full_shard each of 2 processes reads the embeddings and ln_f whole (outside
-    the units) and only its half of each block's elements, and both runs end alike."""
+    the units) and only its half of each block's elements. Both runs end alike, and after the fit
+    the model is whole again on rank 0, so full_shard's `--eval-tokens` and `--export-hf` give what
+    one process's do."""
     hf = tmp_path / "hf"
     assert_ok(run_binary(gpt, merge_flags(TINY, ["--no-train", "--export-hf", str(hf), "--seed", "5"]),
                          tmp_path / "export", timeout=60))
+    tokens = tmp_path / "tokens.npy"
+    np.save(tokens, np.frombuffer(Path(text).read_bytes()[:2000], dtype=np.uint8).astype(np.int64))
     sizes = {"--n-layer", "--n-head", "--n-embd", "--block-size"}  # config.json gives them
     flags = [f for i, f in enumerate(COMMON) if f not in sizes and (i == 0 or COMMON[i - 1] not in sizes)]
-    runs, reads = {}, {}
+    runs, reads, evals = {}, {}, {}
     for name, extra in [("one", ["--batch-size", "8"]), ("full_shard", STRATEGIES["full_shard"])]:
-        run = run_binary(gpt, merge_flags(flags, ["--text", str(text), "--max-steps", "2", "--init-from", str(hf)],
-                                          extra), tmp_path / name, timeout=120)
+        run = run_binary(gpt, merge_flags(flags, ["--text", str(text), "--max-steps", "2", "--init-from", str(hf),
+                                                  "--export-hf", str(tmp_path / name / "out"), "--eval-tokens",
+                                                  str(tokens), "--block-size", "32"], extra),
+                         tmp_path / name, timeout=120)
         assert_ok(run)
         runs[name] = run
         reads[name] = {int(m[0]): (int(m[1]), int(m[2])) for m in
                        re.findall(r"init-from: process (\d+) read (\d+) of the (\d+) bytes", run.stdout)}
+        [evals[name]] = [float(v) for v in re.findall(r"^eval loss (\S+)$", run.stdout, re.M)]
     [(read, total)] = reads["one"].values()
     assert read == total > 0, reads
     assert sorted(reads["full_shard"]) == [0, 1], reads
@@ -174,3 +184,26 @@ def test_init_from_under_full_shard_reads_each_process_pieces_and_trains_as_one_
     _, state = weights(last_checkpoint(runs["full_shard"]))
     for key, tensor in reference.items():
         assert torch.allclose(state[key], tensor, rtol=0, atol=1e-5), key
+    assert abs(evals["full_shard"] - evals["one"]) < 1e-5, evals
+    # The export is the trained model whole (the Conv1D weights transposed, as Hugging Face keeps them).
+    exported = read_safetensors(tmp_path / "full_shard" / "out" / "model.safetensors")
+    assert exported.keys() == state.keys()
+    for key, tensor in state.items():
+        conv1d = key.endswith(("attn.c_attn.weight", "attn.c_proj.weight", "mlp.c_fc.weight", "mlp.c_proj.weight"))
+        assert torch.equal(exported[key].t() if conv1d else exported[key], tensor), key
+
+
+def read_safetensors(path):
+    """A float32 safetensors file's tensors by name (the format: an 8-byte little-endian header
+    length, the JSON header, then the raw bytes)."""
+    data = Path(path).read_bytes()
+    length = int.from_bytes(data[:8], "little")
+    header = json.loads(data[8:8 + length])
+    out = {}
+    for name, info in header.items():
+        if name != "__metadata__":
+            assert info["dtype"] == "F32", (name, info)
+            begin, end = info["data_offsets"]
+            raw = bytearray(data[8 + length + begin:8 + length + end])
+            out[name] = torch.frombuffer(raw, dtype=torch.float32).reshape(info["shape"])
+    return out
