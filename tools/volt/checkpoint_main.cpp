@@ -2,6 +2,7 @@
 // The `volt` tool links no LibTorch; `volt checkpoint ...` runs this binary, installed beside it.
 //
 //   volt checkpoint to-safetensors lightning_logs/version_0/checkpoints/last.ckpt model.safetensors
+//   volt checkpoint to-dcp lightning_logs/version_0/checkpoints/last.ckpt dcp/ [--prefix model.]
 #include <fmt/format.h>
 
 #include <CLI/CLI.hpp>
@@ -22,6 +23,15 @@ int main(int argc, char** argv) {
       "it; the whole model must fit in memory).");
   to->add_option("checkpoint", checkpoint, "the .ckpt file")->required();
   to->add_option("out", out, "the .safetensors file to write (atomically)")->required();
+  std::string folder, prefix;
+  CLI::App* dcp = app.add_subcommand(
+      "to-dcp",
+      "Write a checkpoint's state_dict into a folder that PyTorch 2.x's torch.distributed.checkpoint loads with "
+      "HuggingFaceStorageReader, at any world size: a sharded fsdp checkpoint's pieces stay as each process wrote "
+      "them (nothing is consolidated).");
+  dcp->add_option("checkpoint", checkpoint, "the .ckpt file (a sharded one's shard files beside it)")->required();
+  dcp->add_option("out", folder, "the folder to write (new or without .safetensors files)")->required();
+  dcp->add_option("--prefix", prefix, "put before every name, e.g. model. for dcp.load({\"model\": sd}, ...)");
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
@@ -31,6 +41,12 @@ int main(int argc, char** argv) {
     return volt::kExitUsage;
   }
   return volt::run_main([&] {
+    if (dcp->parsed()) {
+      const size_t files = volt::save_checkpoint_as_dcp(checkpoint, folder, prefix);
+      std::cout << fmt::format("volt: wrote {}'s state_dict to {} ({} safetensors files with DCP_SHARDING_INFO)\n",
+                               checkpoint, folder, files);
+      return 0;
+    }
     const size_t count = volt::save_state_dict_as_safetensors(checkpoint, out);
     std::cout << fmt::format("volt: wrote the {} tensors of {}'s state_dict to {}\n", count, checkpoint, out);
     return 0;

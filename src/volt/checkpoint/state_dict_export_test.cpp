@@ -1,10 +1,11 @@
-// `volt checkpoint to-safetensors`'s library half: a checkpoint's state_dict, also a sharded one's,
-// as a safetensors file.
+// `volt checkpoint to-safetensors`'s and `to-dcp`'s library half: a checkpoint's state_dict, also a
+// sharded one's, as a safetensors file, or as the chunks PyTorch's distributed checkpoint reads.
 #include "volt/checkpoint/state_dict_export.h"
 
 #include <ATen/ATen.h>
 #include <gtest/gtest.h>
 
+#include <nlohmann/json.hpp>
 #include <string>
 
 #include "volt/checkpoint/checkpoint_io.h"
@@ -61,6 +62,91 @@ TEST(StateDictExport, ConsolidatesASingleShardedCheckpoint) {
   for (const auto& [name, tensor] : tensors) {
     EXPECT_TRUE(at::equal(tensor, name == "w" ? at::arange(4, at::kFloat).view({2, 2}) : at::ones({2}))) << name;
   }
+}
+
+TEST(StateDictExport, FlatRangeBoxesTileEveryRangeOfATensor) {
+  for (const std::vector<int64_t>& shape : {std::vector<int64_t>{7}, {3, 4}, {2, 3, 4}}) {
+    const int64_t numel = c10::multiply_integers(shape);
+    const at::Tensor whole = at::arange(numel, at::kLong).view(shape);
+    for (int64_t begin = 0; begin <= numel; ++begin) {
+      for (int64_t end = begin; end <= numel; ++end) {
+        const std::vector<TensorBox> boxes = flat_range_boxes(shape, begin, end);
+        EXPECT_LE(boxes.size(), 2 * (shape.size() - 1) + 1);
+        int64_t next = begin;
+        for (const TensorBox& box : boxes) {
+          ASSERT_EQ(box.begin, next) << "shape " << shape.size() << "-d [" << begin << ", " << end << ")";
+          at::Tensor block = whole;
+          for (size_t d = 0; d < shape.size(); ++d) {
+            block = block.narrow(static_cast<int64_t>(d), box.offsets[d], box.sizes[d]);
+          }
+          // The box holds exactly the run of elements it claims, in row-major order.
+          ASSERT_TRUE(at::equal(block.reshape({-1}), at::arange(box.begin, box.begin + box.numel(), at::kLong)));
+          next += box.numel();
+        }
+        ASSERT_EQ(next, end) << "[" << begin << ", " << end << ")";
+      }
+    }
+  }
+  EXPECT_THROW(flat_range_boxes({3, 4}, 5, 13), Error);
+}
+
+// A 2-process full_shard checkpoint: "w" [3, 4] in pieces [0, 5) and [5, end), "b" whole.
+std::string write_two_shards(const testing::TempDir& dir, int64_t second_begin) {
+  const std::string path = dir.file("s.ckpt"), id = "00000000000000cd";
+  const at::Tensor w = at::arange(12, at::kFloat);
+  for (int64_t rank = 0; rank < 2; ++rank) {
+    const int64_t begin = rank == 0 ? 0 : second_begin, end = rank == 0 ? 5 : 12;
+    ParameterPieces pieces;
+    pieces["w"] =
+        ParameterPiece{.values = w.narrow(0, begin, end - begin), .shape = {3, 4}, .begin = begin, .end = end};
+    save_checkpoint_file(make_shard({}, make_parameter_pieces(pieces), id, rank, 2), shard_path(path, id, rank));
+  }
+  ExportedDict weights = exported_dict();
+  weights.insert("b", at::ones({2}));
+  c10::impl::GenericList sharded(c10::StringType::get());
+  sharded.push_back("w");
+  ExportedDict checkpoint = exported_dict();
+  checkpoint.insert("state_dict", weights);
+  checkpoint.insert(kShardedParametersKey, sharded);
+  checkpoint.insert(kShardIndexKey, make_shard_index(path, id, 2, /*optimizer_states=*/false));
+  save_checkpoint_file(checkpoint, path);
+  return path;
+}
+
+TEST(StateDictExport, ADcpFolderHoldsEachProcessPiecesAsBoxesThatRebuildTheWhole) {
+  testing::TempDir dir;
+  const std::string path = write_two_shards(dir, 5);
+  const std::string out = dir.file("dcp");
+  // model.safetensors (b); process 0: row 0 and row 1's first element; process 1: the rest of
+  // row 1, then row 2.
+  EXPECT_EQ(save_checkpoint_as_dcp(path, out, "model."), 5U);
+  at::Tensor rebuilt = at::zeros({3, 4});
+  int64_t elements = 0;
+  for (const char* name : {"shard0-0", "shard0-1", "shard1-0", "shard1-1"}) {
+    const SafetensorsFile file = SafetensorsFile::open(out + "/" + name + ".safetensors");
+    ASSERT_EQ(file.names(), std::vector<std::string>{"model.w"}) << name;
+    const auto offsets = nlohmann::json::parse(file.metadata().at("DCP_SHARDING_INFO"))["model.w"]["saved_offsets"];
+    const at::Tensor box = file.tensor("model.w");
+    rebuilt.narrow(0, offsets[0], box.size(0)).narrow(1, offsets[1], box.size(1)).copy_(box);
+    elements += box.numel();
+  }
+  EXPECT_EQ(elements, 12);
+  EXPECT_TRUE(at::equal(rebuilt, at::arange(12, at::kFloat).view({3, 4})));
+  const SafetensorsFile whole = SafetensorsFile::open(out + "/model.safetensors");
+  EXPECT_TRUE(at::equal(whole.tensor("model.b"), at::ones({2})));
+  EXPECT_EQ(whole.metadata().at("DCP_SHARDING_INFO"), R"({"model.b":{"saved_offsets":[0]}})");
+  // A second export into the same folder would mix its files with these.
+  const std::string message = testing::error_message<CheckpointError>([&] { save_checkpoint_as_dcp(path, out); });
+  EXPECT_NE(message.find("write into an empty folder"), std::string::npos) << message;
+}
+
+TEST(StateDictExport, ADcpExportRefusesPiecesWithAGap) {
+  testing::TempDir dir;
+  const std::string path = write_two_shards(dir, 6);  // element 5 is in no piece
+  const std::string message =
+      testing::error_message<CheckpointError>([&] { save_checkpoint_as_dcp(path, dir.file("dcp")); });
+  EXPECT_NE(message.find("the shards' pieces of 'w' leave out element 5"), std::string::npos) << message;
+  EXPECT_NE(message.find("HINT"), std::string::npos) << message;
 }
 
 TEST(StateDictExport, RefusesFilesWithoutAStateDictOfTensors) {

@@ -1,0 +1,125 @@
+"""A sharded Volt checkpoint in PyTorch 2.x's torch.distributed.checkpoint (issue #32).
+
+Run by CTest (test `dcp_interop_py`), which sets VOLT_GPT_EXAMPLE, VOLT_CHECKPOINT_TOOL and
+PYTHONPATH to PyPI's torch 2.x and safetensors (scripts/setup.sh). examples/gpt trains 2 steps under
+fsdp full_shard on 2 processes with state_dict_type sharded; `volt checkpoint to-dcp` writes that
+checkpoint's pieces, unconsolidated, as the chunks HuggingFaceStorageReader reads, and `dcp.load`
+gives Volt's consolidated tensors (`volt checkpoint to-safetensors`) bit-exactly: into a plain state
+dict on one process, and into FSDP2 (`fully_shard`) models at world sizes 2 and 4, which reshard
+the 2 processes' pieces. About 20 s on 2 cores, most of it importing torch in 5 processes.
+"""
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from volt_testkit import free_port, require
+
+try:
+    import torch
+    import torch.distributed as dist
+    import torch.distributed.checkpoint as dcp
+    import torch.multiprocessing as mp
+    from safetensors.torch import load_file
+    from torch.distributed.checkpoint import HuggingFaceStorageReader
+except ImportError as error:
+    require(False, f"torch 2.x and safetensors do not import (PYTHONPATH={os.environ.get('PYTHONPATH')}): {error}")
+require(hasattr(dcp, "HuggingFaceStorageReader"), f"torch {torch.__version__} has no HuggingFaceStorageReader")
+
+GPT = os.environ.get("VOLT_GPT_EXAMPLE")
+TOOL = os.environ.get("VOLT_CHECKPOINT_TOOL")
+
+
+def run(args, cwd):
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("SLURM_", "OMPI_", "PMI_", "PMIX_", "PYTHON"))}
+    env["OMP_NUM_THREADS"] = "1"
+    result = subprocess.run([str(a) for a in args], capture_output=True, text=True, timeout=180, cwd=cwd, env=env)
+    assert result.returncode == 0, f"{args} failed:\n{result.stdout[-3000:]}\n{result.stderr[-3000:]}"
+    return result.stdout
+
+
+@pytest.fixture(scope="module")
+def exported(tmp_path_factory):
+    assert GPT and TOOL, "run through ctest (ctest -R dcp_interop_py): VOLT_GPT_EXAMPLE and VOLT_CHECKPOINT_TOOL"
+    root = tmp_path_factory.mktemp("dcp")
+    run([GPT, "--text", "/usr/share/common-licenses/GPL-3", "--n-layer", "2", "--n-head", "2", "--n-embd", "32",
+         "--block-size", "32", "--devices", "2", "--batch-size", "4", "--strategy", "fsdp", "--sharding-strategy",
+         "full_shard", "--state-dict-type", "sharded", "--max-steps", "2", "--sample-tokens", "0",
+         "--limit-val-batches", "0", "--num-threads", "1", "--no-progress-bar", "--default-root-dir", root], root)
+    [ckpt] = list(root.rglob("last.ckpt"))
+    assert list(ckpt.parent.glob("last.ckpt.*.shard1")), "the checkpoint is not sharded"
+    print(run([TOOL, "to-dcp", ckpt, root / "dcp"], root))
+    run([TOOL, "to-safetensors", ckpt, root / "whole.safetensors"], root)
+    return root / "dcp", load_file(root / "whole.safetensors")
+
+
+def test_the_pieces_are_chunks_that_tile_each_tensor_unconsolidated(exported):
+    folder, whole = exported
+    files = sorted(p.name for p in folder.iterdir())
+    assert "model.safetensors" in files and "shard0-0.safetensors" in files and "shard1-0.safetensors" in files, files
+    # The blocks' weights are only in the shards, each process's piece apart.
+    from safetensors import safe_open
+    with safe_open(folder / "model.safetensors", "pt") as f:
+        in_model = set(f.keys())
+    assert "transformer.h.0.attn.c_attn.weight" not in in_model and "transformer.wte.weight" in in_model
+
+
+def test_dcp_load_on_one_process_gives_the_consolidated_tensors(exported):
+    folder, whole = exported
+    state = {name: torch.zeros_like(tensor) for name, tensor in whole.items()}
+    dcp.load(state, storage_reader=HuggingFaceStorageReader(str(folder)), no_dist=True)
+    for name, tensor in whole.items():
+        assert torch.equal(state[name], tensor), name
+
+
+class Named(torch.nn.Module):
+    """A module whose parameters have the given names and shapes (nested by the dots)."""
+
+    def __init__(self, shapes):
+        super().__init__()
+        for name, shape in shapes.items():
+            owner = self
+            *path, leaf = name.split(".")
+            for part in path:
+                if not hasattr(owner, part):
+                    owner.add_module(part, torch.nn.Module())
+                owner = getattr(owner, part)
+            owner.register_parameter(leaf, torch.nn.Parameter(torch.zeros(shape)))
+
+
+def load_under_fsdp2(rank, world, port, folder, whole_path, failures):
+    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
+    dist.init_process_group("gloo", rank=rank, world_size=world)
+    try:
+        from torch.distributed.checkpoint.state_dict import get_model_state_dict
+        from torch.distributed.device_mesh import init_device_mesh
+        from torch.distributed.fsdp import fully_shard
+        whole = load_file(whole_path)
+        model = Named({name: tensor.shape for name, tensor in whole.items()})
+        fully_shard(model, mesh=init_device_mesh("cpu", (world,)))
+        state = get_model_state_dict(model)
+        dcp.load(state, storage_reader=HuggingFaceStorageReader(folder))
+        for name, tensor in whole.items():
+            value = state[name]
+            value = value.full_tensor() if hasattr(value, "full_tensor") else value
+            if not torch.equal(value, tensor):
+                failures.put(f"world size {world}, rank {rank}: {name}")
+    finally:
+        dist.destroy_process_group()
+
+
+@pytest.mark.parametrize("world", [2, 4])
+def test_dcp_load_into_fsdp2_reshards_the_pieces_bit_exactly(exported, tmp_path, world):
+    folder, whole = exported
+    whole_path = tmp_path / "whole.safetensors"
+    from safetensors.torch import save_file
+    save_file(whole, whole_path)
+    failures = mp.get_context("spawn").SimpleQueue()
+    mp.start_processes(load_under_fsdp2, args=(world, free_port(), str(folder), str(whole_path), failures),
+                       nprocs=world, start_method="spawn")
+    found = []
+    while not failures.empty():
+        found.append(failures.get())
+    assert not found, found
