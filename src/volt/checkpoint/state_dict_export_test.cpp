@@ -7,6 +7,8 @@
 
 #include <nlohmann/json.hpp>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "volt/checkpoint/checkpoint_io.h"
 #include "volt/checkpoint/sharded_checkpoint.h"
@@ -18,6 +20,31 @@ namespace {
 using ExportedDict = c10::impl::GenericDict;
 
 ExportedDict exported_dict() { return ExportedDict(c10::StringType::get(), c10::AnyType::get()); }
+
+// A full_shard checkpoint whose "w" (of `shape`, values 0, 1, 2, ...) lies in the shard files, process
+// r holding elements ranges[r], and whose "b" (ones) lies in the checkpoint itself.
+std::string write_sharded(const testing::TempDir& dir, const std::vector<int64_t>& shape,
+                          const std::vector<std::pair<int64_t, int64_t>>& ranges) {
+  const std::string path = dir.file("s.ckpt"), id = "00000000000000cd";
+  const at::Tensor w = at::arange(c10::multiply_integers(shape), at::kFloat);
+  const auto world = static_cast<int64_t>(ranges.size());
+  for (int64_t rank = 0; rank < world; ++rank) {
+    const auto [begin, end] = ranges[static_cast<size_t>(rank)];
+    ParameterPieces pieces;
+    pieces["w"] = ParameterPiece{.values = w.narrow(0, begin, end - begin), .shape = shape, .begin = begin, .end = end};
+    save_checkpoint_file(make_shard({}, make_parameter_pieces(pieces), id, rank, world), shard_path(path, id, rank));
+  }
+  ExportedDict weights = exported_dict();
+  weights.insert("b", at::ones({2}));
+  c10::impl::GenericList sharded(c10::StringType::get());
+  sharded.push_back("w");
+  ExportedDict checkpoint = exported_dict();
+  checkpoint.insert("state_dict", weights);
+  checkpoint.insert(kShardedParametersKey, sharded);
+  checkpoint.insert(kShardIndexKey, make_shard_index(path, id, world, /*optimizer_states=*/false));
+  save_checkpoint_file(checkpoint, path);
+  return path;
+}
 
 TEST(StateDictExport, WritesTheStateDictAsStoredWithPtMetadata) {
   testing::TempDir dir;
@@ -42,20 +69,8 @@ TEST(StateDictExport, WritesTheStateDictAsStoredWithPtMetadata) {
 
 TEST(StateDictExport, ConsolidatesASingleShardedCheckpoint) {
   testing::TempDir dir;
-  const std::string path = dir.file("s.ckpt"), id = "00000000000000ab";
   // fsdp full_shard with one process: "w" lies in the shard file, "b" in the checkpoint.
-  ParameterPieces pieces;
-  pieces["w"] = ParameterPiece{.values = at::arange(4, at::kFloat), .shape = {2, 2}, .begin = 0, .end = 4};
-  save_checkpoint_file(make_shard({}, make_parameter_pieces(pieces), id, 0, 1), shard_path(path, id, 0));
-  ExportedDict weights = exported_dict();
-  weights.insert("b", at::ones({2}));
-  c10::impl::GenericList sharded(c10::StringType::get());
-  sharded.push_back("w");
-  ExportedDict checkpoint = exported_dict();
-  checkpoint.insert("state_dict", weights);
-  checkpoint.insert(kShardedParametersKey, sharded);
-  checkpoint.insert(kShardIndexKey, make_shard_index(path, id, 1, /*optimizer_states=*/false));
-  save_checkpoint_file(checkpoint, path);
+  const std::string path = write_sharded(dir, {2, 2}, {{0, 4}});
 
   const NamedTensors tensors = load_checkpoint_state_dict(path);
   ASSERT_EQ(tensors.size(), 2U);
@@ -90,32 +105,9 @@ TEST(StateDictExport, FlatRangeBoxesTileEveryRangeOfATensor) {
   EXPECT_THROW(flat_range_boxes({3, 4}, 5, 13), Error);
 }
 
-// A 2-process full_shard checkpoint: "w" [3, 4] in pieces [0, 5) and [5, end), "b" whole.
-std::string write_two_shards(const testing::TempDir& dir, int64_t second_begin) {
-  const std::string path = dir.file("s.ckpt"), id = "00000000000000cd";
-  const at::Tensor w = at::arange(12, at::kFloat);
-  for (int64_t rank = 0; rank < 2; ++rank) {
-    const int64_t begin = rank == 0 ? 0 : second_begin, end = rank == 0 ? 5 : 12;
-    ParameterPieces pieces;
-    pieces["w"] =
-        ParameterPiece{.values = w.narrow(0, begin, end - begin), .shape = {3, 4}, .begin = begin, .end = end};
-    save_checkpoint_file(make_shard({}, make_parameter_pieces(pieces), id, rank, 2), shard_path(path, id, rank));
-  }
-  ExportedDict weights = exported_dict();
-  weights.insert("b", at::ones({2}));
-  c10::impl::GenericList sharded(c10::StringType::get());
-  sharded.push_back("w");
-  ExportedDict checkpoint = exported_dict();
-  checkpoint.insert("state_dict", weights);
-  checkpoint.insert(kShardedParametersKey, sharded);
-  checkpoint.insert(kShardIndexKey, make_shard_index(path, id, 2, /*optimizer_states=*/false));
-  save_checkpoint_file(checkpoint, path);
-  return path;
-}
-
 TEST(StateDictExport, ADcpFolderHoldsEachProcessPiecesAsBoxesThatRebuildTheWhole) {
   testing::TempDir dir;
-  const std::string path = write_two_shards(dir, 5);
+  const std::string path = write_sharded(dir, {3, 4}, {{0, 5}, {5, 12}});
   const std::string out = dir.file("dcp");
   // model.safetensors (b); process 0: row 0 and row 1's first element; process 1: the rest of
   // row 1, then row 2.
@@ -142,7 +134,7 @@ TEST(StateDictExport, ADcpFolderHoldsEachProcessPiecesAsBoxesThatRebuildTheWhole
 
 TEST(StateDictExport, ADcpExportRefusesPiecesWithAGap) {
   testing::TempDir dir;
-  const std::string path = write_two_shards(dir, 6);  // element 5 is in no piece
+  const std::string path = write_sharded(dir, {3, 4}, {{0, 5}, {6, 12}});  // element 5 is in no piece
   const std::string message =
       testing::error_message<CheckpointError>([&] { save_checkpoint_as_dcp(path, dir.file("dcp")); });
   EXPECT_NE(message.find("the shards' pieces of 'w' leave out element 5"), std::string::npos) << message;
