@@ -94,9 +94,13 @@ def own_launcher(binary, tmp_path_factory):
 
 
 def assert_same_parameters(root, expected):
+    assert_same_parameters_at(root / "lightning_logs" / "version_0" / "checkpoints" / "last.ckpt", expected)
+
+
+def assert_same_parameters_at(path, expected):
     import torch
 
-    ours = load_checkpoint(root / "lightning_logs" / "version_0" / "checkpoints" / "last.ckpt")["state_dict"]
+    ours = load_checkpoint(path)["state_dict"]
     assert list(ours) == list(expected)
     different = [name for name in ours if not torch.equal(ours[name], expected[name])]
     assert not different, f"parameters differ from Volt's own launcher: {different}"
@@ -140,3 +144,32 @@ def test_a_devices_count_that_differs_from_the_processes_per_node_is_refused(tor
     runs = run_torchrun(torchrun, binary, tmp_path, [STANDALONE_TWO], devices=3, timeout=120)
     assert runs[0].returncode != 0
     assert "devices=3" in runs[0].stdout and "started 2 processes on this node" in runs[0].stdout, runs[0]
+
+
+@pytest.mark.parametrize("fault", ["rank=1,step=12", "rank=0,step=15,at=snapshot", "rank=1,step=20,at=validation"])
+def test_a_killed_rank_restarts_from_the_newest_snapshot_and_ends_bit_identical(torchrun, binary, dataset,
+                                                                               own_launcher, tmp_path, fault):
+    """torchrun --max-restarts: a rank killed (SIGKILL, VOLT_INJECT_FAULT) at a step's end, half-way
+    through writing a snapshot, or in validation; torchrun starts the group again, which resumes
+    from the newest complete snapshot by itself and ends with the uninterrupted run's parameters."""
+    import glob
+
+    tmp_path.mkdir(parents=True, exist_ok=True)
+    env = dict(torchrun_env(), VOLT_INJECT_FAULT=fault)
+    command = torchrun + STANDALONE_TWO + ["--max-restarts=1", "--no-python", binary] + train_args(2) + [
+        "--snapshot-every-n-steps", "5", "--default-root-dir", str(tmp_path)]
+    proc = subprocess.run(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, cwd=tmp_path,
+                          env=env, timeout=240)
+    out = proc.stdout
+    assert proc.returncode == 0, out[-6000:]
+    # Attempt 0 died; attempt 1 resumed from a snapshot and finished.
+    resumed = [line for line in out.splitlines() if "Resuming from snapshot" in line]
+    assert resumed, out[-6000:]
+    newest_complete = {"rank=1,step=12": "snapshot_2.ckpt", "rank=0,step=15,at=snapshot": "snapshot_2.ckpt",
+                       "rank=1,step=20,at=validation": "snapshot_4.ckpt"}[fault]
+    assert newest_complete in resumed[0], resumed
+    if "at=snapshot" in fault:
+        assert glob.glob(str(tmp_path / "snapshot_3.ckpt.tmp.*")), "the half-written file the kill left"
+    assert "stopped: max_epochs after 1 epoch" in out, out[-6000:]
+    versions = sorted((tmp_path / "lightning_logs").glob("version_*"), key=lambda p: int(p.name.split("_")[1]))
+    assert_same_parameters_at(versions[-1] / "checkpoints" / "last.ckpt", own_launcher)

@@ -120,14 +120,15 @@ std::string Checkpointer::resolve(const std::string& requested, const LastCheckp
   return requested;
 }
 
-std::optional<LoadedCheckpoint> Checkpointer::newest_hpc_checkpoint(const std::string& dir, Console& console) const {
+std::optional<LoadedCheckpoint> Checkpointer::newest_resume_checkpoint(const std::string& dir, Console& console) const {
   // Saves are atomic, so a job killed while saving leaves at worst a temporary file; a file can
   // still be cut short by a full disk or a copy: fall back to the previous one.
-  for (const std::string& path : list_hpc_checkpoints(dir)) {
+  for (const std::string& path : list_resume_checkpoints(dir)) {
     try {
       return LoadedCheckpoint{path, io_->load(path)};
     } catch (const std::exception& e) {
-      console.warn(fmt::format("HPC checkpoint {} is unreadable; trying the previous one. ({})", path, e.what()));
+      console.warn(fmt::format("{} {} is unreadable; trying the previous one. ({})",
+                               is_snapshot_path(path) ? "Snapshot" : "HPC checkpoint", path, e.what()));
     }
   }
   return std::nullopt;

@@ -74,9 +74,9 @@ class Checkpointer {
   /// and "" when there is none), and a path must exist.
   std::string resolve(const std::string& requested, const LastCheckpointSearch& search, Console& console) const;
 
-  /// The newest readable HPC checkpoint in `dir`: a file cut short (a full disk, a copy) is
-  /// skipped with a warning and the one before it is tried.
-  std::optional<LoadedCheckpoint> newest_hpc_checkpoint(const std::string& dir, Console& console) const;
+  /// The newest readable HPC checkpoint or snapshot in `dir` (list_resume_checkpoints): a file
+  /// cut short (a full disk, a copy) is skipped with a warning and the one before it is tried.
+  std::optional<LoadedCheckpoint> newest_resume_checkpoint(const std::string& dir, Console& console) const;
   /// Saves the next hpc_ckpt_<N>.ckpt in `dir` and deletes all but the newest `keep`, only after
   /// the new file is complete (a kill in between leaves one more, never none). Returns its path.
   std::string save_hpc_checkpoint(const TrainingParts& parts, const FitProgress& progress, const std::string& dir,

@@ -12,47 +12,87 @@ namespace fs = std::filesystem;
 
 namespace {
 
-constexpr const char* kPrefix = "hpc_ckpt_";
+constexpr const char* kHpcPrefix = "hpc_ckpt_";
+constexpr const char* kSnapshotPrefix = "snapshot_";
 constexpr const char* kSuffix = ".ckpt";
 
-/// (N, path) of every hpc_ckpt_<N>.ckpt, highest N first.
-std::vector<std::pair<long long, std::string>> numbered(const std::string& dir) {
+/// N when `name` is <prefix><N>.ckpt, else -1.
+long long number_of(const std::string& name, const std::string& prefix) {
+  const std::string suffix = kSuffix;
+  if (name.size() <= prefix.size() + suffix.size() || name.rfind(prefix, 0) != 0 ||
+      name.compare(name.size() - suffix.size(), suffix.size(), suffix) != 0) {
+    return -1;
+  }
+  // Temporary files of an interrupted save (hpc_ckpt_3.ckpt.tmp...) do not end in .ckpt.
+  const auto n = parse_int(name.substr(prefix.size(), name.size() - prefix.size() - suffix.size()));
+  return n && *n >= 0 ? *n : -1;
+}
+
+/// (N, path) of every file in `dir` named <prefix><N>.ckpt for one of `prefixes`, highest N first.
+std::vector<std::pair<long long, std::string>> numbered(const std::string& dir,
+                                                        const std::vector<std::string>& prefixes) {
   std::vector<std::pair<long long, std::string>> found;
   std::error_code ec;
   for (auto it = fs::directory_iterator(dir, ec); !ec && it != fs::directory_iterator(); it.increment(ec)) {
     const std::string name = it->path().filename().string();
-    const std::string prefix = kPrefix, suffix = kSuffix;
-    if (name.size() <= prefix.size() + suffix.size() || name.rfind(prefix, 0) != 0 ||
-        name.compare(name.size() - suffix.size(), suffix.size(), suffix) != 0) {
-      continue;
+    for (const std::string& prefix : prefixes) {
+      const long long n = number_of(name, prefix);
+      if (n >= 0) found.emplace_back(n, it->path().string());
     }
-    // Temporary files of an interrupted save (hpc_ckpt_3.ckpt.tmp...) do not end in .ckpt.
-    const auto n = parse_int(name.substr(prefix.size(), name.size() - prefix.size() - suffix.size()));
-    if (n && *n >= 0) found.emplace_back(*n, it->path().string());
   }
-  std::sort(found.begin(), found.end(), [](const auto& a, const auto& b) { return a.first > b.first; });
+  // Equal numbers (an HPC checkpoint and a snapshot both N, written by hand): the HPC one first.
+  std::sort(found.begin(), found.end(), [](const auto& a, const auto& b) {
+    if (a.first != b.first) return a.first > b.first;
+    return is_snapshot_path(b.second) && !is_snapshot_path(a.second);
+  });
   return found;
+}
+
+std::vector<std::string> paths_of(std::vector<std::pair<long long, std::string>> found) {
+  std::vector<std::string> paths;
+  for (auto& [n, path] : found) paths.push_back(std::move(path));
+  return paths;
+}
+
+std::vector<std::string> beyond(std::vector<std::string> all, int64_t keep) {
+  if (keep < 1) keep = 1;
+  if (static_cast<int64_t>(all.size()) <= keep) return {};
+  return std::vector<std::string>(all.begin() + keep, all.end());
 }
 
 }  // namespace
 
-std::vector<std::string> list_hpc_checkpoints(const std::string& dir) {
-  std::vector<std::string> paths;
-  for (auto& [n, path] : numbered(dir)) paths.push_back(std::move(path));
-  return paths;
+std::vector<std::string> list_hpc_checkpoints(const std::string& dir) { return paths_of(numbered(dir, {kHpcPrefix})); }
+
+std::vector<std::string> list_snapshots(const std::string& dir) { return paths_of(numbered(dir, {kSnapshotPrefix})); }
+
+std::vector<std::string> list_resume_checkpoints(const std::string& dir) {
+  return paths_of(numbered(dir, {kHpcPrefix, kSnapshotPrefix}));
+}
+
+bool is_snapshot_path(const std::string& path) {
+  return number_of(fs::path(path).filename().string(), kSnapshotPrefix) >= 0;
+}
+
+int64_t next_resume_checkpoint_number(const std::string& dir) {
+  const auto found = numbered(dir, {kHpcPrefix, kSnapshotPrefix});
+  return found.empty() ? 1 : found.front().first + 1;
 }
 
 std::string next_hpc_checkpoint_path(const std::string& dir) {
-  const auto found = numbered(dir);
-  const long long next = found.empty() ? 1 : found.front().first + 1;
-  return (fs::path(dir) / (kPrefix + std::to_string(next) + kSuffix)).string();
+  return (fs::path(dir) / (kHpcPrefix + std::to_string(next_resume_checkpoint_number(dir)) + kSuffix)).string();
+}
+
+std::string snapshot_path(const std::string& dir, int64_t n) {
+  return (fs::path(dir) / (kSnapshotPrefix + std::to_string(n) + kSuffix)).string();
 }
 
 std::vector<std::string> hpc_checkpoints_to_prune(const std::string& dir, int64_t keep) {
-  std::vector<std::string> all = list_hpc_checkpoints(dir);
-  if (keep < 1) keep = 1;
-  if (static_cast<int64_t>(all.size()) <= keep) return {};
-  return std::vector<std::string>(all.begin() + keep, all.end());
+  return beyond(list_hpc_checkpoints(dir), keep);
+}
+
+std::vector<std::string> snapshots_to_prune(const std::string& dir, int64_t keep) {
+  return beyond(list_snapshots(dir), keep);
 }
 
 }  // namespace volt

@@ -1,8 +1,11 @@
-// HPC checkpoints: the files a SLURM job saves before it is requeued or preempted, and resumes
-// from when it starts again (Lightning's hpc_ckpt_<N>.ckpt).
+// HPC checkpoints and snapshots: the files a run resumes from by itself when it starts again.
 //
-// They live in one fixed directory (default_root_dir unless set), not in a versioned log
-// directory, so a restarted job finds them without knowing anything about the earlier run.
+// HPC checkpoints (Lightning's hpc_ckpt_<N>.ckpt) are saved when SLURM asks a job to stop before
+// it is requeued or preempted; snapshots (snapshot_<N>.ckpt) every n steps while a run goes on,
+// so a run that crashes loses at most those steps. Both live in one fixed directory
+// (default_root_dir unless set), not in a versioned log directory, so a restarted job finds them
+// without knowing anything about the earlier run, and both are numbered in one sequence, so the
+// highest N of either kind is the newest.
 #pragma once
 
 #include <cstdint>
@@ -15,10 +18,30 @@ namespace volt {
 /// missing directory has none.
 std::vector<std::string> list_hpc_checkpoints(const std::string& dir);
 
-/// The path the next HPC checkpoint is saved to: hpc_ckpt_<highest N + 1>.ckpt (N starts at 1).
+/// The snapshots in `dir`: files named snapshot_<N>.ckpt, highest N (newest) first.
+std::vector<std::string> list_snapshots(const std::string& dir);
+
+/// The HPC checkpoints and snapshots in `dir` together, highest N (newest) first: what a run
+/// that starts again resumes from, newest readable one first.
+std::vector<std::string> list_resume_checkpoints(const std::string& dir);
+
+/// Whether `path` names a snapshot (snapshot_<N>.ckpt) rather than an HPC checkpoint.
+bool is_snapshot_path(const std::string& path);
+
+/// The next number of the sequence HPC checkpoints and snapshots share in `dir`: the highest N
+/// of either kind + 1 (N starts at 1).
+int64_t next_resume_checkpoint_number(const std::string& dir);
+
+/// The path the next HPC checkpoint is saved to: hpc_ckpt_<next_resume_checkpoint_number>.ckpt.
 std::string next_hpc_checkpoint_path(const std::string& dir);
+
+/// The path of snapshot number `n` in `dir`: snapshot_<n>.ckpt.
+std::string snapshot_path(const std::string& dir, int64_t n);
 
 /// The HPC checkpoints in `dir` beyond the newest `keep` (keep >= 1), oldest last.
 std::vector<std::string> hpc_checkpoints_to_prune(const std::string& dir, int64_t keep);
+
+/// The snapshots in `dir` beyond the newest `keep` (keep >= 1), oldest last.
+std::vector<std::string> snapshots_to_prune(const std::string& dir, int64_t keep);
 
 }  // namespace volt

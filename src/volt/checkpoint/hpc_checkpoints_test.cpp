@@ -52,5 +52,24 @@ TEST_F(HpcCheckpoints, PruningKeepsTheNewestK) {
   EXPECT_EQ(hpc_checkpoints_to_prune(dir_.string(), 0).size(), 2u) << "the newest is always kept";
 }
 
+TEST_F(HpcCheckpoints, SnapshotsShareTheSequenceAndTheNewestOfEitherKindComesFirst) {
+  for (const char* name : {"hpc_ckpt_1.ckpt", "snapshot_2.ckpt", "snapshot_3.ckpt", "hpc_ckpt_4.ckpt",
+                           "snapshot_5.ckpt", "snapshot_6.ckpt.tmp.99", "snapshot_x.ckpt"})
+    touch(name);
+  EXPECT_EQ(list_snapshots(dir_.string()),
+            (std::vector<std::string>{path("snapshot_5.ckpt"), path("snapshot_3.ckpt"), path("snapshot_2.ckpt")}));
+  EXPECT_EQ(list_resume_checkpoints(dir_.string()),
+            (std::vector<std::string>{path("snapshot_5.ckpt"), path("hpc_ckpt_4.ckpt"), path("snapshot_3.ckpt"),
+                                      path("snapshot_2.ckpt"), path("hpc_ckpt_1.ckpt")}));
+  EXPECT_EQ(next_resume_checkpoint_number(dir_.string()), 6);
+  EXPECT_EQ(next_hpc_checkpoint_path(dir_.string()), path("hpc_ckpt_6.ckpt")) << "after the newest snapshot";
+  EXPECT_EQ(snapshot_path(dir_.string(), 6), path("snapshot_6.ckpt"));
+  EXPECT_TRUE(is_snapshot_path(path("snapshot_3.ckpt")));
+  EXPECT_FALSE(is_snapshot_path(path("hpc_ckpt_4.ckpt")));
+  EXPECT_EQ(snapshots_to_prune(dir_.string(), 2), (std::vector<std::string>{path("snapshot_2.ckpt")}));
+  EXPECT_EQ(hpc_checkpoints_to_prune(dir_.string(), 1), (std::vector<std::string>{path("hpc_ckpt_1.ckpt")}))
+      << "each kind keeps its own count";
+}
+
 }  // namespace
 }  // namespace volt

@@ -1,7 +1,13 @@
 #include "volt/loops/fit_checkpoints.h"
 
-#include <algorithm>
+#include <signal.h>
+#include <unistd.h>
 
+#include <algorithm>
+#include <chrono>
+#include <fstream>
+
+#include "volt/checkpoint/async_writer.h"
 #include "volt/checkpoint/hpc_checkpoints.h"
 #include "volt/core/console.h"
 #include "volt/core/error.h"
@@ -25,6 +31,8 @@ FitCheckpoints::FitCheckpoints(FitCheckpointsOptions options, Strategy& strategy
       console_(console),
       parts_(std::move(parts)),
       progress_(progress) {}
+
+FitCheckpoints::~FitCheckpoints() = default;
 
 TrainingParts FitCheckpoints::training_parts() const {
   TrainingParts parts = parts_;
@@ -131,6 +139,8 @@ void FitCheckpoints::after_dispatch() {
 }
 
 std::string FitCheckpoints::save_hpc() {
+  // Numbered after the snapshot being written, and written after it.
+  if (snapshot_writer_) snapshot_writer_->wait();
   gather();  // every process stopped at the same step
   std::string path;
   if (sharded_checkpoints()) {
@@ -151,6 +161,76 @@ std::string FitCheckpoints::save_hpc() {
   optimizer_states_.reset();
   // Also a barrier: no rank goes on (and exits) before the file is complete.
   return strategy_.collectives().broadcast_string(path);
+}
+
+bool FitCheckpoints::save_snapshot(bool skip_when_busy, bool die_mid_write) {
+  const bool writes = strategy_.is_global_zero();
+  if (skip_when_busy) {
+    bool skip = writes && snapshot_writer_ && snapshot_writer_->busy();
+    // Every process skips or saves alike: the gather and a sharded commit below are collective.
+    Collectives& collectives = strategy_.collectives();
+    if (collectives.world_size() > 1) skip = collectives.all_reduce(skip ? 1.0 : 0.0, Reduce::kMax) > 0.5;
+    if (skip) {
+      ++snapshot_stats_.skipped;
+      return false;
+    }
+  }
+  gather();
+  const std::string& dir = options_.hpc_checkpoint_dir;
+  const int64_t keep = options_.snapshots_to_keep;
+  const auto next_path = [&] {
+    // The file being written is not on disk yet: count past it.
+    next_snapshot_number_ = std::max(next_snapshot_number_, next_resume_checkpoint_number(dir));
+    return snapshot_path(dir, next_snapshot_number_++);
+  };
+  if (sharded_checkpoints()) {
+    if (writes) {
+      const std::string path = next_path();
+      std::optional<StateDict> local;
+      defer_sharded_save(path, parts_for_save(path, local), CheckpointContents::kFull);
+    }
+    commit_sharded_saves();
+    if (writes)
+      for (const std::string& old : snapshots_to_prune(dir, keep)) checkpointer_.remove(old);
+  } else if (writes) {
+    const auto start = std::chrono::steady_clock::now();
+    const std::string path = next_path();
+    std::optional<StateDict> local;
+    c10::IValue copy = host_copy(make_checkpoint(parts_for_save(path, local), progress_, CheckpointContents::kFull));
+    snapshot_stats_.copy_seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    if (!snapshot_writer_) snapshot_writer_ = std::make_unique<AsyncWriter>();
+    // The older snapshots go only once the new one is complete: a kill in between leaves one
+    // more, never none.
+    snapshot_writer_->submit([this, copy = std::move(copy), path, dir, keep, die_mid_write] {
+      if (die_mid_write) {
+        // What a kill in the middle of write_file_atomically leaves: half a temporary file.
+        const std::vector<char> bytes = save_to_bytes(copy);
+        std::ofstream(path + ".tmp." + std::to_string(::getpid()), std::ios::binary)
+            .write(bytes.data(), static_cast<std::streamsize>(bytes.size() / 2));
+        ::kill(::getpid(), SIGKILL);
+      }
+      checkpointer_.io().save(copy, path);
+      for (const std::string& old : snapshots_to_prune(dir, keep)) checkpointer_.remove(old);
+    });
+  }
+  metric_states_.reset();
+  optimizer_states_.reset();
+  ++snapshot_stats_.saved;
+  return true;
+}
+
+void FitCheckpoints::wait_for_snapshots() {
+  if (snapshot_writer_) snapshot_writer_->wait();
+}
+
+SnapshotStats FitCheckpoints::snapshot_stats() const {
+  SnapshotStats stats = snapshot_stats_;
+  if (snapshot_writer_) {
+    const AsyncWriterStats writer = snapshot_writer_->stats();
+    stats.waited_seconds = writer.waited_seconds;
+    stats.write_seconds = writer.write_seconds;
+  }
+  return stats;
 }
 
 TrainingParts FitCheckpoints::parts_for_save(const std::string& path, std::optional<StateDict>& local) {

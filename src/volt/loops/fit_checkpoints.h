@@ -2,6 +2,7 @@
 // under sharded checkpoints in a two-phase commit), what was saved, and how a fit restores one.
 #pragma once
 
+#include <memory>
 #include <optional>
 #include <string>
 #include <vector>
@@ -9,10 +10,12 @@
 #include "volt/checkpoint/checkpoint_state.h"
 #include "volt/checkpoint/checkpointer.h"
 #include "volt/checkpoint/sharded_checkpoint.h"
+#include "volt/loops/fit_result.h"
 #include "volt/options/option_enums.h"
 
 namespace volt {
 
+class AsyncWriter;
 class Console;
 class MetricRouter;
 class StateSharding;
@@ -27,6 +30,8 @@ struct FitCheckpointsOptions {
   std::string hpc_checkpoint_dir;
   /// HPC checkpoints kept after each HPC save.
   int64_t hpc_checkpoints_to_keep = 2;
+  /// Snapshots (snapshot_<N>.ckpt, beside the HPC checkpoints) kept after each one completes.
+  int64_t snapshots_to_keep = 2;
 };
 
 /// Saves and restores a fit's checkpoints for FitLoop (which forwards its CallbackServices here).
@@ -45,6 +50,8 @@ class FitCheckpoints {
   /// `progress` where the fit stands whenever it saves.
   FitCheckpoints(FitCheckpointsOptions options, Strategy& strategy, StateSharding* sharding, Checkpointer& checkpointer,
                  MetricRouter& metrics, Console& console, TrainingParts parts, const FitProgress& progress);
+  /// Lets a snapshot being written finish (see AsyncWriter).
+  ~FitCheckpoints();
 
   /// Saves a full checkpoint to `path` (rank 0 writes; sharded: at the commit). Throws
   /// volt::Error when it needs states that were not gathered at this point.
@@ -72,6 +79,20 @@ class FitCheckpoints {
   /// into options.hpc_checkpoint_dir, keeps the newest hpc_checkpoints_to_keep, and returns its
   /// path on every process once the file is complete.
   std::string save_hpc();
+
+  /// Collective, at a step boundary where every process is: saves a snapshot,
+  /// snapshot_<N>.ckpt beside the HPC checkpoints, numbered in their sequence. Rank 0 copies the
+  /// state to host memory, and a background thread writes the file and then deletes all but the
+  /// newest snapshots_to_keep. Under sharded checkpoints every process writes its shard at once
+  /// and rank 0 commits the set, as for an HPC save. A snapshot due while the previous one is
+  /// still being written waits for it or, with `skip_when_busy`, is skipped (on every process, as
+  /// rank 0 finds). Returns whether it was saved. `die_mid_write` (an injected fault): rank 0's
+  /// writer leaves half a temporary file and kills the process, as a crash while writing would.
+  bool save_snapshot(bool skip_when_busy, bool die_mid_write = false);
+  /// Waits for the snapshot being written; rethrows its error (volt::CheckpointError).
+  void wait_for_snapshots();
+  /// What the snapshots cost so far.
+  SnapshotStats snapshot_stats() const;
 
   /// From now until end_train_end(), records the checkpoints saved (those of on_train_end).
   void begin_train_end();
@@ -143,6 +164,12 @@ class FitCheckpoints {
   std::vector<PendingSave> pending_saves_;
   // Rank 0, sharded checkpoints: checkpoints to remove once pending_saves_ are committed.
   std::vector<std::string> pending_removals_;
+  // Snapshots: the number of the next one (0: not known yet), and their costs so far.
+  int64_t next_snapshot_number_ = 0;
+  SnapshotStats snapshot_stats_;
+  // Rank 0: writes snapshots in the background. Declared last, so destroyed first: its write in
+  // flight uses the members above.
+  std::unique_ptr<AsyncWriter> snapshot_writer_;
 };
 
 }  // namespace volt

@@ -3,6 +3,7 @@
 #include <ATen/CPUGeneratorImpl.h>
 #include <signal.h>
 #include <torch/torch.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <chrono>
@@ -184,6 +185,7 @@ bool FitLoop::validates_in_epoch(int64_t epoch) const {
 }
 
 void FitLoop::run_validation() {
+  inject_fault(FaultPoint::kValidation);
   const Profiler::Scope timed(parts_.profiler, Action::kValidation);
   progress_.validation_pending = false;
   val_results_.reset();
@@ -219,7 +221,50 @@ void FitLoop::poll_signals() {
   }
 }
 
+void FitLoop::snapshot_if_due() {
+  const std::optional<int64_t> every = config_.snapshots.every_n_steps;
+  if (!every) return;
+  // Once per optimizer step: a boundary inside an accumulation window holds gradients that no
+  // checkpoint keeps, and its resume would not be exact.
+  const int64_t step = progress_.global_step;
+  if (step == snapshot_checked_step_) return;
+  snapshot_checked_step_ = step;
+  // A fit stopping here saves what its stop asks for (an HPC checkpoint, on_train_end's) instead.
+  if (step % *every != 0 || stop_.should_stop()) return;
+  const Profiler::Scope timed(parts_.profiler, Action::kCheckpointSave);
+  checkpoints_.begin_gather_point();
+  const bool die_mid_write = config_.fault && config_.fault->at == FaultPoint::kSnapshot &&
+                             config_.fault->rank == config_.topology.global_rank && step >= config_.fault->step;
+  checkpoints_.save_snapshot(config_.snapshots.skip_when_busy, die_mid_write);
+}
+
+void FitLoop::inject_fault(FaultPoint point) {
+  const std::optional<FaultInjection>& fault = config_.fault;
+  if (!fault || fault->rank != config_.topology.global_rank) return;
+  if (progress_.global_step >= fault->step) fault_armed_ = true;
+  if (!fault_armed_ || fault->at != point) return;
+  parts_.console.warn(fmt::format("VOLT_INJECT_FAULT: rank {} kills itself at {} of step {}.", fault->rank,
+                                  to_string(point), progress_.global_step));
+  ::kill(::getpid(), SIGKILL);
+}
+
+SnapshotStats FitLoop::finish_snapshots() {
+  checkpoints_.wait_for_snapshots();
+  const SnapshotStats stats = checkpoints_.snapshot_stats();
+  if (config_.snapshots.every_n_steps && (stats.saved > 0 || stats.skipped > 0)) {
+    parts_.console.info(fmt::format(
+        "Snapshots: {} saved into {} (every {} steps), {} skipped; the steps spent {:.3f} s copying state to host "
+        "memory ({:.1f} ms per snapshot) and {:.3f} s waiting for the writer, which wrote for {:.3f} s.",
+        stats.saved, config_.checkpoints.hpc_checkpoint_dir, *config_.snapshots.every_n_steps, stats.skipped,
+        stats.copy_seconds, stats.saved > 0 ? 1000.0 * stats.copy_seconds / static_cast<double>(stats.saved) : 0.0,
+        stats.waited_seconds, stats.write_seconds));
+  }
+  return stats;
+}
+
 void FitLoop::at_step_boundary() {
+  snapshot_if_due();
+  inject_fault(FaultPoint::kStep);
   poll_signals();
   if (config_.topology.world_size == 1) {
     stop_.agree(local_collectives());
@@ -350,6 +395,7 @@ FitResult FitLoop::run() {
     dispatch([](Callback& c, const CallbackContext& ctx, CallbackServices& s) { return c.on_fit_start(ctx, s); }, {});
     module.on_fit_start();
     sanity_check();
+    snapshot_checked_step_ = progress_.global_step;  // a resumed fit's first step is not due again
     dispatch([](Callback& c, const CallbackContext& ctx, CallbackServices& s) { return c.on_train_start(ctx, s); }, {});
     module.on_train_start();
     while (!stop_.should_stop()) {
@@ -371,6 +417,7 @@ FitResult FitLoop::run() {
     // Settle a stop proposed during the last step (and the reduction still in flight) the same
     // way on every process before deciding what to save.
     at_epoch_end();
+    result.snapshots = finish_snapshots();
     // A requeue asked for at the very last step comes too late to matter: the run is complete,
     // and a restarted job would only load the checkpoint to find nothing left to do.
     const bool steps_done = config_.epoch.max_steps >= 0 && progress_.global_step >= config_.epoch.max_steps;

@@ -130,6 +130,13 @@ class FitLoop : public CallbackServices, private EpochHooks {
   void sanity_check();
   void run_validation();
   void poll_signals();
+  /// Saves a snapshot when one is due: once per snapshot_every_n_steps optimizer steps, at the
+  /// boundary of the batch that took the step, unless the fit is stopping there.
+  void snapshot_if_due();
+  /// Kills this process when the injected fault strikes here (config_.fault at `point`).
+  void inject_fault(FaultPoint point);
+  /// Waits for the snapshot being written and says what the fit's snapshots cost.
+  SnapshotStats finish_snapshots();
   /// Refuses to go on inside an epoch under another stream layout than the one it began with
   /// (`source` names where that position came from); records the current layout.
   void check_stream_layout(const std::string& source);
@@ -144,10 +151,12 @@ class FitLoop : public CallbackServices, private EpochHooks {
   TrainingEpochLoop epoch_loop_;
   ResultCollection val_results_;
   FitProgress progress_;
-  FitCheckpoints checkpoints_;     // reads progress_
-  std::string resumed_from_;       // the checkpoint restore() read, if any
-  int64_t loaders_epoch_ = 0;      // the epoch the current loaders were asked for at
-  bool past_first_epoch_ = false;  // whether this run's first epoch has started
+  FitCheckpoints checkpoints_;         // reads progress_
+  std::string resumed_from_;           // the checkpoint restore() read, if any
+  int64_t loaders_epoch_ = 0;          // the epoch the current loaders were asked for at
+  bool past_first_epoch_ = false;      // whether this run's first epoch has started
+  int64_t snapshot_checked_step_ = 0;  // the global step snapshot_if_due last looked at
+  bool fault_armed_ = false;           // an injected fault's step has come: it strikes at its point
   StopController stop_;
   struct LearningRateName {
     std::string name;

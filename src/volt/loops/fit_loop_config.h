@@ -11,12 +11,21 @@
 #include "volt/callbacks/callback.h"
 #include "volt/distributed/topology.h"
 #include "volt/environments/requeue.h"
+#include "volt/environments/restarts.h"
 #include "volt/loops/fit_checkpoints.h"
 #include "volt/loops/training_epoch_loop.h"
 
 namespace volt {
 
 struct RunPlan;
+
+/// When the fit loop saves snapshots (FitCheckpoints::save_snapshot).
+struct SnapshotSchedule {
+  /// Optimizer steps between snapshots; unset: none.
+  std::optional<int64_t> every_n_steps;
+  /// A snapshot due while the previous one is still being written: skipped (true) or waited for.
+  bool skip_when_busy = false;
+};
 
 /// What the fit loop reads of the run plan: limits, intervals, where it runs. Made by
 /// fit_loop_config from the resolved plan, so nothing in it is "auto".
@@ -25,6 +34,8 @@ struct FitLoopConfig {
   TrainingEpochConfig epoch;
   /// How checkpoints are saved (state_dict_type, the HPC directory and how many it keeps).
   FitCheckpointsOptions checkpoints;
+  /// When snapshots are saved.
+  SnapshotSchedule snapshots;
   /// This process's place (world size, rank, host).
   Topology topology;
   /// Epochs at which the fit stops; -1: no limit.
@@ -49,6 +60,8 @@ struct FitLoopConfig {
   double straggler_threshold = 0.2;
   /// SLURM's requeue signal and the SIGTERM checkpoint.
   RequeuePolicy requeue;
+  /// A fault to inject (VOLT_INJECT_FAULT), to prove that a restarted run recovers.
+  std::optional<FaultInjection> fault;
 };
 
 /// The fit loop's part of `plan` (a pure function).

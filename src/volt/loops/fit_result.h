@@ -18,6 +18,20 @@ enum class StopReason {
 /// "max_epochs", "max_steps", "callback", "interrupted", "requeued".
 const char* to_string(StopReason reason);
 
+/// What a fit's snapshots cost (TrainerOptions::snapshot_every_n_steps), as rank 0 measured it.
+struct SnapshotStats {
+  /// Snapshots saved.
+  int64_t saved = 0;
+  /// Snapshots skipped because the previous one was still being written (skip_snapshot_when_busy).
+  int64_t skipped = 0;
+  /// Seconds the training thread spent copying state to host memory, in total: the stall.
+  double copy_seconds = 0.0;
+  /// Seconds the training thread waited for a write in flight, in total.
+  double waited_seconds = 0.0;
+  /// Seconds the background thread spent writing, in total.
+  double write_seconds = 0.0;
+};
+
 /// The outcome of Trainer::fit (Ceres' Solver::Summary: returned, not printed).
 struct FitResult {
   /// Why it stopped.
@@ -47,6 +61,8 @@ struct FitResult {
   bool requeued() const { return reason == StopReason::kRequeued; }
   /// Wall time of fit, in seconds.
   double seconds = 0.0;
+  /// The snapshots this fit saved (none without snapshot_every_n_steps).
+  SnapshotStats snapshots;
 
   /// One line: "stopped: max_epochs after 3 epochs (2814 steps) in 41.2 s; val/acc=0.901 ...".
   std::string brief_report() const;

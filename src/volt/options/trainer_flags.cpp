@@ -277,6 +277,11 @@ void add_trainer_flags(CLI::App& app, TrainerOptions& o, TrainerFlagText& t) {
                "SLURM: save an HPC checkpoint on SIGTERM before stopping (default on)");
   app.add_option("--hpc-checkpoint-dir", o.hpc_checkpoint_dir, "where HPC checkpoints go (default: the root dir)");
   app.add_option("--hpc-checkpoints-to-keep", o.hpc_checkpoints_to_keep, "HPC checkpoints kept")->capture_default_str();
+  app.add_option("--snapshot-every-n-steps", o.snapshot_every_n_steps,
+                 "save a snapshot every N optimizer steps in the background; a restarted run resumes from the newest");
+  app.add_option("--snapshots-to-keep", o.snapshots_to_keep, "snapshots kept")->capture_default_str();
+  app.add_flag("--skip-snapshot-when-busy", o.skip_snapshot_when_busy,
+               "skip a snapshot that comes due while the previous one is still being written (default: wait)");
   app.option_defaults()->group(previous_group);
   describe_trainer_flags(app, o);
 }

@@ -342,6 +342,20 @@ struct TrainerOptions {
   std::string hpc_checkpoint_dir;
   /// HPC checkpoints kept; older ones are deleted after each save (>= 1).
   int64_t hpc_checkpoints_to_keep = 2;
+
+  // ---- snapshots (a run that fails resumes from the newest by itself; docs/failures.md) --------
+  /// Save a snapshot every this many optimizer steps: snapshot_<N>.ckpt in hpc_checkpoint_dir,
+  /// holding all an exact resume needs. Rank 0 copies the state to host memory at the step's end
+  /// and a background thread writes it while training goes on. A run that starts again (torchrun
+  /// --max-restarts, a SLURM step run again, the same command) resumes from the newest snapshot
+  /// or HPC checkpoint. Unset: none.
+  std::optional<int64_t> snapshot_every_n_steps;
+  /// Snapshots kept; older ones are deleted once a newer one is complete (>= 1).
+  int64_t snapshots_to_keep = 2;
+  /// A snapshot that comes due while the previous one is still being written: false waits for it
+  /// (the step stalls, and a failure loses at most snapshot_every_n_steps steps); true skips it
+  /// (counted in FitResult::snapshots_skipped).
+  bool skip_snapshot_when_busy = false;
 };
 
 }  // namespace volt

@@ -484,6 +484,18 @@ RunPlan resolve_run_plan(const TrainerOptions& options, const Env& env, const Ma
   plan.hpc_checkpoints_to_keep = options.hpc_checkpoints_to_keep;
   plan.hpc_checkpoint_dir =
       options.hpc_checkpoint_dir.empty() ? plan.root_dir : absolute_dir(options.hpc_checkpoint_dir, machine);
+  VOLT_CHECK(!options.snapshot_every_n_steps || *options.snapshot_every_n_steps >= 1,
+             "snapshot_every_n_steps={} must be >= 1. HINT: leave it unset for no snapshots.",
+             options.snapshot_every_n_steps.value_or(0));
+  VOLT_CHECK(options.snapshots_to_keep >= 1,
+             "snapshots_to_keep={} must be >= 1: a run that fails resumes from the newest one. HINT: use 1 to keep "
+             "only the newest.",
+             options.snapshots_to_keep);
+  plan.snapshot_every_n_steps = options.snapshot_every_n_steps;
+  plan.snapshots_to_keep = options.snapshots_to_keep;
+  plan.skip_snapshot_when_busy = options.skip_snapshot_when_busy;
+  plan.restart_attempt = restart_attempt(env);
+  plan.fault = read_fault_injection(env, plan.restart_attempt);
 
   if (options.fast_dev_run > 0) {
     // Lightning's fast_dev_run: n batches of each stage, one epoch, nothing written.
@@ -497,6 +509,7 @@ RunPlan resolve_run_plan(const TrainerOptions& options, const Env& env, const Ma
     plan.check_val_every_n_epoch = 1;
     plan.use_default_logger = false;
     plan.mlflow.reset();
+    plan.snapshot_every_n_steps.reset();
     plan.enable_checkpointing = false;
     plan.requeue.enabled = false;
     plan.requeue.checkpoint_on_sigterm = false;
@@ -616,6 +629,14 @@ std::string RunPlan::describe() const {
                            : fmt::format("off ({})", requeue.disabled_reason));
   line("checkpoint on SIGTERM", requeue.checkpoint_on_sigterm ? "yes" : "no");
   line("HPC checkpoints", fmt::format("{} (keep {})", hpc_checkpoint_dir, hpc_checkpoints_to_keep));
+  line("snapshots", snapshot_every_n_steps
+                        ? fmt::format("every {} steps into {} (keep {}; {} when busy)", *snapshot_every_n_steps,
+                                      hpc_checkpoint_dir, snapshots_to_keep, skip_snapshot_when_busy ? "skip" : "wait")
+                        : std::string("none"));
+  if (restart_attempt > 0) line("restart attempt", std::to_string(restart_attempt));
+  if (fault)
+    line("injected fault",
+         fmt::format("rank {} dies at {} of step {}", fault->rank, to_string(fault->at), fault->step));
   line("fast_dev_run", fast_dev_run ? "true" : "false");
   for (const auto& note : notes) line("note", note);
   return out;

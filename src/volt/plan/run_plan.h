@@ -11,6 +11,7 @@
 #include "volt/distributed/topology.h"
 #include "volt/environments/cluster_environment.h"
 #include "volt/environments/requeue.h"
+#include "volt/environments/restarts.h"
 #include "volt/options/run_layout.h"
 #include "volt/options/trainer_options.h"
 #include "volt/precision/precision.h"
@@ -107,6 +108,12 @@ struct RunPlan {
   RequeuePolicy requeue;                ///< SLURM auto-requeue and the SIGTERM checkpoint
   std::string hpc_checkpoint_dir;       ///< absolute directory of hpc_ckpt_<N>.ckpt files
   int64_t hpc_checkpoints_to_keep = 2;  ///< HPC checkpoints kept after each save
+  /// Optimizer steps between snapshots (in hpc_checkpoint_dir); unset: none (also under fast_dev_run).
+  std::optional<int64_t> snapshot_every_n_steps;
+  int64_t snapshots_to_keep = 2;         ///< snapshots kept after each one completes
+  bool skip_snapshot_when_busy = false;  ///< skip a snapshot due while the previous is being written
+  int64_t restart_attempt = 0;           ///< which attempt of a restarted run this is (restart_attempt)
+  std::optional<FaultInjection> fault;   ///< the fault VOLT_INJECT_FAULT injects into this attempt
   /// Log to this MLflow server too (its URI set and checked, the environment's MLFLOW_* read);
   /// unset: no MLflow, also under fast_dev_run.
   std::optional<MLFlowOptions> mlflow;

@@ -63,6 +63,24 @@ TEST(RunPlan, FastDevRunLimitsEverythingAndWritesNothing) {
   EXPECT_FALSE(p.enable_checkpointing);
   EXPECT_FALSE(p.use_default_logger);
   EXPECT_EQ(p.num_sanity_val_steps, 0);
+  TrainerOptions snapshots{.fast_dev_run = 2};
+  snapshots.snapshot_every_n_steps = 1;
+  EXPECT_FALSE(plan(snapshots).snapshot_every_n_steps) << "no snapshots either";
+}
+
+TEST(RunPlan, SnapshotsNeedAPositiveIntervalAndKeepAtLeastOne) {
+  TrainerOptions options;
+  options.snapshot_every_n_steps = 50;
+  options.snapshots_to_keep = 3;
+  const RunPlan p = plan(options);
+  EXPECT_EQ(p.snapshot_every_n_steps, 50);
+  EXPECT_EQ(p.snapshots_to_keep, 3);
+  EXPECT_NE(p.describe().find("every 50 steps into"), std::string::npos) << p.describe();
+  options.snapshot_every_n_steps = 0;
+  EXPECT_NE(error_of(options).find("snapshot_every_n_steps=0 must be >= 1. HINT: leave it unset"), std::string::npos);
+  options.snapshot_every_n_steps = 5;
+  options.snapshots_to_keep = 0;
+  EXPECT_NE(error_of(options).find("snapshots_to_keep=0 must be >= 1"), std::string::npos);
 }
 
 TEST(RunPlan, MlflowIsOptInAndTakesWhatIsUnsetFromMlflowsVariables) {

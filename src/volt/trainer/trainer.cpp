@@ -6,6 +6,7 @@
 
 #include "volt/callbacks/model_checkpoint.h"
 #include "volt/checkpoint/checkpointer.h"
+#include "volt/checkpoint/hpc_checkpoints.h"
 #include "volt/checkpoint/weight_source.h"
 #include "volt/core/console.h"
 #include "volt/core/error.h"
@@ -238,19 +239,26 @@ void Trainer::load_weights(LightningModule& module, const std::string& ckpt_path
 std::optional<LoadedCheckpoint> Trainer::resume_point(const std::string& ckpt_path, const std::string& log_dir,
                                                       const std::vector<std::shared_ptr<Callback>>& callbacks,
                                                       Console& console) {
-  // A job SLURM restarted resumes where it stopped: the newest HPC checkpoint wins over
-  // ckpt_path, which the job script passes again on every restart (Lightning's order).
+  // A run that starts again resumes where it stopped: the newest HPC checkpoint or snapshot wins
+  // over ckpt_path, which a job script passes again on every restart (Lightning's order).
   std::optional<LoadedCheckpoint> resume;
-  if (!plan_.fast_dev_run) resume = checkpointer_->newest_hpc_checkpoint(plan_.hpc_checkpoint_dir, console);
+  if (!plan_.fast_dev_run) resume = checkpointer_->newest_resume_checkpoint(plan_.hpc_checkpoint_dir, console);
   // options.ckpt_path is fit's default only: validate/test/predict never pick it up implicitly.
   const std::string requested = ckpt_path.empty() ? plan_.ckpt_path : ckpt_path;
-  if (resume && !requested.empty()) {
-    console.info(
-        fmt::format("Resuming from HPC checkpoint {} instead of ckpt_path='{}': the job was stopped by "
-                    "SLURM and restarted.",
-                    resume->path, requested));
+  if (resume) {
+    const bool snapshot = is_snapshot_path(resume->path);
+    console.info(fmt::format(
+        "Resuming from {} {}{}: {}.", snapshot ? "snapshot" : "HPC checkpoint", resume->path,
+        requested.empty() ? "" : fmt::format(" instead of ckpt_path='{}'", requested),
+        snapshot ? "the newest snapshot of a run that did not finish" : "the job was stopped by SLURM and restarted"));
+    return resume;
   }
-  if (resume) return resume;
+  if (plan_.restart_attempt > 0 && !plan_.fast_dev_run) {
+    console.warn(
+        fmt::format("Restart {} found no readable snapshot or HPC checkpoint in {}; the fit starts{}.",
+                    plan_.restart_attempt, plan_.hpc_checkpoint_dir,
+                    requested.empty() ? " from the beginning" : fmt::format(" from ckpt_path='{}'", requested)));
+  }
   // The stage's callbacks: a ModelCheckpoint from configure_callbacks names the folder too.
   const std::string path = checkpointer_->resolve(requested, last_search(log_dir, callbacks), console);
   if (!path.empty()) resume = LoadedCheckpoint{path, checkpointer_->load(path)};

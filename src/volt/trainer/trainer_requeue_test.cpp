@@ -113,6 +113,23 @@ TEST_F(RequeueTest, HpcCheckpointDirHoldsTheHpcCheckpointAndTheRestartResumesFro
   EXPECT_EQ(two.global_step, 4);
 }
 
+TEST_F(RequeueTest, AnHpcCheckpointIsNumberedAfterTheSnapshotsAndTheRestartResumesFromIt) {
+  TrainerOptions options{.max_epochs = 1, .seed = 1};
+  options.snapshot_every_n_steps = 2;
+  TinyOptions first{.train_size = 40};
+  first.signal_at_batch = 4;  // stops after step 5: snapshots at steps 2 and 4 came first
+  const FitResult one = run_job(first, options, 0);
+  EXPECT_EQ(one.reason, StopReason::kRequeued);
+  EXPECT_EQ(one.snapshots.saved, 2);
+  EXPECT_EQ(one.hpc_checkpoint_path, (root_ / "hpc_ckpt_3.ckpt").string());
+  const FitResult two = run_job({.train_size = 40}, options, 1);
+  EXPECT_EQ(two.resumed_from, one.hpc_checkpoint_path) << "the newest of either kind";
+  EXPECT_EQ(two.global_step, 10);
+  EXPECT_EQ(list_snapshots(root_.string()),
+            (std::vector<std::string>{(root_ / "snapshot_6.ckpt").string(), (root_ / "snapshot_5.ckpt").string()}))
+      << "steps 6, 8 and 10 continue the sequence (numbers 4 to 6)";
+}
+
 TEST_F(RequeueTest, ASignalDuringTheLastStepFinishesTheRunInsteadOfRequeueing) {
   TinyOptions last{.train_size = 16};
   last.signal_at_batch = 3;  // the 4th and last batch of the only epoch

