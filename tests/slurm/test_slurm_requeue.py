@@ -22,6 +22,7 @@ from volt_testkit import require
 EXAMPLE = os.environ.get("VOLT_EXAMPLE", "")
 PROBE = os.environ.get("VOLT_DDP_PROBE", "")
 GPT = os.environ.get("VOLT_GPT_EXAMPLE", "")
+TOOL = os.environ.get("VOLT_TOOL", "")
 require(EXAMPLE and PROBE, "VOLT_EXAMPLE/VOLT_DDP_PROBE not set (run through ctest)")
 
 try:
@@ -257,3 +258,34 @@ def test_sigterm_leaves_a_valid_checkpoint_and_no_process_behind(cluster, tmp_pa
         time.sleep(0.2)
     left = subprocess.run(["pgrep", "-af", str(root)], capture_output=True, text=True).stdout
     assert not left, left
+
+
+def test_a_killed_task_restarts_the_step_which_resumes_from_the_newest_snapshot(cluster, tmp_path):
+    """`volt slurm render --max-restarts 1`: rank 1 kills itself (SIGKILL, VOLT_INJECT_FAULT) at
+    step 17 of the first attempt; the step fails, the script runs it again in the same allocation,
+    and the new step resumes from the snapshot of step 15 and ends bit-identical to a job that
+    never failed."""
+    require(TOOL, "VOLT_TOOL not set (run through ctest)")
+    args = example_args(2, 1, 16, "ROOT", epochs=1).split() + ["--limit-train-batches", "30",
+                                                               "--snapshot-every-n-steps", "5"]
+    roots = {}
+    for name, fault in (("reference", None), ("restarted", "rank=1,step=17")):
+        root = tmp_path / name
+        root.mkdir()
+        flags = ["slurm", "render", "--no-ranks", "--ntasks-per-node", "2", "--time", "5", "--output",
+                 str(root / "job.out"), "--export", "OMP_NUM_THREADS=1"]
+        if fault:
+            flags += ["--max-restarts", "1", "--export", f"VOLT_INJECT_FAULT={fault}"]
+        rendered = subprocess.run([TOOL, *flags, "--", EXAMPLE, *[str(root) if a == "ROOT" else a for a in args]],
+                                  env=cluster, capture_output=True, text=True, timeout=60)
+        assert rendered.returncode == 0, rendered.stderr
+        (tmp_path / f"{name}.sh").write_text(rendered.stdout)
+        fields = wait_for_end(cluster, sbatch(cluster, tmp_path / f"{name}.sh"), 300)
+        text = (root / "job.out").read_text()
+        assert fields.get("JobState") == "COMPLETED", text
+        roots[name] = (root, text)
+    root, text = roots["restarted"]
+    assert "starting it again (restart 1 of 1)" in text, text
+    assert "Resuming from snapshot " + str(root / "snapshot_3.ckpt") in text, text
+    assert "stopped: max_epochs after 1 epoch" in text, text
+    assert_same_weights(newest_last_checkpoint(root), newest_last_checkpoint(roots["reference"][0]))

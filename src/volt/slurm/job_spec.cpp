@@ -96,6 +96,12 @@ void check_signal(std::vector<std::string>& problems, const JobSpec& spec) {
                     prefixed ? fmt::format("write '{}' without 'SIG'", spec.signal.substr(3))
                              : std::string("use USR1, which the Trainer's auto-requeue listens for")));
   }
+  if (spec.max_restarts < 0) {
+    problems.push_back(fmt::format(
+        "max_restarts={} is negative; expected how many times a failed srun step starts again. HINT: use 0 to run "
+        "it once, or e.g. 3.",
+        spec.max_restarts));
+  }
   if (spec.signal_lead_seconds < 1 || spec.signal_lead_seconds > kMaxSignalLeadSeconds) {
     problems.push_back(
         fmt::format("signal_lead_seconds={} is out of range; expected 1 to {} seconds. HINT: 90 leaves time to save "
@@ -338,7 +344,29 @@ std::string render_sbatch_script(const JobSpec& spec) {
 
   std::vector<std::string> words{"srun"};
   for (const auto& arg : spec.command) words.push_back(shell_quote(arg));
-  return out + join(words, " ") + "\n";
+  const std::string srun = join(words, " ");
+  if (spec.max_restarts == 0) return out + srun + "\n";
+  // A failed step starts again in the same allocation; each attempt knows its number, so that a
+  // restarted Trainer says where it resumed from (and an injected fault strikes only once). A
+  // requeue ends the step with 0 and so the loop; SIGTERM at the time limit ends the shell too.
+  return out + fmt::format(
+                   "# Runs the step again after a failure, up to {0} times; the Trainer resumes from its newest\n"
+                   "# snapshot (--snapshot-every-n-steps).\n"
+                   "attempt=0\n"
+                   "while true; do\n"
+                   "  export VOLT_RESTART_COUNT=$attempt\n"
+                   "  status=0\n"
+                   "  {1} || status=$?\n"
+                   "  if [ \"$status\" -eq 0 ]; then exit 0; fi\n"
+                   "  if [ \"$attempt\" -ge {0} ]; then\n"
+                   "    echo \"volt: the srun step failed with exit code $status after {0} restarts; giving up.\" >&2\n"
+                   "    exit \"$status\"\n"
+                   "  fi\n"
+                   "  attempt=$((attempt + 1))\n"
+                   "  echo \"volt: the srun step failed with exit code $status; starting it again (restart $attempt of "
+                   "{0}).\" >&2\n"
+                   "done\n",
+                   spec.max_restarts, srun);
 }
 
 }  // namespace volt::slurm

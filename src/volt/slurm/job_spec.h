@@ -83,6 +83,11 @@ struct JobSpec {
   bool signal_to_batch_shell_only = false;
   /// `--requeue`: the job may be put back in the queue (by the Trainer, or after a node failure).
   bool requeue = true;
+  /// Runs the srun step again after it fails (a task killed, a node lost, a hang the process
+  /// group's timeout ended), up to this many times within the same allocation, each with
+  /// VOLT_RESTART_COUNT set to the attempt: a Trainer with snapshots resumes from the newest.
+  /// 0: run it once.
+  int64_t max_restarts = 0;
   /// Environment modules to `module load`, in order, e.g. {"cuda/12.1", "gcc/12"}.
   std::vector<std::string> modules;
   /// Bash lines run before srun, as written (they may use `$SLURM_*` variables).

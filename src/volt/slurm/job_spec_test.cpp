@@ -1,11 +1,15 @@
 #include "volt/slurm/job_spec.h"
 
 #include <gtest/gtest.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <array>
 #include <cstdio>
+#include <cstdlib>
+#include <fstream>
 #include <functional>
+#include <iterator>
 
 #include "volt/core/testing.h"
 
@@ -216,7 +220,50 @@ TEST(TimeLimit, RejectsOtherText) {
   }
 }
 
+std::string text_of(const std::string& path) {
+  std::ifstream in(path);
+  return std::string(std::istreambuf_iterator<char>(in), {});
+}
+
+/// Runs `script` with bash, `srun` standing for a function that runs its command; returns the
+/// exit status.
+int run_with_fake_srun(const std::string& script, const std::string& dir) {
+  const std::string path = dir + "/job.sh";
+  FILE* file = std::fopen(path.c_str(), "w");
+  if (file == nullptr) return -1;
+  std::fputs(("srun() { \"$@\"; }\n" + script).c_str(), file);
+  std::fclose(file);
+  const int status = std::system(("/bin/bash " + path + " 2>" + dir + "/stderr").c_str());
+  return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+}
+
+TEST(JobScript, MaxRestartsRunsAFailedStepAgainWithItsAttemptNumber) {
+  if (access("/bin/bash", X_OK) != 0) GTEST_SKIP() << "needs /bin/bash";
+  const volt::testing::TempDir temp;
+  const std::string dir = temp.path().string();
+  JobSpec spec = minimal_spec();
+  spec.max_restarts = 2;
+  // Fails in attempts 0 and 1, as a killed task would; attempt 2 finishes.
+  spec.command = {"/bin/sh", "-c",
+                  "echo $VOLT_RESTART_COUNT >> " + dir + "/attempts; [ $VOLT_RESTART_COUNT -ge 2 ] || exit 3"};
+  EXPECT_EQ(run_with_fake_srun(render_sbatch_script(spec), dir), 0);
+  EXPECT_EQ(text_of(dir + "/attempts"), "0\n1\n2\n");
+  EXPECT_NE(text_of(dir + "/stderr").find("starting it again (restart 2 of 2)"), std::string::npos);
+
+  // One restart is not enough: the job fails with the step's exit code, saying so.
+  spec.max_restarts = 1;
+  std::remove((dir + "/attempts").c_str());
+  EXPECT_EQ(run_with_fake_srun(render_sbatch_script(spec), dir), 3);
+  EXPECT_EQ(text_of(dir + "/attempts"), "0\n1\n");
+  EXPECT_NE(text_of(dir + "/stderr").find("exit code 3 after 1 restarts; giving up"), std::string::npos);
+
+  spec.max_restarts = 0;
+  EXPECT_EQ(render_sbatch_script(spec).find("VOLT_RESTART_COUNT"), std::string::npos) << "one srun line, as before";
+}
+
 TEST(JobSpecValidation, EachProblemNamesTheFieldAndWhatWasGiven) {
+  EXPECT_NE(only_problem([](JobSpec& s) { s.max_restarts = -1; }).find("max_restarts=-1 is negative"),
+            std::string::npos);
   EXPECT_NE(only_problem([](JobSpec& s) { s.job_name = "my job"; }).find("job_name='my job'"), std::string::npos);
   EXPECT_NE(only_problem([](JobSpec& s) { s.job_name = "my job"; }).find("'my_job'"), std::string::npos);
   EXPECT_NE(only_problem([](JobSpec& s) { s.job_name = ""; }).find("job_name=''"), std::string::npos);
