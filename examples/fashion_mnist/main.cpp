@@ -199,8 +199,9 @@ int main(int argc, char** argv) {
     // trained.
     const volt::FitResult result = trainer.fit(model);
     // SLURM is about to end this run and start the job again, which resumes from the HPC
-    // checkpoint: testing now would only be cut off.
-    if (result.requeued()) {
+    // checkpoint: testing now would only be cut off. Under --max-restarts this process only
+    // supervised the workers, which ran the whole program.
+    if (result.requeued() || result.supervised) {
       trainer.teardown();
       return 0;
     }

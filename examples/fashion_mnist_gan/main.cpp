@@ -142,7 +142,7 @@ int main(int argc, char** argv) {
     // The Trainer seeded LibTorch, so the initial weights are reproducible.
     FashionGan model(gan);
     const volt::FitResult result = trainer.fit(model);
-    if (result.requeued()) {
+    if (result.requeued() || result.supervised) {
       trainer.teardown();
       return 0;
     }

@@ -217,6 +217,11 @@ int main(int argc, char** argv) {
       module.set_initial_weights(hf_weights);
     }
     const volt::FitResult result = trainer.fit(module);
+    // Under --max-restarts this process only supervised the workers, which ran the whole program.
+    if (result.supervised) {
+      trainer.teardown();
+      return 0;
+    }
     if (hf_weights) {
       // Every process says what it read (none when the fit resumed from a checkpoint).
       std::cout << fmt::format("init-from: process {} read {} of the {} bytes of weights in {}\n",

@@ -70,13 +70,11 @@ std::vector<std::string> own_command_line() {
 }
 
 SubprocessLauncher::SubprocessLauncher(const Topology& topology, const std::vector<std::string>& command,
-                                       const Env& env) {
+                                       const Env& env, const LaunchOptions& options) {
   VOLT_CHECK(!command.empty(), "cannot relaunch this program: its command line is empty.");
-  // The executable is re-run through /proc/self/exe so a relative argv[0] or a PATH lookup cannot
-  // start a different binary.
-  const std::string executable = "/proc/self/exe";
+  const std::string& executable = options.executable;
   const pid_t parent = getpid();
-  for (int64_t local_rank = 1; local_rank < topology.processes_per_node; ++local_rank) {
+  for (int64_t local_rank = options.first_local_rank; local_rank < topology.processes_per_node; ++local_rank) {
     Env::Vars vars = env.vars();
     for (auto& [key, value] : child_rank_variables(topology, local_rank)) vars[key] = value;
     std::vector<std::string> env_strings;
@@ -118,7 +116,10 @@ void SubprocessLauncher::monitor() {
           child.running = false;
           child.status = status;
           const bool failed = !(WIFEXITED(status) && WEXITSTATUS(status) == 0);
-          if (failed && !failure_) failure_ = describe_exit(child.local_rank, child.pid, status);
+          if (failed && !failure_) {
+            failure_ = describe_exit(child.local_rank, child.pid, status);
+            failed_local_rank_ = child.local_rank;
+          }
         }
       }
     }
@@ -129,6 +130,11 @@ void SubprocessLauncher::monitor() {
 std::optional<std::string> SubprocessLauncher::failure() const {
   std::lock_guard<std::mutex> lock(mutex_);
   return failure_;
+}
+
+std::optional<int64_t> SubprocessLauncher::failed_local_rank() const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return failed_local_rank_;
 }
 
 void SubprocessLauncher::signal_all(int signal) {

@@ -63,6 +63,12 @@ struct FitResult {
   double seconds = 0.0;
   /// The snapshots this fit saved (none without snapshot_every_n_steps).
   SnapshotStats snapshots;
+  /// True when this process only supervised the run (max_restarts under Volt's own launcher):
+  /// the worker processes ran the whole program, including what follows fit, and this result
+  /// holds none of their training. The program should exit now with 0, as after requeued().
+  bool supervised = false;
+  /// The restarts the supervised run took.
+  int64_t restarts = 0;
 
   /// One line: "stopped: max_epochs after 3 epochs (2814 steps) in 41.2 s; val/acc=0.901 ...".
   std::string brief_report() const;

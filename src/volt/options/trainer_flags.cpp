@@ -282,6 +282,9 @@ void add_trainer_flags(CLI::App& app, TrainerOptions& o, TrainerFlagText& t) {
   app.add_option("--snapshots-to-keep", o.snapshots_to_keep, "snapshots kept")->capture_default_str();
   app.add_flag("--skip-snapshot-when-busy", o.skip_snapshot_when_busy,
                "skip a snapshot that comes due while the previous one is still being written (default: wait)");
+  app.add_option("--max-restarts", o.max_restarts,
+                 "Volt's own launcher: start the processes again after one fails, up to N times (torchrun's name)")
+      ->capture_default_str();
   app.option_defaults()->group(previous_group);
   describe_trainer_flags(app, o);
 }

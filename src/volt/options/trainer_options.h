@@ -356,6 +356,12 @@ struct TrainerOptions {
   /// (the step stalls, and a failure loses at most snapshot_every_n_steps steps); true skips it
   /// (counted in FitResult::snapshots_skipped).
   bool skip_snapshot_when_busy = false;
+  /// Under Volt's own launcher (one node, not torchrun, SLURM or MPI): this process supervises
+  /// the run's processes instead of being rank 0; when one fails, it ends the others and starts
+  /// them all again, up to this many times (torchrun's --max-restarts), and each resumes from the
+  /// newest snapshot. fit() then returns a FitResult with `supervised` set: the workers ran the
+  /// whole program, so this process should exit (see FitResult::supervised). 0: no restarts.
+  int64_t max_restarts = 0;
 };
 
 }  // namespace volt

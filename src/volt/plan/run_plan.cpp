@@ -495,6 +495,26 @@ RunPlan resolve_run_plan(const TrainerOptions& options, const Env& env, const Ma
   plan.snapshots_to_keep = options.snapshots_to_keep;
   plan.skip_snapshot_when_busy = options.skip_snapshot_when_busy;
   plan.restart_attempt = restart_attempt(env);
+  VOLT_CHECK(options.max_restarts >= 0, "max_restarts={} must be >= 0. HINT: use 0 for no restarts.",
+             options.max_restarts);
+  plan.max_restarts = options.max_restarts;
+  if (options.max_restarts > 0) {
+    VOLT_CHECK(plan.cluster == ClusterKind::kLocal,
+               "max_restarts={} restarts the processes Volt's own launcher starts, but {} started this one. HINT: {}.",
+               options.max_restarts, to_string(plan.cluster),
+               plan.cluster == ClusterKind::kTorchrun ? "pass --max-restarts to torchrun instead"
+               : plan.cluster == ClusterKind::kSlurm
+                   ? "render the job with `volt slurm render --max-restarts N`, which runs a failed srun step again"
+                   : "start mpirun again yourself; every start resumes from the newest snapshot");
+    VOLT_CHECK(plan.num_nodes == 1,
+               "max_restarts={} with num_nodes={}: Volt's own launcher restarts the processes of one node only. "
+               "HINT: start multi-node runs with torchrun --max-restarts or a SLURM job (volt slurm render "
+               "--max-restarts).",
+               options.max_restarts, plan.num_nodes);
+    // The workers it starts carry LOCAL_RANK: they train, and never supervise in turn.
+    plan.supervises = !env.has("LOCAL_RANK");
+    if (plan.supervises) plan.launch_local_processes = false;
+  }
   plan.fault = read_fault_injection(env, plan.restart_attempt);
 
   if (options.fast_dev_run > 0) {
@@ -634,6 +654,10 @@ std::string RunPlan::describe() const {
                                       hpc_checkpoint_dir, snapshots_to_keep, skip_snapshot_when_busy ? "skip" : "wait")
                         : std::string("none"));
   if (restart_attempt > 0) line("restart attempt", std::to_string(restart_attempt));
+  if (max_restarts > 0) {
+    line("max_restarts", fmt::format("{}{}", max_restarts,
+                                     supervises ? " (this process supervises the workers and restarts them)" : ""));
+  }
   if (fault)
     line("injected fault",
          fmt::format("rank {} dies at {} of step {}", fault->rank, to_string(fault->at), fault->step));

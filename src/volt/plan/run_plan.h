@@ -113,7 +113,11 @@ struct RunPlan {
   int64_t snapshots_to_keep = 2;         ///< snapshots kept after each one completes
   bool skip_snapshot_when_busy = false;  ///< skip a snapshot due while the previous is being written
   int64_t restart_attempt = 0;           ///< which attempt of a restarted run this is (restart_attempt)
-  std::optional<FaultInjection> fault;   ///< the fault VOLT_INJECT_FAULT injects into this attempt
+  int64_t max_restarts = 0;              ///< restarts of a failed group (Volt's own launcher)
+  /// This process only supervises the run's processes (max_restarts > 0 under Volt's own
+  /// launcher, in the process the user started): fit runs them and starts them again on failure.
+  bool supervises = false;
+  std::optional<FaultInjection> fault;  ///< the fault VOLT_INJECT_FAULT injects into this attempt
   /// Log to this MLflow server too (its URI set and checked, the environment's MLFLOW_* read);
   /// unset: no MLflow, also under fast_dev_run.
   std::optional<MLFlowOptions> mlflow;

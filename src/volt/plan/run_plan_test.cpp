@@ -14,9 +14,9 @@ RunPlan plan(const TrainerOptions& options, Env::Vars env = {}) {
   return resolve_run_plan(options, Env(std::move(env)), kMachine);
 }
 
-std::string error_of(const TrainerOptions& options) {
+std::string error_of(const TrainerOptions& options, Env::Vars env = {}) {
   try {
-    plan(options);
+    plan(options, std::move(env));
   } catch (const Error& e) {
     return e.what();
   }
@@ -236,6 +236,37 @@ Env::Vars slurm_step(int procid) {
           {"SLURM_JOB_NODELIST", "node[1-2]"},
           {"SLURM_STEP_ID", "0"},
           {"SLURM_STEP_NUM_TASKS", "4"}};
+}
+
+TEST(RunPlan, MaxRestartsMakesTheStartedProcessASupervisorAndItsWorkersTrain) {
+  TrainerOptions options{.devices = 2};
+  options.max_restarts = 3;
+  const RunPlan supervisor = plan(options);
+  EXPECT_TRUE(supervisor.supervises);
+  EXPECT_FALSE(supervisor.launch_local_processes) << "the supervisor starts every rank itself";
+  EXPECT_EQ(supervisor.topology.world_size, 2);
+  const RunPlan worker = plan(options, {{"LOCAL_RANK", "0"},
+                                        {"NODE_RANK", "0"},
+                                        {"WORLD_SIZE", "2"},
+                                        {"MASTER_ADDR", "127.0.0.1"},
+                                        {"MASTER_PORT", "4444"},
+                                        {"VOLT_RESTART_COUNT", "1"}});
+  EXPECT_FALSE(worker.supervises);
+  EXPECT_FALSE(worker.launch_local_processes);
+  EXPECT_EQ(worker.restart_attempt, 1);
+  EXPECT_NE(worker.describe().find("restart attempt"), std::string::npos);
+
+  TrainerOptions two_nodes = options;
+  two_nodes.num_nodes = 2;
+  EXPECT_NE(error_of(two_nodes, slurm_step(0)).find("HINT: render the job with `volt slurm render --max-restarts N`"),
+            std::string::npos);
+  options.num_nodes = 2;
+  const Env::Vars node_one{{"NODE_RANK", "1"}, {"MASTER_ADDR", "10.1.1.1"}, {"MASTER_PORT", "5555"}};
+  EXPECT_NE(error_of(options, node_one).find("restarts the processes of one node only"), std::string::npos)
+      << error_of(options, node_one);
+  options.num_nodes = 1;
+  options.max_restarts = -1;
+  EXPECT_NE(error_of(options).find("max_restarts=-1 must be >= 0"), std::string::npos);
 }
 
 TEST(RunPlan, SlurmTasksAreJoinedNotLaunched) {

@@ -10,6 +10,8 @@
 #include "volt/checkpoint/weight_source.h"
 #include "volt/core/console.h"
 #include "volt/core/error.h"
+#include "volt/distributed/subprocess_launcher.h"
+#include "volt/distributed/supervisor.h"
 #include "volt/environments/requeue.h"
 #include "volt/loops/evaluation_loop.h"
 #include "volt/loops/fit_loop.h"
@@ -118,6 +120,12 @@ void Trainer::set_console(std::shared_ptr<Console> console) {
 }
 
 Strategy& Trainer::strategy() {
+  VOLT_CHECK(
+      !plan_.supervises,
+      "this process supervises the run's worker processes (max_restarts={}), which ran the whole program "
+      "including what follows fit(); it holds no trained model. HINT: return from main when FitResult::supervised "
+      "is true.",
+      plan_.max_restarts);
   // Made by the first stage that needs it, so a Trainer that never runs one picks no port.
   if (!strategy_) strategy_ = make_strategy(plan_, env_, rank_console());
   return *strategy_;
@@ -179,7 +187,30 @@ auto Trainer::with_data_module(LightningModule& module, DataModule& data, Stage 
   return internal::run_then_teardown(std::forward<Run>(run), [&] { data.teardown(stage); });
 }
 
+FitResult Trainer::supervise_fit() {
+  const auto start = std::chrono::steady_clock::now();
+  // A stop signal ends the wait and is passed on to the workers, which stop at their next batch.
+  internal::StopSignalGuard signals;
+  SupervisorOptions options{.topology = plan_.topology,
+                            .command = own_command_line(),
+                            .env = env_,
+                            .child_env = plan_.child_env,
+                            .max_restarts = plan_.max_restarts,
+                            .stop_requested = [] { return internal::StopSignalGuard::received(); },
+                            .snapshot_dir = plan_.hpc_checkpoint_dir};
+  const SupervisedRun run = supervise_workers(options, *rank_console());
+  FitResult result;
+  result.supervised = true;
+  result.restarts = run.restarts;
+  if (run.stopped_by != 0) result.reason = StopReason::kInterrupted;
+  result.message = fmt::format("supervised {} worker process{} ({} restart{})", plan_.topology.world_size,
+                               plan_.topology.world_size == 1 ? "" : "es", run.restarts, run.restarts == 1 ? "" : "s");
+  result.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  return result;
+}
+
 FitResult Trainer::fit(LightningModule& module, DataLoader train, DataLoader val, std::string ckpt_path) {
+  if (plan_.supervises) return supervise_fit();
   std::vector<DataLoader> vals;
   if (val.defined()) vals.push_back(std::move(val));
   return fit_stage(module, std::move(train), std::move(vals), ckpt_path);
@@ -198,6 +229,7 @@ EvalResult Trainer::test(LightningModule& module, DataLoader test, const std::st
 }
 
 FitResult Trainer::fit(LightningModule& module, DataModule& data, std::string ckpt_path) {
+  if (plan_.supervises) return supervise_fit();
   return with_data_module(module, data, Stage::kFit, [&] { return fit_stage(module, {}, {}, ckpt_path, &data); });
 }
 

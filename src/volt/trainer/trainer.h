@@ -94,6 +94,9 @@ class Trainer {
   /// error is rethrown with the run's first failure named (Strategy::on_failure).
   template <typename Run>
   auto report_failures(Run&& run);
+  /// fit() in a process that only supervises (RunPlan::supervises): runs the workers, restarts
+  /// them after a failure, and returns a FitResult with `supervised` set.
+  FitResult supervise_fit();
   /// The one set-up and teardown of every stage: the process settings, the strategy's
   /// environment, the module's view of the run and the stage's callbacks, then the module's
   /// setup(stage), `body(internal::StageContext&)`, and its teardown(stage) also when `body`
