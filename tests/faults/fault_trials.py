@@ -1,0 +1,229 @@
+#!/usr/bin/env python3
+"""Fault-injection trials (issue #32, docs/failures.md): each trial runs an example under Volt's own
+launcher with --max-restarts 1 and snapshots, and one rank killed with SIGKILL at a random step, at
+a random point (a step's end, half-way through writing a snapshot, validation) through
+VOLT_INJECT_FAULT. A trial passes when the run completes by itself, ends with the parameters of an
+uninterrupted run bit for bit, leaves every snapshot readable, and leaves no process behind; a
+trial that runs past its deadline is a hang.
+
+    tests/faults/fault_trials.py --strategy ddp --trials 50 --seed 1
+    tests/faults/fault_trials.py --strategy all --trials 2          # what CI runs (ctest -L faults)
+
+Prints one line per trial and a table per strategy: trials bit-identical, hangs, corrupt snapshots,
+the median and worst time from the kill to the first step of the restarted run, and the steps lost
+per failure (the kill's step minus the step the restart resumed at; at most the snapshot interval).
+Exits 1 when any trial failed.
+
+Needs VOLT_EXAMPLE and VOLT_GPT_EXAMPLE (the example binaries; ctest sets them), Fashion-MNIST
+installed (apt-get install dataset-fashion-mnist), and /usr/bin/python3 with torch for reading the
+checkpoints.
+"""
+import argparse
+import os
+import random
+import re
+import shutil
+import signal
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "e2e"))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from volt_e2e import cluster_free_env, load_checkpoint  # noqa: E402
+
+SNAPSHOT_EVERY = 4
+MLP = ["--model", "mlp", "--max-epochs", "1", "--limit-train-batches", "24", "--limit-val-batches", "3",
+       "--no-test", "--no-progress-bar", "--seed", "7", "--num-threads", "1"]
+GPT = ["--n-layer", "2", "--n-head", "2", "--n-embd", "32", "--block-size", "32", "--lr", "1e-2",
+       "--warmup-steps", "2", "--seed", "1", "--num-threads", "1", "--no-progress-bar", "--max-steps", "16",
+       "--lr-decay-steps", "16", "--sample-tokens", "0", "--limit-val-batches", "0"]
+# name: (binary variable, flags, processes, total steps, where a fault may strike)
+STRATEGIES = {
+    "ddp": ("VOLT_EXAMPLE", MLP + ["--devices", "2", "--strategy", "ddp"], 2, 24, ["step", "snapshot", "validation"]),
+    "gpt": ("VOLT_GPT_EXAMPLE", GPT + ["--devices", "2", "--batch-size", "4", "--strategy", "ddp"], 2, 16,
+            ["step", "snapshot"]),
+    "full_shard": ("VOLT_GPT_EXAMPLE", GPT + ["--devices", "2", "--batch-size", "4", "--strategy", "fsdp",
+                                              "--sharding-strategy", "full_shard"], 2, 16, ["step", "snapshot"]),
+    # One process, 3 stages; "auto" balances by measured time, which changes no number.
+    "pipeline": ("VOLT_GPT_EXAMPLE", GPT + ["--devices", "3", "--batch-size", "8", "--strategy", "pipeline",
+                                            "--pipeline-chunks", "4", "--pipeline-schedule", "1f1b"], 1, 16,
+                 ["step", "snapshot"]),
+}
+# The pipeline's checkpoints add the partition it ran; it is no parameter.
+NOT_PARAMETERS = {"transformer.pipe.balance"}
+TRIAL_TIMEOUT = 180
+
+
+def text_corpus(folder):
+    """The GPT example's text: 400 sentences over a small vocabulary (as tests/e2e/test_gpt.py)."""
+    rng = random.Random(0)
+    words = ("the quick brown fox jumps over the lazy dog while a small cat sleeps in the warm sun near an old red "
+             "barn").split()
+    path = folder / "text.txt"
+    path.write_text("".join(" ".join(rng.choice(words) for _ in range(12)) + ".\n" for _ in range(400)))
+    return path
+
+
+def command(name, root, text):
+    variable, flags, _, _, _ = STRATEGIES[name]
+    binary = os.environ.get(variable)
+    if not binary:
+        sys.exit(f"fault_trials: {variable} is not set. HINT: point it at the example binary (ctest sets it).")
+    extra = ["--text", str(text)] if variable == "VOLT_GPT_EXAMPLE" else []
+    return [binary] + flags + extra + ["--default-root-dir", str(root), "--snapshot-every-n-steps",
+                                       str(SNAPSHOT_EVERY), "--max-restarts", "1"]
+
+
+def final_parameters(root):
+    versions = sorted((root / "lightning_logs").glob("version_*"), key=lambda p: int(p.name.split("_")[1]))
+    if not versions:
+        return None
+    path = versions[-1] / "checkpoints" / "last.ckpt"
+    if not path.exists():
+        return None
+    state = load_checkpoint(path)["state_dict"]
+    return {k: v for k, v in state.items() if k not in NOT_PARAMETERS}
+
+
+def same(a, b):
+    import torch
+
+    return a is not None and b is not None and a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
+
+
+def processes_under(root):
+    """Processes whose command line names `root` (every rank gets --default-root-dir root)."""
+    found = []
+    for pid in os.listdir("/proc"):
+        if not pid.isdigit():
+            continue
+        try:
+            cmdline = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+        except OSError:
+            continue
+        if str(root) in cmdline and int(pid) != os.getpid():
+            found.append(int(pid))
+    return found
+
+
+def run(cmd, env, root):
+    """Runs `cmd`, stamping each output line with the time it arrived; returns (rc or None on a
+    hang, [(seconds, line)])."""
+    proc = subprocess.Popen(cmd, env=env, cwd=root, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                            errors="replace", start_new_session=True)
+    start = time.monotonic()
+    lines = []
+
+    def read():
+        for line in proc.stdout:
+            lines.append((time.monotonic() - start, line.rstrip("\n")))
+
+    reader = threading.Thread(target=read, daemon=True)
+    reader.start()
+    try:
+        proc.wait(timeout=TRIAL_TIMEOUT)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait()
+        reader.join(timeout=10)
+        return None, lines
+    reader.join(timeout=10)
+    return proc.returncode, lines
+
+
+def trial(name, reference, rng, workdir, text, index):
+    _, _, processes, steps, points = STRATEGIES[name]
+    at = rng.choice(points)
+    rank = 0 if at == "snapshot" else rng.randrange(processes)
+    # A snapshot fault needs a snapshot at or after its step: the last one is at the last multiple.
+    last = steps - 1 if at != "snapshot" else (steps // SNAPSHOT_EVERY) * SNAPSHOT_EVERY
+    step = rng.randrange(1, last + 1) if at != "validation" else steps
+    fault = f"rank={rank},step={step}" + ("" if at == "step" else f",at={at}")
+    root = workdir / f"{name}-{index}"
+    root.mkdir()
+    env = cluster_free_env(OMP_NUM_THREADS="1", VOLT_INJECT_FAULT=fault)
+    rc, lines = run(command(name, root, text), env, root)
+    out = "\n".join(line for _, line in lines)
+    result = {"fault": fault, "hang": rc is None, "rc": rc}
+    leftover = processes_under(root)
+    for pid in leftover:
+        os.kill(pid, signal.SIGKILL)
+    result["leftover"] = len(leftover)
+    corrupt = 0
+    for snapshot in root.glob("snapshot_*.ckpt"):
+        try:
+            load_checkpoint(snapshot)
+        except Exception:  # noqa: BLE001: any unreadable file counts
+            corrupt += 1
+    result["corrupt"] = corrupt
+    result["identical"] = rc == 0 and same(final_parameters(root), reference)
+    # The supervisor notices the kill within 100 ms; the restarted rank 0 says where it starts.
+    restart = next((t for t, line in lines if "Restart 1 of 1" in line), None)
+    started = next((t for t, line in lines if t >= (restart or 0) and
+                    ("Restored training state" in line or "found no readable snapshot" in line)), None)
+    resumed = [int(m.group(1)) for line in out.splitlines() if "Restored training state" in line
+               for m in [re.search(r"global step (\d+)", line)] if m]
+    result["recovery_s"] = started - restart if restart is not None and started is not None else None
+    # The step the killed attempt had reached: a snapshot fault strikes at the first snapshot at or
+    # after its step.
+    killed_at = -(-step // SNAPSHOT_EVERY) * SNAPSHOT_EVERY if at == "snapshot" else step
+    result["steps_lost"] = killed_at - (resumed[-1] if resumed else 0)
+    result["restarted"] = restart is not None
+    if not result["identical"] or result["hang"] or leftover or corrupt or restart is None:
+        result["log"] = out[-4000:]
+    shutil.rmtree(root, ignore_errors=True)
+    return result
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--strategy", default="all", choices=["all"] + list(STRATEGIES))
+    parser.add_argument("--trials", type=int, default=2, help="trials per strategy")
+    parser.add_argument("--seed", type=int, default=None, help="the random faults' seed (default: from the clock)")
+    args = parser.parse_args()
+    seed = args.seed if args.seed is not None else int(time.time())
+    rng = random.Random(seed)
+    print(f"fault_trials: seed {seed} (rerun the same faults with --seed {seed})")
+    names = list(STRATEGIES) if args.strategy == "all" else [args.strategy]
+    failed = False
+    with tempfile.TemporaryDirectory(prefix="volt-faults-") as tmp:
+        workdir = Path(tmp)
+        text = text_corpus(workdir)
+        for name in names:
+            ref_root = workdir / f"{name}-reference"
+            ref_root.mkdir()
+            rc, lines = run(command(name, ref_root, text), cluster_free_env(OMP_NUM_THREADS="1"), ref_root)
+            reference = final_parameters(ref_root)
+            if rc != 0 or reference is None:
+                print("\n".join(line for _, line in lines[-60:]))
+                sys.exit(f"fault_trials: the uninterrupted {name} run failed (rc {rc})")
+            results = []
+            for i in range(args.trials):
+                r = trial(name, reference, rng, workdir, text, i)
+                results.append(r)
+                ok = r["identical"] and r["restarted"] and not r["hang"] and not r["leftover"] and not r["corrupt"]
+                failed = failed or not ok
+                recovery = f"{r['recovery_s']:.2f} s" if r["recovery_s"] is not None else "-"
+                print(f"{name} trial {i}: {r['fault']}: {'ok' if ok else 'FAILED'} (rc {r['rc']}, "
+                      f"restarted {r['restarted']}, recovery {recovery}, steps lost {r['steps_lost']})", flush=True)
+                if not ok:
+                    print(r.get("log", ""))
+            recoveries = [r["recovery_s"] for r in results if r["recovery_s"] is not None]
+            lost = [r["steps_lost"] for r in results]
+            print(f"| {name} | {sum(r['identical'] for r in results)}/{len(results)} bit-identical | "
+                  f"{sum(r['hang'] for r in results)} hangs | {sum(r['corrupt'] for r in results)} corrupt snapshots | "
+                  f"{sum(r['leftover'] for r in results)} processes left | kill to first step: median "
+                  f"{statistics.median(recoveries) if recoveries else float('nan'):.2f} s, worst "
+                  f"{max(recoveries) if recoveries else float('nan'):.2f} s | steps lost: median "
+                  f"{statistics.median(lost)}, worst {max(lost)} (interval {SNAPSHOT_EVERY}) |", flush=True)
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
