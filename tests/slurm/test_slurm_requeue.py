@@ -273,7 +273,7 @@ def test_a_killed_task_restarts_the_step_which_resumes_from_the_newest_snapshot(
         root = tmp_path / name
         root.mkdir()
         flags = ["slurm", "render", "--no-ranks", "--ntasks-per-node", "2", "--time", "5", "--output",
-                 str(root / "job.out"), "--export", "OMP_NUM_THREADS=1"]
+                 str(root / "job.out"), "--error", str(root / "job.out"), "--export", "OMP_NUM_THREADS=1"]
         if fault:
             flags += ["--max-restarts", "1", "--export", f"VOLT_INJECT_FAULT={fault}"]
         rendered = subprocess.run([TOOL, *flags, "--", EXAMPLE, *[str(root) if a == "ROOT" else a for a in args]],
