@@ -167,6 +167,9 @@ def test_a_killed_rank_restarts_from_the_newest_snapshot_and_ends_bit_identical(
     resumed = [line for line in out.splitlines() if "Resuming from snapshot" in line]
     assert resumed, out[-6000:]
     assert "snapshot_2.ckpt" in resumed[0], resumed  # step 10's: 15's was never complete
+    reached = {"rank=1,step=12": 12, "rank=0,step=15,at=snapshot": 15}[fault]
+    assert f"Restart 1: the failed attempt had reached step {reached}; {reached - 10} steps lost." in out, \
+        out[-6000:]
     if "at=snapshot" in fault:
         assert glob.glob(str(tmp_path / "snapshot_3.ckpt.tmp.*")), "the half-written file the kill left"
     assert "stopped: max_epochs after 1 epoch" in out, out[-6000:]
@@ -186,5 +189,6 @@ def test_volts_own_launcher_restarts_a_killed_rank_and_ends_bit_identical(binary
     out = run.stdout + run.stderr
     assert "Restart 1 of 2: local rank 1 (pid" in out and "was killed by signal 9" in out, out[-6000:]
     assert "Resuming from snapshot " + str(tmp_path / "snapshot_4.ckpt") in out, out[-6000:]
+    assert "Restart 1: the failed attempt had reached step 20; 0 steps lost." in out, out[-6000:]
     versions = sorted((tmp_path / "lightning_logs").glob("version_*"), key=lambda p: int(p.name.split("_")[1]))
     assert_same_parameters_at(versions[-1] / "checkpoints" / "last.ckpt", own_launcher)

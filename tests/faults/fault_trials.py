@@ -1,17 +1,19 @@
 #!/usr/bin/env python3
 """Fault-injection trials (issue #32, docs/failures.md): each trial runs an example under Volt's own
-launcher with --max-restarts 1 and snapshots, and one rank killed with SIGKILL at a random step, at
+launcher with --max-restarts 2 and snapshots, and one rank killed with SIGKILL at a random step, at
 a random point (a step's end, half-way through writing a snapshot, validation) through
-VOLT_INJECT_FAULT. A trial passes when the run completes by itself, ends with the parameters of an
-uninterrupted run bit for bit, leaves every snapshot readable, and leaves no process behind; a
-trial that runs past its deadline is a hang.
+VOLT_INJECT_FAULT; in a quarter of the trials of a strategy with several processes a second rank
+dies again in the restart's rendezvous. A trial passes when the run completes by itself, ends with
+the parameters of an uninterrupted run bit for bit, leaves every snapshot readable, and leaves no
+process behind; a trial that runs past its deadline is a hang.
 
     tests/faults/fault_trials.py --strategy ddp --trials 50 --seed 1
     tests/faults/fault_trials.py --strategy all --trials 2          # what CI runs (ctest -L faults)
 
 Prints one line per trial and a table per strategy: trials bit-identical, hangs, corrupt snapshots,
 the median and worst time from the kill to the first step of the restarted run, and the steps lost
-per failure (the kill's step minus the step the restart resumed at; at most the snapshot interval).
+per failure (as the restarted run reports it: the step the failed attempt had reached minus the
+step it resumed at; at most the snapshot interval).
 Exits 1 when any trial failed.
 
 Needs VOLT_EXAMPLE and VOLT_GPT_EXAMPLE (the example binaries; ctest sets them), Fashion-MNIST
@@ -41,18 +43,18 @@ SNAPSHOT_EVERY = 4
 MLP = ["--model", "mlp", "--max-epochs", "1", "--limit-train-batches", "24", "--limit-val-batches", "3",
        "--no-test", "--no-progress-bar", "--seed", "7", "--num-threads", "1"]
 GPT = ["--n-layer", "2", "--n-head", "2", "--n-embd", "32", "--block-size", "32", "--lr", "1e-2",
-       "--warmup-steps", "2", "--seed", "1", "--num-threads", "1", "--no-progress-bar", "--max-steps", "16",
-       "--lr-decay-steps", "16", "--sample-tokens", "0", "--limit-val-batches", "0"]
+       "--warmup-steps", "2", "--seed", "1", "--num-threads", "1", "--no-progress-bar", "--max-steps", "18",
+       "--lr-decay-steps", "18", "--sample-tokens", "0", "--limit-val-batches", "0"]
 # name: (binary variable, flags, processes, total steps, where a fault may strike)
 STRATEGIES = {
     "ddp": ("VOLT_EXAMPLE", MLP + ["--devices", "2", "--strategy", "ddp"], 2, 24, ["step", "snapshot", "validation"]),
-    "gpt": ("VOLT_GPT_EXAMPLE", GPT + ["--devices", "2", "--batch-size", "4", "--strategy", "ddp"], 2, 16,
+    "gpt": ("VOLT_GPT_EXAMPLE", GPT + ["--devices", "2", "--batch-size", "4", "--strategy", "ddp"], 2, 18,
             ["step", "snapshot"]),
     "full_shard": ("VOLT_GPT_EXAMPLE", GPT + ["--devices", "2", "--batch-size", "4", "--strategy", "fsdp",
-                                              "--sharding-strategy", "full_shard"], 2, 16, ["step", "snapshot"]),
+                                              "--sharding-strategy", "full_shard"], 2, 18, ["step", "snapshot"]),
     # One process, 3 stages; "auto" balances by measured time, which changes no number.
     "pipeline": ("VOLT_GPT_EXAMPLE", GPT + ["--devices", "3", "--batch-size", "8", "--strategy", "pipeline",
-                                            "--pipeline-chunks", "4", "--pipeline-schedule", "1f1b"], 1, 16,
+                                            "--pipeline-chunks", "4", "--pipeline-schedule", "1f1b"], 1, 18,
                  ["step", "snapshot"]),
 }
 # The pipeline's checkpoints add the partition it ran; it is no parameter.
@@ -77,7 +79,7 @@ def command(name, root, text):
         sys.exit(f"fault_trials: {variable} is not set. HINT: point it at the example binary (ctest sets it).")
     extra = ["--text", str(text)] if variable == "VOLT_GPT_EXAMPLE" else []
     return [binary] + flags + extra + ["--default-root-dir", str(root), "--snapshot-every-n-steps",
-                                       str(SNAPSHOT_EVERY), "--max-restarts", "1"]
+                                       str(SNAPSHOT_EVERY), "--max-restarts", "2"]
 
 
 def final_parameters(root):
@@ -141,10 +143,13 @@ def trial(name, reference, rng, workdir, text, index):
     _, _, processes, steps, points = STRATEGIES[name]
     at = rng.choice(points)
     rank = 0 if at == "snapshot" else rng.randrange(processes)
-    # A snapshot fault needs a snapshot at or after its step: the last one is at the last multiple.
-    last = steps - 1 if at != "snapshot" else (steps // SNAPSHOT_EVERY) * SNAPSHOT_EVERY
+    # A snapshot fault needs a snapshot at or after its step; none is taken at the step that ends
+    # the fit, so the last one is the last multiple of the interval before it.
+    last = steps - 1 if at != "snapshot" else ((steps - 1) // SNAPSHOT_EVERY) * SNAPSHOT_EVERY
     step = rng.randrange(1, last + 1) if at != "validation" else steps
     fault = f"rank={rank},step={step}" + ("" if at == "step" else f",at={at}")
+    if processes > 1 and rng.random() < 0.25:
+        fault += f";rank={rng.randrange(processes)},at=rendezvous,attempt=1"
     root = workdir / f"{name}-{index}"
     root.mkdir()
     env = cluster_free_env(OMP_NUM_THREADS="1", VOLT_INJECT_FAULT=fault)
@@ -164,16 +169,17 @@ def trial(name, reference, rng, workdir, text, index):
     result["corrupt"] = corrupt
     result["identical"] = rc == 0 and same(final_parameters(root), reference)
     # The supervisor notices the kill within 100 ms; the restarted rank 0 says where it starts.
-    restart = next((t for t, line in lines if "Restart 1 of 1" in line), None)
+    # The supervisor notices a kill within 100 ms; the restarted rank 0 says where it starts. With
+    # a second fault in the restart's rendezvous, the attempt that trains again is the third.
+    restarts = [t for t, line in lines if re.search(r"Restart \d of 2:", line)]
+    restart = restarts[-1] if restarts else None
     started = next((t for t, line in lines if t >= (restart or 0) and
                     ("Restored training state" in line or "found no readable snapshot" in line)), None)
-    resumed = [int(m.group(1)) for line in out.splitlines() if "Restored training state" in line
-               for m in [re.search(r"global step (\d+)", line)] if m]
     result["recovery_s"] = started - restart if restart is not None and started is not None else None
-    # The step the killed attempt had reached: a snapshot fault strikes at the first snapshot at or
-    # after its step.
+    # What the restarted run reports; without a snapshot to resume from, every step up to the kill.
+    lost = [int(m.group(1)) for line in out.splitlines() for m in [re.search(r"; (\d+) steps? lost", line)] if m]
     killed_at = -(-step // SNAPSHOT_EVERY) * SNAPSHOT_EVERY if at == "snapshot" else step
-    result["steps_lost"] = killed_at - (resumed[-1] if resumed else 0)
+    result["steps_lost"] = lost[-1] if lost else killed_at
     result["restarted"] = restart is not None
     if not result["identical"] or result["hang"] or leftover or corrupt or restart is None:
         result["log"] = out[-4000:]

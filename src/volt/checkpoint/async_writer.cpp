@@ -7,36 +7,71 @@
 
 namespace volt {
 
-c10::IValue host_copy(const c10::IValue& value) {
+namespace {
+
+using CopyTensor = std::function<at::Tensor(const at::Tensor&)>;
+
+/// `value` with its containers rebuilt and each defined tensor replaced by `copy_tensor`'s copy.
+c10::IValue rebuild(const c10::IValue& value, const CopyTensor& copy_tensor) {
   if (value.isTensor()) {
     const at::Tensor& tensor = value.toTensor();
     if (!tensor.defined()) return value;
-    // to(kCPU) alone returns the same tensor on the CPU; clone gives it memory of its own. A
-    // tensor on a GPU is copied once, into new host memory.
-    at::Tensor copy = tensor.detach();
-    copy = copy.device().is_cpu() ? copy.clone() : copy.to(at::kCPU);
-    return copy;
+    return copy_tensor(tensor.detach());
   }
   if (value.isGenericDict()) {
     const c10::impl::GenericDict dict = value.toGenericDict();
     c10::impl::GenericDict copy(dict.keyType(), dict.valueType());
     copy.reserve(dict.size());
-    for (const auto& entry : dict) copy.insert(entry.key(), host_copy(entry.value()));
+    for (const auto& entry : dict) copy.insert(entry.key(), rebuild(entry.value(), copy_tensor));
     return copy;
   }
   if (value.isList()) {
     const c10::List<c10::IValue> list = value.toList();
     c10::impl::GenericList copy(list.elementType());
     copy.reserve(list.size());
-    for (const c10::IValue& element : list) copy.push_back(host_copy(element));
+    for (const c10::IValue& element : list) copy.push_back(rebuild(element, copy_tensor));
     return copy;
   }
   if (value.isTuple()) {
     std::vector<c10::IValue> elements;
-    for (const c10::IValue& element : value.toTupleRef().elements()) elements.push_back(host_copy(element));
+    for (const c10::IValue& element : value.toTupleRef().elements()) elements.push_back(rebuild(element, copy_tensor));
     return c10::ivalue::Tuple::create(std::move(elements));
   }
   return value;  // strings, numbers, None: immutable, shared
+}
+
+}  // namespace
+
+c10::IValue host_copy(const c10::IValue& value) {
+  // to(kCPU) alone returns the same tensor on the CPU; clone gives it memory of its own. A tensor
+  // on a GPU is copied once, into new host memory.
+  return rebuild(value, [](const at::Tensor& t) { return t.device().is_cpu() ? t.clone() : t.to(at::kCPU); });
+}
+
+c10::IValue HostBuffers::copy(const c10::IValue& value) {
+  size_t next = 0;
+  std::vector<at::Tensor> used;
+  c10::IValue copy = rebuild(value, [&](const at::Tensor& t) {
+    const size_t i = next++;
+    at::Tensor buffer;
+    if (i < buffers_.size() && buffers_[i].sizes() == t.sizes() && buffers_[i].scalar_type() == t.scalar_type()) {
+      buffer = buffers_[i];
+    } else {
+      // Pinned host memory takes a GPU's copy at full speed.
+      buffer = at::empty(t.sizes(), at::TensorOptions().dtype(t.scalar_type()).pinned_memory(!t.device().is_cpu()));
+    }
+    buffer.copy_(t);
+    used.push_back(buffer);
+    return buffer;
+  });
+  buffers_ = std::move(used);
+  return copy;
+}
+
+int64_t HostBuffers::bytes() const {
+  int64_t total = 0;
+  for (const at::Tensor& buffer : buffers_) total += static_cast<int64_t>(buffer.nbytes());
+  return total;
 }
 
 AsyncWriter::AsyncWriter() : thread_([this] { run(); }) {}
@@ -44,7 +79,7 @@ AsyncWriter::AsyncWriter() : thread_([this] { run(); }) {}
 AsyncWriter::~AsyncWriter() {
   {
     std::unique_lock<std::mutex> lock(mutex_);
-    changed_.wait(lock, [this] { return !pending_ && !writing_; });
+    changed_.wait(lock, [this] { return queue_.empty() && !running_; });
     stopping_ = true;
   }
   changed_.notify_all();
@@ -53,13 +88,13 @@ AsyncWriter::~AsyncWriter() {
 
 bool AsyncWriter::busy() const {
   const std::lock_guard<std::mutex> lock(mutex_);
-  return pending_.has_value() || writing_;
+  return !queue_.empty() || running_;
 }
 
 void AsyncWriter::wait_locked(std::unique_lock<std::mutex>& lock) {
-  if (pending_ || writing_) {
+  if (!queue_.empty() || running_) {
     const auto start = std::chrono::steady_clock::now();
-    changed_.wait(lock, [this] { return !pending_ && !writing_; });
+    changed_.wait(lock, [this] { return queue_.empty() && !running_; });
     stats_.waited_seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   }
   if (error_) std::rethrow_exception(std::exchange(error_, nullptr));
@@ -69,7 +104,15 @@ void AsyncWriter::submit(std::function<void()> write) {
   {
     std::unique_lock<std::mutex> lock(mutex_);
     wait_locked(lock);
-    pending_ = std::move(write);
+    queue_.push_back(std::move(write));
+  }
+  changed_.notify_all();
+}
+
+void AsyncWriter::then(std::function<void()> task) {
+  {
+    const std::lock_guard<std::mutex> lock(mutex_);
+    queue_.push_back(std::move(task));
   }
   changed_.notify_all();
 }
@@ -87,22 +130,23 @@ AsyncWriterStats AsyncWriter::stats() const {
 void AsyncWriter::run() {
   std::unique_lock<std::mutex> lock(mutex_);
   while (true) {
-    changed_.wait(lock, [this] { return pending_.has_value() || stopping_; });
-    if (!pending_) return;  // stopping, nothing left
-    std::function<void()> write = std::move(*pending_);
-    pending_.reset();
-    writing_ = true;
+    changed_.wait(lock, [this] { return !queue_.empty() || stopping_; });
+    if (queue_.empty()) return;  // stopping, nothing left
+    std::function<void()> task = std::move(queue_.front());
+    queue_.pop_front();
+    running_ = true;
     lock.unlock();
     const auto start = std::chrono::steady_clock::now();
     std::exception_ptr error;
     try {
-      write();
+      task();
     } catch (...) {
       error = std::current_exception();
     }
+    task = nullptr;  // what it held (a copy of the state) goes now, outside the lock
     const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
     lock.lock();
-    writing_ = false;
+    running_ = false;
     ++stats_.writes;
     stats_.write_seconds += seconds;
     if (error && !error_) error_ = error;

@@ -6,11 +6,13 @@
 
 #include <condition_variable>
 #include <cstdint>
+#include <deque>
 #include <exception>
 #include <functional>
 #include <mutex>
 #include <optional>
 #include <thread>
+#include <vector>
 
 namespace volt {
 
@@ -18,6 +20,23 @@ namespace volt {
 /// and tuples rebuilt, other values shared): what a background thread may serialize while
 /// training changes the originals. The copy is the stall a background write costs the step.
 c10::IValue host_copy(const c10::IValue& value);
+
+/// Host memory that one snapshot after another is copied into. A fresh copy of a large state
+/// spends most of its time faulting in new pages; writing into the buffers of the previous
+/// snapshot (same tensors in the same order, as a training state is from step to step) is a plain
+/// copy. Tensors on a GPU go to pinned buffers. The caller must not copy while a write of the
+/// previous copy is still reading the buffers (AsyncWriter::wait first).
+class HostBuffers {
+ public:
+  /// A copy of `value` as host_copy makes it, whose tensors are this object's buffers: the i-th
+  /// tensor reuses the i-th buffer of the previous copy when its size and dtype are the same.
+  c10::IValue copy(const c10::IValue& value);
+  /// Bytes held in buffers.
+  int64_t bytes() const;
+
+ private:
+  std::vector<at::Tensor> buffers_;
+};
 
 /// What an AsyncWriter has done so far.
 struct AsyncWriterStats {
@@ -29,27 +48,31 @@ struct AsyncWriterStats {
   double waited_seconds = 0.0;
 };
 
-/// One background thread that runs writes one at a time, at most one in flight.
+/// One background thread that runs tasks in the order given: writes, at most one queued or in
+/// flight, and the small tasks that must follow them (deleting the checkpoints a write replaces).
 ///
-/// A write's error is kept and rethrown by the next submit() or wait(), on the training thread,
+/// A task's error is kept and rethrown by the next submit() or wait(), on the training thread,
 /// so a failed write fails the run as a synchronous one would (the file it was writing is left
-/// as it was; see write_file_atomically). The destructor lets a write in flight finish: a fit
-/// that throws still completes its newest snapshot.
+/// as it was; see write_file_atomically). The destructor lets the queued tasks finish: a fit that
+/// throws still completes its newest snapshot.
 class AsyncWriter {
  public:
   /// Starts the thread.
   AsyncWriter();
-  /// Waits for the write in flight, drops its error, and stops the thread.
+  /// Runs what is queued, drops its error, and stops the thread.
   ~AsyncWriter();
   AsyncWriter(const AsyncWriter&) = delete;
   AsyncWriter& operator=(const AsyncWriter&) = delete;
 
-  /// Whether a write is in flight now.
+  /// Whether a task is queued or running now.
   bool busy() const;
-  /// Waits for the write in flight (rethrowing its error), then hands `write` to the thread
-  /// and returns at once.
+  /// Waits until every queued task is done (rethrowing an error), then queues `write` and returns
+  /// at once.
   void submit(std::function<void()> write);
-  /// Waits until no write is in flight; rethrows the error of one that failed.
+  /// Queues `task` behind what is queued, without waiting: it runs once the writes before it are
+  /// done (a removal that must not come before the checkpoint that replaces it).
+  void then(std::function<void()> task);
+  /// Waits until every queued task is done; rethrows the error of one that failed.
   void wait();
   /// What was done so far.
   AsyncWriterStats stats() const;
@@ -60,8 +83,8 @@ class AsyncWriter {
 
   mutable std::mutex mutex_;
   std::condition_variable changed_;
-  std::optional<std::function<void()>> pending_;
-  bool writing_ = false;
+  std::deque<std::function<void()>> queue_;
+  bool running_ = false;
   bool stopping_ = false;
   std::exception_ptr error_;
   AsyncWriterStats stats_;

@@ -41,6 +41,29 @@ TEST(HostCopy, OwnsItsTensorsSoChangingTheOriginalsLeavesItAsItWas) {
   EXPECT_EQ(dict.at("epoch").toInt(), 4);
 }
 
+TEST(HostBuffers, TheNextCopyWritesIntoThePreviousCopysMemoryWhenTheShapesAgree) {
+  HostBuffers buffers;
+  c10::impl::GenericDict state(c10::StringType::get(), c10::AnyType::get());
+  torch::Tensor weight = torch::ones({3, 4});
+  state.insert("w", weight);
+  state.insert("step", torch::tensor(1));
+  const c10::IValue first = buffers.copy(state);
+  const void* memory = first.toGenericDict().at("w").toTensor().data_ptr();
+  EXPECT_NE(memory, weight.data_ptr()) << "a copy, not the training tensor";
+  EXPECT_EQ(buffers.bytes(), 12 * 4 + 8);
+
+  weight.fill_(2);
+  const c10::IValue second = buffers.copy(state);
+  const torch::Tensor copied = second.toGenericDict().at("w").toTensor();
+  EXPECT_EQ(copied.data_ptr(), memory) << "the same buffer";
+  EXPECT_TRUE(torch::equal(copied, torch::full({3, 4}, 2.0)));
+
+  state.insert_or_assign("w", torch::zeros({5}));  // another shape: a buffer of its own
+  const c10::IValue third = buffers.copy(state);
+  EXPECT_EQ(third.toGenericDict().at("w").toTensor().sizes(), torch::IntArrayRef({5}));
+  EXPECT_EQ(buffers.bytes(), 5 * 4 + 8);
+}
+
 TEST(AsyncWriter, RunsAWriteInTheBackgroundAndWaitReturnsWhenItIsDone) {
   AsyncWriter writer;
   std::promise<void> release;
@@ -68,6 +91,22 @@ TEST(AsyncWriter, WritesRunOneAtATimeInTheOrderSubmitted) {
   writer.wait();
   EXPECT_EQ(order, (std::vector<int>{0, 1, 2, 3, 4}));
   EXPECT_EQ(writer.stats().writes, 5);
+}
+
+TEST(AsyncWriter, ATaskQueuedWithThenRunsAfterTheWriteBeforeItWithoutWaiting) {
+  AsyncWriter writer;
+  std::promise<void> release;
+  std::shared_future<void> released = release.get_future().share();
+  std::vector<std::string> order;
+  writer.submit([&] {
+    released.wait();
+    order.push_back("write new");
+  });
+  writer.then([&] { order.push_back("remove old"); });  // returns while the write still waits
+  EXPECT_TRUE(writer.busy());
+  release.set_value();
+  writer.wait();
+  EXPECT_EQ(order, (std::vector<std::string>{"write new", "remove old"}));
 }
 
 TEST(AsyncWriter, AFailedWriteIsRethrownOnTheCallersThreadOnceAndTheWriterGoesOn) {

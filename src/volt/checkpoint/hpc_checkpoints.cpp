@@ -1,9 +1,16 @@
 #include "volt/checkpoint/hpc_checkpoints.h"
 
+#include <fcntl.h>
+#include <unistd.h>
+
 #include <algorithm>
+#include <cerrno>
+#include <cstring>
 #include <filesystem>
+#include <fstream>
 #include <utility>
 
+#include "volt/core/error.h"
 #include "volt/core/strings.h"
 
 namespace volt {
@@ -93,6 +100,40 @@ std::vector<std::string> hpc_checkpoints_to_prune(const std::string& dir, int64_
 
 std::vector<std::string> snapshots_to_prune(const std::string& dir, int64_t keep) {
   return beyond(list_snapshots(dir), keep);
+}
+
+std::string progress_marker_path(const std::string& dir) { return (fs::path(dir) / "volt-progress").string(); }
+
+ProgressMarker::ProgressMarker(const std::string& path) {
+  std::error_code ec;
+  fs::create_directories(fs::path(path).parent_path(), ec);
+  fd_ = ::open(path.c_str(), O_WRONLY | O_CREAT | O_CLOEXEC, 0644);
+  if (fd_ < 0) {
+    throw CheckpointError(
+        fmt::format("cannot open the progress marker {}: {}. HINT: check that the folder (the "
+                    "hpc_checkpoint_dir) is writable.",
+                    path, std::strerror(errno)));
+  }
+}
+
+ProgressMarker::~ProgressMarker() {
+  if (fd_ >= 0) ::close(fd_);
+}
+
+void ProgressMarker::record(int64_t step) {
+  // Fixed width, so a rewrite replaces the whole line and a reader never sees two steps mixed.
+  const std::string line = fmt::format("{:020d}\n", step);
+  // A marker that cannot be written costs the restart's message, never the run.
+  [[maybe_unused]] const ssize_t written = ::pwrite(fd_, line.data(), line.size(), 0);
+}
+
+std::optional<int64_t> read_progress_marker(const std::string& path) {
+  std::ifstream in(path);
+  std::string line;
+  if (!std::getline(in, line)) return std::nullopt;
+  const auto step = parse_int(line);
+  if (!step || *step < 0) return std::nullopt;
+  return *step;
 }
 
 }  // namespace volt

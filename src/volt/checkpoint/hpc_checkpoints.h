@@ -9,6 +9,7 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -43,5 +44,29 @@ std::vector<std::string> hpc_checkpoints_to_prune(const std::string& dir, int64_
 
 /// The snapshots in `dir` beyond the newest `keep` (keep >= 1), oldest last.
 std::vector<std::string> snapshots_to_prune(const std::string& dir, int64_t keep);
+
+/// Where a run with snapshots records the step it has reached: `<dir>/volt-progress`.
+std::string progress_marker_path(const std::string& dir);
+
+/// The step a run has reached, rewritten in place at every step while snapshots are on (global
+/// rank 0), so that a restarted run can say how many steps the failure cost. Written without
+/// fsync: it survives a killed process (the page cache keeps it), not a lost node.
+class ProgressMarker {
+ public:
+  /// Opens (or creates) the file `path` and its folder; throws volt::CheckpointError if it can't.
+  explicit ProgressMarker(const std::string& path);
+  ~ProgressMarker();
+  ProgressMarker(const ProgressMarker&) = delete;
+  ProgressMarker& operator=(const ProgressMarker&) = delete;
+
+  /// Records `step` (one pwrite of a fixed-width line).
+  void record(int64_t step);
+
+ private:
+  int fd_ = -1;
+};
+
+/// The step the marker at `path` holds; unset when there is no marker or it does not parse.
+std::optional<int64_t> read_progress_marker(const std::string& path);
 
 }  // namespace volt

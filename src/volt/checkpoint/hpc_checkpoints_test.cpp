@@ -71,5 +71,18 @@ TEST_F(HpcCheckpoints, SnapshotsShareTheSequenceAndTheNewestOfEitherKindComesFir
       << "each kind keeps its own count";
 }
 
+TEST_F(HpcCheckpoints, TheProgressMarkerHoldsTheLastStepRecorded) {
+  const std::string marker = progress_marker_path(path("sub"));
+  EXPECT_FALSE(read_progress_marker(marker).has_value());
+  {
+    ProgressMarker progress(marker);
+    progress.record(9);
+    progress.record(12);
+    EXPECT_EQ(read_progress_marker(marker), 12);
+  }
+  std::ofstream(marker) << "garbage";
+  EXPECT_FALSE(read_progress_marker(marker).has_value());
+}
+
 }  // namespace
 }  // namespace volt

@@ -1,5 +1,9 @@
 #include "volt/environments/restarts.h"
 
+#include <signal.h>
+#include <unistd.h>
+
+#include <cstdlib>
 #include <map>
 #include <vector>
 
@@ -18,8 +22,55 @@ int64_t count_of(const Env& env, const std::string& name) {
 }
 
 constexpr const char* kFaultHint =
-    "HINT: VOLT_INJECT_FAULT takes comma-separated key=value pairs, e.g. 'rank=1,step=7,at=snapshot,attempt=0' "
-    "(rank and step required; at: step, snapshot or validation; attempt: default 0).";
+    "HINT: VOLT_INJECT_FAULT takes comma-separated key=value pairs, e.g. 'rank=1,step=7,at=snapshot,attempt=0', "
+    "several faults separated by ';' (rank required, step too but at rendezvous; at: step, snapshot, validation or "
+    "rendezvous; attempt: default 0).";
+
+/// One fault of VOLT_INJECT_FAULT (`text`, the whole variable, for messages) and its attempt.
+std::pair<FaultInjection, int64_t> parse_fault(const std::string& text, const std::string& one) {
+  std::map<std::string, std::string> fields;
+  for (const std::string& part : split(one, ',')) {
+    const auto eq = part.find('=');
+    VOLT_CHECK(eq != std::string::npos && eq > 0, "VOLT_INJECT_FAULT='{}': '{}' is not key=value. {}", text, part,
+               kFaultHint);
+    fields[part.substr(0, eq)] = part.substr(eq + 1);
+  }
+  for (const auto& [key, value] : fields) {
+    VOLT_CHECK(key == "rank" || key == "step" || key == "at" || key == "attempt",
+               "VOLT_INJECT_FAULT='{}': unknown key '{}'. {}", text, key, kFaultHint);
+  }
+  const auto number = [&](const std::string& key, std::optional<int64_t> fallback) -> int64_t {
+    const auto it = fields.find(key);
+    if (it == fields.end()) {
+      VOLT_CHECK(fallback.has_value(), "VOLT_INJECT_FAULT='{}' has no {} in '{}'. {}", text, key, one, kFaultHint);
+      return *fallback;
+    }
+    const auto n = parse_int(it->second);
+    VOLT_CHECK(n && *n >= 0, "VOLT_INJECT_FAULT='{}': {}='{}' is not a whole number >= 0. {}", text, key, it->second,
+               kFaultHint);
+    return *n;
+  };
+  FaultInjection fault;
+  const std::string at = fields.count("at") ? fields["at"] : "step";
+  if (at == "step") {
+    fault.at = FaultPoint::kStep;
+  } else if (at == "snapshot") {
+    fault.at = FaultPoint::kSnapshot;
+  } else if (at == "validation") {
+    fault.at = FaultPoint::kValidation;
+  } else if (at == "rendezvous") {
+    fault.at = FaultPoint::kRendezvous;
+  } else {
+    throw Error(fmt::format("VOLT_INJECT_FAULT='{}': at='{}' is not step, snapshot, validation or rendezvous. {}", text,
+                            at, kFaultHint));
+  }
+  fault.rank = number("rank", std::nullopt);
+  fault.step = number("step", fault.at == FaultPoint::kRendezvous ? std::optional<int64_t>(0) : std::nullopt);
+  VOLT_CHECK(fault.at != FaultPoint::kSnapshot || fault.rank == 0,
+             "VOLT_INJECT_FAULT='{}': at=snapshot needs rank=0, the process that writes snapshots. {}", text,
+             kFaultHint);
+  return {fault, number("attempt", 0)};
+}
 
 }  // namespace
 
@@ -37,6 +88,8 @@ const char* to_string(FaultPoint point) {
       return "snapshot";
     case FaultPoint::kValidation:
       return "validation";
+    case FaultPoint::kRendezvous:
+      return "rendezvous";
   }
   return "?";
 }
@@ -44,44 +97,21 @@ const char* to_string(FaultPoint point) {
 std::optional<FaultInjection> read_fault_injection(const Env& env, int64_t attempt) {
   if (!env.has("VOLT_INJECT_FAULT")) return std::nullopt;
   const std::string text = env.get_or("VOLT_INJECT_FAULT", "");
-  std::map<std::string, std::string> fields;
-  for (const std::string& part : split(text, ',')) {
-    const auto eq = part.find('=');
-    VOLT_CHECK(eq != std::string::npos && eq > 0, "VOLT_INJECT_FAULT='{}': '{}' is not key=value. {}", text, part,
+  std::optional<FaultInjection> found;
+  std::map<int64_t, int> per_attempt;
+  for (const std::string& one : split(text, ';')) {
+    const auto [fault, its_attempt] = parse_fault(text, one);
+    VOLT_CHECK(++per_attempt[its_attempt] == 1,
+               "VOLT_INJECT_FAULT='{}' names attempt {} twice; one fault strikes per attempt. {}", text, its_attempt,
                kFaultHint);
-    fields[part.substr(0, eq)] = part.substr(eq + 1);
+    if (its_attempt == attempt) found = fault;
   }
-  const auto number = [&](const std::string& key, std::optional<int64_t> fallback) -> int64_t {
-    const auto it = fields.find(key);
-    if (it == fields.end()) {
-      VOLT_CHECK(fallback.has_value(), "VOLT_INJECT_FAULT='{}' has no {}. {}", text, key, kFaultHint);
-      return *fallback;
-    }
-    const auto n = parse_int(it->second);
-    VOLT_CHECK(n && *n >= 0, "VOLT_INJECT_FAULT='{}': {}='{}' is not a whole number >= 0. {}", text, key, it->second,
-               kFaultHint);
-    return *n;
-  };
-  FaultInjection fault{.rank = number("rank", std::nullopt), .step = number("step", std::nullopt)};
-  const std::string at = fields.count("at") ? fields["at"] : "step";
-  if (at == "step") {
-    fault.at = FaultPoint::kStep;
-  } else if (at == "snapshot") {
-    fault.at = FaultPoint::kSnapshot;
-  } else if (at == "validation") {
-    fault.at = FaultPoint::kValidation;
-  } else {
-    VOLT_CHECK(false, "VOLT_INJECT_FAULT='{}': at='{}' is not step, snapshot or validation. {}", text, at, kFaultHint);
-  }
-  for (const auto& [key, value] : fields) {
-    VOLT_CHECK(key == "rank" || key == "step" || key == "at" || key == "attempt",
-               "VOLT_INJECT_FAULT='{}': unknown key '{}'. {}", text, key, kFaultHint);
-  }
-  VOLT_CHECK(fault.at != FaultPoint::kSnapshot || fault.rank == 0,
-             "VOLT_INJECT_FAULT='{}': at=snapshot needs rank=0, the process that writes snapshots. {}", text,
-             kFaultHint);
-  if (number("attempt", 0) != attempt) return std::nullopt;
-  return fault;
+  return found;
+}
+
+void die_of_injected_fault() {
+  ::kill(::getpid(), SIGKILL);
+  std::abort();  // not reached: SIGKILL cannot be caught
 }
 
 }  // namespace volt

@@ -39,8 +39,20 @@ TEST(Restarts, AFaultStrikesInTheAttemptItNamesOnly) {
   EXPECT_STREQ(to_string(FaultPoint::kValidation), "validation");
 }
 
+TEST(Restarts, SeveralFaultsStrikeOnePerAttemptAndARendezvousFaultNeedsNoStep) {
+  const Env env(Env::Vars{{"VOLT_INJECT_FAULT", "rank=1,step=7;rank=0,at=rendezvous,attempt=1"}});
+  EXPECT_EQ(read_fault_injection(env, 0)->at, FaultPoint::kStep);
+  const std::optional<FaultInjection> second = read_fault_injection(env, 1);
+  ASSERT_TRUE(second.has_value());
+  EXPECT_EQ(second->at, FaultPoint::kRendezvous);
+  EXPECT_EQ(second->rank, 0);
+  EXPECT_FALSE(read_fault_injection(env, 2));
+  EXPECT_NE(error_of({{"VOLT_INJECT_FAULT", "rank=1,step=7;rank=0,step=2"}}).find("names attempt 0 twice"),
+            std::string::npos);
+}
+
 TEST(Restarts, ABadFaultSaysWhatWasGivenAndHowToWriteIt) {
-  EXPECT_NE(error_of({{"VOLT_INJECT_FAULT", "rank=1"}}).find("has no step. HINT: VOLT_INJECT_FAULT takes"),
+  EXPECT_NE(error_of({{"VOLT_INJECT_FAULT", "rank=1"}}).find("has no step in 'rank=1'. HINT: VOLT_INJECT_FAULT takes"),
             std::string::npos);
   EXPECT_NE(error_of({{"VOLT_INJECT_FAULT", "rank=1,step=2,at=later"}}).find("at='later' is not step"),
             std::string::npos);

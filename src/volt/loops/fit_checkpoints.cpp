@@ -34,6 +34,24 @@ FitCheckpoints::FitCheckpoints(FitCheckpointsOptions options, Strategy& strategy
 
 FitCheckpoints::~FitCheckpoints() = default;
 
+AsyncWriter& FitCheckpoints::writer() {
+  if (!writer_) writer_ = std::make_unique<AsyncWriter>();
+  return *writer_;
+}
+
+void FitCheckpoints::save_in_background(const c10::IValue& checkpoint, const std::string& path) {
+  // The write before it is done once submit returns; loggers hear of its file only now.
+  writer().wait();
+  announce_written();
+  writer().submit([this, copy = host_copy(checkpoint), path] { checkpointer_.io().save(copy, path); });
+  written_unannounced_.push_back(path);
+}
+
+void FitCheckpoints::announce_written() {
+  for (const std::string& path : written_unannounced_) metrics_.after_save_checkpoint(path);
+  written_unannounced_.clear();
+}
+
 TrainingParts FitCheckpoints::training_parts() const {
   TrainingParts parts = parts_;
   // State sharding cuts the whole state a checkpoint holds to this process's pieces.
@@ -57,6 +75,8 @@ void FitCheckpoints::save(const std::string& path) {
     const TrainingParts parts = parts_for_save(path, local);
     if (sharded_checkpoints()) {
       defer_sharded_save(path, parts, CheckpointContents::kFull);
+    } else if (options_.async_checkpointing) {
+      save_in_background(make_checkpoint(parts, progress_, CheckpointContents::kFull), path);
     } else {
       checkpointer_.save(parts, progress_, path);
       metrics_.after_save_checkpoint(path);
@@ -72,6 +92,8 @@ void FitCheckpoints::save_weights(const std::string& path) {
   if (strategy_.is_global_zero()) {
     if (sharded_checkpoints() && pieces) {
       defer_sharded_save(path, training_parts(), CheckpointContents::kWeightsOnly);
+    } else if (options_.async_checkpointing) {
+      save_in_background(make_checkpoint(training_parts(), progress_, CheckpointContents::kWeightsOnly), path);
     } else {
       checkpointer_.save(training_parts(), progress_, path, CheckpointContents::kWeightsOnly);
       metrics_.after_save_checkpoint(path);
@@ -88,6 +110,9 @@ void FitCheckpoints::remove(const std::string& path) {
     pending_saves_.erase(pending);  // saved and dropped in the same hook: never written
   } else if (local_shard_ && !pending_saves_.empty()) {
     pending_removals_.push_back(path);  // after the commit of the saves that replace it
+    return;
+  } else if (writer_) {
+    writer_->then([this, path] { checkpointer_.remove(path); });  // after the writes queued before it
     return;
   }
   checkpointer_.remove(path);
@@ -140,7 +165,7 @@ void FitCheckpoints::after_dispatch() {
 
 std::string FitCheckpoints::save_hpc() {
   // Numbered after the snapshot being written, and written after it.
-  if (snapshot_writer_) snapshot_writer_->wait();
+  wait_for_writes();
   gather();  // every process stopped at the same step
   std::string path;
   if (sharded_checkpoints()) {
@@ -166,7 +191,7 @@ std::string FitCheckpoints::save_hpc() {
 bool FitCheckpoints::save_snapshot(bool skip_when_busy, bool die_mid_write) {
   const bool writes = strategy_.is_global_zero();
   if (skip_when_busy) {
-    bool skip = writes && snapshot_writer_ && snapshot_writer_->busy();
+    bool skip = writes && writer_ && writer_->busy();
     // Every process skips or saves alike: the gather and a sharded commit below are collective.
     Collectives& collectives = strategy_.collectives();
     if (collectives.world_size() > 1) skip = collectives.all_reduce(skip ? 1.0 : 0.0, Reduce::kMax) > 0.5;
@@ -193,15 +218,18 @@ bool FitCheckpoints::save_snapshot(bool skip_when_busy, bool die_mid_write) {
     if (writes)
       for (const std::string& old : snapshots_to_prune(dir, keep)) checkpointer_.remove(old);
   } else if (writes) {
+    // The copy goes into the buffers the previous snapshot's write reads: it must be done.
+    writer().wait();
+    announce_written();
     const auto start = std::chrono::steady_clock::now();
     const std::string path = next_path();
     std::optional<StateDict> local;
-    c10::IValue copy = host_copy(make_checkpoint(parts_for_save(path, local), progress_, CheckpointContents::kFull));
+    c10::IValue copy =
+        snapshot_buffers_.copy(make_checkpoint(parts_for_save(path, local), progress_, CheckpointContents::kFull));
     snapshot_stats_.copy_seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-    if (!snapshot_writer_) snapshot_writer_ = std::make_unique<AsyncWriter>();
     // The older snapshots go only once the new one is complete: a kill in between leaves one
     // more, never none.
-    snapshot_writer_->submit([this, copy = std::move(copy), path, dir, keep, die_mid_write] {
+    writer().submit([this, copy = std::move(copy), path, dir, keep, die_mid_write] {
       if (die_mid_write) {
         // What a kill in the middle of write_file_atomically leaves: half a temporary file.
         const std::vector<char> bytes = save_to_bytes(copy);
@@ -219,14 +247,16 @@ bool FitCheckpoints::save_snapshot(bool skip_when_busy, bool die_mid_write) {
   return true;
 }
 
-void FitCheckpoints::wait_for_snapshots() {
-  if (snapshot_writer_) snapshot_writer_->wait();
+void FitCheckpoints::wait_for_writes() {
+  if (!writer_) return;
+  writer_->wait();
+  announce_written();
 }
 
 SnapshotStats FitCheckpoints::snapshot_stats() const {
   SnapshotStats stats = snapshot_stats_;
-  if (snapshot_writer_) {
-    const AsyncWriterStats writer = snapshot_writer_->stats();
+  if (writer_) {
+    const AsyncWriterStats writer = writer_->stats();
     stats.waited_seconds = writer.waited_seconds;
     stats.write_seconds = writer.write_seconds;
   }

@@ -7,6 +7,7 @@
 #include <string>
 #include <vector>
 
+#include "volt/checkpoint/async_writer.h"
 #include "volt/checkpoint/checkpoint_state.h"
 #include "volt/checkpoint/checkpointer.h"
 #include "volt/checkpoint/sharded_checkpoint.h"
@@ -15,7 +16,6 @@
 
 namespace volt {
 
-class AsyncWriter;
 class Console;
 class MetricRouter;
 class StateSharding;
@@ -32,6 +32,8 @@ struct FitCheckpointsOptions {
   int64_t hpc_checkpoints_to_keep = 2;
   /// Snapshots (snapshot_<N>.ckpt, beside the HPC checkpoints) kept after each one completes.
   int64_t snapshots_to_keep = 2;
+  /// Full checkpoints that callbacks save are written by the background writer too.
+  bool async_checkpointing = false;
 };
 
 /// Saves and restores a fit's checkpoints for FitLoop (which forwards its CallbackServices here).
@@ -89,9 +91,11 @@ class FitCheckpoints {
   /// rank 0 finds). Returns whether it was saved. `die_mid_write` (an injected fault): rank 0's
   /// writer leaves half a temporary file and kills the process, as a crash while writing would.
   bool save_snapshot(bool skip_when_busy, bool die_mid_write = false);
-  /// Waits for the snapshot being written; rethrows its error (volt::CheckpointError).
-  void wait_for_snapshots();
-  /// What the snapshots cost so far.
+  /// Waits for what the background writer has queued (snapshots, and checkpoints under
+  /// async_checkpointing, with the removals behind them); rethrows a write's error
+  /// (volt::CheckpointError).
+  void wait_for_writes();
+  /// What the snapshots cost so far (the writer's seconds include async_checkpointing's saves).
   SnapshotStats snapshot_stats() const;
 
   /// From now until end_train_end(), records the checkpoints saved (those of on_train_end).
@@ -129,6 +133,14 @@ class FitCheckpoints {
   /// index, and removes what waited for the commit.
   void commit_sharded_saves();
   void note_saved(const std::string& path);
+  /// The background writer, started at its first use.
+  AsyncWriter& writer();
+  /// Rank 0, async_checkpointing: copies `checkpoint` to host memory and has the writer write it
+  /// to `path`.
+  void save_in_background(const c10::IValue& checkpoint, const std::string& path);
+  /// Tells the loggers of the files written in the background since the last call (the writer is
+  /// idle): a logger that uploads checkpoints reads only complete files.
+  void announce_written();
   void restore_metric_states(const c10::IValue& checkpoint, const std::string& path, const FitProgress& restored);
 
   FitCheckpointsOptions options_;
@@ -164,12 +176,16 @@ class FitCheckpoints {
   std::vector<PendingSave> pending_saves_;
   // Rank 0, sharded checkpoints: checkpoints to remove once pending_saves_ are committed.
   std::vector<std::string> pending_removals_;
-  // Snapshots: the number of the next one (0: not known yet), and their costs so far.
+  // Snapshots: the number of the next one (0: not known yet), their costs so far, and the host
+  // memory rank 0 copies them into.
   int64_t next_snapshot_number_ = 0;
   SnapshotStats snapshot_stats_;
-  // Rank 0: writes snapshots in the background. Declared last, so destroyed first: its write in
-  // flight uses the members above.
-  std::unique_ptr<AsyncWriter> snapshot_writer_;
+  HostBuffers snapshot_buffers_;
+  // Rank 0: files written in the background whose loggers have not heard of them yet.
+  std::vector<std::string> written_unannounced_;
+  // Rank 0: writes snapshots (and, under async_checkpointing, checkpoints) in the background.
+  // Declared last, so destroyed first: its queued tasks use the members above.
+  std::unique_ptr<AsyncWriter> writer_;
 };
 
 }  // namespace volt

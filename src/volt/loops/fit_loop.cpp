@@ -224,6 +224,7 @@ void FitLoop::poll_signals() {
 void FitLoop::snapshot_if_due() {
   const std::optional<int64_t> every = config_.snapshots.every_n_steps;
   if (!every) return;
+  if (progress_marker_) progress_marker_->record(progress_.global_step);
   // Once per optimizer step: a boundary inside an accumulation window holds gradients that no
   // checkpoint keeps, and its resume would not be exact.
   const int64_t step = progress_.global_step;
@@ -245,11 +246,11 @@ void FitLoop::inject_fault(FaultPoint point) {
   if (!fault_armed_ || fault->at != point) return;
   parts_.console.warn(fmt::format("VOLT_INJECT_FAULT: rank {} kills itself at {} of step {}.", fault->rank,
                                   to_string(point), progress_.global_step));
-  ::kill(::getpid(), SIGKILL);
+  die_of_injected_fault();
 }
 
 SnapshotStats FitLoop::finish_snapshots() {
-  checkpoints_.wait_for_snapshots();
+  checkpoints_.wait_for_writes();
   const SnapshotStats stats = checkpoints_.snapshot_stats();
   if (config_.snapshots.every_n_steps && (stats.saved > 0 || stats.skipped > 0)) {
     parts_.console.info(fmt::format(
@@ -380,6 +381,16 @@ void FitLoop::restore(const LoadedCheckpoint& checkpoint) {
   }
   resumed_from_ = checkpoint.path;
   parts_.console.info(fmt::format("Restored training state from {}: {}", checkpoint.path, fit_position(progress_)));
+  // What the failure cost: the step the failed attempt had reached, which its rank 0 recorded.
+  if (config_.restart_attempt > 0 && config_.snapshots.every_n_steps) {
+    const std::string marker = progress_marker_path(config_.checkpoints.hpc_checkpoint_dir);
+    if (const std::optional<int64_t> reached = read_progress_marker(marker);
+        reached && *reached >= progress_.global_step) {
+      parts_.console.info(fmt::format("Restart {}: the failed attempt had reached step {}; {} step{} lost.",
+                                      config_.restart_attempt, *reached, *reached - progress_.global_step,
+                                      *reached - progress_.global_step == 1 ? "" : "s"));
+    }
+  }
 }
 
 FitResult FitLoop::run() {
@@ -396,6 +407,9 @@ FitResult FitLoop::run() {
     module.on_fit_start();
     sanity_check();
     snapshot_checked_step_ = progress_.global_step;  // a resumed fit's first step is not due again
+    if (config_.snapshots.every_n_steps && config_.topology.is_global_zero()) {
+      progress_marker_.emplace(progress_marker_path(config_.checkpoints.hpc_checkpoint_dir));
+    }
     dispatch([](Callback& c, const CallbackContext& ctx, CallbackServices& s) { return c.on_train_start(ctx, s); }, {});
     module.on_train_start();
     while (!stop_.should_stop()) {
@@ -438,7 +452,9 @@ FitResult FitLoop::run() {
     prepare_metric_states(/*train_batch_end=*/false);
     checkpoints_.begin_train_end();
     dispatch([](Callback& c, const CallbackContext& ctx, CallbackServices& s) { return c.on_train_end(ctx, s); }, {});
-    // Said after the dispatch, which committed sharded saves: a resume from these files starts here.
+    // Said after the dispatch, which committed sharded saves, and once the writes in the background
+    // are done: a resume from these files starts here.
+    checkpoints_.wait_for_writes();
     for (const std::string& path : checkpoints_.end_train_end())
       parts_.console.info(fmt::format("Saved {} at {}", path, fit_position(progress_)));
     module.on_train_end();

@@ -11,6 +11,7 @@
 
 #include "volt/callbacks/callback.h"
 #include "volt/checkpoint/checkpointer.h"
+#include "volt/checkpoint/hpc_checkpoints.h"
 #include "volt/loops/fit_checkpoints.h"
 #include "volt/loops/fit_loop_config.h"
 #include "volt/loops/fit_result.h"
@@ -151,12 +152,13 @@ class FitLoop : public CallbackServices, private EpochHooks {
   TrainingEpochLoop epoch_loop_;
   ResultCollection val_results_;
   FitProgress progress_;
-  FitCheckpoints checkpoints_;         // reads progress_
-  std::string resumed_from_;           // the checkpoint restore() read, if any
-  int64_t loaders_epoch_ = 0;          // the epoch the current loaders were asked for at
-  bool past_first_epoch_ = false;      // whether this run's first epoch has started
-  int64_t snapshot_checked_step_ = 0;  // the global step snapshot_if_due last looked at
-  bool fault_armed_ = false;           // an injected fault's step has come: it strikes at its point
+  FitCheckpoints checkpoints_;                     // reads progress_
+  std::string resumed_from_;                       // the checkpoint restore() read, if any
+  int64_t loaders_epoch_ = 0;                      // the epoch the current loaders were asked for at
+  bool past_first_epoch_ = false;                  // whether this run's first epoch has started
+  int64_t snapshot_checked_step_ = 0;              // the global step snapshot_if_due last looked at
+  std::optional<ProgressMarker> progress_marker_;  // rank 0 with snapshots: the step reached
+  bool fault_armed_ = false;                       // an injected fault's step has come: it strikes at its point
   StopController stop_;
   struct LearningRateName {
     std::string name;

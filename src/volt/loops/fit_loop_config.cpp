@@ -20,7 +20,8 @@ FitLoopConfig fit_loop_config(const RunPlan& plan) {
       .checkpoints = {.state_dict_type = plan.state_dict_type,
                       .hpc_checkpoint_dir = plan.hpc_checkpoint_dir,
                       .hpc_checkpoints_to_keep = plan.hpc_checkpoints_to_keep,
-                      .snapshots_to_keep = plan.snapshots_to_keep},
+                      .snapshots_to_keep = plan.snapshots_to_keep,
+                      .async_checkpointing = plan.async_checkpointing},
       .snapshots = {.every_n_steps = plan.snapshot_every_n_steps, .skip_when_busy = plan.skip_snapshot_when_busy},
       .topology = plan.topology,
       .max_epochs = plan.max_epochs,
@@ -34,7 +35,8 @@ FitLoopConfig fit_loop_config(const RunPlan& plan) {
       .model_summary_max_depth = plan.model_summary_max_depth,
       .straggler_threshold = plan.straggler_threshold,
       .requeue = plan.requeue,
-      .fault = plan.fault};
+      .fault = plan.fault,
+      .restart_attempt = plan.restart_attempt};
 }
 
 int64_t accumulate_grad_batches(const std::vector<std::shared_ptr<Callback>>& callbacks, int64_t configured,

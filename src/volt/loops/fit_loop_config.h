@@ -62,6 +62,8 @@ struct FitLoopConfig {
   RequeuePolicy requeue;
   /// A fault to inject (VOLT_INJECT_FAULT), to prove that a restarted run recovers.
   std::optional<FaultInjection> fault;
+  /// Which attempt of a restarted run this is (0: the first).
+  int64_t restart_attempt = 0;
 };
 
 /// The fit loop's part of `plan` (a pure function).

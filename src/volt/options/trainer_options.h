@@ -356,6 +356,11 @@ struct TrainerOptions {
   /// (the step stalls, and a failure loses at most snapshot_every_n_steps steps); true skips it
   /// (counted in FitResult::snapshots_skipped).
   bool skip_snapshot_when_busy = false;
+  /// ModelCheckpoint's saves (and a callback's save_checkpoint) go through the snapshots'
+  /// background writer too: rank 0 copies the state to host memory and goes on, the file is
+  /// written behind it, and the checkpoints a save replaces are deleted after it. The end of fit
+  /// waits for the writes. Sharded checkpoints are written at once either way.
+  bool async_checkpointing = false;
   /// Under Volt's own launcher (one node, not torchrun, SLURM or MPI): this process supervises
   /// the run's processes instead of being rank 0; when one fails, it ends the others and starts
   /// them all again, up to this many times (torchrun's --max-restarts), and each resumes from the

@@ -494,6 +494,7 @@ RunPlan resolve_run_plan(const TrainerOptions& options, const Env& env, const Ma
   plan.snapshot_every_n_steps = options.snapshot_every_n_steps;
   plan.snapshots_to_keep = options.snapshots_to_keep;
   plan.skip_snapshot_when_busy = options.skip_snapshot_when_busy;
+  plan.async_checkpointing = options.async_checkpointing;
   plan.restart_attempt = restart_attempt(env);
   VOLT_CHECK(options.max_restarts >= 0, "max_restarts={} must be >= 0. HINT: use 0 for no restarts.",
              options.max_restarts);
@@ -649,6 +650,7 @@ std::string RunPlan::describe() const {
                            : fmt::format("off ({})", requeue.disabled_reason));
   line("checkpoint on SIGTERM", requeue.checkpoint_on_sigterm ? "yes" : "no");
   line("HPC checkpoints", fmt::format("{} (keep {})", hpc_checkpoint_dir, hpc_checkpoints_to_keep));
+  line("async checkpointing", async_checkpointing ? "yes" : "no");
   line("snapshots", snapshot_every_n_steps
                         ? fmt::format("every {} steps into {} (keep {}; {} when busy)", *snapshot_every_n_steps,
                                       hpc_checkpoint_dir, snapshots_to_keep, skip_snapshot_when_busy ? "skip" : "wait")

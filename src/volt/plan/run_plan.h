@@ -112,6 +112,7 @@ struct RunPlan {
   std::optional<int64_t> snapshot_every_n_steps;
   int64_t snapshots_to_keep = 2;         ///< snapshots kept after each one completes
   bool skip_snapshot_when_busy = false;  ///< skip a snapshot due while the previous is being written
+  bool async_checkpointing = false;      ///< ModelCheckpoint's saves written in the background too
   int64_t restart_attempt = 0;           ///< which attempt of a restarted run this is (restart_attempt)
   int64_t max_restarts = 0;              ///< restarts of a failed group (Volt's own launcher)
   /// This process only supervises the run's processes (max_restarts > 0 under Volt's own

@@ -100,5 +100,42 @@ TEST_F(SnapshotTest, ASnapshotDueWhileThePreviousIsStillBeingWrittenIsSkippedWhe
   EXPECT_EQ(static_cast<int64_t>(steps.size()), result.snapshots.saved) << "fit waits for the last write";
 }
 
+/// Every checkpoint file in `dir` with the tensors of its state_dict.
+std::map<std::string, std::map<std::string, torch::Tensor>> checkpoints_in(const fs::path& dir) {
+  std::map<std::string, std::map<std::string, torch::Tensor>> found;
+  for (const auto& entry : fs::directory_iterator(dir)) {
+    const c10::IValue checkpoint = load_checkpoint_file(entry.path().string());
+    auto& tensors = found[entry.path().filename().string()];
+    for (const auto& item : checkpoint.toGenericDict().at("state_dict").toGenericDict())
+      tensors[item.key().toStringRef()] = item.value().toTensor();
+  }
+  return found;
+}
+
+TEST_F(SnapshotTest, AsyncCheckpointingWritesWhatSynchronousSavesWriteAndRemovesTheSameFiles) {
+  std::map<std::string, std::map<std::string, torch::Tensor>> written[2];
+  for (const bool async : {false, true}) {
+    const fs::path dir = root_ / (async ? "async" : "sync");
+    // Every 3 steps, the 2 best by training loss and last.ckpt: saves, replacements and removals.
+    auto checkpoint = std::make_shared<ModelCheckpoint>(ModelCheckpointOptions{.dirpath = dir.string(),
+                                                                               .monitor = "train/loss",
+                                                                               .save_top_k = 2,
+                                                                               .save_last = true,
+                                                                               .every_n_train_steps = 3});
+    TrainerOptions options{.max_epochs = 2, .seed = 1, .callbacks = {checkpoint}};
+    options.async_checkpointing = async;
+    auto module = make_module({.train_size = 40, .dropout = 0.3, .optimizer = Optim::kAdam, .lr = 0.01});
+    const FitResult result = make_trainer(options).fit(*module);
+    EXPECT_EQ(result.global_step, 20);
+    written[async] = checkpoints_in(dir);  // complete when fit returns
+  }
+  ASSERT_EQ(written[0].size(), 3u) << "the 2 best and last.ckpt";
+  ASSERT_EQ(written[1].size(), written[0].size());
+  for (const auto& [name, tensors] : written[0]) {
+    ASSERT_EQ(written[1].count(name), 1u) << name;
+    EXPECT_TRUE(bit_identical(written[1].at(name), tensors)) << name;
+  }
+}
+
 }  // namespace
 }  // namespace volt

@@ -127,7 +127,15 @@ Strategy& Trainer::strategy() {
       "is true.",
       plan_.max_restarts);
   // Made by the first stage that needs it, so a Trainer that never runs one picks no port.
-  if (!strategy_) strategy_ = make_strategy(plan_, env_, rank_console());
+  if (!strategy_) {
+    // An injected fault that strikes before this rank joins: the others wait for it in vain.
+    if (plan_.fault && plan_.fault->at == FaultPoint::kRendezvous && plan_.fault->rank == plan_.topology.global_rank) {
+      rank_console()->warn(
+          fmt::format("VOLT_INJECT_FAULT: rank {} kills itself before joining the process group.", plan_.fault->rank));
+      die_of_injected_fault();
+    }
+    strategy_ = make_strategy(plan_, env_, rank_console());
+  }
   return *strategy_;
 }
 
