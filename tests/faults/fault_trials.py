@@ -13,7 +13,7 @@ process behind; a trial that runs past its deadline is a hang.
 Prints one line per trial and a table per strategy: trials bit-identical, hangs, corrupt snapshots,
 the median and worst time from the kill to the first step of the restarted run, and the steps lost
 per failure (as the restarted run reports it: the step the failed attempt had reached minus the
-step it resumed at; at most the snapshot interval).
+step it resumed at; at most the interval, or two when rank 0 dies while writing a snapshot).
 Exits 1 when any trial failed.
 
 Needs VOLT_EXAMPLE and VOLT_GPT_EXAMPLE (the example binaries; ctest sets them), Fashion-MNIST

@@ -353,8 +353,8 @@ struct TrainerOptions {
   /// Snapshots kept; older ones are deleted once a newer one is complete (>= 1).
   int64_t snapshots_to_keep = 2;
   /// A snapshot that comes due while the previous one is still being written: false waits for it
-  /// (the step stalls, and a failure loses at most snapshot_every_n_steps steps); true skips it
-  /// (counted in FitResult::snapshots_skipped).
+  /// (the step stalls; docs/failures.md says how many steps a failure can lose); true skips it
+  /// (counted in FitResult::snapshots.skipped).
   bool skip_snapshot_when_busy = false;
   /// ModelCheckpoint's saves (and a callback's save_checkpoint) go through the snapshots'
   /// background writer too: rank 0 copies the state to host memory and goes on, the file is
