@@ -19,7 +19,7 @@ import pytest
 import torch
 
 from volt_e2e import (assert_clean_exit, assert_ok, example_binary, load_checkpoint, merge_flags, read_metrics_csv,
-                      run_binary)
+                      run_binary, write_sentences)
 from volt_testkit import import_from
 
 PREPARE = Path(__file__).resolve().parents[2] / "scripts" / "prepare-text-corpus.py"
@@ -38,13 +38,8 @@ def gpt():
 
 @pytest.fixture(scope="module")
 def text(tmp_path_factory):
-    """22 KB of sentences over a 23-word vocabulary: enough structure to learn in 20 steps."""
-    rng = random.Random(0)
-    words = ("the quick brown fox jumps over the lazy dog while a small cat sleeps in the warm sun near an old red "
-             "barn").split()
-    path = tmp_path_factory.mktemp("text") / "text.txt"
-    path.write_text("".join(" ".join(rng.choice(words) for _ in range(12)) + ".\n" for _ in range(400)))
-    return path
+    """The GPT's test text (volt_e2e.write_sentences)."""
+    return write_sentences(tmp_path_factory.mktemp("text") / "text.txt")
 
 
 @pytest.fixture(scope="module")

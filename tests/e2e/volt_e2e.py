@@ -90,6 +90,18 @@ def run_binary(binary, args, root=None, timeout=180, env=None):
     return Run(full, root, proc, time.monotonic() - start)
 
 
+def write_sentences(path):
+    """22 KB of sentences over a 23-word vocabulary (the GPT example's test text): enough structure to
+    learn in 20 steps. Returns `path`."""
+    import random
+
+    rng = random.Random(0)
+    words = ("the quick brown fox jumps over the lazy dog while a small cat sleeps in the warm sun near an old red "
+             "barn").split()
+    path.write_text("".join(" ".join(rng.choice(words) for _ in range(12)) + ".\n" for _ in range(400)))
+    return path
+
+
 def cluster_free_env(**extra):
     """This environment without any launcher's variables (SLURM, MPI, torchrun), plus `extra`."""
     env = {k: v for k, v in os.environ.items()

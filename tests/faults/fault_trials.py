@@ -37,7 +37,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "e2e"))
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from volt_e2e import cluster_free_env, load_checkpoint  # noqa: E402
+from volt_e2e import cluster_free_env, load_checkpoint, write_sentences  # noqa: E402
 
 SNAPSHOT_EVERY = 4
 MLP = ["--model", "mlp", "--max-epochs", "1", "--limit-train-batches", "24", "--limit-val-batches", "3",
@@ -60,16 +60,6 @@ STRATEGIES = {
 # The pipeline's checkpoints add the partition it ran; it is no parameter.
 NOT_PARAMETERS = {"transformer.pipe.balance"}
 TRIAL_TIMEOUT = 180
-
-
-def text_corpus(folder):
-    """The GPT example's text: 400 sentences over a small vocabulary (as tests/e2e/test_gpt.py)."""
-    rng = random.Random(0)
-    words = ("the quick brown fox jumps over the lazy dog while a small cat sleeps in the warm sun near an old red "
-             "barn").split()
-    path = folder / "text.txt"
-    path.write_text("".join(" ".join(rng.choice(words) for _ in range(12)) + ".\n" for _ in range(400)))
-    return path
 
 
 def command(name, root, text):
@@ -200,7 +190,7 @@ def main():
     failed = False
     with tempfile.TemporaryDirectory(prefix="volt-faults-") as tmp:
         workdir = Path(tmp)
-        text = text_corpus(workdir)
+        text = write_sentences(workdir / "text.txt")
         for name in names:
             ref_root = workdir / f"{name}-reference"
             ref_root.mkdir()

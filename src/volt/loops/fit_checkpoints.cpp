@@ -1,16 +1,13 @@
 #include "volt/loops/fit_checkpoints.h"
 
-#include <signal.h>
-#include <unistd.h>
-
 #include <algorithm>
 #include <chrono>
-#include <fstream>
 
 #include "volt/checkpoint/async_writer.h"
 #include "volt/checkpoint/hpc_checkpoints.h"
 #include "volt/core/console.h"
 #include "volt/core/error.h"
+#include "volt/environments/restarts.h"
 #include "volt/loops/metric_router.h"
 #include "volt/loops/sharded_commit_plan.h"
 #include "volt/metrics/metric.h"
@@ -40,9 +37,8 @@ AsyncWriter& FitCheckpoints::writer() {
 }
 
 void FitCheckpoints::save_in_background(const c10::IValue& checkpoint, const std::string& path) {
-  // The write before it is done once submit returns; loggers hear of its file only now.
-  writer().wait();
-  announce_written();
+  // Loggers hear of the file before it once that is complete.
+  wait_for_writes();
   writer().submit([this, copy = host_copy(checkpoint), path] { checkpointer_.io().save(copy, path); });
   written_unannounced_.push_back(path);
 }
@@ -219,8 +215,7 @@ bool FitCheckpoints::save_snapshot(bool skip_when_busy, bool die_mid_write) {
       for (const std::string& old : snapshots_to_prune(dir, keep)) checkpointer_.remove(old);
   } else if (writes) {
     // The copy goes into the buffers the previous snapshot's write reads: it must be done.
-    writer().wait();
-    announce_written();
+    wait_for_writes();
     const auto start = std::chrono::steady_clock::now();
     const std::string path = next_path();
     std::optional<StateDict> local;
@@ -231,11 +226,12 @@ bool FitCheckpoints::save_snapshot(bool skip_when_busy, bool die_mid_write) {
     // more, never none.
     writer().submit([this, copy = std::move(copy), path, dir, keep, die_mid_write] {
       if (die_mid_write) {
-        // What a kill in the middle of write_file_atomically leaves: half a temporary file.
+        // Killed half-way through the real atomic write: what it leaves is its own temporary file.
         const std::vector<char> bytes = save_to_bytes(copy);
-        std::ofstream(path + ".tmp." + std::to_string(::getpid()), std::ios::binary)
-            .write(bytes.data(), static_cast<std::streamsize>(bytes.size() / 2));
-        ::kill(::getpid(), SIGKILL);
+        write_file_atomically(path, [&bytes](const ByteSink& sink) {
+          sink(bytes.data(), bytes.size() / 2);
+          die_of_injected_fault();
+        });
       }
       checkpointer_.io().save(copy, path);
       for (const std::string& old : snapshots_to_prune(dir, keep)) checkpointer_.remove(old);
