@@ -8,6 +8,7 @@ it. Either way the README's commands need no extra variables, and every layout e
 parameters as Volt's own launcher: same ranks, same shards, same steps.
 """
 import os
+import re
 import subprocess
 import sys
 import time
@@ -167,9 +168,13 @@ def test_a_killed_rank_restarts_from_the_newest_snapshot_and_ends_bit_identical(
     resumed = [line for line in out.splitlines() if "Resuming from snapshot" in line]
     assert resumed, out[-6000:]
     assert "snapshot_2.ckpt" in resumed[0], resumed  # step 10's: 15's was never complete
-    reached = {"rank=1,step=12": 12, "rank=0,step=15,at=snapshot": 15}[fault]
-    assert f"Restart 1: the failed attempt had reached step {reached}; {reached - 10} steps lost." in out, \
-        out[-6000:]
+    # The step the failed attempt had reached: 12 for the kill at a step's end; for the kill inside the
+    # writer thread, 15 or a later step (the training thread goes on while the snapshot is written).
+    match = re.search(r"Restart 1: the failed attempt had reached step (\d+); (\d+) steps lost\.", out)
+    assert match, out[-6000:]
+    reached, lost = int(match.group(1)), int(match.group(2))
+    assert (reached == 12) if "step=12" in fault else (15 <= reached <= 20), match.group(0)
+    assert lost == reached - 10, match.group(0)
     if "at=snapshot" in fault:
         assert glob.glob(str(tmp_path / "snapshot_3.ckpt.tmp.*")), "the half-written file the kill left"
     assert "stopped: max_epochs after 1 epoch" in out, out[-6000:]
