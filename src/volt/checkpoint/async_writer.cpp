@@ -1,8 +1,12 @@
 #include "volt/checkpoint/async_writer.h"
 
 #include <ATen/ATen.h>
+#include <c10/core/Event.h>
+#include <c10/core/impl/VirtualGuardImpl.h>
 
+#include <algorithm>
 #include <chrono>
+#include <thread>
 #include <utility>
 
 namespace volt {
@@ -48,24 +52,62 @@ c10::IValue host_copy(const c10::IValue& value) {
   return rebuild(value, [](const at::Tensor& t) { return t.device().is_cpu() ? t.clone() : t.to(at::kCPU); });
 }
 
+struct HostBuffers::Pending {
+  std::vector<c10::Event> events;
+};
+
+HostBuffers::HostBuffers() : pending_(std::make_unique<Pending>()) {}
+
+HostBuffers::~HostBuffers() {
+  // Pinned memory a copy still writes into must outlive it.
+  wait_copied();
+}
+
 c10::IValue HostBuffers::copy(const c10::IValue& value) {
+  wait_copied();  // the previous copy's buffers are reused below
   size_t next = 0;
   std::vector<at::Tensor> used;
+  std::vector<bool> pinned;
+  std::vector<c10::Device> devices;
   c10::IValue copy = rebuild(value, [&](const at::Tensor& t) {
     const size_t i = next++;
     at::Tensor buffer;
-    if (i < buffers_.size() && buffers_[i].sizes() == t.sizes() && buffers_[i].scalar_type() == t.scalar_type()) {
+    const bool on_device = !t.device().is_cpu();
+    // (Whether a buffer is pinned is remembered: Tensor::is_pinned asks the CUDA hooks, which a
+    // CPU build of LibTorch 1.13 lacks.)
+    if (i < buffers_.size() && buffers_[i].sizes() == t.sizes() && buffers_[i].scalar_type() == t.scalar_type() &&
+        pinned_[i] == on_device) {
       buffer = buffers_[i];
     } else {
-      // Pinned host memory takes a GPU's copy at full speed.
-      buffer = at::empty(t.sizes(), at::TensorOptions().dtype(t.scalar_type()).pinned_memory(!t.device().is_cpu()));
+      // Pinned host memory takes a GPU's copy at full speed, and without blocking.
+      buffer = at::empty(t.sizes(), at::TensorOptions().dtype(t.scalar_type()).pinned_memory(on_device));
     }
-    buffer.copy_(t);
+    buffer.copy_(t, /*non_blocking=*/on_device);
+    if (on_device && std::find(devices.begin(), devices.end(), t.device()) == devices.end())
+      devices.push_back(t.device());
     used.push_back(buffer);
+    pinned.push_back(on_device);
     return buffer;
   });
   buffers_ = std::move(used);
+  pinned_ = std::move(pinned);
+  for (const c10::Device& device : devices) {
+    // After the copies on the stream they were queued on.
+    const c10::impl::VirtualGuardImpl guard(device.type());
+    c10::Event event(device.type());
+    event.record(guard.getStream(device));
+    pending_->events.push_back(std::move(event));
+  }
   return copy;
+}
+
+void HostBuffers::wait_copied() {
+  // c10::Event has no blocking wait in every LibTorch this builds against (1.13 has only query);
+  // the writer thread polls, which costs the training thread nothing.
+  for (const c10::Event& event : pending_->events) {
+    while (!event.query()) std::this_thread::sleep_for(std::chrono::microseconds(200));
+  }
+  pending_->events.clear();
 }
 
 int64_t HostBuffers::bytes() const {

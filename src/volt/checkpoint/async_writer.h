@@ -9,6 +9,7 @@
 #include <deque>
 #include <exception>
 #include <functional>
+#include <memory>
 #include <mutex>
 #include <optional>
 #include <thread>
@@ -24,18 +25,34 @@ c10::IValue host_copy(const c10::IValue& value);
 /// Host memory that one snapshot after another is copied into. A fresh copy of a large state
 /// spends most of its time faulting in new pages; writing into the buffers of the previous
 /// snapshot (same tensors in the same order, as a training state is from step to step) is a plain
-/// copy. Tensors on a GPU go to pinned buffers. The caller must not copy while a write of the
-/// previous copy is still reading the buffers (AsyncWriter::wait first).
+/// copy. Tensors on a GPU go to pinned buffers, copied without blocking: the copies are queued on
+/// the device's current stream (training's next kernels queue behind them, so they read the
+/// state of this step), and an event recorded after them tells the writer when the buffers are
+/// complete. The caller must not copy while a write of the previous copy is still reading the
+/// buffers (AsyncWriter::wait first).
 class HostBuffers {
  public:
+  HostBuffers();
+  ~HostBuffers();
+  HostBuffers(const HostBuffers&) = delete;
+  HostBuffers& operator=(const HostBuffers&) = delete;
+
   /// A copy of `value` as host_copy makes it, whose tensors are this object's buffers: the i-th
   /// tensor reuses the i-th buffer of the previous copy when its size and dtype are the same.
+  /// Tensors on a GPU may still be on their way when it returns: wait_copied() before reading.
   c10::IValue copy(const c10::IValue& value);
+  /// Blocks until the device-to-host copies of the last copy() are complete (at once when every
+  /// tensor was on the CPU). Any thread; the writer calls it before it serializes.
+  void wait_copied();
   /// Bytes held in buffers.
   int64_t bytes() const;
 
  private:
   std::vector<at::Tensor> buffers_;
+  std::vector<bool> pinned_;  // whether buffers_[i] is pinned (it took a GPU tensor's copy)
+  // One event per device whose tensors were copied without blocking (opaque: c10::Event).
+  struct Pending;
+  std::unique_ptr<Pending> pending_;
 };
 
 /// What an AsyncWriter has done so far.

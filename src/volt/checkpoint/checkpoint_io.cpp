@@ -346,8 +346,16 @@ c10::IValue load_checkpoint_file(const std::string& path) {
   return open_and_read([&] { return std::make_unique<caffe2::serialize::PyTorchStreamReader>(path); }, what);
 }
 
+void CheckpointIO::save_bytes(const std::vector<char>& bytes, const std::string& path) {
+  save(load_from_bytes(bytes, path), path);
+}
+
 void TorchCheckpointIO::save(const c10::IValue& checkpoint, const std::string& path) {
   save_checkpoint_file(checkpoint, path);
+}
+
+void TorchCheckpointIO::save_bytes(const std::vector<char>& bytes, const std::string& path) {
+  write_file_atomically(path, [&](const ByteSink& sink) { sink(bytes.data(), bytes.size()); });
 }
 
 c10::IValue TorchCheckpointIO::load(const std::string& path) { return load_checkpoint_file(path); }
@@ -384,6 +392,11 @@ void InMemoryCheckpointIO::save(const c10::IValue& checkpoint, const std::string
   std::vector<char> bytes = save_to_bytes(checkpoint);
   const std::lock_guard<std::mutex> lock(mutex_);
   files_[path] = std::move(bytes);
+}
+
+void InMemoryCheckpointIO::save_bytes(const std::vector<char>& bytes, const std::string& path) {
+  const std::lock_guard<std::mutex> lock(mutex_);
+  files_[path] = bytes;
 }
 
 c10::IValue InMemoryCheckpointIO::load(const std::string& path) {

@@ -64,6 +64,10 @@ class CheckpointIO {
   /// Stores `checkpoint` under `path`, replacing what was there.
   virtual void save(const c10::IValue& checkpoint, const std::string& path) = 0;
 
+  /// Stores a checkpoint already serialized (save_to_bytes) under `path`: a snapshot serialized
+  /// once for its memory tier and its file. The default parses the bytes and calls save.
+  virtual void save_bytes(const std::vector<char>& bytes, const std::string& path);
+
   /// Loads the checkpoint stored under `path`; throws volt::CheckpointError if it can't.
   virtual c10::IValue load(const std::string& path) = 0;
 
@@ -84,6 +88,9 @@ class TorchCheckpointIO : public CheckpointIO {
   /// Writes `checkpoint` to the file `path` (see save_checkpoint_file).
   void save(const c10::IValue& checkpoint, const std::string& path) override;
 
+  /// Writes `bytes` to the file `path` atomically, as they are.
+  void save_bytes(const std::vector<char>& bytes, const std::string& path) override;
+
   /// Reads the file `path` (see load_checkpoint_file).
   c10::IValue load(const std::string& path) override;
 
@@ -103,6 +110,9 @@ class InMemoryCheckpointIO : public CheckpointIO {
  public:
   /// Serializes `checkpoint` and keeps its bytes under `path`.
   void save(const c10::IValue& checkpoint, const std::string& path) override;
+
+  /// Keeps `bytes` under `path`.
+  void save_bytes(const std::vector<char>& bytes, const std::string& path) override;
 
   /// Parses the bytes kept under `path`; throws volt::CheckpointError if there are none.
   c10::IValue load(const std::string& path) override;

@@ -4,6 +4,7 @@
 #include <cctype>
 #include <filesystem>
 
+#include "volt/base/collectives.h"
 #include "volt/checkpoint/hpc_checkpoints.h"
 #include "volt/checkpoint/sharded_checkpoint.h"
 #include "volt/core/console.h"
@@ -120,18 +121,69 @@ std::string Checkpointer::resolve(const std::string& requested, const LastCheckp
   return requested;
 }
 
-std::optional<LoadedCheckpoint> Checkpointer::newest_resume_checkpoint(const std::string& dir, Console& console) const {
-  // Saves are atomic, so a job killed while saving leaves at worst a temporary file; a file can
-  // still be cut short by a full disk or a copy: fall back to the previous one.
-  for (const std::string& path : list_resume_checkpoints(dir)) {
+std::optional<LoadedCheckpoint> Checkpointer::newest_resume_checkpoint(const std::string& dir,
+                                                                       const std::string& memory_dir,
+                                                                       Collectives& collectives,
+                                                                       Console& console) const {
+  struct Candidate {
+    int64_t number;
+    std::string path;
+    bool in_memory;
+  };
+  std::vector<Candidate> candidates;
+  for (const std::string& path : list_resume_checkpoints(dir))
+    candidates.push_back({resume_checkpoint_number(path).value_or(0), path, false});
+  if (!memory_dir.empty()) {
+    for (const std::string& path : list_snapshots(memory_dir))
+      candidates.push_back({resume_checkpoint_number(path).value_or(0), path, true});
+  }
+  // Newest first; of one number, an HPC checkpoint (saved after the snapshot it outnumbers), then
+  // the memory tier's copy of a snapshot, then the snapshot's file.
+  const auto order = [](const Candidate& c) { return !is_snapshot_path(c.path) ? 0 : c.in_memory ? 1 : 2; };
+  std::stable_sort(candidates.begin(), candidates.end(), [&](const Candidate& a, const Candidate& b) {
+    return a.number != b.number ? a.number > b.number : order(a) < order(b);
+  });
+  std::optional<LoadedCheckpoint> found;
+  int64_t number = 0;
+  for (const Candidate& candidate : candidates) {
+    // Saves are atomic, so a job killed while saving leaves at worst a temporary file; a file can
+    // still be cut short by a full disk or a copy: fall back to the previous one.
     try {
-      return LoadedCheckpoint{path, io_->load(path)};
+      found = candidate.in_memory
+                  ? LoadedCheckpoint{candidate.path, load_checkpoint_file(candidate.path), "node-local shared memory"}
+                  : LoadedCheckpoint{candidate.path, io_->load(candidate.path), ""};
+      number = candidate.number;
+      break;
     } catch (const std::exception& e) {
       console.warn(fmt::format("{} {} is unreadable; trying the previous one. ({})",
-                               is_snapshot_path(path) ? "Snapshot" : "HPC checkpoint", path, e.what()));
+                               !is_snapshot_path(candidate.path) ? "HPC checkpoint"
+                               : candidate.in_memory             ? "The memory tier's snapshot"
+                                                                 : "Snapshot",
+                               candidate.path, e.what()));
     }
   }
-  return std::nullopt;
+  const int64_t world = collectives.world_size();
+  if (world == 1) return found;
+  // Every process must resume from the same step. A process on a node whose shared memory lacks
+  // the newest snapshot (its file cut short, or the folder not shared) takes a peer's copy.
+  const auto newest = static_cast<int64_t>(collectives.all_reduce(static_cast<double>(number), Reduce::kMax));
+  if (newest == 0) return std::nullopt;
+  const bool has = number == newest;
+  const auto sender =
+      static_cast<int64_t>(collectives.all_reduce(static_cast<double>(has ? collectives.rank() : world), Reduce::kMin));
+  if (collectives.all_reduce(has ? 1.0 : 0.0, Reduce::kMin) > 0.5) return found;
+  std::string bytes;
+  if (collectives.rank() == sender) {
+    const std::vector<char> serialized = save_to_bytes(found->value);
+    bytes.assign(serialized.begin(), serialized.end());
+  }
+  const std::vector<std::string> paths = collectives.all_gather_bytes(has ? found->path : std::string());
+  const std::vector<std::string> sent = collectives.all_gather_bytes(bytes);
+  if (has) return found;
+  const std::string& path = paths[static_cast<size_t>(sender)];
+  const std::string& received = sent[static_cast<size_t>(sender)];
+  return LoadedCheckpoint{path, load_from_bytes(std::vector<char>(received.begin(), received.end()), path),
+                          fmt::format("received from rank {}", sender)};
 }
 
 std::string Checkpointer::save_hpc_checkpoint(const TrainingParts& parts, const FitProgress& progress,

@@ -13,6 +13,7 @@
 
 namespace volt {
 
+class Collectives;
 class Console;
 
 /// Where ckpt_path="last" looks when the Trainer has not saved a checkpoint itself.
@@ -43,6 +44,9 @@ struct LoadedCheckpoint {
   std::string path;
   /// Its contents.
   c10::IValue value;
+  /// Where it was read, when not from `path` on this process's file system: "node-local shared
+  /// memory" (the snapshots' memory tier) or "received from rank R" (a peer's copy); "" otherwise.
+  std::string source;
 };
 
 /// Assembles and restores checkpoints through a CheckpointIO (atomic files by default).
@@ -74,9 +78,14 @@ class Checkpointer {
   /// and "" when there is none), and a path must exist.
   std::string resolve(const std::string& requested, const LastCheckpointSearch& search, Console& console) const;
 
-  /// The newest readable HPC checkpoint or snapshot in `dir` (list_resume_checkpoints): a file
-  /// cut short (a full disk, a copy) is skipped with a warning and the one before it is tried.
-  std::optional<LoadedCheckpoint> newest_resume_checkpoint(const std::string& dir, Console& console) const;
+  /// Collective: what a run that starts again resumes from, the same on every process. Each
+  /// process reads its newest readable HPC checkpoint or snapshot in `dir` (a file cut short, by
+  /// a full disk or a copy, is skipped with a warning and the one before it tried), where the
+  /// memory tier `memory_dir` ("" none; snapshot_memory.h) stands in for a snapshot file of the
+  /// same number (same bytes, no file system) or one a crash cut short. The highest number any
+  /// process found wins; a process without it receives it from the lowest rank that has it.
+  std::optional<LoadedCheckpoint> newest_resume_checkpoint(const std::string& dir, const std::string& memory_dir,
+                                                           Collectives& collectives, Console& console) const;
   /// Saves the next hpc_ckpt_<N>.ckpt in `dir` and deletes all but the newest `keep`, only after
   /// the new file is complete (a kill in between leaves one more, never none). Returns its path.
   std::string save_hpc_checkpoint(const TrainingParts& parts, const FitProgress& progress, const std::string& dir,

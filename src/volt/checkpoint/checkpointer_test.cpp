@@ -5,7 +5,10 @@
 #include <chrono>
 #include <filesystem>
 #include <fstream>
+#include <thread>
 
+#include "volt/base/testing_collectives.h"
+#include "volt/checkpoint/hpc_checkpoints.h"
 #include "volt/core/console.h"
 #include "volt/core/error.h"
 
@@ -96,6 +99,100 @@ TEST(Checkpointer, ResolveLastWithNothingSavedWarnsAndStartsFresh) {
   EXPECT_EQ(checkpointer.resolve("last", {.root_dir = "/nonexistent/volt"}, console), "");
   ASSERT_EQ(console.warnings.size(), 1u);
   EXPECT_NE(console.warnings[0].find("starting from scratch"), std::string::npos);
+}
+
+/// Resume candidates written as real checkpoint files: each holds {"n": its number, "where": ...}.
+class ResumeCheckpointTest : public LastCheckpointTest {
+ protected:
+  std::string dir() const { return (root_ / "run").string(); }
+  std::string memory(const std::string& node = "node0") const { return (root_ / "shm" / node).string(); }
+  static void write(const std::string& path, int64_t n, const std::string& where) {
+    fs::create_directories(fs::path(path).parent_path());
+    c10::impl::GenericDict value(c10::StringType::get(), c10::AnyType::get());
+    value.insert("n", n);
+    value.insert("where", where);
+    save_checkpoint_file(value, path);
+  }
+  static std::string where(const LoadedCheckpoint& loaded) {
+    return loaded.value.toGenericDict().at("where").toStringRef();
+  }
+  Checkpointer checkpointer_{std::make_shared<TorchCheckpointIO>()};
+};
+
+TEST_F(ResumeCheckpointTest, OfOneNumberTheHpcCheckpointThenTheMemoryTierThenTheFileIsRead) {
+  RecordingConsole console;
+  write(snapshot_path(dir(), 4), 4, "file");
+  write(snapshot_path(memory(), 4), 4, "memory");
+  auto found = checkpointer_.newest_resume_checkpoint(dir(), memory(), local_collectives(), console);
+  ASSERT_TRUE(found);
+  EXPECT_EQ(where(*found), "memory");
+  EXPECT_EQ(found->path, snapshot_path(memory(), 4));
+  EXPECT_EQ(found->source, "node-local shared memory");
+  // A file cut short by a crash: the memory tier's newer snapshot still counts.
+  write(snapshot_path(memory(), 5), 5, "memory");
+  found = checkpointer_.newest_resume_checkpoint(dir(), memory(), local_collectives(), console);
+  EXPECT_EQ(found->path, snapshot_path(memory(), 5));
+  // An HPC checkpoint of the same number was saved after the snapshot.
+  write((fs::path(dir()) / "hpc_ckpt_5.ckpt").string(), 5, "hpc");
+  found = checkpointer_.newest_resume_checkpoint(dir(), memory(), local_collectives(), console);
+  EXPECT_EQ(where(*found), "hpc");
+  EXPECT_EQ(found->source, "");
+  // Without a tier: the files only.
+  found = checkpointer_.newest_resume_checkpoint(dir(), "", local_collectives(), console);
+  EXPECT_EQ(where(*found), "hpc");
+  EXPECT_TRUE(console.warnings.empty());
+}
+
+TEST_F(ResumeCheckpointTest, AnUnreadableMemorySnapshotFallsBackToTheFilesWithAWarning) {
+  RecordingConsole console;
+  write(snapshot_path(dir(), 3), 3, "file");
+  fs::create_directories(memory());
+  std::ofstream(snapshot_path(memory(), 4)) << "not a checkpoint";
+  const auto found = checkpointer_.newest_resume_checkpoint(dir(), memory(), local_collectives(), console);
+  ASSERT_TRUE(found);
+  EXPECT_EQ(where(*found), "file");
+  ASSERT_EQ(console.warnings.size(), 1u);
+  EXPECT_NE(console.warnings[0].find("memory tier"), std::string::npos) << console.warnings[0];
+}
+
+TEST_F(ResumeCheckpointTest, EveryProcessResumesFromTheNewestAnyFoundAndTakesAPeersCopyWhenItsNodeLacksIt) {
+  // Rank 0's node kept snapshot 5 in memory (its file was cut short); rank 1's node has no tier.
+  write(snapshot_path(dir(), 4), 4, "file");
+  write(snapshot_path(memory("node0"), 5), 5, "memory of node 0");
+  testing::ThreadGroup group(2);
+  std::optional<LoadedCheckpoint> found[2];
+  std::vector<std::thread> ranks;
+  for (int64_t rank = 0; rank < 2; ++rank) {
+    ranks.emplace_back([&, rank] {
+      testing::ThreadCollectives collectives(group, rank);
+      RecordingConsole console;
+      found[rank] =
+          checkpointer_.newest_resume_checkpoint(dir(), memory(rank == 0 ? "node0" : "node1"), collectives, console);
+    });
+  }
+  for (std::thread& rank : ranks) rank.join();
+  ASSERT_TRUE(found[0] && found[1]);
+  EXPECT_EQ(where(*found[0]), "memory of node 0");
+  EXPECT_EQ(found[0]->source, "node-local shared memory");
+  EXPECT_EQ(where(*found[1]), "memory of node 0");
+  EXPECT_EQ(found[1]->source, "received from rank 0");
+  EXPECT_EQ(found[1]->path, snapshot_path(memory("node0"), 5));
+}
+
+TEST_F(ResumeCheckpointTest, WhenNoProcessFoundOneNoneResumes) {
+  testing::ThreadGroup group(2);
+  std::optional<LoadedCheckpoint> found[2] = {LoadedCheckpoint{}, LoadedCheckpoint{}};
+  std::vector<std::thread> ranks;
+  for (int64_t rank = 0; rank < 2; ++rank) {
+    ranks.emplace_back([&, rank] {
+      testing::ThreadCollectives collectives(group, rank);
+      RecordingConsole console;
+      found[rank] = checkpointer_.newest_resume_checkpoint(dir(), memory(), collectives, console);
+    });
+  }
+  for (std::thread& rank : ranks) rank.join();
+  EXPECT_FALSE(found[0]);
+  EXPECT_FALSE(found[1]);
 }
 
 }  // namespace

@@ -4,10 +4,12 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cctype>
 #include <cerrno>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <random>
 #include <utility>
 
 #include "volt/core/error.h"
@@ -81,6 +83,14 @@ bool is_snapshot_path(const std::string& path) {
   return number_of(fs::path(path).filename().string(), kSnapshotPrefix) >= 0;
 }
 
+std::optional<int64_t> resume_checkpoint_number(const std::string& path) {
+  const std::string name = fs::path(path).filename().string();
+  for (const char* prefix : {kHpcPrefix, kSnapshotPrefix}) {
+    if (const long long n = number_of(name, prefix); n >= 0) return n;
+  }
+  return std::nullopt;
+}
+
 int64_t next_resume_checkpoint_number(const std::string& dir) {
   const auto found = numbered(dir, {kHpcPrefix, kSnapshotPrefix});
   return found.empty() ? 1 : found.front().first + 1;
@@ -104,15 +114,33 @@ std::vector<std::string> snapshots_to_prune(const std::string& dir, int64_t keep
 
 std::string progress_marker_path(const std::string& dir) { return (fs::path(dir) / "volt-progress").string(); }
 
+namespace {
+
+/// The marker's first line: the step, fixed width, so a rewrite replaces the whole line and a
+/// reader never sees two steps mixed.
+std::string marker_step_line(int64_t step) { return fmt::format("{:020d}\n", step); }
+
+constexpr size_t kTokenLength = 16;
+
+}  // namespace
+
 ProgressMarker::ProgressMarker(const std::string& path) {
   std::error_code ec;
   fs::create_directories(fs::path(path).parent_path(), ec);
+  const bool had_token = read_progress_marker_token(path).has_value();
   fd_ = ::open(path.c_str(), O_WRONLY | O_CREAT | O_CLOEXEC, 0644);
   if (fd_ < 0) {
     throw CheckpointError(
         fmt::format("cannot open the progress marker {}: {}. HINT: check that the folder (the "
                     "hpc_checkpoint_dir) is writable.",
                     path, std::strerror(errno)));
+  }
+  if (!had_token) {
+    // A new run in this folder (or a marker from before tokens): a token no earlier run had.
+    std::random_device random;
+    const uint64_t token = (static_cast<uint64_t>(random()) << 32) ^ random();
+    const std::string lines = marker_step_line(0) + fmt::format("{:016x}\n", token);
+    [[maybe_unused]] const ssize_t written = ::pwrite(fd_, lines.data(), lines.size(), 0);
   }
 }
 
@@ -121,8 +149,7 @@ ProgressMarker::~ProgressMarker() {
 }
 
 void ProgressMarker::record(int64_t step) {
-  // Fixed width, so a rewrite replaces the whole line and a reader never sees two steps mixed.
-  const std::string line = fmt::format("{:020d}\n", step);
+  const std::string line = marker_step_line(step);
   // A marker that cannot be written costs the restart's message, never the run.
   [[maybe_unused]] const ssize_t written = ::pwrite(fd_, line.data(), line.size(), 0);
 }
@@ -134,6 +161,15 @@ std::optional<int64_t> read_progress_marker(const std::string& path) {
   const auto step = parse_int(line);
   if (!step || *step < 0) return std::nullopt;
   return *step;
+}
+
+std::optional<std::string> read_progress_marker_token(const std::string& path) {
+  std::ifstream in(path);
+  std::string step, token;
+  if (!std::getline(in, step) || !std::getline(in, token) || token.size() != kTokenLength) return std::nullopt;
+  if (!std::all_of(token.begin(), token.end(), [](char c) { return std::isxdigit(static_cast<unsigned char>(c)); }))
+    return std::nullopt;
+  return token;
 }
 
 }  // namespace volt

@@ -29,6 +29,9 @@ std::vector<std::string> list_resume_checkpoints(const std::string& dir);
 /// Whether `path` names a snapshot (snapshot_<N>.ckpt) rather than an HPC checkpoint.
 bool is_snapshot_path(const std::string& path);
 
+/// N when `path` names an HPC checkpoint or a snapshot (hpc_ckpt_<N>.ckpt, snapshot_<N>.ckpt).
+std::optional<int64_t> resume_checkpoint_number(const std::string& path);
+
 /// The next number of the sequence HPC checkpoints and snapshots share in `dir`: the highest N
 /// of either kind + 1 (N starts at 1).
 int64_t next_resume_checkpoint_number(const std::string& dir);
@@ -50,10 +53,14 @@ std::string progress_marker_path(const std::string& dir);
 
 /// The step a run has reached, rewritten in place at every step while snapshots are on (global
 /// rank 0), so that a restarted run can say how many steps the failure cost. Written without
-/// fsync: it survives a killed process (the page cache keeps it), not a lost node.
+/// fsync: it survives a killed process (the page cache keeps it), not a lost node. Its second
+/// line is the run's token, 16 random hex digits written once when the file is created: what
+/// ties the snapshots' memory tier (snapshot_memory.h) to this run and not to an earlier one
+/// that used the same folder.
 class ProgressMarker {
  public:
-  /// Opens (or creates) the file `path` and its folder; throws volt::CheckpointError if it can't.
+  /// Opens (or creates, with a new token) the file `path` and its folder; throws
+  /// volt::CheckpointError if it can't.
   explicit ProgressMarker(const std::string& path);
   ~ProgressMarker();
   ProgressMarker(const ProgressMarker&) = delete;
@@ -68,5 +75,8 @@ class ProgressMarker {
 
 /// The step the marker at `path` holds; unset when there is no marker or it does not parse.
 std::optional<int64_t> read_progress_marker(const std::string& path);
+
+/// The run token of the marker at `path`; unset when there is no marker or it holds none.
+std::optional<std::string> read_progress_marker_token(const std::string& path);
 
 }  // namespace volt

@@ -5,6 +5,7 @@
 
 #include "volt/checkpoint/async_writer.h"
 #include "volt/checkpoint/hpc_checkpoints.h"
+#include "volt/checkpoint/snapshot_memory.h"
 #include "volt/core/console.h"
 #include "volt/core/error.h"
 #include "volt/environments/restarts.h"
@@ -200,8 +201,10 @@ bool FitCheckpoints::save_snapshot(bool skip_when_busy, bool die_mid_write) {
   const std::string& dir = options_.hpc_checkpoint_dir;
   const int64_t keep = options_.snapshots_to_keep;
   const auto next_path = [&] {
-    // The file being written is not on disk yet: count past it.
-    next_snapshot_number_ = std::max(next_snapshot_number_, next_resume_checkpoint_number(dir));
+    // The file being written is not on disk yet: count past it, and past the memory tier's
+    // snapshot whose file a crash cut short.
+    next_snapshot_number_ = std::max(
+        {next_snapshot_number_, next_resume_checkpoint_number(dir), newest_memory_snapshot_number(memory_dir_) + 1});
     return snapshot_path(dir, next_snapshot_number_++);
   };
   if (sharded_checkpoints()) {
@@ -216,24 +219,34 @@ bool FitCheckpoints::save_snapshot(bool skip_when_busy, bool die_mid_write) {
   } else if (writes) {
     // The copy goes into the buffers the previous snapshot's write reads: it must be done.
     wait_for_writes();
+    prepare_memory_tier();
     const auto start = std::chrono::steady_clock::now();
     const std::string path = next_path();
+    const int64_t number = next_snapshot_number_ - 1;
     std::optional<StateDict> local;
     c10::IValue copy =
         snapshot_buffers_.copy(make_checkpoint(parts_for_save(path, local), progress_, CheckpointContents::kFull));
     snapshot_stats_.copy_seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
     // The older snapshots go only once the new one is complete: a kill in between leaves one
     // more, never none.
-    writer().submit([this, copy = std::move(copy), path, dir, keep, die_mid_write] {
-      if (die_mid_write) {
-        // Killed half-way through the real atomic write: what it leaves is its own temporary file.
+    writer().submit([this, copy = std::move(copy), path, dir, keep, die_mid_write, number] {
+      snapshot_buffers_.wait_copied();  // a GPU's copies into them may still be on their way
+      if (memory_dir_.empty() && !die_mid_write) {
+        checkpointer_.io().save(copy, path);
+      } else {
+        // Serialized once, for the memory tier first: a crash while the file is written loses
+        // the file, not the snapshot.
         const std::vector<char> bytes = save_to_bytes(copy);
-        write_file_atomically(path, [&bytes](const ByteSink& sink) {
-          sink(bytes.data(), bytes.size() / 2);
-          die_of_injected_fault();
-        });
+        keep_in_memory(number, bytes);
+        if (die_mid_write) {
+          // Killed half-way through the real atomic write: what it leaves is its own temporary file.
+          write_file_atomically(path, [&bytes](const ByteSink& sink) {
+            sink(bytes.data(), bytes.size() / 2);
+            die_of_injected_fault();
+          });
+        }
+        checkpointer_.io().save_bytes(bytes, path);
       }
-      checkpointer_.io().save(copy, path);
       for (const std::string& old : snapshots_to_prune(dir, keep)) checkpointer_.remove(old);
     });
   }
@@ -247,6 +260,39 @@ void FitCheckpoints::wait_for_writes() {
   if (!writer_) return;
   writer_->wait();
   announce_written();
+}
+
+void FitCheckpoints::prepare_memory_tier() {
+  if (!memory_failure_.empty()) {
+    console_.warn(
+        fmt::format("The newest snapshot is no longer kept in shared memory, only in files: {}", memory_failure_));
+    memory_failure_.clear();
+  }
+  if (memory_prepared_ || options_.snapshot_memory_root.empty()) return;
+  memory_prepared_ = true;
+  const std::string& root = options_.snapshot_memory_root;
+  memory_dir_ = memory_snapshot_dir(root, options_.hpc_checkpoint_dir);
+  if (!memory_dir_.empty()) remove_stale_memory_snapshots(root, options_.hpc_checkpoint_dir, memory_dir_);
+}
+
+void FitCheckpoints::keep_in_memory(int64_t number, const std::vector<char>& bytes) {
+  if (memory_dir_.empty()) return;
+  try {
+    write_memory_snapshot(memory_dir_, number, bytes);
+  } catch (const CheckpointError& e) {
+    // The files still hold every snapshot: the run goes on without the tier.
+    memory_failure_ = e.what();
+    remove_memory_snapshots(memory_dir_);
+    memory_dir_.clear();
+  }
+}
+
+void FitCheckpoints::release_memory_tier() {
+  wait_for_writes();
+  // Also when this attempt saved no snapshot: it may have resumed from the tier's.
+  if (!options_.snapshot_memory_root.empty() && strategy_.is_global_zero())
+    remove_memory_snapshots(memory_snapshot_dir(options_.snapshot_memory_root, options_.hpc_checkpoint_dir));
+  memory_dir_.clear();
 }
 
 SnapshotStats FitCheckpoints::snapshot_stats() const {

@@ -34,6 +34,9 @@ struct FitCheckpointsOptions {
   int64_t snapshots_to_keep = 2;
   /// Full checkpoints that callbacks save are written by the background writer too.
   bool async_checkpointing = false;
+  /// The tmpfs (e.g. "/dev/shm") where rank 0 keeps the newest snapshot in memory too
+  /// (snapshot_memory.h); "" none.
+  std::string snapshot_memory_root;
 };
 
 /// Saves and restores a fit's checkpoints for FitLoop (which forwards its CallbackServices here).
@@ -84,12 +87,13 @@ class FitCheckpoints {
 
   /// Collective, at a step boundary where every process is: saves a snapshot,
   /// snapshot_<N>.ckpt beside the HPC checkpoints, numbered in their sequence. Rank 0 copies the
-  /// state to host memory, and a background thread writes the file and then deletes all but the
-  /// newest snapshots_to_keep. Under sharded checkpoints every process writes its shard at once
-  /// and rank 0 commits the set, as for an HPC save. A snapshot due while the previous one is
-  /// still being written waits for it or, with `skip_when_busy`, is skipped (on every process, as
-  /// rank 0 finds). Returns whether it was saved. `die_mid_write` (an injected fault): rank 0's
-  /// writer leaves half a temporary file and kills the process, as a crash while writing would.
+  /// state to host memory, and a background thread serializes it, keeps it in the memory tier
+  /// (options.snapshot_memory_root), writes the file and then deletes all but the newest
+  /// snapshots_to_keep. A memory tier that fails (a full tmpfs) is dropped with a warning. Under sharded checkpoints
+  /// every process writes its shard at once and rank 0 commits the set, as for an HPC save. A snapshot due while the
+  /// previous one is still being written waits for it or, with `skip_when_busy`, is skipped (on every process, as rank
+  /// 0 finds). Returns whether it was saved. `die_mid_write` (an injected fault): rank 0's writer leaves half a
+  /// temporary file and kills the process, as a crash while writing would.
   bool save_snapshot(bool skip_when_busy, bool die_mid_write = false);
   /// Waits for what the background writer has queued (snapshots, and checkpoints under
   /// async_checkpointing, with the removals behind them); rethrows a write's error
@@ -97,6 +101,9 @@ class FitCheckpoints {
   void wait_for_writes();
   /// What the snapshots cost so far (the writer's seconds include async_checkpointing's saves).
   SnapshotStats snapshot_stats() const;
+  /// The fit is over and its files complete: waits for the writer and removes the memory tier,
+  /// whose shared memory goes back to the node.
+  void release_memory_tier();
 
   /// From now until end_train_end(), records the checkpoints saved (those of on_train_end).
   void begin_train_end();
@@ -141,6 +148,11 @@ class FitCheckpoints {
   /// Tells the loggers of the files written in the background since the last call (the writer is
   /// idle): a logger that uploads checkpoints reads only complete files.
   void announce_written();
+  /// Rank 0, main thread, writer idle: finds the memory tier's folder at the first snapshot
+  /// (removing what earlier runs in the folder left) and warns once if a write to it failed.
+  void prepare_memory_tier();
+  /// Writer thread: keeps snapshot `number` in the memory tier; a failure drops the tier.
+  void keep_in_memory(int64_t number, const std::vector<char>& bytes);
   void restore_metric_states(const c10::IValue& checkpoint, const std::string& path, const FitProgress& restored);
 
   FitCheckpointsOptions options_;
@@ -181,6 +193,11 @@ class FitCheckpoints {
   int64_t next_snapshot_number_ = 0;
   SnapshotStats snapshot_stats_;
   HostBuffers snapshot_buffers_;
+  // Rank 0: the memory tier's folder ("" none or dropped), whether it was looked for, and why a
+  // write to it failed (set by the writer thread, read once the writer is idle).
+  std::string memory_dir_;
+  bool memory_prepared_ = false;
+  std::string memory_failure_;
   // Rank 0: files written in the background whose loggers have not heard of them yet.
   std::vector<std::string> written_unannounced_;
   // Rank 0: writes snapshots (and, under async_checkpointing, checkpoints) in the background.

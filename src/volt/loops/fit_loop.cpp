@@ -250,7 +250,8 @@ void FitLoop::inject_fault(FaultPoint point) {
 }
 
 SnapshotStats FitLoop::finish_snapshots() {
-  checkpoints_.wait_for_writes();
+  // The files are complete from here on; a failure after this resumes from them.
+  checkpoints_.release_memory_tier();
   const SnapshotStats stats = checkpoints_.snapshot_stats();
   if (config_.snapshots.every_n_steps && (stats.saved > 0 || stats.skipped > 0)) {
     parts_.console.info(fmt::format(

@@ -113,6 +113,23 @@ TEST(TrainerFlags, DebuggingFlagsFillTheirOptions) {
   EXPECT_EQ(defaults.model_summary_max_depth, 1);
 }
 
+TEST(TrainerFlags, FaultToleranceFlagsFillTheirOptions) {
+  Flags flags;
+  const TrainerOptions& o =
+      flags.parse({"--snapshot-every-n-steps", "50", "--snapshots-to-keep", "3", "--no-snapshot-in-memory",
+                   "--skip-snapshot-when-busy", "--async-checkpointing", "--max-restarts", "2"});
+  EXPECT_EQ(o.snapshot_every_n_steps, 50);
+  EXPECT_EQ(o.snapshots_to_keep, 3);
+  EXPECT_FALSE(o.snapshot_in_memory);
+  EXPECT_TRUE(o.skip_snapshot_when_busy);
+  EXPECT_TRUE(o.async_checkpointing);
+  EXPECT_EQ(o.max_restarts, 2);
+  const TrainerOptions defaults = Flags().parse({});
+  EXPECT_FALSE(defaults.snapshot_every_n_steps.has_value());
+  EXPECT_TRUE(defaults.snapshot_in_memory);
+  EXPECT_EQ(defaults.max_restarts, 0);
+}
+
 TEST(TrainerFlags, BadDebuggingValuesNameTheFlag) {
   std::string message = flag_error({"--deterministic=sometimes"});
   EXPECT_NE(message.find("deterministic='sometimes' is not supported; supported: 'false', 'true', 'warn'"),

@@ -352,6 +352,11 @@ struct TrainerOptions {
   std::optional<int64_t> snapshot_every_n_steps;
   /// Snapshots kept; older ones are deleted once a newer one is complete (>= 1).
   int64_t snapshots_to_keep = 2;
+  /// Also keep the newest snapshot in node-local shared memory (/dev/shm, or the tmpfs that
+  /// VOLT_SNAPSHOT_MEMORY_DIR names): a restart on the same node reads it from there, and a
+  /// snapshot whose file a crash cut short is still whole. Costs host memory of one snapshot's
+  /// size until the fit ends. Not for sharded checkpoints (their shards are written at once).
+  bool snapshot_in_memory = true;
   /// A snapshot that comes due while the previous one is still being written: false waits for it
   /// (the step stalls; docs/failures.md says how many steps a failure can lose); true skips it
   /// (counted in FitResult::snapshots.skipped).

@@ -492,6 +492,9 @@ RunPlan resolve_run_plan(const TrainerOptions& options, const Env& env, const Ma
              "only the newest.",
              options.snapshots_to_keep);
   plan.snapshot_every_n_steps = options.snapshot_every_n_steps;
+  // The memory tier holds one file's bytes: a sharded snapshot is many files, written at once.
+  if (options.snapshot_every_n_steps && options.snapshot_in_memory && plan.state_dict_type != StateDictType::kSharded)
+    plan.snapshot_memory_root = env.get_or("VOLT_SNAPSHOT_MEMORY_DIR", "/dev/shm");
   plan.snapshots_to_keep = options.snapshots_to_keep;
   plan.skip_snapshot_when_busy = options.skip_snapshot_when_busy;
   plan.async_checkpointing = options.async_checkpointing;
@@ -531,6 +534,7 @@ RunPlan resolve_run_plan(const TrainerOptions& options, const Env& env, const Ma
     plan.use_default_logger = false;
     plan.mlflow.reset();
     plan.snapshot_every_n_steps.reset();
+    plan.snapshot_memory_root.clear();
     plan.enable_checkpointing = false;
     plan.requeue.enabled = false;
     plan.requeue.checkpoint_on_sigterm = false;
@@ -651,10 +655,13 @@ std::string RunPlan::describe() const {
   line("checkpoint on SIGTERM", requeue.checkpoint_on_sigterm ? "yes" : "no");
   line("HPC checkpoints", fmt::format("{} (keep {})", hpc_checkpoint_dir, hpc_checkpoints_to_keep));
   line("async checkpointing", async_checkpointing ? "yes" : "no");
-  line("snapshots", snapshot_every_n_steps
-                        ? fmt::format("every {} steps into {} (keep {}; {} when busy)", *snapshot_every_n_steps,
-                                      hpc_checkpoint_dir, snapshots_to_keep, skip_snapshot_when_busy ? "skip" : "wait")
-                        : std::string("none"));
+  line("snapshots",
+       snapshot_every_n_steps
+           ? fmt::format("every {} steps into {} (keep {}; {} when busy){}", *snapshot_every_n_steps,
+                         hpc_checkpoint_dir, snapshots_to_keep, skip_snapshot_when_busy ? "skip" : "wait",
+                         snapshot_memory_root.empty() ? std::string()
+                                                      : fmt::format(", the newest also in {}", snapshot_memory_root))
+           : std::string("none"));
   if (restart_attempt > 0) line("restart attempt", std::to_string(restart_attempt));
   if (max_restarts > 0) {
     line("max_restarts", fmt::format("{}{}", max_restarts,

@@ -110,7 +110,10 @@ struct RunPlan {
   int64_t hpc_checkpoints_to_keep = 2;  ///< HPC checkpoints kept after each save
   /// Optimizer steps between snapshots (in hpc_checkpoint_dir); unset: none (also under fast_dev_run).
   std::optional<int64_t> snapshot_every_n_steps;
-  int64_t snapshots_to_keep = 2;         ///< snapshots kept after each one completes
+  int64_t snapshots_to_keep = 2;  ///< snapshots kept after each one completes
+  /// The tmpfs whose folder keeps the newest snapshot in memory (snapshot_memory.h), e.g.
+  /// "/dev/shm"; "" when there is none (no snapshots, snapshot_in_memory=false, sharded ones).
+  std::string snapshot_memory_root;
   bool skip_snapshot_when_busy = false;  ///< skip a snapshot due while the previous is being written
   bool async_checkpointing = false;      ///< ModelCheckpoint's saves written in the background too
   int64_t restart_attempt = 0;           ///< which attempt of a restarted run this is (restart_attempt)

@@ -66,6 +66,7 @@ TEST(RunPlan, FastDevRunLimitsEverythingAndWritesNothing) {
   TrainerOptions snapshots{.fast_dev_run = 2};
   snapshots.snapshot_every_n_steps = 1;
   EXPECT_FALSE(plan(snapshots).snapshot_every_n_steps) << "no snapshots either";
+  EXPECT_EQ(plan(snapshots).snapshot_memory_root, "");
 }
 
 TEST(RunPlan, SnapshotsNeedAPositiveIntervalAndKeepAtLeastOne) {
@@ -76,6 +77,14 @@ TEST(RunPlan, SnapshotsNeedAPositiveIntervalAndKeepAtLeastOne) {
   EXPECT_EQ(p.snapshot_every_n_steps, 50);
   EXPECT_EQ(p.snapshots_to_keep, 3);
   EXPECT_NE(p.describe().find("every 50 steps into"), std::string::npos) << p.describe();
+  // The memory tier: /dev/shm unless the environment names another tmpfs; off when asked.
+  EXPECT_EQ(p.snapshot_memory_root, "/dev/shm");
+  EXPECT_NE(p.describe().find("the newest also in /dev/shm"), std::string::npos) << p.describe();
+  EXPECT_EQ(plan(options, {{"VOLT_SNAPSHOT_MEMORY_DIR", "/run/user/7"}}).snapshot_memory_root, "/run/user/7");
+  EXPECT_EQ(plan({}).snapshot_memory_root, "") << "no snapshots, no tier";
+  TrainerOptions files_only = options;
+  files_only.snapshot_in_memory = false;
+  EXPECT_EQ(plan(files_only).snapshot_memory_root, "");
   options.snapshot_every_n_steps = 0;
   EXPECT_NE(error_of(options).find("snapshot_every_n_steps=0 must be >= 1. HINT: leave it unset"), std::string::npos);
   options.snapshot_every_n_steps = 5;

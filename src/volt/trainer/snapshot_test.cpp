@@ -1,6 +1,7 @@
-// Snapshots through the Trainer: a run that crashes resumes from the newest snapshot and ends
-// bit-identical to one that never failed; a snapshot due while the previous one is still being
-// written is skipped when asked; an HPC checkpoint is numbered after the snapshots and wins.
+// Snapshots through the Trainer: a run that crashes resumes from the newest snapshot (a file, or
+// the memory tier's copy when the crash cut the file short) and ends bit-identical to one that
+// never failed; a snapshot due while the previous one is still being written is skipped when
+// asked; async_checkpointing writes what synchronous saves write.
 #include <gtest/gtest.h>
 
 #include <future>
@@ -19,6 +20,17 @@ class SnapshotTest : public TrainerTest {
   std::string in_root(const std::string& name) const { return (root_ / name).string(); }
 };
 
+/// The snapshot files in the memory tier's folders under `memory_root`.
+std::vector<std::string> memory_snapshots(const std::string& memory_root) {
+  std::vector<std::string> found;
+  std::error_code ec;
+  for (auto it = fs::recursive_directory_iterator(memory_root, ec); !ec && it != fs::recursive_directory_iterator();
+       it.increment(ec)) {
+    if (is_snapshot_path(it->path().string())) found.push_back(it->path().filename().string());
+  }
+  return found;
+}
+
 TEST_F(SnapshotTest, ARunThatCrashesResumesFromTheNewestSnapshotAndEndsBitIdentical) {
   const TinyOptions base{
       .train_size = 40, .dropout = 0.3, .optimizer = Optim::kAdam, .lr = 0.01, .scheduler = Interval::kStep};
@@ -27,6 +39,7 @@ TEST_F(SnapshotTest, ARunThatCrashesResumesFromTheNewestSnapshotAndEndsBitIdenti
 
   TrainerOptions options{.max_epochs = 2, .seed = 1, .enable_checkpointing = false};
   options.snapshot_every_n_steps = 3;
+  options.snapshot_in_memory = false;
   // The crash comes in epoch 1 (10 batches each), one step after the snapshot of step 12.
   TinyOptions crashing = base;
   crashing.crash_at_step = 13;
@@ -35,6 +48,7 @@ TEST_F(SnapshotTest, ARunThatCrashesResumesFromTheNewestSnapshotAndEndsBitIdenti
   // Steps 3, 6, 9 and 12: numbers 1 to 4, of which snapshots_to_keep=2 are left.
   EXPECT_EQ(list_snapshots(root_.string()),
             (std::vector<std::string>{in_root("snapshot_4.ckpt"), in_root("snapshot_3.ckpt")}));
+  EXPECT_TRUE(memory_snapshots(memory_root()).empty()) << "snapshot_in_memory=false";
 
   // The same command again, with other initial weights, which the snapshot replaces.
   auto second = make_module(base, /*init_seed=*/100);
@@ -46,6 +60,46 @@ TEST_F(SnapshotTest, ARunThatCrashesResumesFromTheNewestSnapshotAndEndsBitIdenti
   EXPECT_TRUE(bit_identical(parameters_of(*second), parameters_of(*straight)));
 }
 
+TEST_F(SnapshotTest, TheMemoryTierKeepsTheNewestSnapshotWhoseFileACrashCutShortUntilTheFitEnds) {
+  const TinyOptions base{.train_size = 40, .dropout = 0.3, .optimizer = Optim::kAdam, .lr = 0.01};
+  auto straight = make_module(base);
+  make_trainer({.max_epochs = 2, .seed = 1, .enable_checkpointing = false}).fit(*straight);
+
+  TrainerOptions options{.max_epochs = 2, .seed = 1, .enable_checkpointing = false};
+  options.snapshot_every_n_steps = 3;
+  TinyOptions crashing = base;
+  crashing.crash_at_step = 13;
+  auto first = make_module(crashing);
+  EXPECT_ANY_THROW(make_trainer(options).fit(*first));
+  // The tier holds the newest only; the crash left it in place.
+  EXPECT_EQ(memory_snapshots(memory_root()), std::vector<std::string>{"snapshot_4.ckpt"});
+  // As if the crash had cut step 12's file short: only the tier still has it.
+  fs::remove(in_root("snapshot_4.ckpt"));
+
+  auto second = make_module(base, /*init_seed=*/100);
+  const FitResult result = make_trainer(options).fit(*second);
+  EXPECT_EQ(fs::path(result.resumed_from).filename(), "snapshot_4.ckpt");
+  EXPECT_EQ(fs::path(result.resumed_from).parent_path().parent_path(), fs::path(memory_root())) << result.resumed_from;
+  EXPECT_EQ(result.global_step, 20);
+  EXPECT_TRUE(bit_identical(parameters_of(*second), parameters_of(*straight)));
+  // Numbered past the tier's snapshot: steps 15 and 18 are 5 and 6.
+  EXPECT_EQ(list_snapshots(root_.string()),
+            (std::vector<std::string>{in_root("snapshot_6.ckpt"), in_root("snapshot_5.ckpt")}));
+  EXPECT_TRUE(memory_snapshots(memory_root()).empty()) << "a fit that ended gives its shared memory back";
+
+  // Also a fit that resumed from the tier and saved no snapshot of its own gives it back.
+  fs::remove_all(root_);
+  options.max_epochs = 1;      // 10 steps: snapshots at 3, 6 and 9
+  crashing.crash_at_step = 9;  // in the last batch, after step 9's snapshot
+  auto crashed = make_module(crashing);
+  EXPECT_ANY_THROW(make_trainer(options).fit(*crashed));
+  EXPECT_EQ(memory_snapshots(memory_root()), std::vector<std::string>{"snapshot_3.ckpt"});
+  auto third = make_module(base);
+  const FitResult resumed = make_trainer(options).fit(*third);
+  EXPECT_EQ(resumed.snapshots.saved, 0) << "step 10 ends the fit";
+  EXPECT_TRUE(memory_snapshots(memory_root()).empty());
+}
+
 /// Checkpoints in memory, where the first snapshot's write blocks until the test releases it.
 class BlockingIO : public InMemoryCheckpointIO {
  public:
@@ -53,6 +107,10 @@ class BlockingIO : public InMemoryCheckpointIO {
     if (path.find("snapshot_") != std::string::npos && !blocked_once_.exchange(true)) released_.wait();
     InMemoryCheckpointIO::save(checkpoint, path);
     if (path.find("snapshot_") != std::string::npos) saved_steps_.push_back(step_of(checkpoint));
+  }
+  // A snapshot serialized once for the memory tier and its file comes here.
+  void save_bytes(const std::vector<char>& bytes, const std::string& path) override {
+    save(load_from_bytes(bytes, path), path);
   }
   static int64_t step_of(const c10::IValue& checkpoint) { return checkpoint.toGenericDict().at("global_step").toInt(); }
   void release() { release_.set_value(); }

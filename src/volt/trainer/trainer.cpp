@@ -7,6 +7,7 @@
 #include "volt/callbacks/model_checkpoint.h"
 #include "volt/checkpoint/checkpointer.h"
 #include "volt/checkpoint/hpc_checkpoints.h"
+#include "volt/checkpoint/snapshot_memory.h"
 #include "volt/checkpoint/weight_source.h"
 #include "volt/core/console.h"
 #include "volt/core/error.h"
@@ -278,17 +279,23 @@ void Trainer::load_weights(LightningModule& module, const std::string& ckpt_path
 
 std::optional<LoadedCheckpoint> Trainer::resume_point(const std::string& ckpt_path, const std::string& log_dir,
                                                       const std::vector<std::shared_ptr<Callback>>& callbacks,
-                                                      Console& console) {
+                                                      Collectives& collectives, Console& console) {
   // A run that starts again resumes where it stopped: the newest HPC checkpoint or snapshot wins
   // over ckpt_path, which a job script passes again on every restart (Lightning's order).
   std::optional<LoadedCheckpoint> resume;
-  if (!plan_.fast_dev_run) resume = checkpointer_->newest_resume_checkpoint(plan_.hpc_checkpoint_dir, console);
+  if (!plan_.fast_dev_run) {
+    const std::string memory_dir = plan_.snapshot_memory_root.empty()
+                                       ? std::string()
+                                       : memory_snapshot_dir(plan_.snapshot_memory_root, plan_.hpc_checkpoint_dir);
+    resume = checkpointer_->newest_resume_checkpoint(plan_.hpc_checkpoint_dir, memory_dir, collectives, console);
+  }
   // options.ckpt_path is fit's default only: validate/test/predict never pick it up implicitly.
   const std::string requested = ckpt_path.empty() ? plan_.ckpt_path : ckpt_path;
   if (resume) {
     const bool snapshot = is_snapshot_path(resume->path);
     console.info(fmt::format(
-        "Resuming from {} {}{}: {}.", snapshot ? "snapshot" : "HPC checkpoint", resume->path,
+        "Resuming from {} {}{}{}: {}.", snapshot ? "snapshot" : "HPC checkpoint", resume->path,
+        resume->source.empty() ? "" : fmt::format(" ({})", resume->source),
         requested.empty() ? "" : fmt::format(" instead of ckpt_path='{}'", requested),
         snapshot ? "the newest snapshot of a run that did not finish" : "the job was stopped by SLURM and restarted"));
     return resume;
@@ -338,7 +345,8 @@ FitResult Trainer::fit_stage(LightningModule& module, DataLoader train, std::vec
       const FitInfo info =
           internal::fit_info(plan_, strategy.collectives().broadcast_string(metrics.log_dir()), counts, optimization);
       for (const auto& callback : callbacks) callback->setup(info);
-      const std::optional<LoadedCheckpoint> resume = resume_point(ckpt_path, info.log_dir, stage.callbacks, console);
+      const std::optional<LoadedCheckpoint> resume =
+          resume_point(ckpt_path, info.log_dir, stage.callbacks, strategy.collectives(), console);
       if (!resume) {
         if (const std::shared_ptr<WeightSource> source = module.initial_weights()) {
           internal::load_initial_weights(module, strategy.state_sharding(), *source);

@@ -18,6 +18,7 @@ namespace volt {
 
 class CheckpointIO;
 class Checkpointer;
+class Collectives;
 class Console;
 class PrecisionPlugin;
 class Strategy;
@@ -113,11 +114,12 @@ class Trainer {
   LastCheckpointSearch last_search(const std::string& log_dir,
                                    const std::vector<std::shared_ptr<Callback>>& callbacks) const;
   void load_weights(LightningModule& module, const std::string& ckpt_path);
-  /// The checkpoint a fit resumes from: a restarted SLURM job's newest HPC checkpoint, else
-  /// `ckpt_path` (or options.ckpt_path) resolved; none for a fresh fit.
+  /// Collective: the checkpoint a fit resumes from: a restarted run's newest HPC checkpoint or
+  /// snapshot (from the memory tier when it has it), else `ckpt_path` (or options.ckpt_path)
+  /// resolved; none for a fresh fit.
   std::optional<LoadedCheckpoint> resume_point(const std::string& ckpt_path, const std::string& log_dir,
                                                const std::vector<std::shared_ptr<Callback>>& callbacks,
-                                               Console& console);
+                                               Collectives& collectives, Console& console);
   EvalResult evaluate(LightningModule& module, std::vector<DataLoader> loaders, const std::string& ckpt_path,
                       bool test);
   /// fit() with the given loaders; those not given come from `data` when set, else the module.

@@ -1,4 +1,5 @@
-// The Trainer on GPUs: one GPU, 16-bit mixed precision, dp over two GPUs, checkpoints of GPU runs.
+// The Trainer on GPUs: one GPU, 16-bit mixed precision, dp over two GPUs, checkpoints of GPU runs,
+// and the snapshots' copy of a GPU's state into pinned host memory without blocking.
 //
 // Every test is named *_CUDA and skips itself, printing why, where fewer CUDA devices are visible
 // than it needs: always in a CPU build of LibTorch, and in a CUDA build on a machine without GPUs
@@ -13,6 +14,7 @@
 #include <string>
 #include <vector>
 
+#include "volt/checkpoint/async_writer.h"
 #include "volt/checkpoint/checkpoint_io.h"
 #include "volt/precision/precision_plugin.h"
 #include "volt/trainer/trainer.h"
@@ -164,6 +166,28 @@ TEST(TrainerCuda, DpWithSixteenMixedTrains_CUDA) {
   o.strategy = StrategyRequest::kDp;
   o.precision = Precision::k16Mixed;
   EXPECT_LT(Trainer(o).fit(model, regression_data(1), regression_data(2)).metrics.at("val/loss"), 0.5);
+}
+
+TEST(TrainerCuda, SnapshotCopiesOfGpuTensorsArriveInPinnedMemoryWithTheValuesOfTheirStep_CUDA) {
+  VOLT_REQUIRE_GPUS(1);
+  const torch::Tensor weights = torch::randn({1024, 1024}, torch::kCUDA);
+  c10::impl::GenericDict state(c10::StringType::get(), c10::AnyType::get());
+  state.insert("w", weights);
+  const torch::Tensor expected = weights.cpu();
+  HostBuffers buffers;
+  const c10::IValue copy = buffers.copy(state);
+  // Training goes on at once: the next kernel queues behind the copy on the same stream.
+  weights.add_(1.0);
+  buffers.wait_copied();
+  const torch::Tensor copied = copy.toGenericDict().at("w").toTensor();
+  EXPECT_TRUE(copied.device().is_cpu());
+  EXPECT_TRUE(copied.is_pinned());
+  EXPECT_TRUE(torch::equal(copied, expected)) << "the copy holds the step's values, not the next step's";
+  // The next snapshot reuses the pinned buffer.
+  const c10::IValue next = buffers.copy(state);
+  buffers.wait_copied();
+  EXPECT_EQ(next.toGenericDict().at("w").toTensor().data_ptr(), copied.data_ptr());
+  EXPECT_TRUE(torch::equal(next.toGenericDict().at("w").toTensor(), weights.cpu()));
 }
 
 }  // namespace

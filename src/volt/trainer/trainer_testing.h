@@ -358,9 +358,13 @@ class TrainerTest : public ::testing::Test {
     if (options.default_root_dir.empty()) options.default_root_dir = root_.string();
     return options;
   }
-  /// A Trainer over quiet(options) with an empty environment.
+  /// The folder that stands in for /dev/shm (VOLT_SNAPSHOT_MEMORY_DIR): the snapshots' memory
+  /// tier of this test's runs, removed with its root.
+  std::string memory_root() const { return (root_ / "shm").string(); }
+  /// A Trainer over quiet(options) in an environment that names only memory_root().
   Trainer make_trainer(TrainerOptions options, bool logger = false) const {
-    return Trainer(quiet(std::move(options), logger), Env(Env::Vars{}), MachineInfo{1, "/tmp"});
+    return Trainer(quiet(std::move(options), logger), Env(Env::Vars{{"VOLT_SNAPSHOT_MEMORY_DIR", memory_root()}}),
+                   MachineInfo{1, "/tmp"});
   }
 
   fs::path root_;
