@@ -6,7 +6,10 @@ fsdp full_shard on 2 processes with state_dict_type sharded; `volt checkpoint to
 checkpoint's pieces, unconsolidated, as the chunks HuggingFaceStorageReader reads, and `dcp.load`
 gives Volt's consolidated tensors (`volt checkpoint to-safetensors`) bit-exactly: into a plain state
 dict on one process, and into FSDP2 (`fully_shard`) models at world sizes 2 and 4, which reshard
-the 2 processes' pieces. About 20 s on 2 cores, most of it importing torch in 5 processes.
+the 2 processes' pieces. The other way: FSDP2 on 3 processes (uneven pieces) saves model and
+Adam state with dcp.save's default writer (.metadata + .distcp), and `volt checkpoint from-dcp`
+gives every tensor whole, bit-exactly; a .metadata missing a piece is refused. About 35 s on 2
+cores, most of it importing torch in 8 processes.
 """
 import os
 import subprocess
@@ -123,3 +126,98 @@ def test_dcp_load_into_fsdp2_reshards_the_pieces_bit_exactly(exported, tmp_path,
     while not failures.empty():
         found.append(failures.get())
     assert not found, found
+
+
+# ---- the other way: a checkpoint PyTorch 2.x's dcp.save wrote, read by Volt ---------------------
+
+class Net(torch.nn.Module):
+    """5 rows in fc1 over 3 processes: FSDP2's Shard(0) pieces are uneven (2, 2, 1)."""
+
+    def __init__(self):
+        super().__init__()
+        self.fc1 = torch.nn.Linear(4, 5)
+        self.fc2 = torch.nn.Linear(5, 3)
+
+    def forward(self, x):
+        return self.fc2(torch.relu(self.fc1(x)))
+
+
+def save_under_fsdp2(rank, world, port, folder, reference_path):
+    """FSDP2 (fully_shard) + Adam, 2 steps, then dcp.save of model and optimizer with the default writer;
+    rank 0 also writes every tensor whole (model.*, optim.state.*) as the reference."""
+    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
+    dist.init_process_group("gloo", rank=rank, world_size=world)
+    try:
+        from safetensors.torch import save_file
+        from torch.distributed.checkpoint.state_dict import get_state_dict
+        from torch.distributed.device_mesh import init_device_mesh
+        from torch.distributed.fsdp import fully_shard
+        mesh = init_device_mesh("cpu", (world,))
+        torch.manual_seed(7)
+        model = Net()
+        fully_shard(model.fc1, mesh=mesh)
+        fully_shard(model.fc2, mesh=mesh)
+        fully_shard(model, mesh=mesh)
+        optimizer = torch.optim.Adam(model.parameters(), lr=1e-2)
+        for _ in range(2):
+            model(torch.randn(8, 4)).pow(2).mean().backward()
+            optimizer.step()
+            optimizer.zero_grad()
+        model_state, optim_state = get_state_dict(model, optimizer)
+        dcp.save({"model": model_state, "optim": optim_state}, checkpoint_id=folder)
+        full = {f"model.{k}": v.full_tensor() if hasattr(v, "full_tensor") else v for k, v in model_state.items()}
+        for param, state in optim_state["state"].items():
+            for field, v in state.items():
+                full[f"optim.state.{param}.{field}"] = v.full_tensor() if hasattr(v, "full_tensor") else v
+        if rank == 0:
+            save_file({k: v.detach().contiguous() for k, v in full.items()}, reference_path)
+    finally:
+        dist.destroy_process_group()
+
+
+@pytest.fixture(scope="module")
+def pytorch_dcp(tmp_path_factory):
+    assert TOOL, "run through ctest (ctest -R dcp_interop_py): VOLT_CHECKPOINT_TOOL"
+    root = tmp_path_factory.mktemp("pytorch_dcp")
+    folder, reference = root / "dcp", root / "reference.safetensors"
+    mp.start_processes(save_under_fsdp2, args=(3, free_port(), str(folder), str(reference)), nprocs=3,
+                       start_method="spawn")
+    assert (folder / ".metadata").exists() and len(list(folder.glob("*.distcp"))) == 3, list(folder.iterdir())
+    return root, folder, load_file(reference)
+
+
+def test_volt_reads_a_pytorch_fsdp_checkpoint_model_and_optimizer_bit_exactly(pytorch_dcp):
+    root, folder, reference = pytorch_dcp
+    print(run([TOOL, "from-dcp", folder, root / "all.safetensors"], root))
+    ours = load_file(root / "all.safetensors")
+    assert sorted(ours) == sorted(reference)
+    assert "optim.state.fc1.weight.step" in ours and ours["optim.state.fc1.weight.step"].dim() == 0
+    for name, tensor in reference.items():
+        assert ours[name].dtype == tensor.dtype and torch.equal(ours[name], tensor), name
+    # --prefix: the model's state dict, named as the model names it (what a fine-tuning run loads).
+    run([TOOL, "from-dcp", folder, root / "model.safetensors", "--prefix", "model."], root)
+    model = load_file(root / "model.safetensors")
+    assert sorted(model) == ["fc1.bias", "fc1.weight", "fc2.bias", "fc2.weight"]
+    assert torch.equal(model["fc1.weight"], reference["model.fc1.weight"])
+
+
+def test_a_checkpoint_missing_a_piece_is_refused_naming_the_tensor(pytorch_dcp, tmp_path):
+    import pickle
+    import shutil
+    _, folder, _ = pytorch_dcp
+    broken = tmp_path / "broken"
+    shutil.copytree(folder, broken)
+    with open(broken / ".metadata", "rb") as f:
+        metadata = pickle.load(f)
+    chunks = metadata.state_dict_metadata["model.fc1.weight"].chunks
+    del chunks[-1]  # the last process's rows
+    with open(broken / ".metadata", "wb") as f:
+        pickle.dump(metadata, f)
+    env = {k: v for k, v in os.environ.items() if not k.startswith("PYTHON")}
+    result = subprocess.run([TOOL, "from-dcp", broken, tmp_path / "out.safetensors"], capture_output=True, text=True,
+                            timeout=60, env=env)
+    assert result.returncode != 0
+    message = result.stdout + result.stderr
+    assert "the pieces of model.fc1.weight hold 16 of its 20 elements" in message, message
+    assert "HINT:" in message, message
+    assert not (tmp_path / "out.safetensors").exists()

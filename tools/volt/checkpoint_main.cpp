@@ -3,14 +3,18 @@
 //
 //   volt checkpoint to-safetensors lightning_logs/version_0/checkpoints/last.ckpt model.safetensors
 //   volt checkpoint to-dcp lightning_logs/version_0/checkpoints/last.ckpt dcp/ [--prefix model.]
+//   volt checkpoint from-dcp pytorch_dcp/ model.safetensors [--prefix model.]
 #include <fmt/format.h>
 
 #include <CLI/CLI.hpp>
 #include <iostream>
 #include <string>
 
+#include "volt/checkpoint/dcp_checkpoint.h"
+#include "volt/checkpoint/safetensors.h"
 #include "volt/checkpoint/state_dict_export.h"
 #include "volt/cli/run_main.h"
+#include "volt/core/error.h"
 
 int main(int argc, char** argv) {
   CLI::App app("volt checkpoint: convert Volt (and Lightning) checkpoints.", "volt checkpoint");
@@ -32,6 +36,16 @@ int main(int argc, char** argv) {
   dcp->add_option("checkpoint", checkpoint, "the .ckpt file (a sharded one's shard files beside it)")->required();
   dcp->add_option("out", folder, "the folder to write (new or without .safetensors files)")->required();
   dcp->add_option("--prefix", prefix, "put before every name, e.g. model. for dcp.load({\"model\": sd}, ...)");
+  std::string from_prefix;
+  CLI::App* from = app.add_subcommand(
+      "from-dcp",
+      "Write the tensors of a distributed checkpoint that PyTorch 2.x saved (dcp.save with its default writer: "
+      ".metadata + .distcp files, any world size, FSDP or not) to a safetensors file, each tensor whole.");
+  from->add_option("folder", folder, "the folder dcp.save wrote")->required();
+  from->add_option("out", out, "the .safetensors file to write (atomically)")->required();
+  from->add_option("--prefix", from_prefix,
+                   "only the tensors whose names start with it, written without it, e.g. model. for "
+                   "dcp.save({\"model\": sd}, ...) (default: every tensor, names as saved)");
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
@@ -41,6 +55,24 @@ int main(int argc, char** argv) {
     return volt::kExitUsage;
   }
   return volt::run_main([&] {
+    if (from->parsed()) {
+      const volt::DcpCheckpoint checkpoint = volt::DcpCheckpoint::open(folder);
+      volt::NamedTensors tensors;
+      for (const std::string& name : checkpoint.tensor_names()) {
+        if (name.rfind(from_prefix, 0) == 0)
+          tensors.emplace_back(name.substr(from_prefix.size()), checkpoint.read(name));
+      }
+      if (tensors.empty()) {
+        throw volt::CheckpointError(fmt::format(
+            "the distributed checkpoint {} has no tensor whose name starts with '{}' ({} tensors). HINT: leave "
+            "--prefix out to write them all with their names.",
+            folder, from_prefix, checkpoint.tensor_names().size()));
+      }
+      volt::save_safetensors(out, tensors, {{"format", "pt"}});
+      std::cout << fmt::format("volt: wrote {} tensors of the distributed checkpoint {} to {}\n", tensors.size(),
+                               folder, out);
+      return 0;
+    }
     if (dcp->parsed()) {
       const size_t files = volt::save_checkpoint_as_dcp(checkpoint, folder, prefix);
       std::cout << fmt::format("volt: wrote {}'s state_dict to {} ({} safetensors files with DCP_SHARDING_INFO)\n",

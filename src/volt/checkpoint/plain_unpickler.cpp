@@ -6,6 +6,7 @@
 #include <cstring>
 #include <memory>
 #include <unordered_map>
+#include <unordered_set>
 #include <vector>
 
 #include "volt/core/error.h"
@@ -103,10 +104,43 @@ struct Item {
   }
 };
 
+// torch.distributed.checkpoint's .metadata: the classes that load as records, and the callables
+// its pickle REDUCEs (each turned into a plain value; see unpickle_dcp_metadata).
+const std::unordered_set<std::string>& dcp_record_classes() {
+  static const auto* classes = new std::unordered_set<std::string>{
+      "torch.distributed.checkpoint.metadata.Metadata",
+      "torch.distributed.checkpoint.metadata.TensorStorageMetadata",
+      "torch.distributed.checkpoint.metadata.BytesStorageMetadata",
+      "torch.distributed.checkpoint.metadata.ChunkStorageMetadata",
+      "torch.distributed.checkpoint.metadata.TensorProperties",
+      "torch.distributed.checkpoint.metadata.MetadataIndex",
+      "torch.distributed.checkpoint.metadata.StorageMeta",
+      "torch.distributed.checkpoint.filesystem._StorageInfo",
+  };
+  return *classes;
+}
+// The dtypes a .metadata names as globals (`torch.float32`), which load as their names.
+const std::unordered_set<std::string>& dtype_names() {
+  static const auto* names = new std::unordered_set<std::string>{
+      "float32", "float64",   "float16",    "bfloat16", "int64",  "int32", "int16", "int8", "uint8",
+      "bool",    "complex64", "complex128", "float",    "double", "half",  "long",  "int",  "short"};
+  return *names;
+}
+
+const std::unordered_set<std::string>& dcp_callables() {
+  static const auto* callables = new std::unordered_set<std::string>{
+      "torch.Size",        "torch.serialization._get_layout",
+      "builtins.getattr",  "torch.distributed.checkpoint.metadata._MEM_FORMAT_ENCODING",
+      "pathlib.PosixPath", "pathlib.WindowsPath",
+  };
+  return *callables;
+}
+
 class Machine {
  public:
-  Machine(const char* data, size_t size, const ReadRecord& read_record, const std::string& what)
-      : data_(data), size_(size), read_record_(read_record), what_(what) {}
+  Machine(const char* data, size_t size, const ReadRecord& read_record, const std::string& what,
+          bool dcp_metadata = false)
+      : data_(data), size_(size), read_record_(read_record), what_(what), dcp_metadata_(dcp_metadata) {}
 
   c10::IValue run() {
     while (true) {
@@ -246,6 +280,10 @@ class Machine {
         persistent_load();
         return;
       case kNewObj:
+        if (dcp_metadata_) {
+          new_record();
+          return;
+        }
         not_plain("creates an object with NEWOBJ (a pickled class instance)");
       default:
         corrupt(fmt::format("unsupported pickle opcode 0x{:02x} at byte {}", op, at));
@@ -410,12 +448,86 @@ class Machine {
     }
     auto dict = target.value.toGenericDict();
     for (size_t i = 0; i < items.size(); i += 2) {
-      dict.insert_or_assign(to_value(items[i]), to_value(items[i + 1]));
+      dict.insert_or_assign(key_value(items[i]), to_value(items[i + 1]));
+    }
+  }
+
+  // A dict key: a DCP MetadataIndex (a record, which c10 cannot hash) as "<fqn>@<offsets>".
+  c10::IValue key_value(const Item& item) {
+    c10::IValue key = to_value(item);
+    if (!dcp_metadata_ || !key.isGenericDict()) return key;
+    const c10::impl::GenericDict record = key.toGenericDict();
+    if (!record.contains("__class__") || record.at("__class__").toStringRef() != "MetadataIndex" ||
+        !record.contains("fqn") || !record.at("fqn").isString()) {
+      corrupt("its pickle keys a dict by an object that is not a MetadataIndex");
+    }
+    std::string text = record.at("fqn").toStringRef() + "@";
+    if (record.contains("offset") && !record.at("offset").isNone()) {
+      const c10::IValue offset = record.at("offset");
+      if (!offset.isTuple()) corrupt("a MetadataIndex's offset is not a torch.Size");
+      const auto& elements = offset.toTupleRef().elements();
+      for (size_t i = 0; i < elements.size(); ++i) {
+        if (!elements[i].isInt()) corrupt("a MetadataIndex's offset is not a torch.Size");
+        text += (i == 0 ? "" : ",") + std::to_string(elements[i].toInt());
+      }
+    }
+    return text;
+  }
+
+  // NEWOBJ (DCP metadata): cls.__new__(cls, *args), as a record of the class's fields to come.
+  void new_record() {
+    Item args = pop();
+    Item cls = pop();
+    if (cls.kind != Item::Kind::kGlobal || !dcp_record_classes().count(cls.global) || args.kind != Item::Kind::kTuple ||
+        !args.tuple->empty()) {
+      refuse_dcp(
+          fmt::format("creates an object of `{}` with NEWOBJ", cls.kind == Item::Kind::kGlobal ? cls.global : "?"));
+    }
+    c10::impl::GenericDict record(c10::StringType::get(), c10::AnyType::get());
+    record.insert("__class__", cls.global.substr(cls.global.rfind('.') + 1));
+    push(record);
+  }
+
+  // REDUCE of one of dcp_callables(): the plain value it stands for.
+  void reduce_dcp(const std::string& callable, const std::vector<Item>& a) {
+    const auto string_arg = [&](size_t i) {
+      if (a.size() <= i || a[i].kind != Item::Kind::kValue || !a[i].value.isString())
+        corrupt(fmt::format("its pickle calls {} without a string", callable));
+      return a[i].value.toStringRef();
+    };
+    if (callable == "torch.Size") {
+      if (a.size() != 1 || a[0].kind != Item::Kind::kTuple) corrupt("its pickle builds a torch.Size without a tuple");
+      push(to_value(a[0]));
+    } else if (callable == "torch.serialization._get_layout") {
+      push(string_arg(0));
+    } else if (callable == "builtins.getattr") {
+      push(string_arg(1));  // an enum member, by name
+    } else if (callable == "torch.distributed.checkpoint.metadata._MEM_FORMAT_ENCODING") {
+      if (a.size() != 1) corrupt("its pickle builds a memory format without its value");
+      push(to_value(a[0]));
+    } else {  // a path
+      std::string path;
+      for (size_t i = 0; i < a.size(); ++i) path += (i == 0 ? "" : "/") + string_arg(i);
+      push(path);
     }
   }
 
   void push_global(const std::string& module, const std::string& name) {
     const std::string full = module + "." + name;
+    if (dcp_metadata_) {
+      if (module == "torch" && dtype_names().count(name)) {
+        push(name);  // a dtype, by name
+        return;
+      }
+      if (!dcp_record_classes().count(full) && !dcp_callables().count(full)) {
+        refuse_dcp(fmt::format("references the global `{}`", full));
+      }
+      Item item;
+      item.kind = Item::Kind::kGlobal;
+      item.global = full;
+      stack_.push_back(std::move(item));
+      return;
+    }
     if (module == "torch") {
       const auto it = storage_types().find(name);
       if (it != storage_types().end()) {
@@ -443,6 +555,11 @@ class Machine {
       not_plain("calls something that is not an allowed global (REDUCE)");
     }
     const std::vector<Item>& a = *args.tuple;
+    if (dcp_metadata_) {
+      if (!dcp_callables().count(callable.global)) refuse_dcp(fmt::format("calls `{}`", callable.global));
+      reduce_dcp(callable.global, a);
+      return;
+    }
     if (callable.global == kOrderedDict) {
       // OrderedDict() with its items set afterwards, as pickle writes it. A plain dict keeps
       // insertion order too, so nothing is lost.
@@ -462,8 +579,20 @@ class Machine {
   }
 
   void build() {
-    pop();  // The state.
+    Item state = pop();
     const Item& target = top();
+    if (dcp_metadata_ && target.kind == Item::Kind::kValue && target.value.isGenericDict() &&
+        target.value.toGenericDict().contains("__class__")) {
+      // A record's fields: a dataclass's __dict__, or TensorProperties' __getstate__ tuple.
+      c10::impl::GenericDict record = target.value.toGenericDict();
+      const c10::IValue value = to_value(state);
+      if (value.isGenericDict()) {
+        for (const auto& entry : value.toGenericDict()) record.insert_or_assign(entry.key(), entry.value());
+      } else {
+        record.insert_or_assign("__state__", value);
+      }
+      return;
+    }
     // Python pickles a module's state_dict (an OrderedDict) with its `_metadata` attribute
     // (per-module version numbers) as BUILD state. Checkpoints need the items only.
     if (target.kind == Item::Kind::kValue && target.value.isGenericDict()) return;
@@ -547,6 +676,15 @@ class Machine {
                     what_, detail));
   }
 
+  [[noreturn]] void refuse_dcp(const std::string& detail) {
+    throw CheckpointError(
+        fmt::format("{} is not the .metadata of a distributed checkpoint Volt reads: its pickle {}, which "
+                    "PyTorch's FileSystemWriter does not write. HINT: save it with torch.distributed.checkpoint's "
+                    "default writer (dcp.save(state, checkpoint_id=folder)); a checkpoint with a custom planner or "
+                    "storage extensions cannot be read here.",
+                    what_, detail));
+  }
+
   [[noreturn]] void not_plain(const std::string& detail) {
     throw CheckpointError(
         fmt::format("{} is not a plain checkpoint: its pickle {}; Volt reads only dicts, lists, tuples, "
@@ -561,6 +699,7 @@ class Machine {
   size_t pos_ = 0;
   const ReadRecord& read_record_;
   const std::string& what_;
+  const bool dcp_metadata_;
   std::vector<Item> stack_;
   std::vector<size_t> marks_;
   std::unordered_map<uint32_t, Item> memo_;
@@ -571,6 +710,13 @@ class Machine {
 
 c10::IValue unpickle_plain(const char* data, size_t size, const ReadRecord& read_record, const std::string& what) {
   return Machine(data, size, read_record, what).run();
+}
+
+c10::IValue unpickle_dcp_metadata(const char* data, size_t size, const std::string& what) {
+  const ReadRecord no_records = [&what](const std::string& key) -> std::pair<at::DataPtr, size_t> {
+    throw CheckpointError(fmt::format("{} holds a tensor (record {}), which a .metadata never does", what, key));
+  };
+  return Machine(data, size, no_records, what, /*dcp_metadata=*/true).run();
 }
 
 }  // namespace volt::internal

@@ -30,4 +30,17 @@ using ReadRecord = std::function<std::pair<at::DataPtr, size_t>(const std::strin
 /// an unsupported opcode, or a stream that is cut short.
 c10::IValue unpickle_plain(const char* data, size_t size, const ReadRecord& read_record, const std::string& what);
 
+/// Unpickles the `.metadata` file of a PyTorch distributed checkpoint (torch.distributed.checkpoint,
+/// FileSystemWriter): instances of its dataclasses (Metadata, TensorStorageMetadata,
+/// ChunkStorageMetadata, TensorProperties, BytesStorageMetadata, MetadataIndex, StorageMeta,
+/// _StorageInfo) load as generic dicts of their fields plus "__class__" (the class's name), with
+/// TensorProperties' pickled tuple under "__state__"; `torch.Size` loads as a tuple of ints, a
+/// dtype (`torch.float32`) as its name ("float32"), a path as a string, and a MetadataIndex
+/// used as a dict key as the string "<fqn>@<offsets joined by commas>" ("<fqn>@" without one).
+/// Any other global is refused: nothing is imported or called.
+///
+/// Throws volt::CheckpointError, starting with `what`, for another global, an unsupported
+/// opcode, or a stream that is cut short.
+c10::IValue unpickle_dcp_metadata(const char* data, size_t size, const std::string& what);
+
 }  // namespace volt::internal

@@ -28,9 +28,7 @@ class SnapshotMemory : public ::testing::Test {
   fs::path base_;
 };
 
-TEST_F(SnapshotMemory, ARunWithoutAProgressMarkerHasNoTier) {
-  EXPECT_EQ(memory_snapshot_dir(root(), hpc()), "");
-}
+TEST_F(SnapshotMemory, ARunWithoutAProgressMarkerHasNoTier) { EXPECT_EQ(memory_snapshot_dir(root(), hpc()), ""); }
 
 TEST_F(SnapshotMemory, TheTierBelongsToTheRunThatCreatedTheMarker) {
   { ProgressMarker marker(progress_marker_path(hpc())); }
