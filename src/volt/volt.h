@@ -16,6 +16,7 @@
 #include "volt/callbacks/weight_averaging.h"
 #include "volt/checkpoint/checkpoint_io.h"
 #include "volt/checkpoint/checkpoint_state.h"
+#include "volt/checkpoint/dcp_checkpoint.h"
 #include "volt/checkpoint/sharded_checkpoint.h"
 #include "volt/checkpoint/weight_source.h"
 #include "volt/data/data_loader.h"

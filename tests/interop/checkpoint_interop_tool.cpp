@@ -8,6 +8,9 @@
 //   checkpoint_interop_tool read <ckpt>
 //       Loads <ckpt> and prints it as JSON on stdout; a tensor becomes
 //       {"dtype": ..., "shape": [...], "values": [...flattened...]}.
+//   checkpoint_interop_tool dcp-weights <dir> <prefix> <name> <d0,d1,...> <begin> <end>
+//       Prints, as JSON, what volt::DcpWeights over the distributed checkpoint <dir> gives a fit
+//       that asks for elements [begin, end) of parameter <name> of that shape.
 //
 // Exits 2 with the message on stderr when the checkpoint is rejected (volt::Error).
 #include <torch/torch.h>
@@ -17,9 +20,11 @@
 #include <fstream>
 #include <iostream>
 #include <nlohmann/json.hpp>
+#include <sstream>
 #include <string>
 
 #include "volt/checkpoint/checkpoint_io.h"
+#include "volt/checkpoint/dcp_checkpoint.h"
 #include "volt/core/error.h"
 
 namespace {
@@ -173,14 +178,26 @@ int read_mode(const std::string& ckpt) {
   return 0;
 }
 
+int dcp_weights_mode(char** argv) {
+  volt::DcpWeights weights(volt::DcpCheckpoint::open(argv[2]), argv[3]);
+  std::vector<int64_t> shape;
+  std::stringstream dims(argv[5]);
+  for (std::string dim; std::getline(dims, dim, ',');) shape.push_back(std::stoll(dim));
+  std::cout << tensor_to_json(weights.read(argv[4], shape, std::stoll(argv[6]), std::stoll(argv[7]))).dump() << "\n";
+  return 0;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
-  const std::string usage = "usage: checkpoint_interop_tool write <ckpt> <dir> | read <ckpt>";
+  const std::string usage =
+      "usage: checkpoint_interop_tool write <ckpt> <dir> | read <ckpt> | dcp-weights <dir> <prefix> <name> <shape> "
+      "<begin> <end>";
   try {
     const std::string mode = argc > 1 ? argv[1] : "";
     if (mode == "write" && argc == 4) return write_mode(argv[2], argv[3]);
     if (mode == "read" && argc == 3) return read_mode(argv[2]);
+    if (mode == "dcp-weights" && argc == 8) return dcp_weights_mode(argv);
     std::cerr << usage << "\n";
     return 64;
   } catch (const volt::Error& error) {

@@ -33,6 +33,7 @@ require(hasattr(dcp, "HuggingFaceStorageReader"), f"torch {torch.__version__} ha
 
 GPT = os.environ.get("VOLT_GPT_EXAMPLE")
 TOOL = os.environ.get("VOLT_CHECKPOINT_TOOL")
+INTEROP_TOOL = os.environ.get("CHECKPOINT_INTEROP_TOOL")
 
 
 def run(args, cwd):
@@ -221,3 +222,20 @@ def test_a_checkpoint_missing_a_piece_is_refused_naming_the_tensor(pytorch_dcp, 
     assert "the pieces of model.fc1.weight hold 16 of its 20 elements" in message, message
     assert "HINT:" in message, message
     assert not (tmp_path / "out.safetensors").exists()
+
+
+def test_a_fit_fine_tuning_from_it_reads_each_parameters_elements_and_a_wrong_shape_is_named(pytorch_dcp, tmp_path):
+    """DcpWeights, what a module returns as initial_weights to fine-tune from a PyTorch checkpoint: the
+    elements a process asks for (here rows 1-3 of fc1.weight, a range that crosses FSDP2's pieces)."""
+    import json
+    root, folder, reference = pytorch_dcp
+    assert INTEROP_TOOL, "run through ctest: CHECKPOINT_INTEROP_TOOL"
+    out = run([INTEROP_TOOL, "dcp-weights", folder, "model.", "fc1.weight", "5,4", 4, 16], root)
+    values = torch.tensor(json.loads(out)["values"], dtype=torch.float64)
+    assert torch.equal(values, reference["model.fc1.weight"].reshape(-1)[4:16].double())
+    env = {k: v for k, v in os.environ.items() if not k.startswith("PYTHON")}
+    wrong = subprocess.run([INTEROP_TOOL, "dcp-weights", folder, "model.", "fc1.weight", "4,5", "0", "20"],
+                           capture_output=True, text=True, timeout=60, env=env)
+    assert wrong.returncode == 2, wrong
+    assert "model.fc1.weight has shape [5, 4], but the model's parameter fc1.weight has shape [4, 5]" in wrong.stderr
+    assert "HINT:" in wrong.stderr

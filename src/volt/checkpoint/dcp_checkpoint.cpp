@@ -21,14 +21,27 @@ namespace {
 using GenericDict = c10::impl::GenericDict;
 
 at::ScalarType dcp_dtype(const std::string& name, const std::string& what) {
-  static const std::map<std::string, at::ScalarType> dtypes = {
-      {"float32", at::kFloat},  {"float", at::kFloat},      {"float64", at::kDouble},     {"double", at::kDouble},
-      {"float16", at::kHalf},   {"half", at::kHalf},        {"bfloat16", at::kBFloat16},  {"int64", at::kLong},
-      {"long", at::kLong},      {"int32", at::kInt},        {"int", at::kInt},            {"int16", at::kShort},
-      {"short", at::kShort},    {"int8", at::kChar},        {"uint8", at::kByte},         {"bool", at::kBool},
-      {"complex64", at::kComplexFloat}, {"complex128", at::kComplexDouble}};
+  static const std::map<std::string, at::ScalarType> dtypes = {{"float32", at::kFloat},
+                                                               {"float", at::kFloat},
+                                                               {"float64", at::kDouble},
+                                                               {"double", at::kDouble},
+                                                               {"float16", at::kHalf},
+                                                               {"half", at::kHalf},
+                                                               {"bfloat16", at::kBFloat16},
+                                                               {"int64", at::kLong},
+                                                               {"long", at::kLong},
+                                                               {"int32", at::kInt},
+                                                               {"int", at::kInt},
+                                                               {"int16", at::kShort},
+                                                               {"short", at::kShort},
+                                                               {"int8", at::kChar},
+                                                               {"uint8", at::kByte},
+                                                               {"bool", at::kBool},
+                                                               {"complex64", at::kComplexFloat},
+                                                               {"complex128", at::kComplexDouble}};
   const auto it = dtypes.find(name);
-  if (it == dtypes.end()) throw CheckpointError(fmt::format("{} has a tensor of dtype torch.{}, which Volt does not read", what, name));
+  if (it == dtypes.end())
+    throw CheckpointError(fmt::format("{} has a tensor of dtype torch.{}, which Volt does not read", what, name));
   return it->second;
 }
 
@@ -42,8 +55,9 @@ at::ScalarType dcp_dtype(const std::string& name, const std::string& what) {
 const c10::IValue& dcp_field(const GenericDict& record, const std::string& name, const std::string& what) {
   const auto it = record.find(name);
   if (it == record.end()) {
-    dcp_malformed(what, fmt::format("a {} without `{}`",
-                                record.contains("__class__") ? record.at("__class__").toStringRef() : "record", name));
+    dcp_malformed(what,
+                  fmt::format("a {} without `{}`",
+                              record.contains("__class__") ? record.at("__class__").toStringRef() : "record", name));
   }
   return it->value();
 }
@@ -103,17 +117,19 @@ std::vector<char> dcp_read_bytes(const std::string& dir, const DcpChunk& chunk, 
   const fs::path path = fs::path(dir) / chunk.file;
   std::ifstream in(path, std::ios::binary);
   if (!in) {
-    throw CheckpointError(fmt::format("{} is missing: the distributed checkpoint {} keeps {} there. HINT: copy the "
-                                      "whole folder, every .distcp file with its .metadata.",
-                                      path.string(), dir, name));
+    throw CheckpointError(
+        fmt::format("{} is missing: the distributed checkpoint {} keeps {} there. HINT: copy the "
+                    "whole folder, every .distcp file with its .metadata.",
+                    path.string(), dir, name));
   }
   std::vector<char> bytes(static_cast<size_t>(chunk.length));
   in.seekg(chunk.offset);
   in.read(bytes.data(), chunk.length);
   if (in.gcount() != chunk.length) {
-    throw CheckpointError(fmt::format("{} is cut short: {} needs bytes [{}, {}), the file has fewer. HINT: copy it "
-                                      "again from where the checkpoint was saved.",
-                                      path.string(), name, chunk.offset, chunk.offset + chunk.length));
+    throw CheckpointError(
+        fmt::format("{} is cut short: {} needs bytes [{}, {}), the file has fewer. HINT: copy it "
+                    "again from where the checkpoint was saved.",
+                    path.string(), name, chunk.offset, chunk.offset + chunk.length));
   }
   return bytes;
 }
@@ -129,8 +145,9 @@ DcpCheckpoint DcpCheckpoint::open(const std::string& dir) {
     std::error_code ec;
     for (auto it = fs::directory_iterator(dir, ec); !ec && it != fs::directory_iterator(); it.increment(ec)) {
       if (it->path().extension() == ".safetensors") {
-        hint = "this folder holds .safetensors files: read them with volt::load_safetensors (or `volt checkpoint` "
-               "tools), not as a .metadata/.distcp checkpoint";
+        hint =
+            "this folder holds .safetensors files: read them with volt::load_safetensors (or `volt checkpoint` "
+            "tools), not as a .metadata/.distcp checkpoint";
         break;
       }
     }
@@ -144,7 +161,8 @@ DcpCheckpoint DcpCheckpoint::open(const std::string& dir) {
   const GenericDict metadata = dcp_record(metadata_value, "Metadata", what);
   const c10::IValue& state = dcp_field(metadata, "state_dict_metadata", what);
   const c10::IValue& storage = dcp_field(metadata, "storage_data", what);
-  if (!state.isGenericDict() || !storage.isGenericDict()) dcp_malformed(what, "its state_dict_metadata or storage_data is not a dict");
+  if (!state.isGenericDict() || !storage.isGenericDict())
+    dcp_malformed(what, "its state_dict_metadata or storage_data is not a dict");
   const GenericDict storage_data = storage.toGenericDict();
 
   DcpCheckpoint checkpoint;
@@ -177,7 +195,8 @@ DcpCheckpoint DcpCheckpoint::open(const std::string& dir) {
     int64_t covered = 0;
     for (const c10::IValue& chunk_value : chunks.toListRef()) {
       const GenericDict chunk_record = dcp_record(chunk_value, "ChunkStorageMetadata", what);
-      DcpChunk chunk = dcp_storage(storage_data, dcp_key(name, dcp_ints(dcp_field(chunk_record, "offsets", what), what), true), what);
+      DcpChunk chunk = dcp_storage(storage_data,
+                                   dcp_key(name, dcp_ints(dcp_field(chunk_record, "offsets", what), what), true), what);
       chunk.offsets = dcp_ints(dcp_field(chunk_record, "offsets", what), what);
       chunk.sizes = dcp_ints(dcp_field(chunk_record, "sizes", what), what);
       if (chunk.offsets.size() != tensor.size.size() || chunk.sizes.size() != tensor.size.size())
@@ -226,10 +245,11 @@ const DcpTensor& DcpCheckpoint::tensor(const std::string& name) const {
     if (shown++ == 5) break;
     some += (some.empty() ? "" : ", ") + held;
   }
-  throw CheckpointError(fmt::format("the distributed checkpoint {} has no tensor {} ({} tensors, e.g. {}). HINT: its "
-                                    "names are dcp.save's flattened keys; check the prefix (\"model.\" for "
-                                    "dcp.save({{\"model\": model.state_dict()}})).",
-                                    dir_, name, tensors_.size(), some));
+  throw CheckpointError(
+      fmt::format("the distributed checkpoint {} has no tensor {} ({} tensors, e.g. {}). HINT: its "
+                  "names are dcp.save's flattened keys; check the prefix (\"model.\" for "
+                  "dcp.save({{\"model\": model.state_dict()}})).",
+                  dir_, name, tensors_.size(), some));
 }
 
 at::Tensor DcpCheckpoint::read(const std::string& name) const {
@@ -237,16 +257,18 @@ at::Tensor DcpCheckpoint::read(const std::string& name) const {
   at::Tensor whole = at::empty(info.size, at::TensorOptions().dtype(info.dtype));
   for (const DcpChunk& chunk : info.chunks) {
     const std::vector<char> bytes = dcp_read_bytes(dir_, chunk, name);
-    const c10::IValue loaded = load_from_bytes(bytes, fmt::format("{} (a piece of {})", (fs::path(dir_) / chunk.file).string(), name));
+    const c10::IValue loaded =
+        load_from_bytes(bytes, fmt::format("{} (a piece of {})", (fs::path(dir_) / chunk.file).string(), name));
     if (!loaded.isTensor() || loaded.toTensor().sizes().vec() != chunk.sizes ||
         loaded.toTensor().scalar_type() != info.dtype) {
-      throw CheckpointError(fmt::format("{}: the piece of {} at {} is not a {} tensor of its box's shape. HINT: the "
-                                        "checkpoint's files do not belong to its .metadata; copy the folder again.",
-                                        (fs::path(dir_) / chunk.file).string(), name, dcp_key(name, chunk.offsets, true),
-                                        c10::toString(info.dtype)));
+      throw CheckpointError(fmt::format(
+          "{}: the piece of {} at {} is not a {} tensor of its box's shape. HINT: the "
+          "checkpoint's files do not belong to its .metadata; copy the folder again.",
+          (fs::path(dir_) / chunk.file).string(), name, dcp_key(name, chunk.offsets, true), c10::toString(info.dtype)));
     }
     at::Tensor box = whole;
-    for (size_t d = 0; d < chunk.offsets.size(); ++d) box = box.narrow(static_cast<int64_t>(d), chunk.offsets[d], chunk.sizes[d]);
+    for (size_t d = 0; d < chunk.offsets.size(); ++d)
+      box = box.narrow(static_cast<int64_t>(d), chunk.offsets[d], chunk.sizes[d]);
     box.copy_(loaded.toTensor());
   }
   return whole;
@@ -257,7 +279,8 @@ c10::IValue DcpCheckpoint::read_value(const std::string& name) const {
   if (it == values_.end()) {
     throw CheckpointError(fmt::format("the distributed checkpoint {} has no value {}", dir_, name));
   }
-  return load_from_bytes(dcp_read_bytes(dir_, it->second, name), fmt::format("{} ({})", (fs::path(dir_) / it->second.file).string(), name));
+  return load_from_bytes(dcp_read_bytes(dir_, it->second, name),
+                         fmt::format("{} ({})", (fs::path(dir_) / it->second.file).string(), name));
 }
 
 DcpWeights::DcpWeights(DcpCheckpoint checkpoint, std::string prefix)
@@ -270,9 +293,10 @@ at::Tensor DcpWeights::read(const std::string& name, const std::vector<int64_t>&
   if (key != cached_name_) {
     const DcpTensor& info = checkpoint_.tensor(key);
     if (info.size != shape) {
-      throw CheckpointError(fmt::format("{}: {} has shape [{}], but the model's parameter {} has shape [{}]. HINT: build "
-                                        "the model with the configuration the checkpoint was trained with.",
-                                        describe(), key, fmt::join(info.size, ", "), name, fmt::join(shape, ", ")));
+      throw CheckpointError(
+          fmt::format("{}: {} has shape [{}], but the model's parameter {} has shape [{}]. HINT: build "
+                      "the model with the configuration the checkpoint was trained with.",
+                      describe(), key, fmt::join(info.size, ", "), name, fmt::join(shape, ", ")));
     }
     cached_ = checkpoint_.read(key).reshape({-1});
     cached_name_ = key;

@@ -48,7 +48,9 @@ TEST_F(DcpCheckpointTest, AFolderWithoutMetadataIsNamedWithWhatToGiveInstead) {
 TEST_F(DcpCheckpointTest, AMetadataThatReferencesAnyOtherGlobalIsRefusedWithoutRunningIt) {
   // protocol 2: os.system("true") -- what a hostile .metadata would do under pickle.load.
   using namespace std::string_literals;  // NOLINT: the pickle holds NUL bytes
-  const std::string pickle = "\x80\x02" "cos\nsystem\nX\x04\x00\x00\x00true\x85R."s;
+  const std::string pickle =
+      "\x80\x02"
+      "cos\nsystem\nX\x04\x00\x00\x00true\x85R."s;
   std::ofstream(dir_ / ".metadata", std::ios::binary) << pickle;
   const std::string message = error_opening();
   EXPECT_NE(message.find("references the global `os.system`"), std::string::npos) << message;
@@ -62,9 +64,15 @@ TEST(DcpMetadataUnpickler, RecordsDtypesSizesAndIndexKeysLoadAsPlainValues) {
   const std::string g = "ctorch.distributed.checkpoint.metadata\n"s;
   std::string p = "\x80\x02}("s;  // PROTO 2, EMPTY_DICT, MARK
   // (A hex escape takes every hex digit after it: "\x00" "fqn" keeps the f out of it.)
-  p += g + "MetadataIndex\n)\x81}(X\x03\x00\x00\x00" "fqnX\x01\x00\x00\x00" "wX\x06\x00\x00\x00" "offset"s;
+  p += g +
+       "MetadataIndex\n)\x81}(X\x03\x00\x00\x00"
+       "fqnX\x01\x00\x00\x00"
+       "wX\x06\x00\x00\x00"
+       "offset"s;
   p += "ctorch\nSize\nK\x02K\x00\x86\x85Rub"s;
-  p += g + "ChunkStorageMetadata\n)\x81}(X\x05\x00\x00\x00" "dtypectorch\nfloat32\nub"s;
+  p += g +
+       "ChunkStorageMetadata\n)\x81}(X\x05\x00\x00\x00"
+       "dtypectorch\nfloat32\nub"s;
   p += "u."s;
   const c10::IValue value = internal::unpickle_dcp_metadata(p.data(), p.size(), "test");
   const c10::impl::GenericDict dict = value.toGenericDict();
