@@ -5,7 +5,7 @@ a random point (a step's end, half-way through writing a snapshot, validation) t
 VOLT_INJECT_FAULT; in a quarter of the trials of a strategy with several processes a second rank
 dies again in the restart's rendezvous. A trial passes when the run completes by itself, ends with
 the parameters of an uninterrupted run bit for bit, leaves every snapshot readable, and leaves no
-process behind; a trial that runs past its deadline is a hang.
+process behind and no snapshot in shared memory; a trial that runs past its deadline is a hang.
 
     tests/faults/fault_trials.py --strategy ddp --trials 50 --seed 1
     tests/faults/fault_trials.py --strategy all --trials 2          # what CI runs (ctest -L faults)
@@ -13,7 +13,8 @@ process behind; a trial that runs past its deadline is a hang.
 Prints one line per trial and a table per strategy: trials bit-identical, hangs, corrupt snapshots,
 the median and worst time from the kill to the first step of the restarted run, and the steps lost
 per failure (as the restarted run reports it: the step the failed attempt had reached minus the
-step it resumed at; at most the interval, or two when rank 0 dies while writing a snapshot).
+step it resumed at; at most the interval, a few more only when rank 0 dies while its writer is
+still serializing the newest snapshot, before the snapshot reaches shared memory).
 Exits 1 when any trial failed.
 
 Needs VOLT_EXAMPLE and VOLT_GPT_EXAMPLE (the example binaries; ctest sets them), Fashion-MNIST
@@ -21,6 +22,7 @@ installed (apt-get install dataset-fashion-mnist), and /usr/bin/python3 with tor
 checkpoints.
 """
 import argparse
+import glob
 import os
 import random
 import re
@@ -129,6 +131,15 @@ def run(cmd, env, root):
     return proc.returncode, lines
 
 
+def memory_tiers_of(root):
+    """The memory tiers in /dev/shm of runs whose snapshots went to `root`: Volt names them
+    volt-snapshots-<uid>-<FNV-1a of the folder>-<token> (src/volt/checkpoint/snapshot_memory.cpp)."""
+    digest = 14695981039346656037
+    for byte in os.path.normpath(os.path.abspath(root)).encode():
+        digest = ((digest ^ byte) * 1099511628211) % (1 << 64)
+    return glob.glob(f"/dev/shm/volt-snapshots-{os.getuid()}-{digest:016x}-*")
+
+
 def trial(name, reference, rng, workdir, text, index):
     _, _, processes, steps, points = STRATEGIES[name]
     at = rng.choice(points)
@@ -157,6 +168,11 @@ def trial(name, reference, rng, workdir, text, index):
         except Exception:  # noqa: BLE001: any unreadable file counts
             corrupt += 1
     result["corrupt"] = corrupt
+    # A run that completed gives its snapshots' shared memory back (docs/failures.md, the memory tier).
+    memory = memory_tiers_of(root)
+    result["memory_left"] = len(memory)
+    for folder in memory:
+        shutil.rmtree(folder, ignore_errors=True)
     result["identical"] = rc == 0 and same(final_parameters(root), reference)
     # The supervisor notices the kill within 100 ms; the restarted rank 0 says where it starts.
     # The supervisor notices a kill within 100 ms; the restarted rank 0 says where it starts. With
@@ -171,7 +187,7 @@ def trial(name, reference, rng, workdir, text, index):
     killed_at = -(-step // SNAPSHOT_EVERY) * SNAPSHOT_EVERY if at == "snapshot" else step
     result["steps_lost"] = lost[-1] if lost else killed_at
     result["restarted"] = restart is not None
-    if not result["identical"] or result["hang"] or leftover or corrupt or restart is None:
+    if not result["identical"] or result["hang"] or leftover or corrupt or memory or restart is None:
         result["log"] = out[-4000:]
     shutil.rmtree(root, ignore_errors=True)
     return result
@@ -203,7 +219,8 @@ def main():
             for i in range(args.trials):
                 r = trial(name, reference, rng, workdir, text, i)
                 results.append(r)
-                ok = r["identical"] and r["restarted"] and not r["hang"] and not r["leftover"] and not r["corrupt"]
+                ok = (r["identical"] and r["restarted"] and not r["hang"] and not r["leftover"] and not r["corrupt"]
+                      and not r["memory_left"])
                 failed = failed or not ok
                 recovery = f"{r['recovery_s']:.2f} s" if r["recovery_s"] is not None else "-"
                 print(f"{name} trial {i}: {r['fault']}: {'ok' if ok else 'FAILED'} (rc {r['rc']}, "

@@ -7,6 +7,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 
 #include "volt/callbacks/model_checkpoint.h"
 #include "volt/core/console.h"
@@ -222,21 +223,49 @@ void FitLoop::poll_signals() {
 }
 
 void FitLoop::snapshot_if_due() {
-  const std::optional<int64_t> every = config_.snapshots.every_n_steps;
-  if (!every) return;
+  const SnapshotSchedule& schedule = config_.snapshots;
+  if (!schedule.enabled()) return;
   if (progress_marker_) progress_marker_->record(progress_.global_step);
   // Once per optimizer step: a boundary inside an accumulation window holds gradients that no
   // checkpoint keeps, and its resume would not be exact.
   const int64_t step = progress_.global_step;
   if (step == snapshot_checked_step_) return;
   snapshot_checked_step_ = step;
+  bool due = schedule.every_n_steps && step % *schedule.every_n_steps == 0;
+  if (schedule.every_n_seconds) {
+    // The first boundary of the fit sets the first time-due step; each snapshot sets the next.
+    if (!time_due_step_) {
+      time_due_step_ = agree_time_due_step();
+    } else {
+      due = due || step >= *time_due_step_;
+    }
+  }
   // A fit stopping here saves what its stop asks for (an HPC checkpoint, on_train_end's) instead.
-  if (step % *every != 0 || stop_.should_stop()) return;
+  if (!due || stop_.should_stop()) return;
   const Profiler::Scope timed(parts_.profiler, Action::kCheckpointSave);
   checkpoints_.begin_gather_point();
   const bool die_mid_write = config_.fault && config_.fault->at == FaultPoint::kSnapshot &&
                              config_.fault->rank == config_.topology.global_rank && step >= config_.fault->step;
-  checkpoints_.save_snapshot(config_.snapshots.skip_when_busy, die_mid_write);
+  checkpoints_.save_snapshot(schedule.skip_when_busy, die_mid_write);
+  if (schedule.every_n_seconds) time_due_step_ = agree_time_due_step();
+}
+
+int64_t FitLoop::agree_time_due_step() {
+  // Clocks differ between processes, and a snapshot is collective: rank 0's clock decides, as a
+  // step count at its pace since the previous snapshot (or since training started).
+  const auto now = std::chrono::steady_clock::now();
+  const int64_t step = progress_.global_step;
+  double due = 0.0;
+  if (config_.topology.is_global_zero()) {
+    const double elapsed = std::chrono::duration<double>(now - snapshot_clock_).count();
+    const double per_step = elapsed / static_cast<double>(std::max<int64_t>(1, step - snapshot_clock_step_));
+    const double steps = std::ceil(*config_.snapshots.every_n_seconds / std::max(per_step, 1e-9));
+    due = static_cast<double>(step) + std::max(1.0, steps);
+  }
+  snapshot_clock_ = now;
+  snapshot_clock_step_ = step;
+  if (config_.topology.world_size > 1) due = parts_.strategy.collectives().all_reduce(due, Reduce::kMax);
+  return static_cast<int64_t>(due);
 }
 
 void FitLoop::inject_fault(FaultPoint point) {
@@ -253,13 +282,18 @@ SnapshotStats FitLoop::finish_snapshots() {
   // The files are complete from here on; a failure after this resumes from them.
   checkpoints_.release_memory_tier();
   const SnapshotStats stats = checkpoints_.snapshot_stats();
-  if (config_.snapshots.every_n_steps && (stats.saved > 0 || stats.skipped > 0)) {
-    parts_.console.info(fmt::format(
-        "Snapshots: {} saved into {} (every {} steps), {} skipped; the steps spent {:.3f} s copying state to host "
-        "memory ({:.1f} ms per snapshot) and {:.3f} s waiting for the writer, which wrote for {:.3f} s.",
-        stats.saved, config_.checkpoints.hpc_checkpoint_dir, *config_.snapshots.every_n_steps, stats.skipped,
-        stats.copy_seconds, stats.saved > 0 ? 1000.0 * stats.copy_seconds / static_cast<double>(stats.saved) : 0.0,
-        stats.waited_seconds, stats.write_seconds));
+  if (config_.snapshots.enabled() && (stats.saved > 0 || stats.skipped > 0)) {
+    const SnapshotSchedule& schedule = config_.snapshots;
+    std::string interval = schedule.every_n_steps ? fmt::format("every {} steps", *schedule.every_n_steps) : "";
+    if (schedule.every_n_seconds) {
+      interval += fmt::format("{}about every {} s", interval.empty() ? "" : " and ", *schedule.every_n_seconds);
+    }
+    parts_.console.info(
+        fmt::format("Snapshots: {} saved into {} ({}), {} skipped; the steps spent {:.3f} s copying state to host "
+                    "memory ({:.1f} ms per snapshot) and {:.3f} s waiting for the writer, which wrote for {:.3f} s.",
+                    stats.saved, config_.checkpoints.hpc_checkpoint_dir, interval, stats.skipped, stats.copy_seconds,
+                    stats.saved > 0 ? 1000.0 * stats.copy_seconds / static_cast<double>(stats.saved) : 0.0,
+                    stats.waited_seconds, stats.write_seconds));
   }
   return stats;
 }
@@ -383,7 +417,7 @@ void FitLoop::restore(const LoadedCheckpoint& checkpoint) {
   resumed_from_ = checkpoint.path;
   parts_.console.info(fmt::format("Restored training state from {}: {}", checkpoint.path, fit_position(progress_)));
   // What the failure cost: the step the failed attempt had reached, which its rank 0 recorded.
-  if (config_.restart_attempt > 0 && config_.snapshots.every_n_steps) {
+  if (config_.restart_attempt > 0 && config_.snapshots.enabled()) {
     const std::string marker = progress_marker_path(config_.checkpoints.hpc_checkpoint_dir);
     if (const std::optional<int64_t> reached = read_progress_marker(marker);
         reached && *reached >= progress_.global_step) {
@@ -408,7 +442,9 @@ FitResult FitLoop::run() {
     module.on_fit_start();
     sanity_check();
     snapshot_checked_step_ = progress_.global_step;  // a resumed fit's first step is not due again
-    if (config_.snapshots.every_n_steps && config_.topology.is_global_zero()) {
+    snapshot_clock_ = std::chrono::steady_clock::now();
+    snapshot_clock_step_ = progress_.global_step;
+    if (config_.snapshots.enabled() && config_.topology.is_global_zero()) {
       progress_marker_.emplace(progress_marker_path(config_.checkpoints.hpc_checkpoint_dir));
     }
     dispatch([](Callback& c, const CallbackContext& ctx, CallbackServices& s) { return c.on_train_start(ctx, s); }, {});

@@ -2,6 +2,7 @@
 // restored position to a FitResult.
 #pragma once
 
+#include <chrono>
 #include <functional>
 #include <memory>
 #include <nlohmann/json_fwd.hpp>
@@ -131,13 +132,17 @@ class FitLoop : public CallbackServices, private EpochHooks {
   void sanity_check();
   void run_validation();
   void poll_signals();
-  /// Saves a snapshot when one is due: once per snapshot_every_n_steps optimizer steps, at the
-  /// boundary of the batch that took the step, unless the fit is stopping there.
+  /// Saves a snapshot when one is due: once per snapshot_every_n_steps optimizer steps and/or at
+  /// the step agree_time_due_step set, at the boundary of the batch that took the step, unless
+  /// the fit is stopping there.
   void snapshot_if_due();
   /// Kills this process when the injected fault strikes here (config_.fault at `point`).
   void inject_fault(FaultPoint point);
   /// Waits for the snapshot being written and says what the fit's snapshots cost.
   SnapshotStats finish_snapshots();
+  /// Collective (snapshot_every_n_seconds), at the fit's first step boundary and after each
+  /// snapshot: the step the next time-due snapshot comes at, as rank 0's pace makes it.
+  int64_t agree_time_due_step();
   /// Refuses to go on inside an epoch under another stream layout than the one it began with
   /// (`source` names where that position came from); records the current layout.
   void check_stream_layout(const std::string& source);
@@ -152,11 +157,16 @@ class FitLoop : public CallbackServices, private EpochHooks {
   TrainingEpochLoop epoch_loop_;
   ResultCollection val_results_;
   FitProgress progress_;
-  FitCheckpoints checkpoints_;                     // reads progress_
-  std::string resumed_from_;                       // the checkpoint restore() read, if any
-  int64_t loaders_epoch_ = 0;                      // the epoch the current loaders were asked for at
-  bool past_first_epoch_ = false;                  // whether this run's first epoch has started
-  int64_t snapshot_checked_step_ = 0;              // the global step snapshot_if_due last looked at
+  FitCheckpoints checkpoints_;         // reads progress_
+  std::string resumed_from_;           // the checkpoint restore() read, if any
+  int64_t loaders_epoch_ = 0;          // the epoch the current loaders were asked for at
+  bool past_first_epoch_ = false;      // whether this run's first epoch has started
+  int64_t snapshot_checked_step_ = 0;  // the global step snapshot_if_due last looked at
+  // snapshot_every_n_seconds: the step the next snapshot is due at (agreed), and where and when
+  // rank 0's clock last started counting.
+  std::optional<int64_t> time_due_step_;
+  std::chrono::steady_clock::time_point snapshot_clock_;
+  int64_t snapshot_clock_step_ = 0;
   std::optional<ProgressMarker> progress_marker_;  // rank 0 with snapshots: the step reached
   bool fault_armed_ = false;                       // an injected fault's step has come: it strikes at its point
   StopController stop_;

@@ -23,6 +23,10 @@ struct RunPlan;
 struct SnapshotSchedule {
   /// Optimizer steps between snapshots; unset: none.
   std::optional<int64_t> every_n_steps;
+  /// About this many seconds between snapshots (rank 0's pace, turned into steps); unset: none.
+  std::optional<double> every_n_seconds;
+  /// Whether any snapshot is saved.
+  bool enabled() const { return every_n_steps || every_n_seconds; }
   /// A snapshot due while the previous one is still being written: skipped (true) or waited for.
   bool skip_when_busy = false;
 };

@@ -279,6 +279,8 @@ void add_trainer_flags(CLI::App& app, TrainerOptions& o, TrainerFlagText& t) {
   app.add_option("--hpc-checkpoints-to-keep", o.hpc_checkpoints_to_keep, "HPC checkpoints kept")->capture_default_str();
   app.add_option("--snapshot-every-n-steps", o.snapshot_every_n_steps,
                  "save a snapshot every N optimizer steps in the background; a restarted run resumes from the newest");
+  app.add_option("--snapshot-every-n-seconds", o.snapshot_every_n_seconds,
+                 "also save a snapshot about every T seconds (turned into steps at the pace between snapshots)");
   app.add_option("--snapshots-to-keep", o.snapshots_to_keep, "snapshots kept")->capture_default_str();
   app.add_flag("--snapshot-in-memory,!--no-snapshot-in-memory", o.snapshot_in_memory,
                "also keep the newest snapshot in node-local shared memory, read first by a restart (default on)");

@@ -115,10 +115,11 @@ TEST(TrainerFlags, DebuggingFlagsFillTheirOptions) {
 
 TEST(TrainerFlags, FaultToleranceFlagsFillTheirOptions) {
   Flags flags;
-  const TrainerOptions& o =
-      flags.parse({"--snapshot-every-n-steps", "50", "--snapshots-to-keep", "3", "--no-snapshot-in-memory",
-                   "--skip-snapshot-when-busy", "--async-checkpointing", "--max-restarts", "2"});
+  const TrainerOptions& o = flags.parse({"--snapshot-every-n-steps", "50", "--snapshot-every-n-seconds", "1800",
+                                         "--snapshots-to-keep", "3", "--no-snapshot-in-memory",
+                                         "--skip-snapshot-when-busy", "--async-checkpointing", "--max-restarts", "2"});
   EXPECT_EQ(o.snapshot_every_n_steps, 50);
+  EXPECT_EQ(o.snapshot_every_n_seconds, 1800.0);
   EXPECT_EQ(o.snapshots_to_keep, 3);
   EXPECT_FALSE(o.snapshot_in_memory);
   EXPECT_TRUE(o.skip_snapshot_when_busy);

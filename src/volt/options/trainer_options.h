@@ -350,6 +350,10 @@ struct TrainerOptions {
   /// --max-restarts, a SLURM step run again, the same command) resumes from the newest snapshot
   /// or HPC checkpoint. Unset: none.
   std::optional<int64_t> snapshot_every_n_steps;
+  /// Also (or instead) save a snapshot about every this many seconds: at each snapshot rank 0
+  /// turns the seconds into a step count at the pace since the previous one, which every process
+  /// adopts, so all save at the same step. Unset: by steps only.
+  std::optional<double> snapshot_every_n_seconds;
   /// Snapshots kept; older ones are deleted once a newer one is complete (>= 1).
   int64_t snapshots_to_keep = 2;
   /// Also keep the newest snapshot in node-local shared memory (/dev/shm, or the tmpfs that

@@ -491,9 +491,13 @@ RunPlan resolve_run_plan(const TrainerOptions& options, const Env& env, const Ma
              "snapshots_to_keep={} must be >= 1: a run that fails resumes from the newest one. HINT: use 1 to keep "
              "only the newest.",
              options.snapshots_to_keep);
+  VOLT_CHECK(!options.snapshot_every_n_seconds || *options.snapshot_every_n_seconds > 0,
+             "snapshot_every_n_seconds={} must be > 0. HINT: leave it unset to save snapshots by steps only.",
+             options.snapshot_every_n_seconds.value_or(0));
   plan.snapshot_every_n_steps = options.snapshot_every_n_steps;
+  plan.snapshot_every_n_seconds = options.snapshot_every_n_seconds;
   // The memory tier holds one file's bytes: a sharded snapshot is many files, written at once.
-  if (options.snapshot_every_n_steps && options.snapshot_in_memory && plan.state_dict_type != StateDictType::kSharded)
+  if (plan.saves_snapshots() && options.snapshot_in_memory && plan.state_dict_type != StateDictType::kSharded)
     plan.snapshot_memory_root = env.get_or("VOLT_SNAPSHOT_MEMORY_DIR", "/dev/shm");
   plan.snapshots_to_keep = options.snapshots_to_keep;
   plan.skip_snapshot_when_busy = options.skip_snapshot_when_busy;
@@ -534,6 +538,7 @@ RunPlan resolve_run_plan(const TrainerOptions& options, const Env& env, const Ma
     plan.use_default_logger = false;
     plan.mlflow.reset();
     plan.snapshot_every_n_steps.reset();
+    plan.snapshot_every_n_seconds.reset();
     plan.snapshot_memory_root.clear();
     plan.enable_checkpointing = false;
     plan.requeue.enabled = false;
@@ -655,10 +660,16 @@ std::string RunPlan::describe() const {
   line("checkpoint on SIGTERM", requeue.checkpoint_on_sigterm ? "yes" : "no");
   line("HPC checkpoints", fmt::format("{} (keep {})", hpc_checkpoint_dir, hpc_checkpoints_to_keep));
   line("async checkpointing", async_checkpointing ? "yes" : "no");
+  std::string snapshot_interval;
+  if (snapshot_every_n_steps) snapshot_interval = fmt::format("every {} steps", *snapshot_every_n_steps);
+  if (snapshot_every_n_seconds) {
+    snapshot_interval +=
+        fmt::format("{}about every {} s", snapshot_interval.empty() ? "" : " and ", *snapshot_every_n_seconds);
+  }
   line("snapshots",
-       snapshot_every_n_steps
-           ? fmt::format("every {} steps into {} (keep {}; {} when busy){}", *snapshot_every_n_steps,
-                         hpc_checkpoint_dir, snapshots_to_keep, skip_snapshot_when_busy ? "skip" : "wait",
+       saves_snapshots()
+           ? fmt::format("{} into {} (keep {}; {} when busy){}", snapshot_interval, hpc_checkpoint_dir,
+                         snapshots_to_keep, skip_snapshot_when_busy ? "skip" : "wait",
                          snapshot_memory_root.empty() ? std::string()
                                                       : fmt::format(", the newest also in {}", snapshot_memory_root))
            : std::string("none"));

@@ -110,6 +110,10 @@ struct RunPlan {
   int64_t hpc_checkpoints_to_keep = 2;  ///< HPC checkpoints kept after each save
   /// Optimizer steps between snapshots (in hpc_checkpoint_dir); unset: none (also under fast_dev_run).
   std::optional<int64_t> snapshot_every_n_steps;
+  /// About this many seconds between snapshots (rank 0's pace turned into steps); unset: none.
+  std::optional<double> snapshot_every_n_seconds;
+  /// Whether snapshots are saved at all (by steps or by time).
+  bool saves_snapshots() const { return snapshot_every_n_steps || snapshot_every_n_seconds; }
   int64_t snapshots_to_keep = 2;  ///< snapshots kept after each one completes
   /// The tmpfs whose folder keeps the newest snapshot in memory (snapshot_memory.h), e.g.
   /// "/dev/shm"; "" when there is none (no snapshots, snapshot_in_memory=false, sharded ones).

@@ -85,6 +85,13 @@ TEST(RunPlan, SnapshotsNeedAPositiveIntervalAndKeepAtLeastOne) {
   TrainerOptions files_only = options;
   files_only.snapshot_in_memory = false;
   EXPECT_EQ(plan(files_only).snapshot_memory_root, "");
+  // By time too: a positive number of seconds, and a tier for it as for steps.
+  TrainerOptions timed;
+  timed.snapshot_every_n_seconds = 600;
+  EXPECT_EQ(plan(timed).snapshot_memory_root, "/dev/shm");
+  EXPECT_NE(plan(timed).describe().find("about every 600 s into"), std::string::npos) << plan(timed).describe();
+  timed.snapshot_every_n_seconds = 0;
+  EXPECT_NE(error_of(timed).find("snapshot_every_n_seconds=0 must be > 0. HINT:"), std::string::npos);
   options.snapshot_every_n_steps = 0;
   EXPECT_NE(error_of(options).find("snapshot_every_n_steps=0 must be >= 1. HINT: leave it unset"), std::string::npos);
   options.snapshot_every_n_steps = 5;

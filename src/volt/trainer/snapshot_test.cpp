@@ -100,6 +100,26 @@ TEST_F(SnapshotTest, TheMemoryTierKeepsTheNewestSnapshotWhoseFileACrashCutShortU
   EXPECT_TRUE(memory_snapshots(memory_root()).empty());
 }
 
+TEST_F(SnapshotTest, ATimeIntervalBecomesStepsAtThePaceBetweenSnapshots) {
+  // Whatever this machine's pace: a nanosecond is always one step away, and 11 days never come.
+  for (const double seconds : {1e-9, 1e6}) {
+    TrainerOptions options{.max_steps = 10, .seed = 1, .enable_checkpointing = false};
+    options.snapshot_every_n_seconds = seconds;
+    auto module = make_module({.train_size = 40});
+    const FitResult result = make_trainer(options).fit(*module);
+    EXPECT_EQ(result.global_step, 10);
+    // The first boundary (step 1) sets the first due step; the stopping step 10 saves none.
+    EXPECT_EQ(result.snapshots.saved, seconds < 1 ? 8 : 0) << seconds << " s";
+    fs::remove_all(root_);
+  }
+  // With steps too, whichever comes first.
+  TrainerOptions both{.max_steps = 10, .seed = 1, .enable_checkpointing = false};
+  both.snapshot_every_n_steps = 4;
+  both.snapshot_every_n_seconds = 1e6;
+  auto module = make_module({.train_size = 40});
+  EXPECT_EQ(make_trainer(both).fit(*module).snapshots.saved, 2) << "steps 4 and 8";
+}
+
 /// Checkpoints in memory, where the first snapshot's write blocks until the test releases it.
 class BlockingIO : public InMemoryCheckpointIO {
  public:
