@@ -162,26 +162,27 @@ std::optional<LoadedCheckpoint> Checkpointer::newest_resume_checkpoint(const std
                                candidate.path, e.what()));
     }
   }
-  const int64_t world = collectives.world_size();
-  if (world == 1) return found;
-  // Every process must resume from the same step. A process on a node whose shared memory lacks
-  // the newest snapshot (its file cut short, or the folder not shared) takes a peer's copy.
-  const auto newest = static_cast<int64_t>(collectives.all_reduce(static_cast<double>(number), Reduce::kMax));
+  if (collectives.world_size() == 1) return found;
+  // Every process must resume from the same step. One gather tells each what the others found (a
+  // number and its path); a process on a node whose shared memory lacks the newest snapshot (its
+  // file cut short, or the folder not shared) then takes the copy of the lowest rank that has it.
+  const std::vector<std::string> all =
+      collectives.all_gather_bytes(found ? fmt::format("{}\n{}", number, found->path) : std::string("0\n"));
+  std::vector<int64_t> numbers;
+  for (const std::string& entry : all) numbers.push_back(std::stoll(entry.substr(0, entry.find('\n'))));
+  const int64_t newest = *std::max_element(numbers.begin(), numbers.end());
   if (newest == 0) return std::nullopt;
-  const bool has = number == newest;
-  const auto sender =
-      static_cast<int64_t>(collectives.all_reduce(static_cast<double>(has ? collectives.rank() : world), Reduce::kMin));
-  if (collectives.all_reduce(has ? 1.0 : 0.0, Reduce::kMin) > 0.5) return found;
+  if (std::all_of(numbers.begin(), numbers.end(), [&](int64_t n) { return n == newest; })) return found;
+  const auto sender = static_cast<size_t>(std::find(numbers.begin(), numbers.end(), newest) - numbers.begin());
   std::string bytes;
-  if (collectives.rank() == sender) {
+  if (static_cast<size_t>(collectives.rank()) == sender) {
     const std::vector<char> serialized = save_to_bytes(found->value);
     bytes.assign(serialized.begin(), serialized.end());
   }
-  const std::vector<std::string> paths = collectives.all_gather_bytes(has ? found->path : std::string());
   const std::vector<std::string> sent = collectives.all_gather_bytes(bytes);
-  if (has) return found;
-  const std::string& path = paths[static_cast<size_t>(sender)];
-  const std::string& received = sent[static_cast<size_t>(sender)];
+  if (number == newest) return found;
+  const std::string path = all[sender].substr(all[sender].find('\n') + 1);
+  const std::string& received = sent[sender];
   return LoadedCheckpoint{path, load_from_bytes(std::vector<char>(received.begin(), received.end()), path),
                           fmt::format("received from rank {}", sender)};
 }
