@@ -52,8 +52,10 @@ STRATEGIES = {
     "ddp": ("VOLT_EXAMPLE", MLP + ["--devices", "2", "--strategy", "ddp"], 2, 24, ["step", "snapshot", "validation"]),
     "gpt": ("VOLT_GPT_EXAMPLE", GPT + ["--devices", "2", "--batch-size", "4", "--strategy", "ddp"], 2, 18,
             ["step", "snapshot"]),
+    # Each process writes its shard of a snapshot; the set is committed once all are on disk.
     "full_shard": ("VOLT_GPT_EXAMPLE", GPT + ["--devices", "2", "--batch-size", "4", "--strategy", "fsdp",
-                                              "--sharding-strategy", "full_shard"], 2, 18, ["step", "snapshot"]),
+                                              "--sharding-strategy", "full_shard", "--state-dict-type", "sharded"],
+                   2, 18, ["step", "snapshot"]),
     # One process, 3 stages; "auto" balances by measured time, which changes no number.
     "pipeline": ("VOLT_GPT_EXAMPLE", GPT + ["--devices", "3", "--batch-size", "8", "--strategy", "pipeline",
                                             "--pipeline-chunks", "4", "--pipeline-schedule", "1f1b"], 1, 18,
@@ -81,8 +83,28 @@ def final_parameters(root):
     path = versions[-1] / "checkpoints" / "last.ckpt"
     if not path.exists():
         return None
-    state = load_checkpoint(path)["state_dict"]
+    state = whole_state_dict(path)
     return {k: v for k, v in state.items() if k not in NOT_PARAMETERS}
+
+
+def whole_state_dict(path):
+    """The parameters of the checkpoint at `path`; a sharded one's (fsdp full_shard with
+    --state-dict-type sharded) joined from the piece each process's shard file beside it holds,
+    which also reads every shard."""
+    import torch
+
+    checkpoint = load_checkpoint(path)
+    state = dict(checkpoint["state_dict"])
+    index = checkpoint.get("sharded_optimizer_states")
+    if index is not None:
+        pieces = {}
+        for file in index["files"]:
+            for name, piece in load_checkpoint(Path(path).parent / file)["parameters"].items():
+                pieces.setdefault(name, []).append(piece)
+        for name, parts in pieces.items():
+            parts.sort(key=lambda piece: piece["begin"])
+            state[name] = torch.cat([piece["values"].reshape(-1) for piece in parts]).reshape(parts[0]["shape"])
+    return state
 
 
 def same(a, b):
@@ -164,7 +186,7 @@ def trial(name, reference, rng, workdir, text, index):
     corrupt = 0
     for snapshot in root.glob("snapshot_*.ckpt"):
         try:
-            load_checkpoint(snapshot)
+            whole_state_dict(snapshot)
         except Exception:  # noqa: BLE001: any unreadable file counts
             corrupt += 1
     result["corrupt"] = corrupt

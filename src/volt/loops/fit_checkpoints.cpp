@@ -162,6 +162,7 @@ void FitCheckpoints::after_dispatch() {
 
 std::string FitCheckpoints::save_hpc() {
   // Numbered after the snapshot being written, and written after it.
+  complete_sharded_snapshot();
   wait_for_writes();
   gather();  // every process stopped at the same step
   std::string path;
@@ -188,7 +189,8 @@ std::string FitCheckpoints::save_hpc() {
 bool FitCheckpoints::save_snapshot(bool skip_when_busy, bool die_mid_write) {
   const bool writes = strategy_.is_global_zero();
   if (skip_when_busy) {
-    bool skip = writes && writer_ && writer_->busy();
+    // Under sharded checkpoints every process writes: any writer still at it skips the snapshot.
+    bool skip = (writes || sharded_checkpoints()) && writer_ && writer_->busy();
     // Every process skips or saves alike: the gather and a sharded commit below are collective.
     Collectives& collectives = strategy_.collectives();
     if (collectives.world_size() > 1) skip = collectives.all_reduce(skip ? 1.0 : 0.0, Reduce::kMax) > 0.5;
@@ -197,6 +199,7 @@ bool FitCheckpoints::save_snapshot(bool skip_when_busy, bool die_mid_write) {
       return false;
     }
   }
+  complete_sharded_snapshot();  // its shards are on disk (skip_when_busy found every writer idle) or it waits
   gather();
   const std::string& dir = options_.hpc_checkpoint_dir;
   const int64_t keep = options_.snapshots_to_keep;
@@ -208,14 +211,7 @@ bool FitCheckpoints::save_snapshot(bool skip_when_busy, bool die_mid_write) {
     return snapshot_path(dir, next_snapshot_number_++);
   };
   if (sharded_checkpoints()) {
-    if (writes) {
-      const std::string path = next_path();
-      std::optional<StateDict> local;
-      defer_sharded_save(path, parts_for_save(path, local), CheckpointContents::kFull);
-    }
-    commit_sharded_saves();
-    if (writes)
-      for (const std::string& old : snapshots_to_prune(dir, keep)) checkpointer_.remove(old);
+    save_sharded_snapshot(next_path, die_mid_write);
   } else if (writes) {
     // The copy goes into the buffers the previous snapshot's write reads: it must be done.
     wait_for_writes();
@@ -254,6 +250,99 @@ bool FitCheckpoints::save_snapshot(bool skip_when_busy, bool die_mid_write) {
   optimizer_states_.reset();
   ++snapshot_stats_.saved;
   return true;
+}
+
+void FitCheckpoints::save_sharded_snapshot(const std::function<std::string()>& next_path, bool die_mid_write) {
+  const bool writes = strategy_.is_global_zero();
+  const int64_t rank = strategy_.topology().global_rank;
+  const int64_t world = strategy_.topology().world_size;
+  // Rank 0 numbers the snapshot and draws its save id; every process names its shard after them.
+  ShardedCommitPlan plan;
+  if (writes) plan = ShardedCommitPlan{.save_id = new_save_id(), .entries = {{.path = next_path()}}};
+  plan = decode_sharded_commit_plan(strategy_.collectives().broadcast_string(encode(plan)));
+  VOLT_INTERNAL_ASSERT(plan.entries.size() == 1, "a sharded snapshot's plan names {} files", plan.entries.size());
+  const std::string path = plan.entries.front().path;
+  // The copy goes into the buffers the previous snapshot's writes read (rank 0's commit among them).
+  wait_for_writes();
+  const auto start = std::chrono::steady_clock::now();
+  // One copy to host memory of what the writers read while training goes on: this process's shard
+  // and, on rank 0, the snapshot file's contents (the parameters kept in pieces and the optimizer
+  // states lie in the shards).
+  c10::impl::GenericList state(c10::AnyType::get());
+  state.push_back(make_shard(local_shard_->optimizer_states, make_parameter_pieces(local_shard_->parameters),
+                             plan.save_id, rank, world));
+  if (writes) {
+    std::vector<std::string> in_pieces;
+    for (const auto& [name, piece] : local_shard_->parameters) in_pieces.push_back(name);
+    std::optional<StateDict> local;
+    TrainingParts parts = parts_for_save(path, local);
+    parts.sharded_parameters = &in_pieces;
+    StateDict checkpoint = make_checkpoint(parts, progress_, CheckpointContents::kFull);
+    (void)checkpoint.erase("optimizer_states");
+    state.push_back(checkpoint);
+  }
+  const c10::IValue copy = snapshot_buffers_.copy(state);
+  snapshot_stats_.copy_seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  const auto copied = copy.toListRef();
+  sharded_snapshot_ = ShardedSnapshot{
+      .path = path, .save_id = plan.save_id, .checkpoint = writes ? copied[1] : c10::IValue(), .vote = std::nullopt};
+  writer().submit([this, shard = copied[0], file = shard_path(path, plan.save_id, rank), die_mid_write] {
+    snapshot_buffers_.wait_copied();
+    if (die_mid_write) {
+      const std::vector<char> bytes = save_to_bytes(shard);
+      write_file_atomically(file, [&bytes](const ByteSink& sink) {
+        sink(bytes.data(), bytes.size() / 2);
+        die_of_injected_fault();
+      });
+    }
+    checkpointer_.io().save(shard, file);
+  });
+  local_shard_.reset();
+}
+
+void FitCheckpoints::advance_sharded_snapshot() {
+  if (!sharded_snapshot_) return;
+  ShardedSnapshot& snapshot = *sharded_snapshot_;
+  if (snapshot.vote) {
+    const bool written = snapshot.vote->wait() > 0.5;
+    snapshot.vote.reset();
+    if (written) {
+      commit_sharded_snapshot();
+      return;
+    }
+  }
+  // An idle writer has written the shard; wait() returns at once and rethrows a failed write.
+  const bool idle = !writer_->busy();
+  if (idle) writer_->wait();
+  snapshot.vote = strategy_.collectives().all_reduce_async(idle ? 1.0 : 0.0, Reduce::kMin);
+}
+
+void FitCheckpoints::complete_sharded_snapshot() {
+  if (!sharded_snapshot_) return;
+  // Every process started the same votes: each reads its last one, so the collectives stay paired.
+  if (sharded_snapshot_->vote) (void)sharded_snapshot_->vote->wait();
+  writer_->wait();
+  // Every shard is on disk once every process is past its wait.
+  strategy_.collectives().barrier();
+  commit_sharded_snapshot();
+}
+
+void FitCheckpoints::commit_sharded_snapshot() {
+  const ShardedSnapshot snapshot = std::move(*sharded_snapshot_);
+  sharded_snapshot_.reset();
+  if (!strategy_.is_global_zero()) return;
+  const int64_t world = strategy_.topology().world_size;
+  writer().then([this, path = snapshot.path, save_id = snapshot.save_id, contents = snapshot.checkpoint, world,
+                 dir = options_.hpc_checkpoint_dir, keep = options_.snapshots_to_keep] {
+    StateDict checkpoint = contents.toGenericDict();
+    checkpoint.insert_or_assign(kShardIndexKey, make_shard_index(path, save_id, world));
+    CheckpointIO& io = checkpointer_.io();
+    io.save(checkpoint, path);
+    remove_shards(io, path, save_id);  // those of a save of this number never committed
+    // The older snapshots go only once the new one is complete: a kill in between leaves one
+    // more, never none.
+    for (const std::string& old : snapshots_to_prune(dir, keep)) checkpointer_.remove(old);
+  });
 }
 
 void FitCheckpoints::wait_for_writes() {

@@ -2,11 +2,13 @@
 // under sharded checkpoints in a two-phase commit), what was saved, and how a fit restores one.
 #pragma once
 
+#include <functional>
 #include <memory>
 #include <optional>
 #include <string>
 #include <vector>
 
+#include "volt/base/collectives.h"
 #include "volt/checkpoint/async_writer.h"
 #include "volt/checkpoint/checkpoint_state.h"
 #include "volt/checkpoint/checkpointer.h"
@@ -89,12 +91,22 @@ class FitCheckpoints {
   /// snapshot_<N>.ckpt beside the HPC checkpoints, numbered in their sequence. Rank 0 copies the
   /// state to host memory, and a background thread serializes it, keeps it in the memory tier
   /// (options.snapshot_memory_root), writes the file and then deletes all but the newest
-  /// snapshots_to_keep. A memory tier that fails (a full tmpfs) is dropped with a warning. Under sharded checkpoints
-  /// every process writes its shard at once and rank 0 commits the set, as for an HPC save. A snapshot due while the
-  /// previous one is still being written waits for it or, with `skip_when_busy`, is skipped (on every process, as rank
-  /// 0 finds). Returns whether it was saved. `die_mid_write` (an injected fault): rank 0's writer leaves half a
-  /// temporary file and kills the process, as a crash while writing would.
+  /// snapshots_to_keep. A memory tier that fails (a full tmpfs) is dropped with a warning.
+  /// Under sharded checkpoints every process copies its shard and its writer writes it; the set
+  /// is committed once every shard is on disk (advance_sharded_snapshot). A snapshot due while
+  /// the previous one is still being written waits for it or, with `skip_when_busy`, is skipped
+  /// (on every process, as any writer's state finds). Returns whether it was saved.
+  /// `die_mid_write` (an injected fault): rank 0's writer leaves half a temporary file and kills
+  /// the process, as a crash while writing would.
   bool save_snapshot(bool skip_when_busy, bool die_mid_write = false);
+  /// Collective, once per optimizer step boundary: moves a sharded snapshot written in the
+  /// background towards its commit without waiting. Every process says whether its shard is on
+  /// disk in an asynchronous all-reduce that the next boundary reads; once all are, rank 0's
+  /// writer writes the snapshot's file with the shard index (the commit). A no-op otherwise.
+  void advance_sharded_snapshot();
+  /// Collective: commits the sharded snapshot still being written, waiting for every process's
+  /// shard. Before another snapshot or an HPC save, and at the end of the fit.
+  void complete_sharded_snapshot();
   /// Waits for what the background writer has queued (snapshots, and checkpoints under
   /// async_checkpointing, with the removals behind them); rethrows a write's error
   /// (volt::CheckpointError).
@@ -154,6 +166,13 @@ class FitCheckpoints {
   /// Writer thread: keeps snapshot `number` in the memory tier; a failure drops the tier.
   void keep_in_memory(int64_t number, const std::vector<char>& bytes);
   void restore_metric_states(const c10::IValue& checkpoint, const std::string& path, const FitProgress& restored);
+  /// Sharded checkpoints, every process, after gather(): copies this process's shard of the
+  /// snapshot rank 0 numbers (and, on rank 0, the snapshot file's contents) to host memory and
+  /// has the writer write the shard.
+  void save_sharded_snapshot(const std::function<std::string()>& next_path, bool die_mid_write);
+  /// Rank 0: has the writer write the snapshot file with its shard index (every shard is on disk)
+  /// and then prune the older snapshots. Every process forgets the snapshot.
+  void commit_sharded_snapshot();
 
   FitCheckpointsOptions options_;
   Strategy& strategy_;
@@ -198,6 +217,16 @@ class FitCheckpoints {
   std::string memory_dir_;
   bool memory_prepared_ = false;
   std::string memory_failure_;
+  // A sharded snapshot whose shards are being written, not committed yet: its file, its save, rank
+  // 0's copy of the file's contents (without the index) and the vote in flight on whether every
+  // process's shard is on disk (started at one step boundary, read at the next).
+  struct ShardedSnapshot {
+    std::string path;
+    std::string save_id;
+    c10::IValue checkpoint;
+    std::optional<ReduceWork> vote;
+  };
+  std::optional<ShardedSnapshot> sharded_snapshot_;
   // Rank 0: files written in the background whose loggers have not heard of them yet.
   std::vector<std::string> written_unannounced_;
   // Rank 0: writes snapshots (and, under async_checkpointing, checkpoints) in the background.

@@ -4,9 +4,11 @@
 #include <torch/torch.h>
 
 #include <algorithm>
+#include <deque>
 #include <map>
 
 #include "volt/checkpoint/checkpoint_io.h"
+#include "volt/checkpoint/hpc_checkpoints.h"
 #include "volt/checkpoint/sharded_checkpoint.h"
 #include "volt/core/console.h"
 #include "volt/core/error.h"
@@ -42,6 +44,13 @@ class FakeCollectives : public Collectives {
   std::vector<torch::Tensor> all_gather(const torch::Tensor& tensor) override {
     return std::vector<torch::Tensor>(static_cast<size_t>(world_), tensor);
   }
+  double all_reduce(double value, Reduce op) override {
+    ++reductions;
+    if (results.empty()) return value;
+    const double result = results.front();
+    results.pop_front();
+    return result;
+  }
   void barrier() override { ++barriers; }
   std::string broadcast_string(const std::string& value) override {
     sent.push_back(value);
@@ -51,6 +60,9 @@ class FakeCollectives : public Collectives {
   std::vector<std::string> sent;
   std::optional<std::string> reply;
   int barriers = 0;
+  int reductions = 0;
+  // What the next one-number reductions return (the other processes' say), instead of this rank's value.
+  std::deque<double> results;
 
  private:
   int64_t rank_;
@@ -204,6 +216,73 @@ TEST(FitCheckpointsTest, ShardedSaveIsWrittenAtTheCommitByEveryRank) {
   EXPECT_EQ(progress.global_step, 7);
   ASSERT_EQ(resumed.sharding.loaded_states.size(), 1u);
   EXPECT_EQ(resumed.sharding.loaded_states[0].toGenericDict().at("rank").toInt(), 1);
+}
+
+TEST(FitCheckpointsTest, AShardedSnapshotIsWrittenInTheBackgroundAndCommittedOnceEveryShardIsOnDisk) {
+  auto io = std::make_shared<InMemoryCheckpointIO>();
+  Rank zero(0, 2, io, /*pieces=*/true);
+  Rank one(1, 2, io, /*pieces=*/true);
+  ASSERT_TRUE(zero.checkpoints.save_snapshot(/*skip_when_busy=*/false));
+  one.strategy.group.reply = zero.strategy.group.sent.at(0);
+  ASSERT_TRUE(one.checkpoints.save_snapshot(/*skip_when_busy=*/false));
+  const ShardedCommitPlan plan = decode_sharded_commit_plan(zero.strategy.group.sent.at(0));
+  ASSERT_EQ(plan.entries.size(), 1u);
+  const std::string path = plan.entries[0].path;
+  EXPECT_TRUE(is_snapshot_path(path)) << path;
+  zero.checkpoints.wait_for_writes();
+  one.checkpoints.wait_for_writes();
+  std::vector<std::string> shards{shard_path(path, plan.save_id, 0), shard_path(path, plan.save_id, 1)};
+  std::sort(shards.begin(), shards.end());
+  EXPECT_EQ(io->paths(), shards) << "each process's shard, and no snapshot file before the commit";
+  EXPECT_EQ(zero.strategy.group.barriers + one.strategy.group.barriers, 0) << "no process waits for another";
+
+  // The first boundary asks; another process's writer still at it answers no, and nothing is committed.
+  zero.strategy.group.results = {0.0};
+  zero.checkpoints.advance_sharded_snapshot();
+  zero.checkpoints.advance_sharded_snapshot();  // reads the no, asks again
+  zero.checkpoints.wait_for_writes();
+  EXPECT_FALSE(io->exists(path));
+  zero.checkpoints.advance_sharded_snapshot();  // every shard is on disk: rank 0 commits
+  zero.checkpoints.wait_for_writes();
+  ASSERT_TRUE(io->exists(path));
+  EXPECT_EQ(zero.strategy.group.reductions, 2);
+  zero.checkpoints.advance_sharded_snapshot();
+  EXPECT_EQ(zero.strategy.group.reductions, 2) << "nothing left to commit: no collective";
+
+  const std::optional<ShardIndex> index = read_shard_index(io->load(path), path);
+  ASSERT_TRUE(index.has_value());
+  EXPECT_EQ(index->save_id, plan.save_id);
+  EXPECT_EQ(index->world_size, 2);
+  Rank resumed(1, 2, io, /*pieces=*/true);
+  const FitProgress progress = resumed.checkpoints.restore({path, io->load(path)});
+  EXPECT_EQ(progress.global_step, 7);
+  ASSERT_TRUE(resumed.sharding.loaded_pieces.has_value());
+  EXPECT_EQ(resumed.sharding.loaded_pieces->at("layer.weight").begin, 1) << "rank 1's piece, from its shard";
+  ASSERT_EQ(resumed.sharding.loaded_states.size(), 1u);
+  EXPECT_EQ(field(resumed.sharding.loaded_states[0], "kind"), "piece");
+}
+
+TEST(FitCheckpointsTest, AShardedSnapshotStillBeingWrittenIsCommittedBeforeTheNextAndAtTheEnd) {
+  auto io = std::make_shared<InMemoryCheckpointIO>();
+  Rank zero(0, 1, io, /*pieces=*/false);
+  ASSERT_TRUE(zero.checkpoints.save_snapshot(/*skip_when_busy=*/false));
+  zero.checkpoints.advance_sharded_snapshot();  // a vote in flight, read by the next save
+  ASSERT_TRUE(zero.checkpoints.save_snapshot(/*skip_when_busy=*/false));
+  const std::string first = decode_sharded_commit_plan(zero.strategy.group.sent.at(0)).entries.at(0).path;
+  const std::string second = decode_sharded_commit_plan(zero.strategy.group.sent.at(1)).entries.at(0).path;
+  EXPECT_NE(first, second);
+  EXPECT_EQ(zero.strategy.group.barriers, 1) << "the first was committed once every shard was on disk";
+  EXPECT_EQ(zero.strategy.group.reductions, 1);
+  zero.checkpoints.wait_for_writes();
+  EXPECT_TRUE(io->exists(first));
+  EXPECT_FALSE(io->exists(second));
+  zero.checkpoints.complete_sharded_snapshot();  // the end of the fit
+  zero.checkpoints.wait_for_writes();
+  EXPECT_TRUE(io->exists(second));
+  EXPECT_EQ(zero.strategy.group.barriers, 2);
+  EXPECT_EQ(zero.checkpoints.snapshot_stats().saved, 2);
+  zero.checkpoints.complete_sharded_snapshot();
+  EXPECT_EQ(zero.strategy.group.barriers, 2) << "nothing left to commit";
 }
 
 TEST(FitCheckpointsTest, ARemovalWaitsForTheCommitOfTheSavesThatReplaceIt) {

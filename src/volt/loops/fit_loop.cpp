@@ -231,6 +231,7 @@ void FitLoop::snapshot_if_due() {
   const int64_t step = progress_.global_step;
   if (step == snapshot_checked_step_) return;
   snapshot_checked_step_ = step;
+  checkpoints_.advance_sharded_snapshot();
   bool due = schedule.every_n_steps && step % *schedule.every_n_steps == 0;
   if (schedule.every_n_seconds) {
     // The first boundary of the fit sets the first time-due step; each snapshot sets the next.
@@ -280,6 +281,7 @@ void FitLoop::inject_fault(FaultPoint point) {
 
 SnapshotStats FitLoop::finish_snapshots() {
   // The files are complete from here on; a failure after this resumes from them.
+  checkpoints_.complete_sharded_snapshot();
   checkpoints_.release_memory_tier();
   const SnapshotStats stats = checkpoints_.snapshot_stats();
   if (config_.snapshots.enabled() && (stats.saved > 0 || stats.skipped > 0)) {
