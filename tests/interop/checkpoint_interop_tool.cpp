@@ -11,6 +11,13 @@
 //   checkpoint_interop_tool dcp-weights <dir> <prefix> <name> <d0,d1,...> <begin> <end>
 //       Prints, as JSON, what volt::DcpWeights over the distributed checkpoint <dir> gives a fit
 //       that asks for elements [begin, end) of parameter <name> of that shape.
+//   checkpoint_interop_tool dcp-fit <dir> <root> <devices> <strategy> <max_steps> <dump>
+//       Trainer::fit of test_dcp_interop.py's Net (fc1 4->5, fc2 5->3) with Adam(lr=1e-2) from
+//       ckpt_path=<dir> (a folder PyTorch's dcp.save wrote) until global step <max_steps>, under
+//       <strategy> ("auto", "fsdp", ...) on <devices> processes. Rank 0 writes, as a Volt
+//       checkpoint file <dump>: "optimizer" and "weights" (what the optimizer and the module hold
+//       right after the restore, when the fit runs in one process), "world_size", "start_step" and
+//       "end_step".
 //
 // Exits 2 with the message on stderr when the checkpoint is rejected (volt::Error).
 #include <torch/torch.h>
@@ -26,6 +33,8 @@
 #include "volt/checkpoint/checkpoint_io.h"
 #include "volt/checkpoint/dcp_checkpoint.h"
 #include "volt/core/error.h"
+#include "volt/optim/optimizer_state.h"
+#include "volt/volt.h"
 
 namespace {
 
@@ -187,17 +196,86 @@ int dcp_weights_mode(char** argv) {
   return 0;
 }
 
+// test_dcp_interop.py's Net and optimizer, so that a PyTorch checkpoint of them resumes here.
+struct DcpNet : volt::LightningModule {
+  torch::nn::Linear fc1 = register_module("fc1", torch::nn::Linear(4, 5));
+  torch::nn::Linear fc2 = register_module("fc2", torch::nn::Linear(5, 3));
+  std::shared_ptr<torch::optim::Adam> adam;
+  bool dump_optimizer = false;
+  c10::IValue restored_optimizer;
+  c10::IValue restored_weights;
+  int64_t start_step = -1;
+  int64_t world_size_seen = 0;
+  bool global_zero = false;
+
+  torch::Tensor training_step(const volt::Batch& batch, int64_t) override {
+    return fc2(torch::relu(fc1(batch.data))).pow(2).mean();
+  }
+  volt::OptimizerConfig configure_optimizers() override {
+    adam = std::make_shared<torch::optim::Adam>(parameters(), torch::optim::AdamOptions(1e-2));
+    return adam;
+  }
+  volt::DataLoader train_dataloader() override {
+    const at::Tensor x = torch::linspace(-1, 1, 64).reshape({16, 4});
+    return volt::DataLoader(std::make_shared<volt::TensorDataset>(x, torch::zeros({16, 3})), {.batch_size = 4});
+  }
+  // The first hook after the restore: what the optimizer holds before any step (cloned, since
+  // its tensors change as it steps).
+  void on_train_start() override {
+    start_step = global_step();
+    global_zero = is_global_zero();
+    world_size_seen = world_size();
+    if (dump_optimizer) {
+      restored_optimizer = volt::load_from_bytes(volt::save_to_bytes(volt::optimizer_state_dict(*adam)), "optimizer");
+      c10::impl::GenericDict weights(c10::StringType::get(), c10::AnyType::get());
+      for (const auto& item : named_parameters()) weights.insert(item.key(), item.value().detach().clone());
+      restored_weights = weights;
+    }
+  }
+};
+
+int dcp_fit_mode(char** argv) {
+  DcpNet net;
+  const int devices = std::stoi(argv[4]);
+  net.dump_optimizer = devices == 1;
+  volt::TrainerOptions options;
+  options.accelerator = volt::AcceleratorRequest::kCpu;
+  options.devices = devices;
+  options.strategy = volt::parse_strategy_request(argv[5]);
+  options.max_steps = std::stoll(argv[6]);
+  options.default_root_dir = argv[3];
+  options.num_threads = 1;
+  options.logger = false;
+  options.enable_checkpointing = false;
+  options.enable_progress_bar = false;
+  options.enable_model_summary = false;
+  volt::Trainer trainer(options);
+  const volt::FitResult result = trainer.fit(net, {}, {}, argv[2]);
+  if (!net.global_zero) return 0;
+  c10::impl::GenericDict dump(c10::StringType::get(), c10::AnyType::get());
+  if (net.dump_optimizer) {
+    dump.insert("optimizer", net.restored_optimizer);
+    dump.insert("weights", net.restored_weights);
+  }
+  dump.insert("world_size", net.world_size_seen);
+  dump.insert("start_step", net.start_step);
+  dump.insert("end_step", result.global_step);
+  volt::save_checkpoint_file(dump, argv[7]);
+  return 0;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
   const std::string usage =
       "usage: checkpoint_interop_tool write <ckpt> <dir> | read <ckpt> | dcp-weights <dir> <prefix> <name> <shape> "
-      "<begin> <end>";
+      "<begin> <end> | dcp-fit <dir> <root> <devices> <strategy> <max_steps> <dump>";
   try {
     const std::string mode = argc > 1 ? argv[1] : "";
     if (mode == "write" && argc == 4) return write_mode(argv[2], argv[3]);
     if (mode == "read" && argc == 3) return read_mode(argv[2]);
     if (mode == "dcp-weights" && argc == 8) return dcp_weights_mode(argv);
+    if (mode == "dcp-fit" && argc == 8) return dcp_fit_mode(argv);
     std::cerr << usage << "\n";
     return 64;
   } catch (const volt::Error& error) {

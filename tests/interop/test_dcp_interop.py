@@ -8,8 +8,10 @@ gives Volt's consolidated tensors (`volt checkpoint to-safetensors`) bit-exactly
 dict on one process, and into FSDP2 (`fully_shard`) models at world sizes 2 and 4, which reshard
 the 2 processes' pieces. The other way: FSDP2 on 3 processes (uneven pieces) saves model and
 Adam state with dcp.save's default writer (.metadata + .distcp), and `volt checkpoint from-dcp`
-gives every tensor whole, bit-exactly; a .metadata missing a piece is refused. About 35 s on 2
-cores, most of it importing torch in 8 processes.
+gives every tensor whole, bit-exactly; a .metadata missing a piece is refused. A Volt fit resumes
+from that folder (ckpt_path) with PyTorch's weights and Adam state bit-exactly, refuses a renamed
+parameter or optimizer field with the errors of its own files, and resumes under fsdp on 2
+processes. About 40 s on 2 cores, most of it importing torch in 8 processes.
 """
 import os
 import subprocess
@@ -239,3 +241,68 @@ def test_a_fit_fine_tuning_from_it_reads_each_parameters_elements_and_a_wrong_sh
     assert wrong.returncode == 2, wrong
     assert "model.fc1.weight has shape [5, 4], but the model's parameter fc1.weight has shape [4, 5]" in wrong.stderr
     assert "HINT:" in wrong.stderr
+
+
+def renamed_copy(folder, dst, renames):
+    """A copy of a DCP folder whose entries `renames` maps to other names (in .metadata only)."""
+    import dataclasses
+    import pickle
+    import shutil
+    shutil.copytree(folder, dst)
+    with open(dst / ".metadata", "rb") as f:
+        metadata = pickle.load(f)
+    for old, new in renames.items():
+        metadata.state_dict_metadata[new] = metadata.state_dict_metadata.pop(old)
+    metadata.storage_data = {dataclasses.replace(k, fqn=renames.get(k.fqn, k.fqn)): v
+                             for k, v in metadata.storage_data.items()}
+    with open(dst / ".metadata", "wb") as f:
+        pickle.dump(metadata, f)
+    return dst
+
+
+def test_a_volt_fit_resumes_from_it_with_pytorchs_weights_and_adam_state_bit_exactly(pytorch_dcp, tmp_path):
+    """Trainer::fit(ckpt_path=the folder): right after the restore the module holds PyTorch's weights and
+    Adam (one group over fc1.weight, fc1.bias, fc2.weight, fc2.bias, PyTorch's order) its moments and
+    step, bit for bit; the fit goes on from global step 2 (the optimizer's step count)."""
+    _, folder, reference = pytorch_dcp
+    assert INTEROP_TOOL, "run through ctest: CHECKPOINT_INTEROP_TOOL"
+    dump = tmp_path / "restored.ckpt"
+    run([INTEROP_TOOL, "dcp-fit", folder, tmp_path / "run", 1, "auto", 4, dump], tmp_path)
+    restored = torch.load(dump, weights_only=True)
+    assert (restored["start_step"], restored["end_step"]) == (2, 4), restored
+    optimizer = restored["optimizer"]
+    [group] = optimizer["param_groups"]
+    assert group["params"] == [0, 1, 2, 3] and group["lr"] == 1e-2, group
+    for i, name in enumerate(["fc1.weight", "fc1.bias", "fc2.weight", "fc2.bias"]):
+        weight, theirs = restored["weights"][name], reference[f"model.{name}"]
+        assert weight.dtype == theirs.dtype and torch.equal(weight, theirs), name
+        for field in ("exp_avg", "exp_avg_sq"):
+            ours, theirs = optimizer["state"][i][field], reference[f"optim.state.{name}.{field}"]
+            assert ours.dtype == theirs.dtype and torch.equal(ours, theirs), (name, field)
+        assert optimizer["state"][i]["step"].item() == reference[f"optim.state.{name}.step"].item() == 2.0
+
+
+def test_a_checkpoint_that_does_not_fit_is_refused_as_volts_own_files_are(pytorch_dcp, tmp_path):
+    _, folder, _ = pytorch_dcp
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("PYTHON", "SLURM_"))}
+    cases = [({"model.fc1.weight": "model.fc9.weight"}, [f"checkpoint '{tmp_path / 'broken0'}' does not fit module",
+                                                          "missing: 'fc1.weight'", "unexpected: 'fc9.weight'"]),
+             ({"optim.state.fc2.bias.exp_avg_sq": "optim.state.fc2.bias.square_avg"},
+              ["state[3]['exp_avg_sq'] is missing", "build the optimizer as the run that wrote the checkpoint did"])]
+    for i, (renames, expected) in enumerate(cases):
+        broken = renamed_copy(folder, tmp_path / f"broken{i}", renames)
+        result = subprocess.run([INTEROP_TOOL, "dcp-fit", broken, tmp_path / f"run{i}", "1", "auto", "4",
+                                 tmp_path / "unused.ckpt"], capture_output=True, text=True, timeout=60, env=env)
+        assert result.returncode == 2, result
+        for text in expected + ["HINT:"]:
+            assert text in result.stderr, (text, result.stderr)
+
+
+def test_a_fit_under_fsdp_at_another_world_size_resumes_from_it_and_trains_on(pytorch_dcp, tmp_path):
+    """Saved by 3 processes, resumed by 2 under strategy fsdp: each cuts the whole optimizer state to its
+    piece, and the fit takes 2 more steps from step 2."""
+    _, folder, _ = pytorch_dcp
+    dump = tmp_path / "fsdp.ckpt"
+    run([INTEROP_TOOL, "dcp-fit", folder, tmp_path / "run", 2, "fsdp", 4, dump], tmp_path)
+    restored = torch.load(dump, weights_only=True)
+    assert (restored["world_size"], restored["start_step"], restored["end_step"]) == (2, 2, 4), restored

@@ -9,6 +9,7 @@
 #include "volt/base/state_dict.h"
 #include "volt/callbacks/callback.h"
 #include "volt/checkpoint/checkpoint_io.h"
+#include "volt/checkpoint/dcp_checkpoint.h"
 #include "volt/checkpoint/sharded_checkpoint.h"
 #include "volt/core/error.h"
 #include "volt/core/strings.h"
@@ -368,7 +369,19 @@ FitProgress restore_checkpoint(const c10::IValue& checkpoint, const TrainingPart
   const StateDict top = as_dict(checkpoint, "", path);
   // Lightning's own checkpoints carry no Volt version: their loop progress says where to go on.
   const bool lightning = !top.contains("volt_checkpoint_version") && top.contains("pytorch-lightning_version");
-  if (!lightning) {
+  // Another framework's checkpoint converted on reading (PyTorch's distributed checkpoints,
+  // dcp_checkpoint.h) holds weights and optimizer states only: callbacks, schedulers and the RNG
+  // start as they are, and the fit starts at epoch 0 with the optimizer's step count.
+  const bool converted = top.contains(kConvertedFromKey);
+  if (converted && !top.contains("optimizer_states")) {
+    throw CheckpointError(
+        fmt::format("checkpoint '{}' ({}) holds the model's weights but no optimizer state to resume from. HINT: "
+                    "save it with dcp.save({{\"model\": ..., \"optim\": get_optimizer_state_dict(model, optimizer)}}), "
+                    "or fine-tune from its weights: return volt::DcpWeights from initial_weights() and leave ckpt_path "
+                    "empty; validate/test accept it as ckpt_path.",
+                    path, top.at(kConvertedFromKey).toStringRef()));
+  }
+  if (!lightning && !converted) {
     const c10::IValue version = entry(top, "volt_checkpoint_version", path);
     if (!version.isInt() || version.toInt() > kCheckpointVersion) {
       throw CheckpointError(
@@ -398,7 +411,8 @@ FitProgress restore_checkpoint(const c10::IValue& checkpoint, const TrainingPart
   load_module_weights(checkpoint, *parts.module, path, parts.loads_sharded_parameters);
 
   const std::string callbacks_at = key_path("", "callbacks");
-  const StateDict callbacks = as_dict(entry(top, "callbacks", path), callbacks_at, path);
+  const StateDict callbacks =
+      converted ? make_state_dict() : as_dict(entry(top, "callbacks", path), callbacks_at, path);
   for (const auto& callback : *parts.callbacks) {
     // Older Volt checkpoints name some callbacks' state by an older key.
     for (const std::string& key : {callback->state_key(), callback->legacy_state_key()}) {
@@ -430,14 +444,15 @@ FitProgress restore_checkpoint(const c10::IValue& checkpoint, const TrainingPart
   }
 
   const auto& schedulers = parts.optimization->schedulers;
-  const c10::IValue scheduler_states = entry(top, "lr_schedulers", path);
-  if (!scheduler_states.isList() || scheduler_states.toListRef().size() != schedulers.size()) {
+  const c10::IValue scheduler_states =
+      converted ? c10::IValue(c10::impl::GenericList(c10::AnyType::get())) : entry(top, "lr_schedulers", path);
+  if (!converted && (!scheduler_states.isList() || scheduler_states.toListRef().size() != schedulers.size())) {
     throw CheckpointError(
         fmt::format("checkpoint '{}' holds {} scheduler states but configure_optimizers returned {}. "
                     "HINT: resume with the same scheduler setup.",
                     path, scheduler_states.isList() ? scheduler_states.toListRef().size() : 0, schedulers.size()));
   }
-  for (size_t i = 0; i < schedulers.size(); ++i) {
+  for (size_t i = 0; i < scheduler_states.toListRef().size(); ++i) {
     const StateDict state =
         as_dict(scheduler_states.toListRef()[i], fmt::format("{}[{}]", key_path("", "lr_schedulers"), i), path);
     // A checkpoint read back from bytes holds Any-keyed dicts, which toTypedDict refuses:
@@ -465,10 +480,10 @@ FitProgress restore_checkpoint(const c10::IValue& checkpoint, const TrainingPart
 
   // Lightning saves no generator state (outside its fault-tolerant mode): the generator goes on
   // from where this process's seeding left it.
-  const StateDict rng = lightning && !top.contains("rng_states")
+  const StateDict rng = (lightning || converted) && !top.contains("rng_states")
                             ? make_state_dict()
                             : as_dict(entry(top, "rng_states", path), key_path("", "rng_states"), path);
-  if (!lightning || rng.contains("torch")) {
+  if ((!lightning && !converted) || rng.contains("torch")) {
     auto generator = at::detail::getDefaultCPUGenerator();
     std::lock_guard<std::mutex> lock(generator.mutex());
     generator.set_state(entry(rng, "torch", path, key_path("", "rng_states")).toTensor());
@@ -485,7 +500,9 @@ FitProgress restore_checkpoint(const c10::IValue& checkpoint, const TrainingPart
   }
 
   FitProgress progress;
-  if (lightning) {
+  if (converted) {
+    progress.global_step = int_entry(top, "global_step", path, "");
+  } else if (lightning) {
     progress = lightning_fit_progress(top, path);
   } else {
     const std::string loops_at = key_path("", "loops");

@@ -21,6 +21,9 @@
 //
 // restore_checkpoint also resumes a checkpoint PyTorch Lightning wrote (no volt_checkpoint_version):
 // its loop progress gives the epoch and batch, and a missing rng_states leaves the generator alone.
+// And one converted from PyTorch's distributed checkpoints (kConvertedFromKey, dcp_checkpoint.h):
+// state_dict and optimizer_states only; it resumes at epoch 0 with its global_step, and the
+// callbacks, schedulers and generator are left as they are.
 #pragma once
 
 #include <functional>
@@ -114,10 +117,10 @@ StateDict make_checkpoint(const TrainingParts& parts, const FitProgress& progres
                           CheckpointContents contents = CheckpointContents::kFull);
 
 /// Restores the module, the callbacks (whose restore_optimizer_layout then re-adds the param groups
-/// they had added), the optimizers, schedulers and the RNG from `checkpoint` (Volt's or PyTorch
-/// Lightning's) and returns where to continue. Throws volt::CheckpointError naming `path`
-/// and the missing or mismatched entry when anything does not fit, and before touching the
-/// module when the checkpoint holds only weights (CheckpointContents::kWeightsOnly).
+/// they had added), the optimizers, schedulers and the RNG from `checkpoint` (Volt's, PyTorch
+/// Lightning's, or a converted one: see the layout above) and returns where to continue. Throws volt::CheckpointError
+/// naming `path` and the missing or mismatched entry when anything does not fit, and before touching the module when
+/// the checkpoint holds only weights (CheckpointContents::kWeightsOnly).
 FitProgress restore_checkpoint(const c10::IValue& checkpoint, const TrainingParts& parts, const std::string& path);
 
 /// Loads only the module's weights (validate/test/predict from a checkpoint, fine-tuning) from a

@@ -5,6 +5,7 @@
 #include <filesystem>
 
 #include "volt/base/collectives.h"
+#include "volt/checkpoint/dcp_checkpoint.h"
 #include "volt/checkpoint/hpc_checkpoints.h"
 #include "volt/checkpoint/sharded_checkpoint.h"
 #include "volt/core/console.h"
@@ -87,6 +88,11 @@ void Checkpointer::save(const TrainingParts& parts, const FitProgress& progress,
   io_->save(make_checkpoint(parts, progress, contents), path);
 }
 
+c10::IValue Checkpointer::load(const std::string& path) {
+  if (is_dcp_checkpoint(path)) return dcp_training_checkpoint(DcpCheckpoint::open(path));
+  return io_->load(path);
+}
+
 void Checkpointer::remove(const std::string& path) {
   // The checkpoint first: once it is gone its shards are never read, whatever happens next.
   if (io_->exists(path)) io_->remove(path);
@@ -116,8 +122,10 @@ std::string Checkpointer::resolve(const std::string& requested, const LastCheckp
     }
     return found;
   }
-  VOLT_CHECK(io_->exists(requested),
-             "ckpt_path='{}' does not exist. HINT: pass an existing .ckpt file, \"last\" or \"best\".", requested);
+  VOLT_CHECK(io_->exists(requested) || is_dcp_checkpoint(requested),
+             "ckpt_path='{}' does not exist. HINT: pass an existing .ckpt file, a folder dcp.save wrote, \"last\" or "
+             "\"best\".",
+             requested);
   return requested;
 }
 

@@ -66,8 +66,11 @@ class Checkpointer {
   /// (ModelCheckpoint's save_weights_only).
   void save(const TrainingParts& parts, const FitProgress& progress, const std::string& path,
             CheckpointContents contents = CheckpointContents::kFull);
-  /// Reads `path`; throws volt::CheckpointError when it is unreadable.
-  c10::IValue load(const std::string& path) { return io_->load(path); }
+  /// Reads `path`; throws volt::CheckpointError when it is unreadable. A folder PyTorch's
+  /// torch.distributed.checkpoint wrote (is_dcp_checkpoint) is read from the file system, whatever
+  /// the CheckpointIO, as dcp_training_checkpoint converts it, so that fit resumes from it and
+  /// validate/test load its weights through the same checks as Volt's own files.
+  c10::IValue load(const std::string& path);
   /// Deletes `path` when it exists, and its shard files when it is a sharded checkpoint.
   void remove(const std::string& path);
 
@@ -75,7 +78,8 @@ class Checkpointer {
   void remember(std::string best, std::string last);
   /// The file to use for `requested`: "" stays "", "best" is the remembered best (an error
   /// without one), "last" the remembered last or else find_last_checkpoint(search) (a warning
-  /// and "" when there is none), and a path must exist.
+  /// and "" when there is none), and a path must exist: a checkpoint file, or a folder of
+  /// torch.distributed.checkpoint (see load).
   std::string resolve(const std::string& requested, const LastCheckpointSearch& search, Console& console) const;
 
   /// Collective: what a run that starts again resumes from, the same on every process. Each

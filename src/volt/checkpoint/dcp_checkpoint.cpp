@@ -3,6 +3,8 @@
 #include <ATen/ATen.h>
 #include <fmt/ranges.h>
 
+#include <algorithm>
+#include <cctype>
 #include <filesystem>
 #include <fstream>
 #include <iterator>
@@ -134,7 +136,172 @@ std::vector<char> dcp_read_bytes(const std::string& dir, const DcpChunk& chunk, 
   return bytes;
 }
 
+constexpr const char* kDcpOptimizerHint =
+    "HINT: save the optimizer as PyTorch's distributed helpers lay it out: dcp.save({\"model\": "
+    "get_model_state_dict(model), \"optim\": get_optimizer_state_dict(model, optimizer)}) "
+    "(torch.distributed.checkpoint.state_dict), or fine-tune from the weights alone (volt::DcpWeights).";
+
+[[noreturn]] void dcp_optimizer_error(const std::string& what, const std::string& detail) {
+  throw CheckpointError(fmt::format("{}: {}. {}", what, detail, kDcpOptimizerHint));
+}
+
+GenericDict dcp_string_dict() { return GenericDict(c10::StringType::get(), c10::AnyType::get()); }
+
+bool dcp_is_index(const std::string& text) {
+  return !text.empty() && text.size() < 10 &&
+         std::all_of(text.begin(), text.end(), [](unsigned char c) { return std::isdigit(c) != 0; });
+}
+
+/// The number of steps a parameter's optimizer state records (PyTorch's `step`: a 0-d tensor, or
+/// a number); 0 without one.
+int64_t dcp_step_of(const c10::IValue& state) {
+  if (!state.isGenericDict() || !state.toGenericDict().contains("step")) return 0;
+  const c10::IValue step = state.toGenericDict().at("step");
+  if (step.isTensor() && step.toTensor().numel() == 1) return static_cast<int64_t>(step.toTensor().item<double>());
+  if (step.isInt()) return step.toInt();
+  if (step.isDouble()) return static_cast<int64_t>(step.toDouble());
+  return 0;
+}
+
 }  // namespace
+
+bool is_dcp_checkpoint(const std::string& path) {
+  std::error_code ec;
+  return fs::is_directory(path, ec) && fs::is_regular_file(fs::path(path) / ".metadata", ec);
+}
+
+c10::IValue internal::dcp_unflatten_optimizer_state(const std::map<std::string, c10::IValue>& items,
+                                                    const std::string& what) {
+  // PyTorch's flattening joins the path with dots; a parameter's name has dots of its own, but a
+  // state field and a group's field do not.
+  std::map<int64_t, GenericDict> groups;
+  std::map<std::string, std::map<std::string, c10::IValue>> states;
+  for (const auto& [key, value] : items) {
+    const std::string groups_prefix = "param_groups.";
+    const std::string state_prefix = "state.";
+    if (key.rfind(groups_prefix, 0) == 0) {
+      const std::string rest = key.substr(groups_prefix.size());
+      const size_t dot = rest.find('.');
+      if (dot == std::string::npos || !dcp_is_index(rest.substr(0, dot))) {
+        dcp_optimizer_error(what, fmt::format("its entry param_groups.{} is not param_groups.<index>.<field>", rest));
+      }
+      auto [it, added] = groups.try_emplace(std::stoll(rest.substr(0, dot)), dcp_string_dict());
+      it->second.insert(rest.substr(dot + 1), value);
+    } else if (key.rfind(state_prefix, 0) == 0) {
+      const std::string rest = key.substr(state_prefix.size());
+      const size_t dot = rest.rfind('.');
+      if (dot == std::string::npos || dot == 0) {
+        dcp_optimizer_error(what, fmt::format("its entry state.{} is not state.<parameter>.<field>", rest));
+      }
+      states[rest.substr(0, dot)][rest.substr(dot + 1)] = value;
+    } else {
+      dcp_optimizer_error(what, fmt::format("its optimizer entry '{}' is neither state.* nor param_groups.*", key));
+    }
+  }
+  if (groups.empty()) {
+    dcp_optimizer_error(what, states.empty() ? std::string("it holds no optimizer state")
+                                             : fmt::format("it holds the optimizer state of {} parameter(s) ({}, ...) "
+                                                           "but no param_groups, which say how they are numbered",
+                                                           states.size(), states.begin()->first));
+  }
+  if (groups.rbegin()->first != static_cast<int64_t>(groups.size()) - 1) {
+    std::vector<int64_t> held;
+    for (const auto& [index, group] : groups) held.push_back(index);
+    dcp_optimizer_error(what, fmt::format("its param_groups are numbered [{}]; expected 0 to {}", fmt::join(held, ", "),
+                                          groups.size() - 1));
+  }
+
+  // Parameters are numbered across the groups in the order of their "params" lists, as PyTorch's
+  // optimizer.state_dict() numbers them. get_optimizer_state_dict lists names; a plain
+  // optimizer.state_dict() saved as it is lists the numbers themselves.
+  std::map<std::string, int64_t> ids;
+  c10::impl::GenericList param_groups(c10::AnyType::get());
+  int64_t next = 0;
+  for (auto& [index, group] : groups) {
+    if (!group.contains("params") || !group.at("params").isList()) {
+      dcp_optimizer_error(what, fmt::format("param_groups.{} has {} 'params' list of its parameters", index,
+                                            group.contains("params") ? "a non-list as its" : "no"));
+    }
+    c10::List<int64_t> numbers;
+    for (const c10::IValue& param : group.at("params").toListRef()) {
+      if (!param.isString() && !param.isInt()) {
+        dcp_optimizer_error(
+            what, fmt::format("param_groups.{}.params holds a {}; expected parameter names", index, param.tagKind()));
+      }
+      const std::string name = param.isString() ? param.toStringRef() : std::to_string(param.toInt());
+      if (!ids.emplace(name, next).second) {
+        dcp_optimizer_error(what, fmt::format("parameter {} is listed in more than one param group", name));
+      }
+      numbers.push_back(next++);
+    }
+    group.insert_or_assign("params", numbers);
+    param_groups.push_back(group);
+  }
+  GenericDict state(c10::IntType::get(), c10::AnyType::get());
+  for (const auto& [name, fields] : states) {
+    const auto id = ids.find(name);
+    if (id == ids.end()) {
+      std::vector<std::string> listed;
+      for (const auto& [param, number] : ids) listed.push_back(param);
+      dcp_optimizer_error(what, fmt::format("it holds optimizer state of parameter {}, which no param group lists "
+                                            "(they list [{}])",
+                                            name, fmt::join(listed, ", ")));
+    }
+    GenericDict param_state = dcp_string_dict();
+    for (const auto& [field, value] : fields) param_state.insert(field, value);
+    state.insert(id->second, param_state);
+  }
+  GenericDict result = dcp_string_dict();
+  result.insert("state", state);
+  result.insert("param_groups", param_groups);
+  return result;
+}
+
+c10::IValue dcp_optimizer_state_dict(const DcpCheckpoint& checkpoint, const std::string& prefix) {
+  std::map<std::string, c10::IValue> items;
+  for (const std::string& name : checkpoint.tensor_names())
+    if (name.rfind(prefix, 0) == 0) items.emplace(name.substr(prefix.size()), checkpoint.read(name));
+  for (const std::string& name : checkpoint.value_names())
+    if (name.rfind(prefix, 0) == 0) items.emplace(name.substr(prefix.size()), checkpoint.read_value(name));
+  const std::string what = fmt::format("the distributed checkpoint {} (its entries {}*)", checkpoint.dir(), prefix);
+  return internal::dcp_unflatten_optimizer_state(items, what);
+}
+
+c10::IValue dcp_training_checkpoint(const DcpCheckpoint& checkpoint) {
+  const std::string model_prefix = "model.";
+  const std::string optim_prefix = "optim.";
+  GenericDict state_dict = dcp_string_dict();
+  bool has_optimizer = false;
+  for (const std::string& name : checkpoint.tensor_names()) {
+    if (name.rfind(model_prefix, 0) == 0) state_dict.insert(name.substr(model_prefix.size()), checkpoint.read(name));
+    has_optimizer = has_optimizer || name.rfind(optim_prefix, 0) == 0;
+  }
+  for (const std::string& name : checkpoint.value_names())
+    has_optimizer = has_optimizer || name.rfind(optim_prefix, 0) == 0;
+  if (state_dict.empty()) {
+    const std::vector<std::string> names = checkpoint.tensor_names();
+    throw CheckpointError(fmt::format(
+        "the distributed checkpoint {} holds no model weights: no tensor is named model.* ({} tensors{}). HINT: save "
+        "it as dcp.save({{\"model\": model_state_dict, \"optim\": optimizer_state_dict}}) to give it as ckpt_path; "
+        "a checkpoint of other names loads through volt::DcpWeights with its prefix.",
+        checkpoint.dir(), names.size(), names.empty() ? "" : fmt::format(", e.g. {}", names.front())));
+  }
+  GenericDict top = dcp_string_dict();
+  top.insert(kConvertedFromKey, fmt::format("torch.distributed.checkpoint {}", checkpoint.dir()));
+  top.insert("state_dict", state_dict);
+  int64_t step = 0;
+  if (has_optimizer) {
+    const c10::IValue optimizer = dcp_optimizer_state_dict(checkpoint, optim_prefix);
+    for (const auto& entry : optimizer.toGenericDict().at("state").toGenericDict())
+      step = std::max(step, dcp_step_of(entry.value()));
+    c10::impl::GenericList optimizer_states(c10::AnyType::get());
+    optimizer_states.push_back(optimizer);
+    top.insert("optimizer_states", optimizer_states);
+  }
+  top.insert("epoch", int64_t{0});
+  top.insert("global_step", step);
+  return top;
+}
 
 DcpCheckpoint DcpCheckpoint::open(const std::string& dir) {
   const fs::path metadata_path = fs::path(dir) / ".metadata";

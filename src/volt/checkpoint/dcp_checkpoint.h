@@ -2,6 +2,8 @@
 // default writer filled (dcp.save(state, checkpoint_id=folder): `.metadata` plus
 // `__<rank>_<n>.distcp` files), at any world size, from FSDP or plain models. Each tensor is
 // assembled from the pieces the saving processes held, so Volt reads it at its own world size.
+// Trainer::fit resumes from such a folder (its model and optimizer state, dcp_training_checkpoint);
+// a module fine-tunes from its weights (DcpWeights).
 // The other direction (Volt's checkpoints for dcp.load) is state_dict_export.h.
 #pragma once
 
@@ -84,5 +86,45 @@ class DcpWeights : public WeightSource {
   std::string cached_name_;
   at::Tensor cached_;
 };
+
+/// The checkpoint key that marks a value converted from another framework's checkpoint (what
+/// dcp_training_checkpoint returns) and names its source. Such a value holds weights and optimizer
+/// states only, no loops, callbacks, schedulers or RNG state, so restore_checkpoint resumes it at
+/// epoch 0 instead of asking for what it cannot have.
+inline constexpr const char* kConvertedFromKey = "volt_converted_from";
+
+/// Whether `path` is a folder torch.distributed.checkpoint's default writer filled (it holds a
+/// `.metadata` file): what ckpt_path accepts besides Volt's and Lightning's checkpoint files.
+bool is_dcp_checkpoint(const std::string& path);
+
+/// The optimizer state a distributed checkpoint holds under `prefix` (dcp.save({"optim":
+/// get_optimizer_state_dict(model, optimizer)}): "optim.state.<parameter>.<field>" tensors and
+/// "optim.param_groups.<g>.<field>" values) in PyTorch's `optimizer.state_dict()` layout, the one
+/// Volt's checkpoints hold (optimizer_state.h), so the same loader checks and restores it:
+///
+///     {"state": {0: {"step": tensor(2.), "exp_avg": ..., "exp_avg_sq": ...}, 1: {...}},
+///      "param_groups": [{"lr": 0.01, "betas": (0.9, 0.999), ..., "params": [0, 1]}, ...]}
+///
+/// Parameters are numbered across groups in the order of each group's "params" list of names, as
+/// PyTorch numbers them. There is no "volt_optimizer" kind (the loader then checks the fields), and
+/// the groups keep every field PyTorch saved (the loader reads those its optimizer has). Throws
+/// volt::CheckpointError, with a HINT, when there is no optimizer state under `prefix` or its
+/// parts do not fit together (no param_groups, state of a parameter no group lists, ...).
+c10::IValue dcp_optimizer_state_dict(const DcpCheckpoint& checkpoint, const std::string& prefix = "optim.");
+
+/// A distributed checkpoint as the checkpoint value Trainer::fit resumes from (ckpt_path = the
+/// folder) and validate/test load weights from: "state_dict" holds the "model." tensors (named
+/// without the prefix), "optimizer_states" the one optimizer of dcp_optimizer_state_dict (left out
+/// when the checkpoint has no "optim." entries), "global_step" the optimizer's step count (the
+/// largest per-parameter `step`; 0 without one) and kConvertedFromKey the folder. Throws
+/// volt::CheckpointError when it holds no "model." tensors.
+c10::IValue dcp_training_checkpoint(const DcpCheckpoint& checkpoint);
+
+namespace internal {
+/// dcp_optimizer_state_dict over entries already read: `items` maps each flattened key without
+/// the prefix ("state.fc1.weight.exp_avg", "param_groups.0.lr") to its tensor or value; `what`
+/// names the source in errors. Apart from the folder so that tests can give any combination.
+c10::IValue dcp_unflatten_optimizer_state(const std::map<std::string, c10::IValue>& items, const std::string& what);
+}  // namespace internal
 
 }  // namespace volt
