@@ -9,6 +9,7 @@ parameters as Volt's own launcher: same ranks, same shards, same steps.
 """
 import os
 import re
+import shutil
 import subprocess
 import sys
 import time
@@ -54,22 +55,23 @@ def train_args(devices, num_nodes=1):
             str(num_nodes), "--no-test"] + SHORT + DETERMINISTIC
 
 
-def start_torchrun(torchrun, binary, launcher_args, args, root, log):
+def start_torchrun(torchrun, binary, launcher_args, args, root, log, env=None):
     command = torchrun + launcher_args + ["--no-python", binary] + args + ["--default-root-dir", str(root)]
     return command, subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, text=True, cwd=root,
-                                     env=torchrun_env())
+                                     env=env or torchrun_env())
 
 
-def run_torchrun(torchrun, binary, root, agents, devices, num_nodes=1, timeout=240):
+def run_torchrun(torchrun, binary, root, agents, devices, num_nodes=1, timeout=240, extra=(), envs=None):
     """Starts one torchrun per entry of `agents` (its launcher flags), each running the example with
-    `devices` x `num_nodes`, and waits for all of them."""
+    `devices` x `num_nodes` and the flags `extra` (agent i in `envs[i]`, when given), and waits for
+    all of them."""
     root.mkdir(parents=True, exist_ok=True)
     start = time.monotonic()
     procs = []
     for i, launcher_args in enumerate(agents):
-        log = open(root / f"torchrun-{i}.log", "w")
-        procs.append((start_torchrun(torchrun, binary, list(launcher_args), train_args(devices, num_nodes), root,
-                                     log), log))
+        log = open(root / f"torchrun-{i}-{time.monotonic_ns()}.log", "w")
+        procs.append((start_torchrun(torchrun, binary, list(launcher_args), train_args(devices, num_nodes) + list(extra),
+                                     root, log, envs[i] if envs else None), log))
     outcomes = []
     for (command, proc), log in procs:
         try:
@@ -129,6 +131,46 @@ def test_two_nodes_static_rendezvous(torchrun, binary, dataset, own_launcher, tm
     runs = run_torchrun(torchrun, binary, tmp_path, [common + ["--node-rank=0"], common + ["--node-rank=1"]],
                         devices=1, num_nodes=2)
     check(runs, tmp_path, own_launcher)
+
+
+def test_a_lost_node_resumes_from_the_copy_of_its_newest_snapshot_on_the_next_node(torchrun, binary, dataset,
+                                                                                    own_launcher, tmp_path):
+    """--snapshot-peer-copy on two nodes (two torchrun agents, each node with shared memory of its
+    own): rank 0 dies half-way through writing step 15's snapshot file, after its writer kept the
+    snapshot in its node's memory and node 1's process answered that it holds a copy. Node 0 is then
+    lost with its memory. The job started again resumes from node 1's copy (rank 0 receives the
+    bytes from rank 1), not from step 10's file, and ends with the parameters of a run that never
+    failed."""
+    import glob
+
+    port = str(free_port())
+    agents = [["--nnodes=2", "--nproc-per-node=1", "--master-addr=127.0.0.1", f"--master-port={port}",
+               f"--node-rank={node}"] for node in (0, 1)]
+    memory = [tmp_path / f"node{node}-shm" for node in (0, 1)]
+    for folder in memory:
+        folder.mkdir(parents=True)
+    envs = [dict(torchrun_env(), VOLT_SNAPSHOT_MEMORY_DIR=str(folder)) for folder in memory]
+    extra = ["--snapshot-every-n-steps", "5", "--snapshot-peer-copy"]
+    failed = run_torchrun(torchrun, binary, tmp_path, agents, devices=1, num_nodes=2, extra=extra,
+                          envs=[dict(env, VOLT_INJECT_FAULT="rank=0,step=15,at=snapshot") for env in envs])
+    assert all(run.returncode != 0 for run in failed), failed
+    assert glob.glob(str(tmp_path / "snapshot_3.ckpt.tmp.*")), "the half-written file the kill left"
+    assert not (tmp_path / "snapshot_3.ckpt").exists()
+    assert glob.glob(str(memory[1] / "volt-snapshots-*" / "snapshot_3.ckpt")), "node 1's copy"
+    shutil.rmtree(memory[0])  # node 0 is gone, and its shared memory with it
+    memory[0].mkdir()
+
+    port = str(free_port())
+    for agent in agents:
+        agent[3] = f"--master-port={port}"
+    resumed = run_torchrun(torchrun, binary, tmp_path, agents, devices=1, num_nodes=2, extra=extra, envs=envs)
+    out = "\n".join(run.stdout for run in resumed)
+    assert all(run.returncode == 0 for run in resumed), resumed
+    assert "snapshot_3.ckpt (received from rank 1)" in out, out[-6000:]
+    assert "stopped: max_epochs after 1 epoch" in out, out[-6000:]
+    versions = sorted((tmp_path / "lightning_logs").glob("version_*"), key=lambda p: int(p.name.split("_")[1]))
+    assert_same_parameters_at(versions[-1] / "checkpoints" / "last.ckpt", own_launcher)
+    assert not list(memory[1].iterdir()), "node 1's process gives its memory back when the fit ends"
 
 
 @pytest.mark.compat

@@ -7,7 +7,9 @@
 
 #include <cstdint>
 #include <functional>
+#include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "volt/base/reduce.h"
@@ -34,6 +36,22 @@ class ReduceWork {
  private:
   std::function<double()> wait_;
   double value_ = 0.0;
+};
+
+/// A connection between two processes of a run, apart from its collectives, for a background
+/// thread to carry bytes while the training thread runs collectives: the newest snapshot's copy
+/// to a process on another node. Both ends must be used by one thread each, sends matched by
+/// receives in order. Every call is bounded by the run's collective timeout.
+class PeerChannel {
+ public:
+  virtual ~PeerChannel() = default;
+  /// Sends `bytes` with `tag` (a number the receiver gets with them) and returns once they are
+  /// on their way. Throws volt::Error naming the other process when it is gone or does not
+  /// receive within the timeout.
+  virtual void send(int64_t tag, const std::vector<char>& bytes) = 0;
+  /// The next tag and bytes the other process sends. Throws volt::Error naming it when it is gone
+  /// or sends nothing within the timeout.
+  virtual std::pair<int64_t, std::vector<char>> receive() = 0;
 };
 
 /// Collectives over the processes of a run: the one surface that strategies, metrics, the
@@ -67,6 +85,10 @@ class Collectives {
   virtual std::vector<std::string> all_gather_bytes(const std::string& bytes);
   /// Rank 0's `value` on every process (short strings: a checkpoint path, a log directory).
   virtual std::string broadcast_string(const std::string& value);
+  /// A channel of its own to process `peer`, which calls this with this process's rank at the
+  /// same time (the two connect; no other process takes part). nullptr when these collectives
+  /// offer none (one process, or a test double).
+  virtual std::unique_ptr<PeerChannel> connect_peer(int64_t peer);
 };
 
 /// One process: every reduction leaves its values as they are, a gather returns {tensor}.

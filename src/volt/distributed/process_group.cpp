@@ -39,6 +39,73 @@ bool is_loopback(const std::string& address) {
   return address == "localhost" || address.rfind("127.", 0) == 0 || address == "::1";
 }
 
+/// Gloo's options for a group of this run: the collective timeout, and the loopback device when
+/// the run is on this host only (the default device may name an address other hosts use).
+c10::intrusive_ptr<c10d::ProcessGroupGloo::Options> gloo_options_for(const Topology& topology,
+                                                                     std::chrono::milliseconds timeout) {
+  auto options = c10d::ProcessGroupGloo::Options::create(timeout);
+  options->devices.push_back(is_loopback(topology.main_address)
+                                 ? c10d::ProcessGroupGloo::createDeviceForHostname("127.0.0.1")
+                                 : c10d::ProcessGroupGloo::createDefaultDevice());
+  return options;
+}
+
+/// What a failed c10d call says, in one line: c10::Error's message without LibTorch's backtrace.
+std::string peer_failure_text(const std::exception& e) {
+  const auto* c10_error = dynamic_cast<const c10::Error*>(&e);
+  const std::string text = c10_error != nullptr ? c10_error->what_without_backtrace() : e.what();
+  return text.substr(0, text.find('\n'));
+}
+
+/// A PeerChannel over a two-process Gloo group of its own: a header message (tag, length), then
+/// the bytes, each sent and received in turn with the group's timeout.
+class GlooPeerChannel : public PeerChannel {
+ public:
+  GlooPeerChannel(c10::intrusive_ptr<c10d::ProcessGroup> group, int other, std::string peer_name)
+      : group_(std::move(group)), other_(other), peer_name_(std::move(peer_name)) {}
+
+  void send(int64_t tag, const std::vector<char>& bytes) override {
+    std::vector<torch::Tensor> header{torch::tensor({tag, static_cast<int64_t>(bytes.size())}, torch::kLong)};
+    run("send to", [&] { group_->send(header, other_, kHeaderTag)->wait(); });
+    if (bytes.empty()) return;
+    // Gloo reads the bytes where they are: no copy of a snapshot's size.
+    std::vector<torch::Tensor> body{
+        torch::from_blob(const_cast<char*>(bytes.data()), {static_cast<int64_t>(bytes.size())}, torch::kUInt8)};
+    run("send to", [&] { group_->send(body, other_, kBodyTag)->wait(); });
+  }
+
+  std::pair<int64_t, std::vector<char>> receive() override {
+    std::vector<torch::Tensor> header{torch::empty({2}, torch::kLong)};
+    run("receive from", [&] { group_->recv(header, other_, kHeaderTag)->wait(); });
+    const int64_t tag = header[0][0].item<int64_t>();
+    std::vector<char> bytes(static_cast<size_t>(header[0][1].item<int64_t>()));
+    if (!bytes.empty()) {
+      std::vector<torch::Tensor> body{
+          torch::from_blob(bytes.data(), {static_cast<int64_t>(bytes.size())}, torch::kUInt8)};
+      run("receive from", [&] { group_->recv(body, other_, kBodyTag)->wait(); });
+    }
+    return {tag, std::move(bytes)};
+  }
+
+ private:
+  static constexpr int kHeaderTag = 1;
+  static constexpr int kBodyTag = 2;
+
+  template <typename Call>
+  void run(const char* what, Call call) {
+    try {
+      call();
+    } catch (const std::exception& e) {
+      throw Error(fmt::format("could not {} {}: {}. HINT: that process exited or hangs; its own error says why.", what,
+                              peer_name_, peer_failure_text(e)));
+    }
+  }
+
+  c10::intrusive_ptr<c10d::ProcessGroup> group_;
+  int other_;
+  std::string peer_name_;
+};
+
 /// Tries `attempt(fd, address)` on a fresh socket (`flags` added to its type) for each address of
 /// host:port, closing each, until one returns true; false when none did or the name did not resolve.
 template <typename Attempt>
@@ -276,10 +343,7 @@ ProcessGroup::ProcessGroup(const Topology& topology, const ProcessGroupOptions& 
   }
 
   auto prefixed = c10::make_intrusive<c10d::PrefixStore>("volt/pg", store_);
-  auto gloo_options = c10d::ProcessGroupGloo::Options::create(options_.timeout);
-  gloo_options->devices.push_back(is_loopback(topology_.main_address)
-                                      ? c10d::ProcessGroupGloo::createDeviceForHostname("127.0.0.1")
-                                      : c10d::ProcessGroupGloo::createDefaultDevice());
+  auto gloo_options = gloo_options_for(topology_, options_.timeout);
   const int rank = static_cast<int>(topology_.global_rank);
   const int size = static_cast<int>(topology_.world_size);
 #ifdef USE_C10D_NCCL
@@ -381,6 +445,29 @@ void ProcessGroup::all_gather_into(const torch::Tensor& chunk, torch::Tensor& fl
   if (n > 0 && input.data_ptr() == outputs[0][topology_.global_rank].data_ptr()) input = input.clone();
   std::vector<torch::Tensor> inputs{input};
   group_->allgather(outputs, inputs)->wait();
+}
+
+std::unique_ptr<PeerChannel> ProcessGroup::connect_peer(int64_t peer) {
+  const int64_t me = topology_.global_rank;
+  VOLT_CHECK(peer >= 0 && peer < topology_.world_size && peer != me,
+             "rank {} cannot connect to rank {} of {} processes: a peer is another rank of the run.", me, peer,
+             topology_.world_size);
+  const int64_t low = std::min(me, peer);
+  const int64_t high = std::max(me, peer);
+  // Its own key prefix per pair and connection (both ends count theirs alike): the two rendezvous
+  // in the run's store apart from the group's and from an earlier connection's stale addresses.
+  const int64_t n = peer_connections_[peer]++;
+  auto store = c10::make_intrusive<c10d::PrefixStore>(fmt::format("volt/peer/{}-{}/{}", low, high, n), store_);
+  const std::string name = fmt::format("rank {} on {}", peer, topology_.expected_host(peer));
+  try {
+    auto group = compat::make_process_group(store, me == low ? 0 : 1, 2, gloo_options_for(topology_, options_.timeout));
+    return std::make_unique<GlooPeerChannel>(std::move(group), me == low ? 1 : 0, name);
+  } catch (const std::exception& e) {
+    throw Error(
+        fmt::format("rank {} could not connect to {} within {}: {}. HINT: that process exited or hangs; its "
+                    "own error says why.",
+                    me, name, seconds(options_.timeout), peer_failure_text(e)));
+  }
 }
 
 std::string ProcessGroup::broadcast_string(const std::string& value) {

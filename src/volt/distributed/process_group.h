@@ -6,6 +6,7 @@
 
 #include <chrono>
 #include <functional>
+#include <map>
 #include <memory>
 #include <optional>
 #include <string>
@@ -85,6 +86,10 @@ class ProcessGroup : public Collectives {
   /// Rank 0's `value` on every rank: two broadcasts through the group, not the store (which
   /// lives in rank 0, and rank 0 may exit as soon as its part is done).
   std::string broadcast_string(const std::string& value) override;
+  /// A two-process Gloo group of its own with `peer` (which calls this with this rank at the same
+  /// time), for a background thread; its calls are bounded by the collective timeout. Throws
+  /// volt::Error naming the peer when it does not connect within that timeout.
+  std::unique_ptr<PeerChannel> connect_peer(int64_t peer) override;
 
   /// Records the first failure of the run in the store (first writer wins), so other ranks can
   /// name it instead of reporting their own secondary errors.
@@ -105,6 +110,8 @@ class ProcessGroup : public Collectives {
   ProcessGroupOptions options_;
   c10::intrusive_ptr<c10d::Store> store_;
   c10::intrusive_ptr<c10d::ProcessGroup> group_;
+  // connect_peer calls so far, by the other rank.
+  std::map<int64_t, int64_t> peer_connections_;
 };
 
 }  // namespace volt

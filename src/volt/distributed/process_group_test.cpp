@@ -7,6 +7,7 @@
 #include <torch/torch.h>
 
 #include "volt/core/error.h"
+#include "volt/core/testing.h"
 #include "volt/distributed/testing_process_group.h"
 
 namespace volt {
@@ -66,6 +67,45 @@ TEST(ProcessGroupTest, GatheringEmptyBytesOnEveryRankReturnsEmptyStrings) {
     const std::vector<std::string> mixed = group.all_gather_bytes(group.rank() == 0 ? "" : "ab");
     EXPECT_EQ(mixed[0], "");
     EXPECT_EQ(mixed[1], "ab");
+  });
+}
+
+TEST(ProcessGroupTest, APeerChannelCarriesBytesBetweenTwoRanksWhileTheOthersGoOn) {
+  on_ranks(3, [](ProcessGroup& group) {
+    const std::vector<char> big(3 << 20, 'x');  // more than a socket's buffers
+    if (group.rank() == 0) {
+      const std::unique_ptr<PeerChannel> channel = group.connect_peer(2);
+      ASSERT_NE(channel, nullptr);
+      channel->send(7, {'a', '\0', 'b'});
+      channel->send(8, big);
+      channel->send(9, {});
+    } else if (group.rank() == 2) {
+      const std::unique_ptr<PeerChannel> channel = group.connect_peer(0);
+      EXPECT_EQ(channel->receive(), (std::pair<int64_t, std::vector<char>>{7, {'a', '\0', 'b'}}));
+      EXPECT_EQ(channel->receive(), (std::pair<int64_t, std::vector<char>>{8, big}));
+      EXPECT_EQ(channel->receive(), (std::pair<int64_t, std::vector<char>>{9, {}}));
+    }
+    // The group's own collectives are untouched by the channel.
+    EXPECT_EQ(group.all_reduce(1.0, Reduce::kSum), 3.0);
+  });
+}
+
+TEST(ProcessGroupTest, APeerThatIsGoneFailsTheChannelNamingItInsteadOfHanging) {
+  std::string message;
+  on_ranks(2, [&message](ProcessGroup& group) {
+    std::unique_ptr<PeerChannel> channel = group.connect_peer(1 - group.rank());
+    if (group.rank() == 1) channel.reset();  // rank 1's end closes, as when its process dies
+    group.barrier();
+    if (group.rank() == 0) message = testing::error_message([&] { (void)channel->receive(); });
+  });
+  EXPECT_NE(message.find("could not receive from rank 1"), std::string::npos) << message;
+  EXPECT_NE(message.find("HINT"), std::string::npos) << message;
+}
+
+TEST(ProcessGroupTest, APeerIsAnotherRankOfTheRun) {
+  on_ranks(2, [](ProcessGroup& group) {
+    EXPECT_THROW((void)group.connect_peer(group.rank()), Error);
+    EXPECT_THROW((void)group.connect_peer(2), Error);
   });
 }
 

@@ -189,8 +189,9 @@ std::string FitCheckpoints::save_hpc() {
 bool FitCheckpoints::save_snapshot(bool skip_when_busy, bool die_mid_write) {
   const bool writes = strategy_.is_global_zero();
   if (skip_when_busy) {
-    // Under sharded checkpoints every process writes: any writer still at it skips the snapshot.
-    bool skip = (writes || sharded_checkpoints()) && writer_ && writer_->busy();
+    // Under sharded checkpoints every process writes, and the snapshot peer receives: any writer
+    // still at it skips the snapshot.
+    bool skip = (writes || sharded_checkpoints() || is_snapshot_peer()) && writer_ && writer_->busy();
     // Every process skips or saves alike: the gather and a sharded commit below are collective.
     Collectives& collectives = strategy_.collectives();
     if (collectives.world_size() > 1) skip = collectives.all_reduce(skip ? 1.0 : 0.0, Reduce::kMax) > 0.5;
@@ -216,6 +217,7 @@ bool FitCheckpoints::save_snapshot(bool skip_when_busy, bool die_mid_write) {
     // The copy goes into the buffers the previous snapshot's write reads: it must be done.
     wait_for_writes();
     prepare_memory_tier();
+    connect_snapshot_peer();
     const auto start = std::chrono::steady_clock::now();
     const std::string path = next_path();
     const int64_t number = next_snapshot_number_ - 1;
@@ -227,13 +229,14 @@ bool FitCheckpoints::save_snapshot(bool skip_when_busy, bool die_mid_write) {
     // more, never none.
     writer().submit([this, copy = std::move(copy), path, dir, keep, die_mid_write, number] {
       snapshot_buffers_.wait_copied();  // a GPU's copies into them may still be on their way
-      if (memory_dir_.empty() && !die_mid_write) {
+      if (memory_dir_.empty() && !peer_ && !die_mid_write) {
         checkpointer_.io().save(copy, path);
       } else {
-        // Serialized once, for the memory tier first: a crash while the file is written loses
+        // Serialized once, for the memory tiers first: a crash while the file is written loses
         // the file, not the snapshot.
         const std::vector<char> bytes = save_to_bytes(copy);
         keep_in_memory(number, bytes);
+        send_to_peer(number, bytes);
         if (die_mid_write) {
           // Killed half-way through the real atomic write: what it leaves is its own temporary file.
           write_file_atomically(path, [&bytes](const ByteSink& sink) {
@@ -245,6 +248,11 @@ bool FitCheckpoints::save_snapshot(bool skip_when_busy, bool die_mid_write) {
       }
       for (const std::string& old : snapshots_to_prune(dir, keep)) checkpointer_.remove(old);
     });
+  } else if (is_snapshot_peer()) {
+    wait_for_writes();  // the previous snapshot's receive
+    prepare_memory_tier();
+    connect_snapshot_peer();
+    if (peer_) writer().submit([this] { receive_from_rank0(); });
   }
   metric_states_.reset();
   optimizer_states_.reset();
@@ -361,7 +369,60 @@ void FitCheckpoints::prepare_memory_tier() {
   memory_prepared_ = true;
   const std::string& root = options_.snapshot_memory_root;
   memory_dir_ = memory_snapshot_dir(root, options_.hpc_checkpoint_dir);
-  if (!memory_dir_.empty()) remove_stale_memory_snapshots(root, options_.hpc_checkpoint_dir, memory_dir_);
+  if (!memory_dir_.empty()) {
+    remove_stale_memory_snapshots(root, options_.hpc_checkpoint_dir, memory_dir_);
+  } else if (is_snapshot_peer()) {
+    // The folder's name comes from the progress marker rank 0 wrote into hpc_checkpoint_dir.
+    console_.warn(fmt::format(
+        "Rank {} cannot keep rank 0's snapshots in its node's memory: it finds no progress marker in {}. HINT: put "
+        "hpc_checkpoint_dir (default_root_dir) on a file system every node sees.",
+        options_.snapshot_peer_rank, options_.hpc_checkpoint_dir));
+  }
+}
+
+bool FitCheckpoints::is_snapshot_peer() const {
+  return options_.snapshot_peer_rank > 0 && strategy_.topology().global_rank == options_.snapshot_peer_rank;
+}
+
+void FitCheckpoints::connect_snapshot_peer() {
+  if (!peer_failure_.empty()) {
+    console_.warn(fmt::format("The newest snapshot is no longer copied to another node: {}", peer_failure_));
+    peer_failure_.clear();
+  }
+  if (peer_connected_ || options_.snapshot_peer_rank <= 0) return;
+  peer_connected_ = true;
+  const bool zero = strategy_.is_global_zero();
+  peer_ = strategy_.collectives().connect_peer(zero ? options_.snapshot_peer_rank : 0);
+  if (!peer_ && zero) {
+    console_.warn(
+        fmt::format("The newest snapshot is not copied to rank {}: strategy='{}' offers no channel "
+                    "between two processes.",
+                    options_.snapshot_peer_rank, strategy_.name()));
+  }
+}
+
+void FitCheckpoints::send_to_peer(int64_t number, const std::vector<char>& bytes) {
+  if (!peer_) return;
+  try {
+    peer_->send(number, bytes);
+    // The peer answers once the snapshot is in its node's memory: whatever rank 0 does next
+    // (dying while it writes the file) cannot lose it.
+    (void)peer_->receive();
+  } catch (const Error& e) {
+    peer_failure_ = e.what();
+    peer_.reset();
+  }
+}
+
+void FitCheckpoints::receive_from_rank0() {
+  try {
+    const auto [number, bytes] = peer_->receive();
+    keep_in_memory(number, bytes);
+    peer_->send(number, {});
+  } catch (const Error& e) {
+    peer_failure_ = e.what();
+    peer_.reset();
+  }
 }
 
 void FitCheckpoints::keep_in_memory(int64_t number, const std::vector<char>& bytes) {
@@ -379,7 +440,7 @@ void FitCheckpoints::keep_in_memory(int64_t number, const std::vector<char>& byt
 void FitCheckpoints::release_memory_tier() {
   wait_for_writes();
   // Also when this attempt saved no snapshot: it may have resumed from the tier's.
-  if (!options_.snapshot_memory_root.empty() && strategy_.is_global_zero())
+  if (!options_.snapshot_memory_root.empty() && (strategy_.is_global_zero() || is_snapshot_peer()))
     remove_memory_snapshots(memory_snapshot_dir(options_.snapshot_memory_root, options_.hpc_checkpoint_dir));
   memory_dir_.clear();
 }

@@ -39,6 +39,9 @@ struct FitCheckpointsOptions {
   /// The tmpfs (e.g. "/dev/shm") where rank 0 keeps the newest snapshot in memory too
   /// (snapshot_memory.h); "" none.
   std::string snapshot_memory_root;
+  /// The rank that keeps a copy of rank 0's newest snapshot in its node's memory tier (rank 0's
+  /// writer sends it over a PeerChannel, the peer's writer receives it); -1 none.
+  int64_t snapshot_peer_rank = -1;
 };
 
 /// Saves and restores a fit's checkpoints for FitLoop (which forwards its CallbackServices here).
@@ -90,8 +93,9 @@ class FitCheckpoints {
   /// Collective, at a step boundary where every process is: saves a snapshot,
   /// snapshot_<N>.ckpt beside the HPC checkpoints, numbered in their sequence. Rank 0 copies the
   /// state to host memory, and a background thread serializes it, keeps it in the memory tier
-  /// (options.snapshot_memory_root), writes the file and then deletes all but the newest
-  /// snapshots_to_keep. A memory tier that fails (a full tmpfs) is dropped with a warning.
+  /// (options.snapshot_memory_root), sends it to the snapshot peer (whose writer keeps it in its
+  /// node's tier), writes the file and then deletes all but the newest snapshots_to_keep. A
+  /// memory tier or a peer copy that fails is dropped with a warning.
   /// Under sharded checkpoints every process copies its shard and its writer writes it; the set
   /// is committed once every shard is on disk (advance_sharded_snapshot). A snapshot due while
   /// the previous one is still being written waits for it or, with `skip_when_busy`, is skipped
@@ -113,8 +117,8 @@ class FitCheckpoints {
   void wait_for_writes();
   /// What the snapshots cost so far (the writer's seconds include async_checkpointing's saves).
   SnapshotStats snapshot_stats() const;
-  /// The fit is over and its files complete: waits for the writer and removes the memory tier,
-  /// whose shared memory goes back to the node.
+  /// The fit is over and its files complete: waits for the writer and removes the memory tier
+  /// (rank 0's and the snapshot peer's), whose shared memory goes back to the node.
   void release_memory_tier();
 
   /// From now until end_train_end(), records the checkpoints saved (those of on_train_end).
@@ -160,11 +164,21 @@ class FitCheckpoints {
   /// Tells the loggers of the files written in the background since the last call (the writer is
   /// idle): a logger that uploads checkpoints reads only complete files.
   void announce_written();
-  /// Rank 0, main thread, writer idle: finds the memory tier's folder at the first snapshot
+  /// Rank 0 and the snapshot peer, main thread, writer idle: finds the memory tier's folder at the first snapshot
   /// (removing what earlier runs in the folder left) and warns once if a write to it failed.
   void prepare_memory_tier();
   /// Writer thread: keeps snapshot `number` in the memory tier; a failure drops the tier.
   void keep_in_memory(int64_t number, const std::vector<char>& bytes);
+  /// Whether this process keeps rank 0's snapshots for it (options.snapshot_peer_rank).
+  bool is_snapshot_peer() const;
+  /// Rank 0 and the peer, main thread, at their first snapshot: connects the two (they reach it
+  /// at the same step); a warning when the collectives offer no channel.
+  void connect_snapshot_peer();
+  /// Writer thread: rank 0 sends snapshot `number` to the peer and waits for its answer; the peer
+  /// receives one, keeps it in its memory tier and answers. A failed transfer ends the copies with a warning at the next
+  /// snapshot: the other end failed too (its process is gone), and the run goes on without them.
+  void send_to_peer(int64_t number, const std::vector<char>& bytes);
+  void receive_from_rank0();
   void restore_metric_states(const c10::IValue& checkpoint, const std::string& path, const FitProgress& restored);
   /// Sharded checkpoints, every process, after gather(): copies this process's shard of the
   /// snapshot rank 0 numbers (and, on rank 0, the snapshot file's contents) to host memory and
@@ -227,6 +241,12 @@ class FitCheckpoints {
     std::optional<ReduceWork> vote;
   };
   std::optional<ShardedSnapshot> sharded_snapshot_;
+  // Rank 0 and the snapshot peer: their channel (nullptr: none, or ended by a failed transfer,
+  // whose reason the writer thread leaves for the next snapshot to warn of) and whether the first
+  // snapshot connected it.
+  std::unique_ptr<PeerChannel> peer_;
+  bool peer_connected_ = false;
+  std::string peer_failure_;
   // Rank 0: files written in the background whose loggers have not heard of them yet.
   std::vector<std::string> written_unannounced_;
   // Rank 0: writes snapshots (and, under async_checkpointing, checkpoints) in the background.

@@ -4,12 +4,16 @@
 #include <torch/torch.h>
 
 #include <algorithm>
+#include <condition_variable>
 #include <deque>
+#include <filesystem>
 #include <map>
+#include <mutex>
 
 #include "volt/checkpoint/checkpoint_io.h"
 #include "volt/checkpoint/hpc_checkpoints.h"
 #include "volt/checkpoint/sharded_checkpoint.h"
+#include "volt/checkpoint/snapshot_memory.h"
 #include "volt/core/console.h"
 #include "volt/core/error.h"
 #include "volt/core/testing.h"
@@ -29,6 +33,38 @@ struct Regression : LightningModule {
     return torch::mse_loss(layer(batch.data), batch.target);
   }
   OptimizerConfig configure_optimizers() override { return std::make_shared<torch::optim::SGD>(parameters(), 0.1); }
+};
+
+/// Two processes' channel ends as queues of (tag, bytes), one per direction.
+struct FakeWire {
+  std::mutex mutex;
+  std::condition_variable arrived;
+  std::deque<std::pair<int64_t, std::vector<char>>> to[2];
+  bool closed = false;  // receives fail once the queue is empty, as from a process that is gone
+};
+
+/// End `end` (0 or 1) of a FakeWire.
+class FakeChannel : public PeerChannel {
+ public:
+  FakeChannel(std::shared_ptr<FakeWire> wire, int end) : wire_(std::move(wire)), end_(end) {}
+  void send(int64_t tag, const std::vector<char>& bytes) override {
+    const std::lock_guard<std::mutex> lock(wire_->mutex);
+    if (wire_->closed) throw Error("could not send to the peer: gone");
+    wire_->to[1 - end_].emplace_back(tag, bytes);
+    wire_->arrived.notify_all();
+  }
+  std::pair<int64_t, std::vector<char>> receive() override {
+    std::unique_lock<std::mutex> lock(wire_->mutex);
+    wire_->arrived.wait(lock, [&] { return !wire_->to[end_].empty() || wire_->closed; });
+    if (wire_->to[end_].empty()) throw Error("could not receive from the peer: gone");
+    auto message = std::move(wire_->to[end_].front());
+    wire_->to[end_].pop_front();
+    return message;
+  }
+
+ private:
+  std::shared_ptr<FakeWire> wire_;
+  int end_;
 };
 
 /// One rank of `world` processes, as its collectives see them: broadcast_string records what it
@@ -56,6 +92,10 @@ class FakeCollectives : public Collectives {
     sent.push_back(value);
     return reply.value_or(value);
   }
+  std::unique_ptr<PeerChannel> connect_peer(int64_t peer) override {
+    if (!wire) return nullptr;
+    return std::make_unique<FakeChannel>(wire, rank_ == 0 ? 0 : 1);
+  }
 
   std::vector<std::string> sent;
   std::optional<std::string> reply;
@@ -63,6 +103,8 @@ class FakeCollectives : public Collectives {
   int reductions = 0;
   // What the next one-number reductions return (the other processes' say), instead of this rank's value.
   std::deque<double> results;
+  // Set: connect_peer returns this rank's end of it (rank 0's, or the other's).
+  std::shared_ptr<FakeWire> wire;
 
  private:
   int64_t rank_;
@@ -141,13 +183,16 @@ std::string field(const c10::IValue& dict, const std::string& key) {
 struct Rank {
   Rank(int64_t rank, int64_t world, std::shared_ptr<InMemoryCheckpointIO> io, bool pieces,
        StateDictType type = StateDictType::kSharded)
+      : Rank(rank, world, std::move(io), pieces, {.state_dict_type = type, .hpc_checkpoint_dir = "hpc"}) {}
+  Rank(int64_t rank, int64_t world, std::shared_ptr<InMemoryCheckpointIO> io, bool pieces,
+       FitCheckpointsOptions options)
       : strategy(rank, world),
         sharding(rank, pieces),
         checkpointer(std::move(io)),
         router(callback_metrics),
         optimization(module.configure_optimizers()),
-        checkpoints({.state_dict_type = type, .hpc_checkpoint_dir = "hpc"}, strategy, &sharding, checkpointer, router,
-                    console, TrainingParts{&module, &optimization, &callbacks, precision.get()}, progress) {
+        checkpoints(std::move(options), strategy, &sharding, checkpointer, router, console,
+                    TrainingParts{&module, &optimization, &callbacks, precision.get()}, progress) {
     strategy.sharding = &sharding;
     progress.global_step = 7;
   }
@@ -283,6 +328,53 @@ TEST(FitCheckpointsTest, AShardedSnapshotStillBeingWrittenIsCommittedBeforeTheNe
   EXPECT_EQ(zero.checkpoints.snapshot_stats().saved, 2);
   zero.checkpoints.complete_sharded_snapshot();
   EXPECT_EQ(zero.strategy.group.barriers, 2) << "nothing left to commit";
+}
+
+TEST(FitCheckpointsTest, RankZerosNewestSnapshotIsCopiedIntoThePeersNodeMemory) {
+  testing::TempDir tmp;
+  const std::string hpc = tmp.file("hpc");
+  ProgressMarker marker(progress_marker_path(hpc));  // rank 0's, on a file system both nodes see
+  std::filesystem::create_directories(tmp.file("node0"));
+  std::filesystem::create_directories(tmp.file("node1"));
+  const auto options = [&](const std::string& node) {
+    return FitCheckpointsOptions{.state_dict_type = StateDictType::kFull,
+                                 .hpc_checkpoint_dir = hpc,
+                                 .snapshot_memory_root = tmp.file(node),
+                                 .snapshot_peer_rank = 2};
+  };
+  auto io = std::make_shared<InMemoryCheckpointIO>();
+  auto wire = std::make_shared<FakeWire>();
+  Rank zero(0, 4, io, /*pieces=*/false, options("node0"));
+  Rank bystander(1, 4, io, /*pieces=*/false, options("node0"));
+  Rank peer(2, 4, io, /*pieces=*/false, options("node1"));
+  zero.strategy.group.wire = peer.strategy.group.wire = bystander.strategy.group.wire = wire;
+  for (int snapshot = 0; snapshot < 2; ++snapshot) {
+    for (Rank* rank : {&zero, &bystander, &peer}) ASSERT_TRUE(rank->checkpoints.save_snapshot(false));
+    for (Rank* rank : {&zero, &bystander, &peer}) rank->checkpoints.wait_for_writes();
+  }
+  const std::string kept = memory_snapshot_dir(tmp.file("node1"), hpc);
+  ASSERT_FALSE(kept.empty());
+  const std::vector<std::string> copies = list_snapshots(kept);
+  ASSERT_EQ(copies.size(), 1u) << "the newest only";
+  const std::string path = io->paths().back();
+  EXPECT_EQ(std::filesystem::path(copies[0]).filename(), std::filesystem::path(path).filename());
+  EXPECT_EQ(load_checkpoint_file(copies[0]).toGenericDict().at("global_step").toInt(), 7);
+  EXPECT_EQ(list_snapshots(memory_snapshot_dir(tmp.file("node0"), hpc)).size(), 1u) << "rank 0's own tier";
+  EXPECT_TRUE(peer.console.warnings.empty());
+
+  // Rank 0's process is gone: the peer's receive fails, it warns at the next snapshot and goes on without copies.
+  {
+    const std::lock_guard<std::mutex> lock(wire->mutex);
+    wire->closed = true;
+  }
+  wire->arrived.notify_all();
+  ASSERT_TRUE(peer.checkpoints.save_snapshot(false));
+  peer.checkpoints.wait_for_writes();
+  ASSERT_TRUE(peer.checkpoints.save_snapshot(false));
+  ASSERT_EQ(peer.console.warnings.size(), 1u);
+  EXPECT_NE(peer.console.warnings[0].find("no longer copied to another node"), std::string::npos);
+  peer.checkpoints.release_memory_tier();
+  EXPECT_FALSE(std::filesystem::exists(kept)) << "the peer gives its node's memory back";
 }
 
 TEST(FitCheckpointsTest, ARemovalWaitsForTheCommitOfTheSavesThatReplaceIt) {

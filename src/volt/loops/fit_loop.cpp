@@ -18,6 +18,7 @@
 #include "volt/optim/lr_scheduler.h"
 #include "volt/optim/optimizer_state.h"
 #include "volt/plan/process_setup.h"
+#include "volt/plan/run_plan.h"
 #include "volt/precision/precision_plugin.h"
 #include "volt/profiler/profiler.h"
 #include "volt/profiler/straggler.h"
@@ -286,10 +287,7 @@ SnapshotStats FitLoop::finish_snapshots() {
   const SnapshotStats stats = checkpoints_.snapshot_stats();
   if (config_.snapshots.enabled() && (stats.saved > 0 || stats.skipped > 0)) {
     const SnapshotSchedule& schedule = config_.snapshots;
-    std::string interval = schedule.every_n_steps ? fmt::format("every {} steps", *schedule.every_n_steps) : "";
-    if (schedule.every_n_seconds) {
-      interval += fmt::format("{}about every {} s", interval.empty() ? "" : " and ", *schedule.every_n_seconds);
-    }
+    const std::string interval = describe_snapshot_interval(schedule.every_n_steps, schedule.every_n_seconds);
     parts_.console.info(
         fmt::format("Snapshots: {} saved into {} ({}), {} skipped; the steps spent {:.3f} s copying state to host "
                     "memory ({:.1f} ms per snapshot) and {:.3f} s waiting for the writer, which wrote for {:.3f} s.",

@@ -284,6 +284,9 @@ void add_trainer_flags(CLI::App& app, TrainerOptions& o, TrainerFlagText& t) {
   app.add_option("--snapshots-to-keep", o.snapshots_to_keep, "snapshots kept")->capture_default_str();
   app.add_flag("--snapshot-in-memory,!--no-snapshot-in-memory", o.snapshot_in_memory,
                "also keep the newest snapshot in node-local shared memory, read first by a restart (default on)");
+  app.add_flag(
+      "--snapshot-peer-copy", o.snapshot_peer_copy,
+      "on several nodes, also keep the newest snapshot in the next node's shared memory (survives a lost node)");
   app.add_flag("--skip-snapshot-when-busy", o.skip_snapshot_when_busy,
                "skip a snapshot that comes due while the previous one is still being written (default: wait)");
   app.add_flag("--async-checkpointing", o.async_checkpointing,

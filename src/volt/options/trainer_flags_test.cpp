@@ -115,9 +115,10 @@ TEST(TrainerFlags, DebuggingFlagsFillTheirOptions) {
 
 TEST(TrainerFlags, FaultToleranceFlagsFillTheirOptions) {
   Flags flags;
-  const TrainerOptions& o = flags.parse({"--snapshot-every-n-steps", "50", "--snapshot-every-n-seconds", "1800",
-                                         "--snapshots-to-keep", "3", "--no-snapshot-in-memory",
-                                         "--skip-snapshot-when-busy", "--async-checkpointing", "--max-restarts", "2"});
+  const TrainerOptions& o =
+      flags.parse({"--snapshot-every-n-steps", "50", "--snapshot-every-n-seconds", "1800", "--snapshots-to-keep", "3",
+                   "--no-snapshot-in-memory", "--skip-snapshot-when-busy", "--async-checkpointing", "--max-restarts",
+                   "2", "--snapshot-peer-copy"});
   EXPECT_EQ(o.snapshot_every_n_steps, 50);
   EXPECT_EQ(o.snapshot_every_n_seconds, 1800.0);
   EXPECT_EQ(o.snapshots_to_keep, 3);
@@ -125,7 +126,9 @@ TEST(TrainerFlags, FaultToleranceFlagsFillTheirOptions) {
   EXPECT_TRUE(o.skip_snapshot_when_busy);
   EXPECT_TRUE(o.async_checkpointing);
   EXPECT_EQ(o.max_restarts, 2);
+  EXPECT_TRUE(o.snapshot_peer_copy);
   const TrainerOptions defaults = Flags().parse({});
+  EXPECT_FALSE(defaults.snapshot_peer_copy);
   EXPECT_FALSE(defaults.snapshot_every_n_steps.has_value());
   EXPECT_TRUE(defaults.snapshot_in_memory);
   EXPECT_EQ(defaults.max_restarts, 0);

@@ -359,8 +359,15 @@ struct TrainerOptions {
   /// Also keep the newest snapshot in node-local shared memory (/dev/shm, or the tmpfs that
   /// VOLT_SNAPSHOT_MEMORY_DIR names): a restart on the same node reads it from there, and a
   /// snapshot whose file a crash cut short is still whole. Costs host memory of one snapshot's
-  /// size until the fit ends. Not for sharded checkpoints (their shards are written at once).
+  /// size until the fit ends. Not for sharded checkpoints yet (a sharded snapshot is a file per
+  /// process).
   bool snapshot_in_memory = true;
+  /// On several nodes, also send the newest snapshot to the first process of the next node, which
+  /// keeps it in its node's shared memory: a restart after rank 0's node is lost (with the
+  /// snapshot's file not yet written) still resumes from it. Costs one snapshot's size of network
+  /// traffic per snapshot, sent by rank 0's background writer, and host memory on that node. Needs
+  /// snapshot_in_memory and hpc_checkpoint_dir on a file system every node sees.
+  bool snapshot_peer_copy = false;
   /// A snapshot that comes due while the previous one is still being written: false waits for it
   /// (the step stalls; docs/failures.md says how many steps a failure can lose); true skips it
   /// (counted in FitResult::snapshots.skipped).

@@ -263,6 +263,13 @@ void check_limit(const BatchLimit& limit, const char* name) {
 
 }  // namespace
 
+std::string describe_snapshot_interval(const std::optional<int64_t>& every_n_steps,
+                                       const std::optional<double>& every_n_seconds) {
+  std::string interval = every_n_steps ? fmt::format("every {} steps", *every_n_steps) : "";
+  if (every_n_seconds) interval += fmt::format("{}about every {} s", interval.empty() ? "" : " and ", *every_n_seconds);
+  return interval;
+}
+
 RunPlan resolve_run_plan(const TrainerOptions& options, const Env& env, const MachineInfo& machine) {
   RunPlan plan;
   check_accelerator_available(resolve_accelerator(options, machine.gpus), describe_accelerator_request(options),
@@ -499,6 +506,16 @@ RunPlan resolve_run_plan(const TrainerOptions& options, const Env& env, const Ma
   // The memory tier holds one file's bytes: a sharded snapshot is many files, written at once.
   if (plan.saves_snapshots() && options.snapshot_in_memory && plan.state_dict_type != StateDictType::kSharded)
     plan.snapshot_memory_root = env.get_or("VOLT_SNAPSHOT_MEMORY_DIR", "/dev/shm");
+  if (options.snapshot_peer_copy && plan.saves_snapshots()) {
+    VOLT_CHECK(!plan.snapshot_memory_root.empty(),
+               "snapshot_peer_copy=true keeps rank 0's newest snapshot in another node's shared memory, and this run "
+               "keeps none ({}). HINT: {}.",
+               options.snapshot_in_memory ? "state_dict_type='sharded'" : "snapshot_in_memory=false",
+               options.snapshot_in_memory ? "use state_dict_type='full' for snapshots in memory"
+                                          : "set snapshot_in_memory=true (--snapshot-in-memory)");
+    // The first process of the next node: on another host than rank 0's whenever nodes are hosts.
+    if (plan.num_nodes > 1) plan.snapshot_peer_rank = plan.topology.processes_per_node;
+  }
   plan.snapshots_to_keep = options.snapshots_to_keep;
   plan.skip_snapshot_when_busy = options.skip_snapshot_when_busy;
   plan.async_checkpointing = options.async_checkpointing;
@@ -540,6 +557,7 @@ RunPlan resolve_run_plan(const TrainerOptions& options, const Env& env, const Ma
     plan.snapshot_every_n_steps.reset();
     plan.snapshot_every_n_seconds.reset();
     plan.snapshot_memory_root.clear();
+    plan.snapshot_peer_rank.reset();
     plan.enable_checkpointing = false;
     plan.requeue.enabled = false;
     plan.requeue.checkpoint_on_sigterm = false;
@@ -660,18 +678,14 @@ std::string RunPlan::describe() const {
   line("checkpoint on SIGTERM", requeue.checkpoint_on_sigterm ? "yes" : "no");
   line("HPC checkpoints", fmt::format("{} (keep {})", hpc_checkpoint_dir, hpc_checkpoints_to_keep));
   line("async checkpointing", async_checkpointing ? "yes" : "no");
-  std::string snapshot_interval;
-  if (snapshot_every_n_steps) snapshot_interval = fmt::format("every {} steps", *snapshot_every_n_steps);
-  if (snapshot_every_n_seconds) {
-    snapshot_interval +=
-        fmt::format("{}about every {} s", snapshot_interval.empty() ? "" : " and ", *snapshot_every_n_seconds);
-  }
+  std::string in_memory;
+  if (!snapshot_memory_root.empty()) in_memory = fmt::format(", the newest also in {}", snapshot_memory_root);
+  if (snapshot_peer_rank) in_memory += fmt::format(" and in rank {}'s node's memory", *snapshot_peer_rank);
   line("snapshots",
        saves_snapshots()
-           ? fmt::format("{} into {} (keep {}; {} when busy){}", snapshot_interval, hpc_checkpoint_dir,
-                         snapshots_to_keep, skip_snapshot_when_busy ? "skip" : "wait",
-                         snapshot_memory_root.empty() ? std::string()
-                                                      : fmt::format(", the newest also in {}", snapshot_memory_root))
+           ? fmt::format("{} into {} (keep {}; {} when busy){}",
+                         describe_snapshot_interval(snapshot_every_n_steps, snapshot_every_n_seconds),
+                         hpc_checkpoint_dir, snapshots_to_keep, skip_snapshot_when_busy ? "skip" : "wait", in_memory)
            : std::string("none"));
   if (restart_attempt > 0) line("restart attempt", std::to_string(restart_attempt));
   if (max_restarts > 0) {

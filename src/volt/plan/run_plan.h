@@ -118,6 +118,9 @@ struct RunPlan {
   /// The tmpfs whose folder keeps the newest snapshot in memory (snapshot_memory.h), e.g.
   /// "/dev/shm"; "" when there is none (no snapshots, snapshot_in_memory=false, sharded ones).
   std::string snapshot_memory_root;
+  /// The rank that keeps a copy of rank 0's newest snapshot in its node's memory tier (the first
+  /// process of node 1; snapshot_peer_copy on several nodes); unset: none.
+  std::optional<int64_t> snapshot_peer_rank;
   bool skip_snapshot_when_busy = false;  ///< skip a snapshot due while the previous is being written
   bool async_checkpointing = false;      ///< ModelCheckpoint's saves written in the background too
   int64_t restart_attempt = 0;           ///< which attempt of a restarted run this is (restart_attempt)
@@ -158,6 +161,11 @@ struct MachineInfo {
   /// This machine, read once (sched_getaffinity cores, getcwd).
   static MachineInfo current();
 };
+
+/// "every N steps", "about every T s" or both joined by "and": how often snapshots are saved, as
+/// the plan's summary and the fit's snapshot report say it.
+std::string describe_snapshot_interval(const std::optional<int64_t>& every_n_steps,
+                                       const std::optional<double>& every_n_seconds);
 
 /// Resolves and validates `options` against the environment and machine; pure. The processes and
 /// devices per node come from resolve_run_layout (volt/options/run_layout.h), which the `volt`

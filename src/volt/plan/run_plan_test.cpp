@@ -69,6 +69,30 @@ TEST(RunPlan, FastDevRunLimitsEverythingAndWritesNothing) {
   EXPECT_EQ(plan(snapshots).snapshot_memory_root, "");
 }
 
+TEST(RunPlan, ThePeerCopyGoesToTheFirstProcessOfTheNextNodeAndNeedsTheMemoryTier) {
+  TrainerOptions options{.devices = 2, .strategy = StrategyRequest::kDdp, .num_nodes = 2};
+  options.snapshot_every_n_steps = 50;
+  options.snapshot_peer_copy = true;
+  const Env::Vars node1{{"NODE_RANK", "1"}, {"MASTER_ADDR", "10.1.1.1"}, {"MASTER_PORT", "5555"}};
+  const RunPlan p = plan(options, node1);
+  EXPECT_EQ(p.snapshot_peer_rank, 2) << "node 1's local rank 0, on every process alike";
+  EXPECT_NE(p.describe().find("the newest also in /dev/shm and in rank 2's node's memory"), std::string::npos)
+      << p.describe();
+  TrainerOptions one_node = options;
+  one_node.num_nodes = 1;
+  EXPECT_FALSE(plan(one_node).snapshot_peer_rank) << "no other node to survive the loss of";
+  TrainerOptions off = options;
+  off.snapshot_peer_copy = false;
+  EXPECT_FALSE(plan(off, node1).snapshot_peer_rank);
+  TrainerOptions files_only = options;
+  files_only.snapshot_in_memory = false;
+  const std::string message = error_of(files_only, node1);
+  EXPECT_NE(message.find("snapshot_peer_copy=true keeps rank 0's newest snapshot in another node's shared memory, "
+                         "and this run keeps none (snapshot_in_memory=false). HINT: set snapshot_in_memory=true"),
+            std::string::npos)
+      << message;
+}
+
 TEST(RunPlan, SnapshotsNeedAPositiveIntervalAndKeepAtLeastOne) {
   TrainerOptions options;
   options.snapshot_every_n_steps = 50;
@@ -94,6 +118,8 @@ TEST(RunPlan, SnapshotsNeedAPositiveIntervalAndKeepAtLeastOne) {
   EXPECT_NE(error_of(timed).find("snapshot_every_n_seconds=0 must be > 0. HINT:"), std::string::npos);
   options.snapshot_every_n_steps = 0;
   EXPECT_NE(error_of(options).find("snapshot_every_n_steps=0 must be >= 1. HINT: leave it unset"), std::string::npos);
+  options.snapshot_every_n_steps = 5;
+  options.snapshots_to_keep = 3;
   options.snapshot_every_n_steps = 5;
   options.snapshots_to_keep = 0;
   EXPECT_NE(error_of(options).find("snapshots_to_keep=0 must be >= 1"), std::string::npos);
