@@ -175,8 +175,8 @@ class FitCheckpoints {
   /// at the same step); a warning when the collectives offer no channel.
   void connect_snapshot_peer();
   /// Writer thread: rank 0 sends snapshot `number` to the peer and waits for its answer; the peer
-  /// receives one, keeps it in its memory tier and answers. A failed transfer ends the copies with a warning at the next
-  /// snapshot: the other end failed too (its process is gone), and the run goes on without them.
+  /// receives one, keeps it in its memory tier and answers. A failed transfer ends the copies with a warning at the
+  /// next snapshot: the other end failed too (its process is gone), and the run goes on without them.
   void send_to_peer(int64_t number, const std::vector<char>& bytes);
   void receive_from_rank0();
   void restore_metric_states(const c10::IValue& checkpoint, const std::string& path, const FitProgress& restored);
