@@ -163,9 +163,11 @@ def test_a_model_whose_optimizer_state_exceeds_a_memory_limit_trains_with_fsdp_a
           f"ddp {rss_ddp} kB, fsdp {rss_fsdp} kB ({rss_fsdp / rss_ddp:.2f}x)")
     # The state fsdp does not hold is ~360 MB here, but the address space also counts glibc's
     # arenas, reserved 64 MiB at a time per thread: LibTorch 2.x measured a 183 MB gap once, so
-    # the margin is 100 MB; the limit below proves the saving either way.
+    # the margin is 100 MB; the limit below proves the saving either way. The resident gap is
+    # ~420 MB on LibTorch 1.13, but fsdp's own peak moves by up to 120 MB from run to run on 2.15
+    # (gaps of 189 to 312 MB in four runs, 2026-11-29), so it gets the same margin.
     assert peak_ddp - peak_fsdp > 100_000, (peak_ddp, peak_fsdp)
-    assert rss_ddp - rss_fsdp > 200_000, (rss_ddp, rss_fsdp)
+    assert rss_ddp - rss_fsdp > 100_000, (rss_ddp, rss_fsdp)
     # A limit between the two, measured in this run: fsdp trains under it, ddp runs out of memory
     # and every process exits non-zero.
     limit = (peak_ddp + peak_fsdp) // 2
