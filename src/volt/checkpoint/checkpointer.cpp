@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cctype>
 #include <filesystem>
+#include <set>
 
 #include "volt/base/collectives.h"
 #include "volt/checkpoint/dcp_checkpoint.h"
@@ -129,10 +130,32 @@ std::string Checkpointer::resolve(const std::string& requested, const LastCheckp
   return requested;
 }
 
-std::optional<LoadedCheckpoint> Checkpointer::newest_resume_checkpoint(const std::string& dir,
-                                                                       const std::string& memory_dir,
-                                                                       Collectives& collectives,
-                                                                       Console& console) const {
+namespace {
+
+/// Whether `rank` finds its shard of `checkpoint` (true when it is not sharded) beside it or in one of `folders`.
+bool resume_has_own_shard(const CheckpointIO& io, const LoadedCheckpoint& checkpoint,
+                          const std::vector<std::string>& folders, int64_t rank) {
+  const std::optional<ShardIndex> index = read_shard_index(checkpoint.value, checkpoint.path);
+  // Not sharded, or written by another number of processes (which the restore refuses by name).
+  if (!index || rank >= index->world_size) return true;
+  std::vector<std::string> where{fs::path(checkpoint.path).parent_path().string()};
+  where.insert(where.end(), folders.begin(), folders.end());
+  for (const std::string& folder : where) {
+    if (folder.empty()) continue;
+    const std::string file = (fs::path(folder) / index->files[static_cast<size_t>(rank)]).string();
+    std::error_code ec;
+    if (io.exists(file) || fs::exists(file, ec)) return true;
+  }
+  return false;
+}
+
+/// Collective: the newest checkpoint any process reads in `dir` or its memory tier, numbers in
+/// `refused` left out, with its number; every process gets it (see newest_resume_checkpoint).
+std::optional<std::pair<int64_t, LoadedCheckpoint>> resume_agree_on_checkpoint(CheckpointIO& io, const std::string& dir,
+                                                                               const std::string& memory_dir,
+                                                                               const std::set<int64_t>& refused,
+                                                                               Collectives& collectives,
+                                                                               Console& console) {
   struct Candidate {
     int64_t number;
     std::string path;
@@ -145,6 +168,7 @@ std::optional<LoadedCheckpoint> Checkpointer::newest_resume_checkpoint(const std
     for (const std::string& path : list_snapshots(memory_dir))
       candidates.push_back({resume_checkpoint_number(path).value_or(0), path, true});
   }
+  std::erase_if(candidates, [&refused](const Candidate& c) { return refused.count(c.number) > 0; });
   // Newest first; of one number, an HPC checkpoint (saved after the snapshot it outnumbers), then
   // the memory tier's copy of a snapshot, then the snapshot's file.
   const auto order = [](const Candidate& c) { return !is_snapshot_path(c.path) ? 0 : c.in_memory ? 1 : 2; };
@@ -159,7 +183,7 @@ std::optional<LoadedCheckpoint> Checkpointer::newest_resume_checkpoint(const std
     try {
       found = candidate.in_memory
                   ? LoadedCheckpoint{candidate.path, load_checkpoint_file(candidate.path), "node-local shared memory"}
-                  : LoadedCheckpoint{candidate.path, io_->load(candidate.path), ""};
+                  : LoadedCheckpoint{candidate.path, io.load(candidate.path), ""};
       number = candidate.number;
       break;
     } catch (const std::exception& e) {
@@ -170,7 +194,10 @@ std::optional<LoadedCheckpoint> Checkpointer::newest_resume_checkpoint(const std
                                candidate.path, e.what()));
     }
   }
-  if (collectives.world_size() == 1) return found;
+  if (collectives.world_size() == 1) {
+    if (!found) return std::nullopt;
+    return std::make_pair(number, std::move(*found));
+  }
   // Every process must resume from the same step. One gather tells each what the others found (a
   // number and its path); a process on a node whose shared memory lacks the newest snapshot (its
   // file cut short, or the folder not shared) then takes the copy of the lowest rank that has it.
@@ -180,7 +207,8 @@ std::optional<LoadedCheckpoint> Checkpointer::newest_resume_checkpoint(const std
   for (const std::string& entry : all) numbers.push_back(std::stoll(entry.substr(0, entry.find('\n'))));
   const int64_t newest = *std::max_element(numbers.begin(), numbers.end());
   if (newest == 0) return std::nullopt;
-  if (std::all_of(numbers.begin(), numbers.end(), [&](int64_t n) { return n == newest; })) return found;
+  if (std::all_of(numbers.begin(), numbers.end(), [&](int64_t n) { return n == newest; }))
+    return std::make_pair(newest, std::move(*found));
   const auto sender = static_cast<size_t>(std::find(numbers.begin(), numbers.end(), newest) - numbers.begin());
   std::string bytes;
   if (static_cast<size_t>(collectives.rank()) == sender) {
@@ -188,11 +216,36 @@ std::optional<LoadedCheckpoint> Checkpointer::newest_resume_checkpoint(const std
     bytes.assign(serialized.begin(), serialized.end());
   }
   const std::vector<std::string> sent = collectives.all_gather_bytes(bytes);
-  if (number == newest) return found;
+  if (number == newest) return std::make_pair(newest, std::move(*found));
   const std::string path = all[sender].substr(all[sender].find('\n') + 1);
   const std::string& received = sent[sender];
-  return LoadedCheckpoint{path, load_from_bytes(std::vector<char>(received.begin(), received.end()), path),
-                          fmt::format("received from rank {}", sender)};
+  return std::make_pair(
+      newest, LoadedCheckpoint{path, load_from_bytes(std::vector<char>(received.begin(), received.end()), path),
+                               fmt::format("received from rank {}", sender)});
+}
+
+}  // namespace
+
+std::optional<LoadedCheckpoint> Checkpointer::newest_resume_checkpoint(const std::string& dir,
+                                                                       const std::string& memory_dir,
+                                                                       Collectives& collectives,
+                                                                       Console& console) const {
+  // Numbers of sharded checkpoints some process cannot read its shard of: passed over.
+  std::set<int64_t> refused;
+  while (true) {
+    std::optional<std::pair<int64_t, LoadedCheckpoint>> chosen =
+        resume_agree_on_checkpoint(*io_, dir, memory_dir, refused, collectives, console);
+    if (!chosen) return std::nullopt;
+    // A sharded checkpoint is whole only with every process's shard: each looks for its own.
+    const bool mine = resume_has_own_shard(*io_, chosen->second, {dir, memory_dir}, collectives.rank());
+    const bool all = collectives.world_size() == 1 || collectives.all_reduce(mine ? 1.0 : 0.0, Reduce::kMin) > 0.5;
+    if (all) return std::move(chosen->second);
+    if (!mine) {
+      console.warn(fmt::format("{} lacks rank {}'s shard in this node's memory and in {}; trying the one before it.",
+                               chosen->second.path, collectives.rank(), dir));
+    }
+    refused.insert(chosen->first);
+  }
 }
 
 std::string Checkpointer::save_hpc_checkpoint(const TrainingParts& parts, const FitProgress& progress,

@@ -9,6 +9,7 @@
 
 #include "volt/base/testing_collectives.h"
 #include "volt/checkpoint/hpc_checkpoints.h"
+#include "volt/checkpoint/sharded_checkpoint.h"
 #include "volt/core/console.h"
 #include "volt/core/error.h"
 
@@ -177,6 +178,44 @@ TEST_F(ResumeCheckpointTest, EveryProcessResumesFromTheNewestAnyFoundAndTakesAPe
   EXPECT_EQ(where(*found[1]), "memory of node 0");
   EXPECT_EQ(found[1]->source, "received from rank 0");
   EXPECT_EQ(found[1]->path, snapshot_path(memory("node0"), 5));
+}
+
+TEST_F(ResumeCheckpointTest, ASnapshotSomeProcessLacksItsShardOfIsPassedOverForTheOneBefore) {
+  // Sharded snapshot 5 was committed in rank 0's memory; rank 1's node has its shard of it only
+  // with `shard1` (its tier), none of the files do. Snapshot 4 is complete among the files.
+  write(snapshot_path(dir(), 4), 4, "file");
+  const std::string five = snapshot_path(memory("node0"), 5);
+  c10::impl::GenericDict index(c10::StringType::get(), c10::AnyType::get());
+  index.insert("n", int64_t{5});
+  index.insert("where", std::string("memory of node 0"));
+  index.insert(kShardIndexKey, make_shard_index(five, "s5", 2));
+  fs::create_directories(memory("node0"));
+  save_checkpoint_file(index, five);
+  write(shard_path(five, "s5", 0), 5, "shard 0");
+  for (const bool shard1 : {false, true}) {
+    if (shard1) write(shard_path(snapshot_path(memory("node1"), 5), "s5", 1), 5, "shard 1");
+    testing::ThreadGroup group(2);
+    std::optional<LoadedCheckpoint> found[2];
+    std::vector<std::string> warnings[2];
+    std::vector<std::thread> ranks;
+    for (int64_t rank = 0; rank < 2; ++rank) {
+      ranks.emplace_back([&, rank] {
+        testing::ThreadCollectives collectives(group, rank);
+        RecordingConsole console;
+        found[rank] =
+            checkpointer_.newest_resume_checkpoint(dir(), memory(rank == 0 ? "node0" : "node1"), collectives, console);
+        warnings[rank] = console.warnings;
+      });
+    }
+    for (std::thread& rank : ranks) rank.join();
+    ASSERT_TRUE(found[0] && found[1]);
+    for (int64_t rank : {0, 1}) EXPECT_EQ(where(*found[rank]), shard1 ? "memory of node 0" : "file") << rank;
+    if (!shard1) {
+      ASSERT_EQ(warnings[1].size(), 1u);
+      EXPECT_NE(warnings[1][0].find("lacks rank 1's shard"), std::string::npos) << warnings[1][0];
+      EXPECT_TRUE(warnings[0].empty());
+    }
+  }
 }
 
 TEST_F(ResumeCheckpointTest, WhenNoProcessFoundOneNoneResumes) {

@@ -3,9 +3,11 @@
 #include <unistd.h>
 
 #include <filesystem>
+#include <optional>
 
 #include "volt/checkpoint/checkpoint_io.h"
 #include "volt/checkpoint/hpc_checkpoints.h"
+#include "volt/checkpoint/sharded_checkpoint.h"
 #include "volt/core/error.h"
 
 namespace volt {
@@ -44,6 +46,40 @@ void write_memory_snapshot(const std::string& dir, int64_t n, const std::vector<
   for (const std::string& old : snapshots_to_prune(dir, 1)) {
     std::error_code ec;
     fs::remove(old, ec);
+  }
+}
+
+void write_memory_file(const std::string& dir, const std::string& name, const std::vector<char>& bytes) {
+  const std::string path = (fs::path(dir) / name).string();
+  try {
+    write_file_atomically(path, [&bytes](const ByteSink& sink) { sink(bytes.data(), bytes.size()); });
+  } catch (const CheckpointError& e) {
+    throw CheckpointError(fmt::format(
+        "cannot keep {} in shared memory ({} bytes): {} HINT: make room in {} (df -h {}), point "
+        "VOLT_SNAPSHOT_MEMORY_DIR at another tmpfs, or set snapshot_in_memory=false (--no-snapshot-in-memory).",
+        path, bytes.size(), e.what(), fs::path(dir).parent_path().string(), fs::path(dir).parent_path().string()));
+  }
+}
+
+std::string pending_memory_index_name(int64_t n) {
+  return fs::path(snapshot_path("", n)).filename().string() + ".pending";
+}
+
+void prune_memory_shards(const std::string& dir, int64_t rank, int64_t n, const std::string& save_id, bool owns_index) {
+  const std::string kept_shard = fs::path(shard_path(snapshot_path(dir, n), save_id, rank)).filename().string();
+  const std::string own_suffix = fmt::format(".shard{}", rank);
+  std::error_code ec;
+  for (auto it = fs::directory_iterator(dir, ec); !ec && it != fs::directory_iterator(); it.increment(ec)) {
+    const std::string name = it->path().filename().string();
+    const bool own_shard = name.size() > own_suffix.size() &&
+                           name.compare(name.size() - own_suffix.size(), own_suffix.size(), own_suffix) == 0;
+    const bool pending = name.size() > 8 && name.compare(name.size() - 8, 8, ".pending") == 0;
+    const std::optional<int64_t> number = resume_checkpoint_number(it->path().string());
+    const bool older_index = number && *number < n;
+    if ((own_shard && name != kept_shard) || (owns_index && (pending || older_index))) {
+      std::error_code ignored;
+      fs::remove(it->path(), ignored);
+    }
   }
 }
 

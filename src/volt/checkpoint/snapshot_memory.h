@@ -24,6 +24,21 @@ std::string memory_snapshot_dir(const std::string& root, const std::string& hpc_
 /// full /dev/shm) with a HINT.
 void write_memory_snapshot(const std::string& dir, int64_t n, const std::vector<char>& bytes);
 
+/// Writes `bytes` as the file `name` (a shard of a sharded snapshot, or its index before the
+/// commit) into the memory tier `dir`, atomically as write_memory_snapshot does, removing nothing.
+/// Throws volt::CheckpointError naming the file (a full /dev/shm) with a HINT.
+void write_memory_file(const std::string& dir, const std::string& name, const std::vector<char>& bytes);
+
+/// The name under which a sharded snapshot's index waits in a memory tier until every process's
+/// shard is there: `snapshot_<n>.ckpt.pending`, which no listing of snapshots takes for one.
+std::string pending_memory_index_name(int64_t n);
+
+/// After sharded snapshot `n` (save `save_id`) was committed in memory: removes from `dir` this
+/// process's (`rank`'s) shards of every other save and, with `owns_index` (global rank 0), the
+/// snapshots numbered below `n` and every pending index. Other processes' files on the same node
+/// are theirs to remove.
+void prune_memory_shards(const std::string& dir, int64_t rank, int64_t n, const std::string& save_id, bool owns_index);
+
 /// The newest snapshot number in `dir` (a memory tier), 0 when there is none.
 int64_t newest_memory_snapshot_number(const std::string& dir);
 

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <filesystem>
 
 #include "volt/checkpoint/async_writer.h"
 #include "volt/checkpoint/hpc_checkpoints.h"
@@ -264,14 +265,16 @@ void FitCheckpoints::save_sharded_snapshot(const std::function<std::string()>& n
   const bool writes = strategy_.is_global_zero();
   const int64_t rank = strategy_.topology().global_rank;
   const int64_t world = strategy_.topology().world_size;
-  // Rank 0 numbers the snapshot and draws its save id; every process names its shard after them.
+  // The copy goes into the buffers the previous snapshot's writes read (rank 0's commit among them).
+  wait_for_writes();
+  prepare_memory_tier();
+  // Rank 0 numbers the snapshot (past its memory tier's too) and draws its save id; every process
+  // names its shard after them.
   ShardedCommitPlan plan;
   if (writes) plan = ShardedCommitPlan{.save_id = new_save_id(), .entries = {{.path = next_path()}}};
   plan = decode_sharded_commit_plan(strategy_.collectives().broadcast_string(encode(plan)));
   VOLT_INTERNAL_ASSERT(plan.entries.size() == 1, "a sharded snapshot's plan names {} files", plan.entries.size());
   const std::string path = plan.entries.front().path;
-  // The copy goes into the buffers the previous snapshot's writes read (rank 0's commit among them).
-  wait_for_writes();
   const auto start = std::chrono::steady_clock::now();
   // One copy to host memory of what the writers read while training goes on: this process's shard
   // and, on rank 0, the snapshot file's contents (the parameters kept in pieces and the optimizer
@@ -292,18 +295,37 @@ void FitCheckpoints::save_sharded_snapshot(const std::function<std::string()>& n
   const c10::IValue copy = snapshot_buffers_.copy(state);
   snapshot_stats_.copy_seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   const auto copied = copy.toListRef();
+  c10::IValue index;
+  if (writes) {
+    StateDict contents = copied[1].toGenericDict();
+    contents.insert_or_assign(kShardIndexKey, make_shard_index(path, plan.save_id, world));
+    index = contents;
+  }
+  const int64_t number = resume_checkpoint_number(path).value_or(0);
+  shard_stage_.store(0);
   sharded_snapshot_ = ShardedSnapshot{
-      .path = path, .save_id = plan.save_id, .checkpoint = writes ? copied[1] : c10::IValue(), .vote = std::nullopt};
-  writer().submit([this, shard = copied[0], file = shard_path(path, plan.save_id, rank), die_mid_write] {
+      .path = path, .save_id = plan.save_id, .number = number, .checkpoint = index, .vote = std::nullopt};
+  writer().submit([this, shard = copied[0], file = shard_path(path, plan.save_id, rank), index, number, die_mid_write] {
     snapshot_buffers_.wait_copied();
-    if (die_mid_write) {
+    if (memory_dir_.empty() && !die_mid_write) {
+      shard_stage_.store(1);
+      checkpointer_.io().save(shard, file);
+    } else {
+      // Into the memory tier first: once every process's shard is there, the snapshot is
+      // committed in memory, whatever happens to the files being written.
       const std::vector<char> bytes = save_to_bytes(shard);
-      write_file_atomically(file, [&bytes](const ByteSink& sink) {
-        sink(bytes.data(), bytes.size() / 2);
-        die_of_injected_fault();
-      });
+      keep_file_in_memory(std::filesystem::path(file).filename().string(), bytes);
+      if (!index.isNone()) keep_file_in_memory(pending_memory_index_name(number), save_to_bytes(index));
+      shard_stage_.store(1);
+      if (die_mid_write) {
+        write_file_atomically(file, [&bytes](const ByteSink& sink) {
+          sink(bytes.data(), bytes.size() / 2);
+          die_of_injected_fault();
+        });
+      }
+      checkpointer_.io().save_bytes(bytes, file);
     }
-    checkpointer_.io().save(shard, file);
+    shard_stage_.store(2);
   });
   local_shard_.reset();
 }
@@ -312,17 +334,18 @@ void FitCheckpoints::advance_sharded_snapshot() {
   if (!sharded_snapshot_) return;
   ShardedSnapshot& snapshot = *sharded_snapshot_;
   if (snapshot.vote) {
-    const bool written = snapshot.vote->wait() > 0.5;
+    // The least stage any process reached: 1, every shard is in memory; 2, on disk.
+    const double stage = snapshot.vote->wait();
     snapshot.vote.reset();
-    if (written) {
+    if (stage > 0.5) commit_sharded_snapshot_in_memory();
+    if (stage > 1.5) {
       commit_sharded_snapshot();
       return;
     }
   }
-  // An idle writer has written the shard; wait() returns at once and rethrows a failed write.
-  const bool idle = !writer_->busy();
-  if (idle) writer_->wait();
-  snapshot.vote = strategy_.collectives().all_reduce_async(idle ? 1.0 : 0.0, Reduce::kMin);
+  // An idle writer is past its shard; wait() returns at once and rethrows a failed write.
+  if (!writer_->busy()) writer_->wait();
+  snapshot.vote = strategy_.collectives().all_reduce_async(static_cast<double>(shard_stage_.load()), Reduce::kMin);
 }
 
 void FitCheckpoints::complete_sharded_snapshot() {
@@ -332,20 +355,33 @@ void FitCheckpoints::complete_sharded_snapshot() {
   writer_->wait();
   // Every shard is on disk once every process is past its wait.
   strategy_.collectives().barrier();
+  commit_sharded_snapshot_in_memory();
   commit_sharded_snapshot();
+}
+
+void FitCheckpoints::commit_sharded_snapshot_in_memory() {
+  ShardedSnapshot& snapshot = *sharded_snapshot_;
+  if (snapshot.in_memory) return;
+  snapshot.in_memory = true;
+  // memory_dir_ is settled: this process's writer is past its memory writes (it voted 1 or more).
+  if (memory_dir_.empty()) return;
+  const bool owns_index = strategy_.is_global_zero();
+  if (owns_index) {
+    std::error_code ec;
+    std::filesystem::rename(std::filesystem::path(memory_dir_) / pending_memory_index_name(snapshot.number),
+                            snapshot_path(memory_dir_, snapshot.number), ec);
+  }
+  prune_memory_shards(memory_dir_, strategy_.topology().global_rank, snapshot.number, snapshot.save_id, owns_index);
 }
 
 void FitCheckpoints::commit_sharded_snapshot() {
   const ShardedSnapshot snapshot = std::move(*sharded_snapshot_);
   sharded_snapshot_.reset();
   if (!strategy_.is_global_zero()) return;
-  const int64_t world = strategy_.topology().world_size;
-  writer().then([this, path = snapshot.path, save_id = snapshot.save_id, contents = snapshot.checkpoint, world,
+  writer().then([this, path = snapshot.path, save_id = snapshot.save_id, contents = snapshot.checkpoint,
                  dir = options_.hpc_checkpoint_dir, keep = options_.snapshots_to_keep] {
-    StateDict checkpoint = contents.toGenericDict();
-    checkpoint.insert_or_assign(kShardIndexKey, make_shard_index(path, save_id, world));
     CheckpointIO& io = checkpointer_.io();
-    io.save(checkpoint, path);
+    io.save(contents, path);
     remove_shards(io, path, save_id);  // those of a save of this number never committed
     // The older snapshots go only once the new one is complete: a kill in between leaves one
     // more, never none.
@@ -425,6 +461,16 @@ void FitCheckpoints::receive_from_rank0() {
   }
 }
 
+void FitCheckpoints::keep_file_in_memory(const std::string& name, const std::vector<char>& bytes) {
+  if (memory_dir_.empty()) return;
+  try {
+    write_memory_file(memory_dir_, name, bytes);
+  } catch (const CheckpointError& e) {
+    memory_failure_ = e.what();
+    memory_dir_.clear();  // its files stay until the end of the fit: another process of the node may share the folder
+  }
+}
+
 void FitCheckpoints::keep_in_memory(int64_t number, const std::vector<char>& bytes) {
   if (memory_dir_.empty()) return;
   try {
@@ -440,7 +486,9 @@ void FitCheckpoints::keep_in_memory(int64_t number, const std::vector<char>& byt
 void FitCheckpoints::release_memory_tier() {
   wait_for_writes();
   // Also when this attempt saved no snapshot: it may have resumed from the tier's.
-  if (!options_.snapshot_memory_root.empty() && (strategy_.is_global_zero() || is_snapshot_peer()))
+  // Under sharded checkpoints every process keeps its shard there.
+  if (!options_.snapshot_memory_root.empty() &&
+      (strategy_.is_global_zero() || is_snapshot_peer() || sharded_checkpoints()))
     remove_memory_snapshots(memory_snapshot_dir(options_.snapshot_memory_root, options_.hpc_checkpoint_dir));
   memory_dir_.clear();
 }
@@ -568,7 +616,32 @@ FitProgress FitCheckpoints::restore(const LoadedCheckpoint& checkpoint) {
           checkpoint.path, index->world_size, strategy_.name(), topology.world_size, index->world_size));
     }
     StateDict top = value.toGenericDict().copy();
-    Shard shard = load_shard(checkpointer_.io(), checkpoint.path, *index, topology.global_rank);
+    // The shards lie beside the file, except for a snapshot read from rank 0's memory tier: then
+    // this process's shard is in its own node's tier (same folder name on every node) or, once
+    // written, among the files.
+    std::string shard_base = checkpoint.path;
+    // A memory tier is read from the file system whatever the CheckpointIO, as the resume read it.
+    TorchCheckpointIO files;
+    CheckpointIO* shard_io = &checkpointer_.io();
+    const std::string name = std::filesystem::path(checkpoint.path).filename().string();
+    const std::string own = index->files[static_cast<size_t>(topology.global_rank)];
+    const std::string memory_dir =
+        options_.snapshot_memory_root.empty()
+            ? std::string()
+            : memory_snapshot_dir(options_.snapshot_memory_root, options_.hpc_checkpoint_dir);
+    for (const std::string& folder :
+         {std::filesystem::path(checkpoint.path).parent_path().string(), memory_dir, options_.hpc_checkpoint_dir}) {
+      if (folder.empty()) continue;
+      const std::string candidate = (std::filesystem::path(folder) / own).string();
+      std::error_code ec;
+      const bool in_io = checkpointer_.io().exists(candidate);
+      if (in_io || std::filesystem::exists(candidate, ec)) {
+        shard_base = (std::filesystem::path(folder) / name).string();
+        if (!in_io) shard_io = &files;
+        break;
+      }
+    }
+    Shard shard = load_shard(*shard_io, shard_base, *index, topology.global_rank);
     if (index->optimizer_states) {
       c10::impl::GenericList states(c10::AnyType::get());
       for (const c10::IValue& state : shard.optimizer_states) states.push_back(state);

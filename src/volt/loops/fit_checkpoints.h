@@ -2,6 +2,7 @@
 // under sharded checkpoints in a two-phase commit), what was saved, and how a fit restores one.
 #pragma once
 
+#include <atomic>
 #include <functional>
 #include <memory>
 #include <optional>
@@ -96,17 +97,19 @@ class FitCheckpoints {
   /// (options.snapshot_memory_root), sends it to the snapshot peer (whose writer keeps it in its
   /// node's tier), writes the file and then deletes all but the newest snapshots_to_keep. A
   /// memory tier or a peer copy that fails is dropped with a warning.
-  /// Under sharded checkpoints every process copies its shard and its writer writes it; the set
-  /// is committed once every shard is on disk (advance_sharded_snapshot). A snapshot due while
+  /// Under sharded checkpoints every process copies its shard and its writer writes it, into the
+  /// memory tier first; the set is committed in memory once every shard is there, and in the
+  /// files once every shard is on disk (advance_sharded_snapshot). A snapshot due while
   /// the previous one is still being written waits for it or, with `skip_when_busy`, is skipped
   /// (on every process, as any writer's state finds). Returns whether it was saved.
   /// `die_mid_write` (an injected fault): rank 0's writer leaves half a temporary file and kills
   /// the process, as a crash while writing would.
   bool save_snapshot(bool skip_when_busy, bool die_mid_write = false);
   /// Collective, once per optimizer step boundary: moves a sharded snapshot written in the
-  /// background towards its commit without waiting. Every process says whether its shard is on
-  /// disk in an asynchronous all-reduce that the next boundary reads; once all are, rank 0's
-  /// writer writes the snapshot's file with the shard index (the commit). A no-op otherwise.
+  /// background towards its commit without waiting. Every process says how far its shard is (in
+  /// memory, on disk) in an asynchronous all-reduce that the next boundary reads; once all are in
+  /// memory, the snapshot is committed there, and once all are on disk, rank 0's writer writes the
+  /// snapshot's file with the shard index (the commit). A no-op otherwise.
   void advance_sharded_snapshot();
   /// Collective: commits the sharded snapshot still being written, waiting for every process's
   /// shard. Before another snapshot or an HPC save, and at the end of the fit.
@@ -169,6 +172,9 @@ class FitCheckpoints {
   void prepare_memory_tier();
   /// Writer thread: keeps snapshot `number` in the memory tier; a failure drops the tier.
   void keep_in_memory(int64_t number, const std::vector<char>& bytes);
+  /// Writer thread: keeps the file `name` (a shard, a pending index) in the memory tier; a failure
+  /// drops the tier.
+  void keep_file_in_memory(const std::string& name, const std::vector<char>& bytes);
   /// Whether this process keeps rank 0's snapshots for it (options.snapshot_peer_rank).
   bool is_snapshot_peer() const;
   /// Rank 0 and the peer, main thread, at their first snapshot: connects the two (they reach it
@@ -187,6 +193,10 @@ class FitCheckpoints {
   /// Rank 0: has the writer write the snapshot file with its shard index (every shard is on disk)
   /// and then prune the older snapshots. Every process forgets the snapshot.
   void commit_sharded_snapshot();
+  /// Every shard of the sharded snapshot is in its node's memory tier: rank 0 renames its pending
+  /// index into place there (the snapshot is resumable from memory from now on), and every process
+  /// removes its memory files of older snapshots. Once per snapshot.
+  void commit_sharded_snapshot_in_memory();
 
   FitCheckpointsOptions options_;
   Strategy& strategy_;
@@ -226,21 +236,28 @@ class FitCheckpoints {
   int64_t next_snapshot_number_ = 0;
   SnapshotStats snapshot_stats_;
   HostBuffers snapshot_buffers_;
-  // Rank 0: the memory tier's folder ("" none or dropped), whether it was looked for, and why a
-  // write to it failed (set by the writer thread, read once the writer is idle).
+  // Rank 0, the snapshot peer and, under sharded checkpoints, every process: the memory tier's
+  // folder ("" none or dropped), whether it was looked for, and why a write to it failed (set by
+  // the writer thread, read once the writer is idle or past its memory writes).
   std::string memory_dir_;
   bool memory_prepared_ = false;
   std::string memory_failure_;
-  // A sharded snapshot whose shards are being written, not committed yet: its file, its save, rank
-  // 0's copy of the file's contents (without the index) and the vote in flight on whether every
-  // process's shard is on disk (started at one step boundary, read at the next).
+  // A sharded snapshot whose shards are being written, not committed to the files yet: its file,
+  // save and number, rank 0's copy of the file's contents (with the index), the vote in flight on
+  // how far every process's shard is (started at one step boundary, read at the next), and whether
+  // it was committed in memory.
   struct ShardedSnapshot {
     std::string path;
     std::string save_id;
+    int64_t number = 0;
     c10::IValue checkpoint;
     std::optional<ReduceWork> vote;
+    bool in_memory = false;  // committed in the memory tier: every shard is there, and rank 0's index
   };
   std::optional<ShardedSnapshot> sharded_snapshot_;
+  // How far this process's writer is with its shard of sharded_snapshot_: 0 copying, 1 in the
+  // memory tier (or past it, without one), 2 on disk. Set by the writer thread, voted on by this one.
+  std::atomic<int> shard_stage_{0};
   // Rank 0 and the snapshot peer: their channel (nullptr: none, or ended by a failed transfer,
   // whose reason the writer thread leaves for the next snapshot to warn of) and whether the first
   // snapshot connected it.

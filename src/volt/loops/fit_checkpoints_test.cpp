@@ -67,6 +67,38 @@ class FakeChannel : public PeerChannel {
   int end_;
 };
 
+/// Checkpoints kept in memory whose shard files wait at a gate until it opens: a file system
+/// slower than the steps, so a test sees a sharded snapshot between its commit in memory and the
+/// one in the files.
+class GatedIO : public InMemoryCheckpointIO {
+ public:
+  void save_bytes(const std::vector<char>& bytes, const std::string& path) override {
+    if (path.find(".shard") != std::string::npos) {
+      std::unique_lock<std::mutex> lock(mutex_);
+      ++waiting_;
+      changed_.notify_all();
+      changed_.wait(lock, [&] { return open_; });
+    }
+    InMemoryCheckpointIO::save_bytes(bytes, path);
+  }
+  /// Blocks until `n` shard writes reached the gate.
+  void wait_for(int n) {
+    std::unique_lock<std::mutex> lock(mutex_);
+    changed_.wait(lock, [&] { return waiting_ >= n; });
+  }
+  void open() {
+    const std::lock_guard<std::mutex> lock(mutex_);
+    open_ = true;
+    changed_.notify_all();
+  }
+
+ private:
+  std::mutex mutex_;
+  std::condition_variable changed_;
+  int waiting_ = 0;
+  bool open_ = false;
+};
+
 /// One rank of `world` processes, as its collectives see them: broadcast_string records what it
 /// sends and returns `reply` (rank 0's message) when set, else what it sent (rank 0 itself);
 /// barriers are counted; reductions keep this rank's values, gathers repeat them.
@@ -375,6 +407,66 @@ TEST(FitCheckpointsTest, RankZerosNewestSnapshotIsCopiedIntoThePeersNodeMemory) 
   EXPECT_NE(peer.console.warnings[0].find("no longer copied to another node"), std::string::npos);
   peer.checkpoints.release_memory_tier();
   EXPECT_FALSE(std::filesystem::exists(kept)) << "the peer gives its node's memory back";
+}
+
+TEST(FitCheckpointsTest, AShardedSnapshotIsCommittedInMemoryOnceEveryShardIsThereThenInTheFiles) {
+  testing::TempDir tmp;
+  const std::string hpc = tmp.file("hpc");
+  ProgressMarker marker(progress_marker_path(hpc));
+  const auto options = [&](const std::string& node) {
+    std::filesystem::create_directories(tmp.file(node));
+    return FitCheckpointsOptions{
+        .state_dict_type = StateDictType::kSharded, .hpc_checkpoint_dir = hpc, .snapshot_memory_root = tmp.file(node)};
+  };
+  auto io = std::make_shared<GatedIO>();
+  Rank zero(0, 2, io, /*pieces=*/true, options("node0"));
+  Rank one(1, 2, io, /*pieces=*/true, options("node1"));
+  struct OpenAtExit {  // destroyed before the ranks, whose writers would wait at the gate for ever
+    GatedIO& io;
+    ~OpenAtExit() { io.open(); }
+  } open_at_exit{*io};
+  ASSERT_TRUE(zero.checkpoints.save_snapshot(/*skip_when_busy=*/false));
+  one.strategy.group.reply = zero.strategy.group.sent.at(0);
+  ASSERT_TRUE(one.checkpoints.save_snapshot(/*skip_when_busy=*/false));
+  io->wait_for(2);  // both writers are past the memory tier and held at the files
+  const ShardedCommitPlan plan = decode_sharded_commit_plan(zero.strategy.group.sent.at(0));
+  const std::string path = plan.entries.at(0).path;
+  const int64_t number = resume_checkpoint_number(path).value();
+  const std::filesystem::path memory0 = memory_snapshot_dir(tmp.file("node0"), hpc);
+  const std::filesystem::path memory1 = memory_snapshot_dir(tmp.file("node1"), hpc);
+  const std::string index_name = std::filesystem::path(path).filename().string();
+  EXPECT_TRUE(std::filesystem::exists(memory0 / pending_memory_index_name(number)));
+  EXPECT_FALSE(std::filesystem::exists(memory0 / index_name)) << "not before every process's shard is in memory";
+
+  for (Rank* rank : {&zero, &one}) {
+    rank->checkpoints.advance_sharded_snapshot();  // asks: every process answers 1, in memory
+    rank->checkpoints.advance_sharded_snapshot();  // commits in memory, asks again
+  }
+  ASSERT_TRUE(std::filesystem::exists(memory0 / index_name)) << "committed in memory";
+  EXPECT_FALSE(std::filesystem::exists(memory0 / pending_memory_index_name(number)));
+  EXPECT_TRUE(std::filesystem::exists(memory1 / std::filesystem::path(shard_path(path, plan.save_id, 1)).filename()));
+  EXPECT_FALSE(io->exists(path)) << "the files wait for every shard on disk";
+
+  // A restart now resumes from memory: rank 1 gets rank 0's index and reads its shard in its own node's tier.
+  Rank resumed(1, 2, std::make_shared<InMemoryCheckpointIO>(), /*pieces=*/true, options("node1"));
+  const std::string in_memory = (memory0 / index_name).string();
+  const FitProgress progress = resumed.checkpoints.restore({in_memory, load_checkpoint_file(in_memory)});
+  EXPECT_EQ(progress.global_step, 7);
+  ASSERT_TRUE(resumed.sharding.loaded_pieces.has_value());
+  EXPECT_EQ(resumed.sharding.loaded_pieces->at("layer.weight").begin, 1);
+
+  io->open();
+  for (Rank* rank : {&zero, &one}) {
+    rank->checkpoints.wait_for_writes();
+    rank->checkpoints.advance_sharded_snapshot();  // reads the vote started before the shards were on disk
+    rank->checkpoints.advance_sharded_snapshot();  // every shard on disk: rank 0 commits the file
+    rank->checkpoints.wait_for_writes();
+  }
+  EXPECT_TRUE(io->exists(path));
+  zero.checkpoints.release_memory_tier();
+  one.checkpoints.release_memory_tier();
+  EXPECT_FALSE(std::filesystem::exists(memory0));
+  EXPECT_FALSE(std::filesystem::exists(memory1)) << "every process gives its node's memory back";
 }
 
 TEST(FitCheckpointsTest, ARemovalWaitsForTheCommitOfTheSavesThatReplaceIt) {

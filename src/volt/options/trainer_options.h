@@ -359,8 +359,8 @@ struct TrainerOptions {
   /// Also keep the newest snapshot in node-local shared memory (/dev/shm, or the tmpfs that
   /// VOLT_SNAPSHOT_MEMORY_DIR names): a restart on the same node reads it from there, and a
   /// snapshot whose file a crash cut short is still whole. Costs host memory of one snapshot's
-  /// size until the fit ends. Not for sharded checkpoints yet (a sharded snapshot is a file per
-  /// process).
+  /// size until the fit ends. Under sharded checkpoints every process keeps its own shard there,
+  /// and a snapshot is resumable from memory once every shard is in its node's.
   bool snapshot_in_memory = true;
   /// On several nodes, also send the newest snapshot to the first process of the next node, which
   /// keeps it in its node's shared memory: a restart after rank 0's node is lost (with the

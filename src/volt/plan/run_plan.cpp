@@ -503,16 +503,17 @@ RunPlan resolve_run_plan(const TrainerOptions& options, const Env& env, const Ma
              options.snapshot_every_n_seconds.value_or(0));
   plan.snapshot_every_n_steps = options.snapshot_every_n_steps;
   plan.snapshot_every_n_seconds = options.snapshot_every_n_seconds;
-  // The memory tier holds one file's bytes: a sharded snapshot is many files, written at once.
-  if (plan.saves_snapshots() && options.snapshot_in_memory && plan.state_dict_type != StateDictType::kSharded)
+  // Sharded snapshots too: every process keeps its shard in its node's tier.
+  if (plan.saves_snapshots() && options.snapshot_in_memory)
     plan.snapshot_memory_root = env.get_or("VOLT_SNAPSHOT_MEMORY_DIR", "/dev/shm");
   if (options.snapshot_peer_copy && plan.saves_snapshots()) {
-    VOLT_CHECK(!plan.snapshot_memory_root.empty(),
-               "snapshot_peer_copy=true keeps rank 0's newest snapshot in another node's shared memory, and this run "
-               "keeps none ({}). HINT: {}.",
-               options.snapshot_in_memory ? "state_dict_type='sharded'" : "snapshot_in_memory=false",
-               options.snapshot_in_memory ? "use state_dict_type='full' for snapshots in memory"
-                                          : "set snapshot_in_memory=true (--snapshot-in-memory)");
+    VOLT_CHECK(options.snapshot_in_memory,
+               "snapshot_peer_copy=true keeps rank 0's newest snapshot in another node's shared memory, and "
+               "snapshot_in_memory=false keeps none. HINT: set snapshot_in_memory=true (--snapshot-in-memory).");
+    VOLT_CHECK(plan.state_dict_type != StateDictType::kSharded,
+               "snapshot_peer_copy=true copies rank 0's snapshot file to another node, and state_dict_type='sharded' "
+               "writes a shard per process. HINT: leave snapshot_peer_copy off (each node keeps its own processes' "
+               "shards in memory), or use state_dict_type='full'.");
     // The first process of the next node: on another host than rank 0's whenever nodes are hosts.
     if (plan.num_nodes > 1) plan.snapshot_peer_rank = plan.topology.processes_per_node;
   }

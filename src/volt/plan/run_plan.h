@@ -116,7 +116,7 @@ struct RunPlan {
   bool saves_snapshots() const { return snapshot_every_n_steps || snapshot_every_n_seconds; }
   int64_t snapshots_to_keep = 2;  ///< snapshots kept after each one completes
   /// The tmpfs whose folder keeps the newest snapshot in memory (snapshot_memory.h), e.g.
-  /// "/dev/shm"; "" when there is none (no snapshots, snapshot_in_memory=false, sharded ones).
+  /// "/dev/shm"; "" when there is none (no snapshots, snapshot_in_memory=false).
   std::string snapshot_memory_root;
   /// The rank that keeps a copy of rank 0's newest snapshot in its node's memory tier (the first
   /// process of node 1; snapshot_peer_copy on several nodes); unset: none.

@@ -88,9 +88,16 @@ TEST(RunPlan, ThePeerCopyGoesToTheFirstProcessOfTheNextNodeAndNeedsTheMemoryTier
   files_only.snapshot_in_memory = false;
   const std::string message = error_of(files_only, node1);
   EXPECT_NE(message.find("snapshot_peer_copy=true keeps rank 0's newest snapshot in another node's shared memory, "
-                         "and this run keeps none (snapshot_in_memory=false). HINT: set snapshot_in_memory=true"),
+                         "and snapshot_in_memory=false keeps none. HINT: set snapshot_in_memory=true"),
             std::string::npos)
       << message;
+  TrainerOptions sharded = options;
+  sharded.strategy = StrategyRequest::kFsdp;
+  sharded.state_dict_type = StateDictType::kSharded;
+  EXPECT_NE(error_of(sharded, node1).find("state_dict_type='sharded' writes a shard per process. HINT:"),
+            std::string::npos);
+  sharded.snapshot_peer_copy = false;
+  EXPECT_EQ(plan(sharded, node1).snapshot_memory_root, "/dev/shm") << "each process keeps its shard in memory";
 }
 
 TEST(RunPlan, SnapshotsNeedAPositiveIntervalAndKeepAtLeastOne) {
