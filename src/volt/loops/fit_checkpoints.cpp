@@ -31,7 +31,31 @@ FitCheckpoints::FitCheckpoints(FitCheckpointsOptions options, Strategy& strategy
       parts_(std::move(parts)),
       progress_(progress) {}
 
-FitCheckpoints::~FitCheckpoints() = default;
+FitCheckpoints::~FitCheckpoints() {
+  // A fit that throws ends with its shard's file written, not with the writer waiting for ever.
+  open_shard_gate();
+}
+
+void FitCheckpoints::set_shard_stage(int stage) {
+  const std::lock_guard<std::mutex> lock(shard_gate_mutex_);
+  shard_stage_.store(stage);
+  shard_gate_changed_.notify_all();
+}
+
+void FitCheckpoints::open_shard_gate() {
+  const std::lock_guard<std::mutex> lock(shard_gate_mutex_);
+  shard_gate_open_ = true;
+  shard_gate_changed_.notify_all();
+}
+
+void FitCheckpoints::wait_for_shard_in_memory() {
+  if (!sharded_snapshot_) return;
+  {
+    std::unique_lock<std::mutex> lock(shard_gate_mutex_);
+    shard_gate_changed_.wait(lock, [this] { return shard_stage_.load() != 0; });
+  }
+  if (shard_stage_.load() < 0) writer_->wait();  // rethrows why
+}
 
 AsyncWriter& FitCheckpoints::writer() {
   if (!writer_) writer_ = std::make_unique<AsyncWriter>();
@@ -303,29 +327,42 @@ void FitCheckpoints::save_sharded_snapshot(const std::function<std::string()>& n
   }
   const int64_t number = resume_checkpoint_number(path).value_or(0);
   shard_stage_.store(0);
+  {
+    const std::lock_guard<std::mutex> lock(shard_gate_mutex_);
+    shard_gate_open_ = false;
+  }
   sharded_snapshot_ = ShardedSnapshot{
       .path = path, .save_id = plan.save_id, .number = number, .checkpoint = index, .vote = std::nullopt};
   writer().submit([this, shard = copied[0], file = shard_path(path, plan.save_id, rank), index, number, die_mid_write] {
-    snapshot_buffers_.wait_copied();
-    if (memory_dir_.empty() && !die_mid_write) {
-      shard_stage_.store(1);
-      checkpointer_.io().save(shard, file);
-    } else {
-      // Into the memory tier first: once every process's shard is there, the snapshot is
-      // committed in memory, whatever happens to the files being written.
-      const std::vector<char> bytes = save_to_bytes(shard);
-      keep_file_in_memory(std::filesystem::path(file).filename().string(), bytes);
-      if (!index.isNone()) keep_file_in_memory(pending_memory_index_name(number), save_to_bytes(index));
-      shard_stage_.store(1);
-      if (die_mid_write) {
-        write_file_atomically(file, [&bytes](const ByteSink& sink) {
-          sink(bytes.data(), bytes.size() / 2);
-          die_of_injected_fault();
-        });
+    try {
+      snapshot_buffers_.wait_copied();
+      if (memory_dir_.empty() && !die_mid_write) {
+        set_shard_stage(1);
+        checkpointer_.io().save(shard, file);
+      } else {
+        // Into the memory tier first, and the file only once every process's shard is there and
+        // the snapshot committed in memory: whatever happens to the file then loses nothing.
+        const std::vector<char> bytes = save_to_bytes(shard);
+        keep_file_in_memory(std::filesystem::path(file).filename().string(), bytes);
+        if (!index.isNone()) keep_file_in_memory(pending_memory_index_name(number), save_to_bytes(index));
+        set_shard_stage(1);
+        if (!memory_dir_.empty()) {
+          std::unique_lock<std::mutex> lock(shard_gate_mutex_);
+          shard_gate_changed_.wait(lock, [this] { return shard_gate_open_; });
+        }
+        if (die_mid_write) {
+          write_file_atomically(file, [&bytes](const ByteSink& sink) {
+            sink(bytes.data(), bytes.size() / 2);
+            die_of_injected_fault();
+          });
+        }
+        checkpointer_.io().save_bytes(bytes, file);
       }
-      checkpointer_.io().save_bytes(bytes, file);
+      set_shard_stage(2);
+    } catch (...) {
+      set_shard_stage(-1);
+      throw;
     }
-    shard_stage_.store(2);
   });
   local_shard_.reset();
 }
@@ -343,8 +380,8 @@ void FitCheckpoints::advance_sharded_snapshot() {
       return;
     }
   }
-  // An idle writer is past its shard; wait() returns at once and rethrows a failed write.
-  if (!writer_->busy()) writer_->wait();
+  // An idle writer is past its shard (or failed); wait() returns at once and rethrows why.
+  if (!writer_->busy() || shard_stage_.load() < 0) writer_->wait();
   snapshot.vote = strategy_.collectives().all_reduce_async(static_cast<double>(shard_stage_.load()), Reduce::kMin);
 }
 
@@ -352,10 +389,13 @@ void FitCheckpoints::complete_sharded_snapshot() {
   if (!sharded_snapshot_) return;
   // Every process started the same votes: each reads its last one, so the collectives stay paired.
   if (sharded_snapshot_->vote) (void)sharded_snapshot_->vote->wait();
-  writer_->wait();
-  // Every shard is on disk once every process is past its wait.
+  // Every shard is in memory once every process is past this wait; the commit there lets the
+  // writers on to the files, and every shard is on disk once every process is past the second.
+  wait_for_shard_in_memory();
   strategy_.collectives().barrier();
   commit_sharded_snapshot_in_memory();
+  writer_->wait();
+  strategy_.collectives().barrier();
   commit_sharded_snapshot();
 }
 
@@ -364,14 +404,17 @@ void FitCheckpoints::commit_sharded_snapshot_in_memory() {
   if (snapshot.in_memory) return;
   snapshot.in_memory = true;
   // memory_dir_ is settled: this process's writer is past its memory writes (it voted 1 or more).
-  if (memory_dir_.empty()) return;
-  const bool owns_index = strategy_.is_global_zero();
-  if (owns_index) {
-    std::error_code ec;
-    std::filesystem::rename(std::filesystem::path(memory_dir_) / pending_memory_index_name(snapshot.number),
-                            snapshot_path(memory_dir_, snapshot.number), ec);
+  if (!memory_dir_.empty()) {
+    const bool owns_index = strategy_.is_global_zero();
+    if (owns_index) {
+      std::error_code ec;
+      std::filesystem::rename(std::filesystem::path(memory_dir_) / pending_memory_index_name(snapshot.number),
+                              snapshot_path(memory_dir_, snapshot.number), ec);
+    }
+    prune_memory_shards(memory_dir_, strategy_.topology().global_rank, snapshot.number, snapshot.save_id, owns_index);
   }
-  prune_memory_shards(memory_dir_, strategy_.topology().global_rank, snapshot.number, snapshot.save_id, owns_index);
+  // Only now: the commit in memory is in place before anything happens to the files.
+  open_shard_gate();
 }
 
 void FitCheckpoints::commit_sharded_snapshot() {

@@ -3,8 +3,10 @@
 #pragma once
 
 #include <atomic>
+#include <condition_variable>
 #include <functional>
 #include <memory>
+#include <mutex>
 #include <optional>
 #include <string>
 #include <vector>
@@ -114,6 +116,10 @@ class FitCheckpoints {
   /// Collective: commits the sharded snapshot still being written, waiting for every process's
   /// shard. Before another snapshot or an HPC save, and at the end of the fit.
   void complete_sharded_snapshot();
+  /// Blocks until this process's writer has put its shard of the sharded snapshot in flight into
+  /// the memory tier (or past it, without one); throws what made it fail. A no-op without one in
+  /// flight. complete_sharded_snapshot waits so; a test does to see the commit in memory.
+  void wait_for_shard_in_memory();
   /// Waits for what the background writer has queued (snapshots, and checkpoints under
   /// async_checkpointing, with the removals behind them); rethrows a write's error
   /// (volt::CheckpointError).
@@ -194,9 +200,14 @@ class FitCheckpoints {
   /// and then prune the older snapshots. Every process forgets the snapshot.
   void commit_sharded_snapshot();
   /// Every shard of the sharded snapshot is in its node's memory tier: rank 0 renames its pending
-  /// index into place there (the snapshot is resumable from memory from now on), and every process
-  /// removes its memory files of older snapshots. Once per snapshot.
+  /// index into place there (the snapshot is resumable from memory from now on), every process
+  /// removes its memory files of older snapshots, and the writers go on to the files. Once per
+  /// snapshot.
   void commit_sharded_snapshot_in_memory();
+  /// Writer thread: shard_stage_ = `stage` (-1: the write failed), told to a waiting thread.
+  void set_shard_stage(int stage);
+  /// Lets the writer go on to the shard's file (the commit in memory, or the end of the fit).
+  void open_shard_gate();
 
   FitCheckpointsOptions options_;
   Strategy& strategy_;
@@ -256,8 +267,13 @@ class FitCheckpoints {
   };
   std::optional<ShardedSnapshot> sharded_snapshot_;
   // How far this process's writer is with its shard of sharded_snapshot_: 0 copying, 1 in the
-  // memory tier (or past it, without one), 2 on disk. Set by the writer thread, voted on by this one.
+  // memory tier (or past it, without one), 2 on disk, -1 failed. Set by the writer thread, voted
+  // on by this one. With a memory tier the writer waits at the gate between 1 and the file until
+  // the commit in memory opens it.
   std::atomic<int> shard_stage_{0};
+  std::mutex shard_gate_mutex_;
+  std::condition_variable shard_gate_changed_;
+  bool shard_gate_open_ = true;
   // Rank 0 and the snapshot peer: their channel (nullptr: none, or ended by a failed transfer,
   // whose reason the writer thread leaves for the next snapshot to warn of) and whether the first
   // snapshot connected it.

@@ -348,7 +348,7 @@ TEST(FitCheckpointsTest, AShardedSnapshotStillBeingWrittenIsCommittedBeforeTheNe
   const std::string first = decode_sharded_commit_plan(zero.strategy.group.sent.at(0)).entries.at(0).path;
   const std::string second = decode_sharded_commit_plan(zero.strategy.group.sent.at(1)).entries.at(0).path;
   EXPECT_NE(first, second);
-  EXPECT_EQ(zero.strategy.group.barriers, 1) << "the first was committed once every shard was on disk";
+  EXPECT_EQ(zero.strategy.group.barriers, 2) << "the first was committed once every shard was in memory, then on disk";
   EXPECT_EQ(zero.strategy.group.reductions, 1);
   zero.checkpoints.wait_for_writes();
   EXPECT_TRUE(io->exists(first));
@@ -356,10 +356,10 @@ TEST(FitCheckpointsTest, AShardedSnapshotStillBeingWrittenIsCommittedBeforeTheNe
   zero.checkpoints.complete_sharded_snapshot();  // the end of the fit
   zero.checkpoints.wait_for_writes();
   EXPECT_TRUE(io->exists(second));
-  EXPECT_EQ(zero.strategy.group.barriers, 2);
+  EXPECT_EQ(zero.strategy.group.barriers, 4);
   EXPECT_EQ(zero.checkpoints.snapshot_stats().saved, 2);
   zero.checkpoints.complete_sharded_snapshot();
-  EXPECT_EQ(zero.strategy.group.barriers, 2) << "nothing left to commit";
+  EXPECT_EQ(zero.strategy.group.barriers, 4) << "nothing left to commit";
 }
 
 TEST(FitCheckpointsTest, RankZerosNewestSnapshotIsCopiedIntoThePeersNodeMemory) {
@@ -428,7 +428,8 @@ TEST(FitCheckpointsTest, AShardedSnapshotIsCommittedInMemoryOnceEveryShardIsTher
   ASSERT_TRUE(zero.checkpoints.save_snapshot(/*skip_when_busy=*/false));
   one.strategy.group.reply = zero.strategy.group.sent.at(0);
   ASSERT_TRUE(one.checkpoints.save_snapshot(/*skip_when_busy=*/false));
-  io->wait_for(2);  // both writers are past the memory tier and held at the files
+  zero.checkpoints.wait_for_shard_in_memory();
+  one.checkpoints.wait_for_shard_in_memory();
   const ShardedCommitPlan plan = decode_sharded_commit_plan(zero.strategy.group.sent.at(0));
   const std::string path = plan.entries.at(0).path;
   const int64_t number = resume_checkpoint_number(path).value();
@@ -437,11 +438,13 @@ TEST(FitCheckpointsTest, AShardedSnapshotIsCommittedInMemoryOnceEveryShardIsTher
   const std::string index_name = std::filesystem::path(path).filename().string();
   EXPECT_TRUE(std::filesystem::exists(memory0 / pending_memory_index_name(number)));
   EXPECT_FALSE(std::filesystem::exists(memory0 / index_name)) << "not before every process's shard is in memory";
+  EXPECT_TRUE(io->paths().empty()) << "no file is written before the commit in memory";
 
   for (Rank* rank : {&zero, &one}) {
     rank->checkpoints.advance_sharded_snapshot();  // asks: every process answers 1, in memory
     rank->checkpoints.advance_sharded_snapshot();  // commits in memory, asks again
   }
+  io->wait_for(2);  // the commit let both writers on to the files, where the gate holds them
   ASSERT_TRUE(std::filesystem::exists(memory0 / index_name)) << "committed in memory";
   EXPECT_FALSE(std::filesystem::exists(memory0 / pending_memory_index_name(number)));
   EXPECT_TRUE(std::filesystem::exists(memory1 / std::filesystem::path(shard_path(path, plan.save_id, 1)).filename()));
