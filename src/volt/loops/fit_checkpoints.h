@@ -127,7 +127,7 @@ class FitCheckpoints {
   /// What the snapshots cost so far (the writer's seconds include async_checkpointing's saves).
   SnapshotStats snapshot_stats() const;
   /// The fit is over and its files complete: waits for the writer and removes the memory tier
-  /// (rank 0's and the snapshot peer's), whose shared memory goes back to the node.
+  /// (rank 0's, the snapshot peer's, every process's when sharded): its memory goes back.
   void release_memory_tier();
 
   /// From now until end_train_end(), records the checkpoints saved (those of on_train_end).
@@ -173,8 +173,8 @@ class FitCheckpoints {
   /// Tells the loggers of the files written in the background since the last call (the writer is
   /// idle): a logger that uploads checkpoints reads only complete files.
   void announce_written();
-  /// Rank 0 and the snapshot peer, main thread, writer idle: finds the memory tier's folder at the first snapshot
-  /// (removing what earlier runs in the folder left) and warns once if a write to it failed.
+  /// Rank 0, the snapshot peer and (sharded) every process, main thread, writer idle: finds the memory tier's
+  /// folder at the first snapshot (removing what earlier runs left) and warns once if a write to it failed.
   void prepare_memory_tier();
   /// Writer thread: keeps snapshot `number` in the memory tier; a failure drops the tier.
   void keep_in_memory(int64_t number, const std::vector<char>& bytes);
@@ -193,8 +193,8 @@ class FitCheckpoints {
   void receive_from_rank0();
   void restore_metric_states(const c10::IValue& checkpoint, const std::string& path, const FitProgress& restored);
   /// Sharded checkpoints, every process, after gather(): copies this process's shard of the
-  /// snapshot rank 0 numbers (and, on rank 0, the snapshot file's contents) to host memory and
-  /// has the writer write the shard.
+  /// snapshot rank 0 numbers (and, on rank 0, the snapshot file's contents) to host memory; the
+  /// writer puts it into the memory tier and, once committed there, writes its file.
   void save_sharded_snapshot(const std::function<std::string()>& next_path, bool die_mid_write);
   /// Rank 0: has the writer write the snapshot file with its shard index (every shard is on disk)
   /// and then prune the older snapshots. Every process forgets the snapshot.
