@@ -117,6 +117,27 @@ class ResumeCheckpointTest : public LastCheckpointTest {
   static std::string where(const LoadedCheckpoint& loaded) {
     return loaded.value.toGenericDict().at("where").toStringRef();
   }
+  /// What each of two ranks (threads; rank r with node r's memory tier) resumes from, and warned.
+  struct Resumed {
+    std::optional<LoadedCheckpoint> found[2];
+    std::vector<std::string> warnings[2];
+  };
+  Resumed resume_on_two_nodes() {
+    Resumed resumed;
+    testing::ThreadGroup group(2);
+    std::vector<std::thread> ranks;
+    for (int64_t rank = 0; rank < 2; ++rank) {
+      ranks.emplace_back([&, rank] {
+        testing::ThreadCollectives collectives(group, rank);
+        RecordingConsole console;
+        resumed.found[rank] =
+            checkpointer_.newest_resume_checkpoint(dir(), memory(rank == 0 ? "node0" : "node1"), collectives, console);
+        resumed.warnings[rank] = console.warnings;
+      });
+    }
+    for (std::thread& rank : ranks) rank.join();
+    return resumed;
+  }
   Checkpointer checkpointer_{std::make_shared<TorchCheckpointIO>()};
 };
 
@@ -160,18 +181,8 @@ TEST_F(ResumeCheckpointTest, EveryProcessResumesFromTheNewestAnyFoundAndTakesAPe
   // Rank 0's node kept snapshot 5 in memory (its file was cut short); rank 1's node has no tier.
   write(snapshot_path(dir(), 4), 4, "file");
   write(snapshot_path(memory("node0"), 5), 5, "memory of node 0");
-  testing::ThreadGroup group(2);
-  std::optional<LoadedCheckpoint> found[2];
-  std::vector<std::thread> ranks;
-  for (int64_t rank = 0; rank < 2; ++rank) {
-    ranks.emplace_back([&, rank] {
-      testing::ThreadCollectives collectives(group, rank);
-      RecordingConsole console;
-      found[rank] =
-          checkpointer_.newest_resume_checkpoint(dir(), memory(rank == 0 ? "node0" : "node1"), collectives, console);
-    });
-  }
-  for (std::thread& rank : ranks) rank.join();
+  const Resumed resumed = resume_on_two_nodes();
+  const auto& found = resumed.found;
   ASSERT_TRUE(found[0] && found[1]);
   EXPECT_EQ(where(*found[0]), "memory of node 0");
   EXPECT_EQ(found[0]->source, "node-local shared memory");
@@ -194,20 +205,8 @@ TEST_F(ResumeCheckpointTest, ASnapshotSomeProcessLacksItsShardOfIsPassedOverForT
   write(shard_path(five, "s5", 0), 5, "shard 0");
   for (const bool shard1 : {false, true}) {
     if (shard1) write(shard_path(snapshot_path(memory("node1"), 5), "s5", 1), 5, "shard 1");
-    testing::ThreadGroup group(2);
-    std::optional<LoadedCheckpoint> found[2];
-    std::vector<std::string> warnings[2];
-    std::vector<std::thread> ranks;
-    for (int64_t rank = 0; rank < 2; ++rank) {
-      ranks.emplace_back([&, rank] {
-        testing::ThreadCollectives collectives(group, rank);
-        RecordingConsole console;
-        found[rank] =
-            checkpointer_.newest_resume_checkpoint(dir(), memory(rank == 0 ? "node0" : "node1"), collectives, console);
-        warnings[rank] = console.warnings;
-      });
-    }
-    for (std::thread& rank : ranks) rank.join();
+    const Resumed resumed = resume_on_two_nodes();
+    const auto& [found, warnings] = resumed;
     ASSERT_TRUE(found[0] && found[1]);
     for (int64_t rank : {0, 1}) EXPECT_EQ(where(*found[rank]), shard1 ? "memory of node 0" : "file") << rank;
     if (!shard1) {

@@ -32,23 +32,6 @@ std::string memory_snapshot_dir(const std::string& root, const std::string& hpc_
   return (fs::path(root) / (tier_prefix(hpc_dir) + *token)).string();
 }
 
-void write_memory_snapshot(const std::string& dir, int64_t n, const std::vector<char>& bytes) {
-  const std::string path = snapshot_path(dir, n);
-  try {
-    // tmpfs: the fsyncs of the atomic write cost nothing, and the rename is what matters.
-    write_file_atomically(path, [&bytes](const ByteSink& sink) { sink(bytes.data(), bytes.size()); });
-  } catch (const CheckpointError& e) {
-    throw CheckpointError(fmt::format(
-        "cannot keep snapshot {} in shared memory ({} bytes): {} HINT: make room in {} (df -h {}), point "
-        "VOLT_SNAPSHOT_MEMORY_DIR at another tmpfs, or set snapshot_in_memory=false (--no-snapshot-in-memory).",
-        path, bytes.size(), e.what(), fs::path(dir).parent_path().string(), fs::path(dir).parent_path().string()));
-  }
-  for (const std::string& old : snapshots_to_prune(dir, 1)) {
-    std::error_code ec;
-    fs::remove(old, ec);
-  }
-}
-
 void write_memory_file(const std::string& dir, const std::string& name, const std::vector<char>& bytes) {
   const std::string path = (fs::path(dir) / name).string();
   try {
@@ -58,6 +41,14 @@ void write_memory_file(const std::string& dir, const std::string& name, const st
         "cannot keep {} in shared memory ({} bytes): {} HINT: make room in {} (df -h {}), point "
         "VOLT_SNAPSHOT_MEMORY_DIR at another tmpfs, or set snapshot_in_memory=false (--no-snapshot-in-memory).",
         path, bytes.size(), e.what(), fs::path(dir).parent_path().string(), fs::path(dir).parent_path().string()));
+  }
+}
+
+void write_memory_snapshot(const std::string& dir, int64_t n, const std::vector<char>& bytes) {
+  write_memory_file(dir, fs::path(snapshot_path(dir, n)).filename().string(), bytes);
+  for (const std::string& old : snapshots_to_prune(dir, 1)) {
+    std::error_code ec;
+    fs::remove(old, ec);
   }
 }
 
