@@ -132,23 +132,6 @@ std::string Checkpointer::resolve(const std::string& requested, const LastCheckp
 
 namespace {
 
-/// Whether `rank` finds its shard of `checkpoint` (true when it is not sharded) beside it or in one of `folders`.
-bool resume_has_own_shard(const CheckpointIO& io, const LoadedCheckpoint& checkpoint,
-                          const std::vector<std::string>& folders, int64_t rank) {
-  const std::optional<ShardIndex> index = read_shard_index(checkpoint.value, checkpoint.path);
-  // Not sharded, or written by another number of processes (which the restore refuses by name).
-  if (!index || rank >= index->world_size) return true;
-  std::vector<std::string> where{fs::path(checkpoint.path).parent_path().string()};
-  where.insert(where.end(), folders.begin(), folders.end());
-  for (const std::string& folder : where) {
-    if (folder.empty()) continue;
-    const std::string file = (fs::path(folder) / index->files[static_cast<size_t>(rank)]).string();
-    std::error_code ec;
-    if (io.exists(file) || fs::exists(file, ec)) return true;
-  }
-  return false;
-}
-
 /// Collective: the newest checkpoint any process reads in `dir` or its memory tier, numbers in
 /// `refused` left out, with its number; every process gets it (see newest_resume_checkpoint).
 std::optional<std::pair<int64_t, LoadedCheckpoint>> resume_agree_on_checkpoint(CheckpointIO& io, const std::string& dir,
@@ -236,8 +219,13 @@ std::optional<LoadedCheckpoint> Checkpointer::newest_resume_checkpoint(const std
     std::optional<std::pair<int64_t, LoadedCheckpoint>> chosen =
         resume_agree_on_checkpoint(*io_, dir, memory_dir, refused, collectives, console);
     if (!chosen) return std::nullopt;
-    // A sharded checkpoint is whole only with every process's shard: each looks for its own.
-    const bool mine = resume_has_own_shard(*io_, chosen->second, {dir, memory_dir}, collectives.rank());
+    // A sharded checkpoint is whole only with every process's shard: each looks for its own. (Every
+    // process holds the same number, so all know alike whether it is sharded.)
+    const std::optional<ShardIndex> index = read_shard_index(chosen->second.value, chosen->second.path);
+    const int64_t rank = collectives.rank();
+    // A checkpoint of another number of processes is refused by name when it is restored.
+    if (!index || rank >= index->world_size) return std::move(chosen->second);
+    const bool mine = locate_shard(*io_, chosen->second.path, *index, rank, {dir, memory_dir}).has_value();
     const bool all = collectives.world_size() == 1 || collectives.all_reduce(mine ? 1.0 : 0.0, Reduce::kMin) > 0.5;
     if (all) return std::move(chosen->second);
     if (!mine) {

@@ -261,6 +261,20 @@ Shard load_shard(CheckpointIO& io, const std::string& path, const ShardIndex& in
   return shard;
 }
 
+std::optional<std::string> locate_shard(const CheckpointIO& io, const std::string& path, const ShardIndex& index,
+                                        int64_t rank, const std::vector<std::string>& folders) {
+  std::vector<std::string> where{directory_of(path)};
+  where.insert(where.end(), folders.begin(), folders.end());
+  const std::string name = fs::path(path).filename().string();
+  for (size_t i = 0; i < where.size(); ++i) {
+    if (i > 0 && where[i].empty()) continue;
+    const std::string file = in_directory(where[i], index.files[static_cast<size_t>(rank)]);
+    std::error_code ec;
+    if (io.exists(file) || fs::exists(file, ec)) return in_directory(where[i], name);
+  }
+  return std::nullopt;
+}
+
 void remove_shards(CheckpointIO& io, const std::string& path, const std::string& keep_save_id) {
   // Only names of the form <path>.<16 hex digits>.shard<N>: another checkpoint whose name merely
   // begins with this one's (last.ckpt.bak) is not touched.

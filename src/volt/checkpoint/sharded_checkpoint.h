@@ -126,6 +126,14 @@ struct Shard {
 /// save, rank or process count.
 Shard load_shard(CheckpointIO& io, const std::string& path, const ShardIndex& index, int64_t rank);
 
+/// Where `rank`'s shard of the checkpoint at `path` (with `index`) lies: beside it, or else in the
+/// first of `folders` ("" skipped) that holds a file of its name. A snapshot read from another
+/// node's memory tier finds this process's shard in its own node's tier or among the files so.
+/// Returns the path to give load_shard for it (the checkpoint's file name in that folder), or
+/// nullopt when none holds it. Looks through `io`, and the file system for what `io` lacks.
+std::optional<std::string> locate_shard(const CheckpointIO& io, const std::string& path, const ShardIndex& index,
+                                        int64_t rank, const std::vector<std::string>& folders);
+
 /// Removes the shard files of `path` except those of `keep_save_id` ("" removes all of them).
 /// Needs CheckpointIO::list; an IO that lists nothing leaves them.
 void remove_shards(CheckpointIO& io, const std::string& path, const std::string& keep_save_id);

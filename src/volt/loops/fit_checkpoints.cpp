@@ -19,6 +19,22 @@
 
 namespace volt {
 
+namespace {
+
+/// The file of a sharded checkpoint of `parts`: everything but the optimizer states and the
+/// parameters kept in `pieces`, which lie in each process's shard.
+StateDict sharded_file_contents(TrainingParts parts, const ParameterPieces& pieces, const FitProgress& progress,
+                                CheckpointContents contents) {
+  std::vector<std::string> in_pieces;
+  for (const auto& [name, piece] : pieces) in_pieces.push_back(name);
+  parts.sharded_parameters = &in_pieces;
+  StateDict checkpoint = make_checkpoint(parts, progress, contents);
+  (void)checkpoint.erase("optimizer_states");
+  return checkpoint;
+}
+
+}  // namespace
+
 FitCheckpoints::FitCheckpoints(FitCheckpointsOptions options, Strategy& strategy, StateSharding* sharding,
                                Checkpointer& checkpointer, MetricRouter& metrics, Console& console, TrainingParts parts,
                                const FitProgress& progress)
@@ -307,14 +323,9 @@ void FitCheckpoints::save_sharded_snapshot(const std::function<std::string()>& n
   state.push_back(make_shard(local_shard_->optimizer_states, make_parameter_pieces(local_shard_->parameters),
                              plan.save_id, rank, world));
   if (writes) {
-    std::vector<std::string> in_pieces;
-    for (const auto& [name, piece] : local_shard_->parameters) in_pieces.push_back(name);
     std::optional<StateDict> local;
-    TrainingParts parts = parts_for_save(path, local);
-    parts.sharded_parameters = &in_pieces;
-    StateDict checkpoint = make_checkpoint(parts, progress_, CheckpointContents::kFull);
-    (void)checkpoint.erase("optimizer_states");
-    state.push_back(checkpoint);
+    state.push_back(sharded_file_contents(parts_for_save(path, local), local_shard_->parameters, progress_,
+                                          CheckpointContents::kFull));
   }
   const c10::IValue copy = snapshot_buffers_.copy(state);
   snapshot_stats_.copy_seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
@@ -595,12 +606,7 @@ const StateDict* FitCheckpoints::metric_states_for_save(std::optional<StateDict>
 
 void FitCheckpoints::defer_sharded_save(const std::string& path, TrainingParts parts, CheckpointContents contents) {
   VOLT_INTERNAL_ASSERT(local_shard_.has_value(), "a sharded save of '{}' outside a gather point", path);
-  // Each process's shard holds its part of the optimizer states and of the parameters in pieces.
-  std::vector<std::string> in_pieces;
-  for (const auto& [name, piece] : local_shard_->parameters) in_pieces.push_back(name);
-  parts.sharded_parameters = &in_pieces;
-  StateDict checkpoint = make_checkpoint(parts, progress_, contents);
-  (void)checkpoint.erase("optimizer_states");
+  StateDict checkpoint = sharded_file_contents(std::move(parts), local_shard_->parameters, progress_, contents);
   std::erase_if(pending_saves_, [&path](const PendingSave& pending) { return pending.path == path; });
   pending_saves_.push_back(PendingSave{
       .path = path, .checkpoint = std::move(checkpoint), .weights_only = contents != CheckpointContents::kFull});
@@ -659,31 +665,21 @@ FitProgress FitCheckpoints::restore(const LoadedCheckpoint& checkpoint) {
           checkpoint.path, index->world_size, strategy_.name(), topology.world_size, index->world_size));
     }
     StateDict top = value.toGenericDict().copy();
-    // The shards lie beside the file, except for a snapshot read from rank 0's memory tier: then
-    // this process's shard is in its own node's tier (same folder name on every node) or, once
-    // written, among the files.
-    std::string shard_base = checkpoint.path;
-    // A memory tier is read from the file system whatever the CheckpointIO, as the resume read it.
-    TorchCheckpointIO files;
-    CheckpointIO* shard_io = &checkpointer_.io();
-    const std::string name = std::filesystem::path(checkpoint.path).filename().string();
-    const std::string own = index->files[static_cast<size_t>(topology.global_rank)];
+    // A snapshot read from rank 0's memory tier: this process's shard is in its own node's tier
+    // (same folder name on every node) or, once written, among the files.
     const std::string memory_dir =
         options_.snapshot_memory_root.empty()
             ? std::string()
             : memory_snapshot_dir(options_.snapshot_memory_root, options_.hpc_checkpoint_dir);
-    for (const std::string& folder :
-         {std::filesystem::path(checkpoint.path).parent_path().string(), memory_dir, options_.hpc_checkpoint_dir}) {
-      if (folder.empty()) continue;
-      const std::string candidate = (std::filesystem::path(folder) / own).string();
-      std::error_code ec;
-      const bool in_io = checkpointer_.io().exists(candidate);
-      if (in_io || std::filesystem::exists(candidate, ec)) {
-        shard_base = (std::filesystem::path(folder) / name).string();
-        if (!in_io) shard_io = &files;
-        break;
-      }
-    }
+    const std::string shard_base = locate_shard(checkpointer_.io(), checkpoint.path, *index, topology.global_rank,
+                                                {memory_dir, options_.hpc_checkpoint_dir})
+                                       .value_or(checkpoint.path);  // missing: load_shard says so
+    // A memory tier is read from the file system whatever the CheckpointIO, as the resume read it.
+    TorchCheckpointIO files;
+    const std::string own =
+        (std::filesystem::path(shard_base).parent_path() / index->files[static_cast<size_t>(topology.global_rank)])
+            .string();
+    CheckpointIO* shard_io = checkpointer_.io().exists(own) ? &checkpointer_.io() : &files;
     Shard shard = load_shard(*shard_io, shard_base, *index, topology.global_rank);
     if (index->optimizer_states) {
       c10::impl::GenericList states(c10::AnyType::get());
