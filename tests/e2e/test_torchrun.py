@@ -17,7 +17,8 @@ from pathlib import Path
 
 import pytest
 
-from volt_e2e import DETERMINISTIC, SHORT, Run, assert_ok, cluster_free_env, load_checkpoint, run_binary
+from volt_e2e import (DETERMINISTIC, SHORT, Run, assert_ok, cluster_free_env, load_checkpoint, merge_flags, run_binary,
+                      whole_state_dict)
 from volt_testkit import free_port, require
 
 TORCHRUN_PYTHONPATH = Path(os.environ.get("VOLT_TORCHRUN_PYTHONPATH", "/opt/volt/python-torchrun"))
@@ -63,15 +64,16 @@ def start_torchrun(torchrun, binary, launcher_args, args, root, log, env=None):
 
 def run_torchrun(torchrun, binary, root, agents, devices, num_nodes=1, timeout=240, extra=(), envs=None):
     """Starts one torchrun per entry of `agents` (its launcher flags), each running the example with
-    `devices` x `num_nodes` and the flags `extra` (agent i in `envs[i]`, when given), and waits for
-    all of them."""
+    `devices` x `num_nodes` and the flags `extra`, which replace train_args' own (agent i in
+    `envs[i]`, when given), and waits for all of them."""
     root.mkdir(parents=True, exist_ok=True)
     start = time.monotonic()
     procs = []
     for i, launcher_args in enumerate(agents):
         log = open(root / f"torchrun-{i}-{time.monotonic_ns()}.log", "w")
-        procs.append((start_torchrun(torchrun, binary, list(launcher_args), train_args(devices, num_nodes) + list(extra),
-                                     root, log, envs[i] if envs else None), log))
+        procs.append((start_torchrun(torchrun, binary, list(launcher_args),
+                                     merge_flags(train_args(devices, num_nodes), list(extra)), root, log,
+                                     envs[i] if envs else None), log))
     outcomes = []
     for (command, proc), log in procs:
         try:
@@ -133,16 +135,35 @@ def test_two_nodes_static_rendezvous(torchrun, binary, dataset, own_launcher, tm
     check(runs, tmp_path, own_launcher)
 
 
-def test_a_lost_node_resumes_from_the_copy_of_its_newest_snapshot_on_the_next_node(torchrun, binary, dataset,
-                                                                                    own_launcher, tmp_path):
+FSDP_SHARDED = ["--strategy", "fsdp", "--state-dict-type", "sharded"]
+
+
+@pytest.fixture(scope="module")
+def own_launcher_fsdp_sharded(binary, tmp_path_factory):
+    """The parameters (joined from the shards) after Volt's own launcher trained 2 processes of
+    fsdp full_shard with sharded checkpoints on this node."""
+    root = tmp_path_factory.mktemp("own-fsdp")
+    run = run_binary(binary, merge_flags(train_args(2), FSDP_SHARDED), root, env=cluster_free_env(OMP_NUM_THREADS="1"))
+    assert_ok(run)
+    return whole_state_dict(run.version_dir() / "checkpoints" / "last.ckpt")
+
+
+@pytest.mark.parametrize("layout", ["ddp", "fsdp-sharded"])
+def test_a_lost_node_resumes_from_the_copy_of_its_newest_snapshot_on_the_next_node(torchrun, binary, dataset, layout,
+                                                                                    request, tmp_path):
     """--snapshot-peer-copy on two nodes (two torchrun agents, each node with shared memory of its
-    own): rank 0 dies half-way through writing step 15's snapshot file, after its writer kept the
-    snapshot in its node's memory and node 1's process answered that it holds a copy. Node 0 is then
-    lost with its memory. The job started again resumes from node 1's copy (rank 0 receives the
-    bytes from rank 1), not from step 10's file, and ends with the parameters of a run that never
-    failed."""
+    own). ddp: rank 0 dies half-way through writing step 15's snapshot file, after its writer kept
+    the snapshot in its node's memory and node 1's process answered that it holds a copy.
+    fsdp-sharded: rank 0 dies half-way through writing its shard file of step 15's snapshot, which
+    was committed in memory once every shard and its copy on the other node were there. Node 0 is
+    then lost with its memory. The job started again resumes from node 1's copies (rank 0 receives
+    the index, and under fsdp its shard, from rank 1), not from step 10's files, and ends with the
+    parameters of a run that never failed."""
     import glob
 
+    import torch
+
+    sharded = layout == "fsdp-sharded"
     port = str(free_port())
     agents = [["--nnodes=2", "--nproc-per-node=1", "--master-addr=127.0.0.1", f"--master-port={port}",
                f"--node-rank={node}"] for node in (0, 1)]
@@ -150,13 +171,15 @@ def test_a_lost_node_resumes_from_the_copy_of_its_newest_snapshot_on_the_next_no
     for folder in memory:
         folder.mkdir(parents=True)
     envs = [dict(torchrun_env(), VOLT_SNAPSHOT_MEMORY_DIR=str(folder)) for folder in memory]
-    extra = ["--snapshot-every-n-steps", "5", "--snapshot-peer-copy"]
+    extra = ["--snapshot-every-n-steps", "5", "--snapshot-peer-copy"] + (FSDP_SHARDED if sharded else [])
     failed = run_torchrun(torchrun, binary, tmp_path, agents, devices=1, num_nodes=2, extra=extra,
                           envs=[dict(env, VOLT_INJECT_FAULT="rank=0,step=15,at=snapshot") for env in envs])
     assert all(run.returncode != 0 for run in failed), failed
-    assert glob.glob(str(tmp_path / "snapshot_3.ckpt.tmp.*")), "the half-written file the kill left"
-    assert not (tmp_path / "snapshot_3.ckpt").exists()
-    assert glob.glob(str(memory[1] / "volt-snapshots-*" / "snapshot_3.ckpt")), "node 1's copy"
+    written = "snapshot_3.ckpt.*.shard0" if sharded else "snapshot_3.ckpt"
+    assert glob.glob(str(tmp_path / f"{written}.tmp.*")), "the half-written file the kill left"
+    assert not (tmp_path / "snapshot_3.ckpt").exists(), "never committed in the files"
+    copies = [str(memory[1] / "volt-snapshots-*" / name) for name in [written, "snapshot_3.ckpt"]]
+    assert all(glob.glob(copy) for copy in copies), ("node 1's copies", list(memory[1].rglob("*")))
     shutil.rmtree(memory[0])  # node 0 is gone, and its shared memory with it
     memory[0].mkdir()
 
@@ -167,10 +190,19 @@ def test_a_lost_node_resumes_from_the_copy_of_its_newest_snapshot_on_the_next_no
     out = "\n".join(run.stdout for run in resumed)
     assert all(run.returncode == 0 for run in resumed), resumed
     assert "snapshot_3.ckpt (received from rank 1)" in out, out[-6000:]
+    if sharded:
+        assert "Rank 0's shard of snapshot_3.ckpt came from the copy in rank 1's node's memory" in out, out[-6000:]
     assert "stopped: max_epochs after 1 epoch" in out, out[-6000:]
     versions = sorted((tmp_path / "lightning_logs").glob("version_*"), key=lambda p: int(p.name.split("_")[1]))
-    assert_same_parameters_at(versions[-1] / "checkpoints" / "last.ckpt", own_launcher)
-    assert not list(memory[1].iterdir()), "node 1's process gives its memory back when the fit ends"
+    last = versions[-1] / "checkpoints" / "last.ckpt"
+    if sharded:
+        expected = request.getfixturevalue("own_launcher_fsdp_sharded")
+        ours = whole_state_dict(last)
+        assert ours.keys() == expected.keys()
+        assert not [name for name in ours if not torch.equal(ours[name], expected[name])]
+    else:
+        assert_same_parameters_at(last, request.getfixturevalue("own_launcher"))
+    assert not list(memory[1].iterdir()), "node 1's processes give their memory back when the fit ends"
 
 
 @pytest.mark.compat

@@ -187,6 +187,26 @@ def load_checkpoint(path):
         return serialization._load(archive, None, _restricted_pickle_module(), encoding="utf-8")
 
 
+def whole_state_dict(path):
+    """The parameters of the checkpoint at `path`; a sharded one's (fsdp full_shard with
+    --state-dict-type sharded) joined from the piece each process's shard file beside it holds,
+    which also reads every shard."""
+    import torch
+
+    checkpoint = load_checkpoint(path)
+    state = dict(checkpoint["state_dict"])
+    index = checkpoint.get("sharded_optimizer_states")
+    if index is not None:
+        pieces = {}
+        for file in index["files"]:
+            for name, piece in load_checkpoint(Path(path).parent / file)["parameters"].items():
+                pieces.setdefault(name, []).append(piece)
+        for name, parts in pieces.items():
+            parts.sort(key=lambda piece: piece["begin"])
+            state[name] = torch.cat([piece["values"].reshape(-1) for piece in parts]).reshape(parts[0]["shape"])
+    return state
+
+
 def pickle_globals(path):
     """The (module, name) globals that a torch.save archive's pickle references."""
     import pickletools

@@ -39,7 +39,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "e2e"))
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from volt_e2e import cluster_free_env, load_checkpoint, write_sentences  # noqa: E402
+from volt_e2e import cluster_free_env, whole_state_dict, write_sentences  # noqa: E402
 
 SNAPSHOT_EVERY = 4
 MLP = ["--model", "mlp", "--max-epochs", "1", "--limit-train-batches", "24", "--limit-val-batches", "3",
@@ -85,26 +85,6 @@ def final_parameters(root):
         return None
     state = whole_state_dict(path)
     return {k: v for k, v in state.items() if k not in NOT_PARAMETERS}
-
-
-def whole_state_dict(path):
-    """The parameters of the checkpoint at `path`; a sharded one's (fsdp full_shard with
-    --state-dict-type sharded) joined from the piece each process's shard file beside it holds,
-    which also reads every shard."""
-    import torch
-
-    checkpoint = load_checkpoint(path)
-    state = dict(checkpoint["state_dict"])
-    index = checkpoint.get("sharded_optimizer_states")
-    if index is not None:
-        pieces = {}
-        for file in index["files"]:
-            for name, piece in load_checkpoint(Path(path).parent / file)["parameters"].items():
-                pieces.setdefault(name, []).append(piece)
-        for name, parts in pieces.items():
-            parts.sort(key=lambda piece: piece["begin"])
-            state[name] = torch.cat([piece["values"].reshape(-1) for piece in parts]).reshape(parts[0]["shape"])
-    return state
 
 
 def same(a, b):

@@ -7,10 +7,14 @@
 
 #include <condition_variable>
 #include <cstdint>
+#include <deque>
 #include <exception>
 #include <functional>
+#include <map>
+#include <memory>
 #include <mutex>
 #include <thread>
+#include <utility>
 #include <vector>
 
 #include "volt/base/collectives.h"
@@ -40,8 +44,25 @@ class ThreadGroup {
     return result_;
   }
 
+  /// Queues `message` from rank `from` to rank `to` (a PeerChannel's send; never blocks).
+  void post(int64_t from, int64_t to, std::pair<int64_t, std::vector<char>> message) {
+    const std::lock_guard<std::mutex> lock(mutex_);
+    mail_[{from, to}].push_back(std::move(message));
+    changed_.notify_all();
+  }
+  /// The oldest message from `from` to `to`, waiting for one.
+  std::pair<int64_t, std::vector<char>> take(int64_t from, int64_t to) {
+    std::unique_lock<std::mutex> lock(mutex_);
+    auto& queue = mail_[{from, to}];
+    changed_.wait(lock, [&] { return !queue.empty(); });
+    auto message = std::move(queue.front());
+    queue.pop_front();
+    return message;
+  }
+
  private:
   std::mutex mutex_;
+  std::map<std::pair<int64_t, int64_t>, std::deque<std::pair<int64_t, std::vector<char>>>> mail_;
   std::condition_variable changed_;
   std::vector<torch::Tensor> slots_;
   std::vector<torch::Tensor> result_;
@@ -78,6 +99,18 @@ class ThreadCollectives : public Collectives {
   }
   std::vector<torch::Tensor> all_gather(const torch::Tensor& tensor) override {
     return all_gather_uneven(tensor, [this](const torch::Tensor& t) { return group_.exchange(rank_, t); });
+  }
+  /// A channel to rank `peer` through the group's mail.
+  std::unique_ptr<PeerChannel> connect_peer(int64_t peer) override {
+    struct Channel : PeerChannel {
+      Channel(ThreadGroup& group, int64_t me, int64_t peer) : group(group), me(me), peer(peer) {}
+      void send(int64_t tag, const std::vector<char>& bytes) override { group.post(me, peer, {tag, bytes}); }
+      std::pair<int64_t, std::vector<char>> receive() override { return group.take(peer, me); }
+      ThreadGroup& group;
+      int64_t me;
+      int64_t peer;
+    };
+    return std::make_unique<Channel>(group_, rank_, peer);
   }
 
  private:

@@ -9,6 +9,7 @@
 #include "volt/checkpoint/dcp_checkpoint.h"
 #include "volt/checkpoint/hpc_checkpoints.h"
 #include "volt/checkpoint/sharded_checkpoint.h"
+#include "volt/checkpoint/snapshot_memory.h"
 #include "volt/core/console.h"
 #include "volt/core/error.h"
 
@@ -160,6 +161,7 @@ std::optional<std::pair<int64_t, LoadedCheckpoint>> resume_agree_on_checkpoint(C
   });
   std::optional<LoadedCheckpoint> found;
   int64_t number = 0;
+  bool found_in_memory = false;
   for (const Candidate& candidate : candidates) {
     // Saves are atomic, so a job killed while saving leaves at worst a temporary file; a file can
     // still be cut short by a full disk or a copy: fall back to the previous one.
@@ -168,6 +170,7 @@ std::optional<std::pair<int64_t, LoadedCheckpoint>> resume_agree_on_checkpoint(C
                   ? LoadedCheckpoint{candidate.path, load_checkpoint_file(candidate.path), "node-local shared memory"}
                   : LoadedCheckpoint{candidate.path, io.load(candidate.path), ""};
       number = candidate.number;
+      found_in_memory = candidate.in_memory;
       break;
     } catch (const std::exception& e) {
       console.warn(fmt::format("{} {} is unreadable; trying the previous one. ({})",
@@ -182,10 +185,11 @@ std::optional<std::pair<int64_t, LoadedCheckpoint>> resume_agree_on_checkpoint(C
     return std::make_pair(number, std::move(*found));
   }
   // Every process must resume from the same step. One gather tells each what the others found (a
-  // number and its path); a process on a node whose shared memory lacks the newest snapshot (its
-  // file cut short, or the folder not shared) then takes the copy of the lowest rank that has it.
-  const std::vector<std::string> all =
-      collectives.all_gather_bytes(found ? fmt::format("{}\n{}", number, found->path) : std::string("0\n"));
+  // number, whether in memory, and its path); a process on a node whose shared memory lacks the
+  // newest snapshot (its file cut short, or the folder not shared) then takes the copy of the
+  // lowest rank that has it.
+  const std::vector<std::string> all = collectives.all_gather_bytes(
+      found ? fmt::format("{}\n{}\n{}", number, found_in_memory ? 1 : 0, found->path) : std::string("0\n0\n"));
   std::vector<int64_t> numbers;
   for (const std::string& entry : all) numbers.push_back(std::stoll(entry.substr(0, entry.find('\n'))));
   const int64_t newest = *std::max_element(numbers.begin(), numbers.end());
@@ -200,11 +204,67 @@ std::optional<std::pair<int64_t, LoadedCheckpoint>> resume_agree_on_checkpoint(C
   }
   const std::vector<std::string> sent = collectives.all_gather_bytes(bytes);
   if (number == newest) return std::make_pair(newest, std::move(*found));
-  const std::string path = all[sender].substr(all[sender].find('\n') + 1);
+  const std::string& entry = all[sender];
+  const size_t flag = entry.find('\n') + 1;
+  std::string path = entry.substr(flag + 2);
+  // A memory tier's folder has the same name on every node: read as this node's, where this
+  // process's own shard of a sharded snapshot is to be found (or fetched to).
+  if (entry[flag] == '1' && !memory_dir.empty()) path = (fs::path(memory_dir) / fs::path(path).filename()).string();
   const std::string& received = sent[sender];
   return std::make_pair(
       newest, LoadedCheckpoint{path, load_from_bytes(std::vector<char>(received.begin(), received.end()), path),
                                fmt::format("received from rank {}", sender)});
+}
+
+/// Collective, when some process lacks its shard of the sharded checkpoint `index` describes:
+/// each process that lacks it receives it from the nearest following rank whose node's memory
+/// tier `memory_dir` holds a copy (snapshot_peer_copy), and keeps it in its own node's tier.
+/// Returns, on every process alike, whether every process has its shard now.
+bool fetch_missing_shards(const ShardIndex& index, const std::string& path, const std::string& memory_dir, bool mine,
+                          Collectives& collectives, Console& console) {
+  const int64_t world = collectives.world_size();
+  const int64_t me = collectives.rank();
+  if (index.world_size != world) return false;
+  // Entry r: how many ranks after r the nearest one is whose node's tier holds r's shard (world:
+  // none); entry world + r: 0 when rank r lacks its shard. One reduction tells every process both.
+  torch::Tensor said = torch::full({2 * world}, world, torch::kLong);
+  for (int64_t r = 0; r < world && !memory_dir.empty(); ++r) {
+    std::error_code ec;
+    if (r != me && fs::exists(fs::path(memory_dir) / index.files[static_cast<size_t>(r)], ec))
+      said[r] = (me - r + world) % world;
+  }
+  if (!mine) said[world + me] = 0;
+  collectives.all_reduce(said, Reduce::kMin);
+  std::vector<std::pair<int64_t, int64_t>> transfers;  // (from, to), in the same order on every process
+  for (int64_t r = 0; r < world; ++r) {
+    if (said[world + r].item<int64_t>() != 0) continue;
+    const int64_t distance = said[r].item<int64_t>();
+    if (distance == world) return false;  // no node holds it: the checkpoint is not whole
+    transfers.emplace_back((r + distance) % world, r);
+  }
+  // Pairwise, each pair in the one order every process follows: the first transfer not done yet
+  // always has both its ends ready, so none waits in a circle.
+  bool received = true;
+  for (const auto& [from, to] : transfers) {
+    if (me != from && me != to) continue;
+    const std::string& name = index.files[static_cast<size_t>(to)];
+    try {
+      std::unique_ptr<PeerChannel> channel = collectives.connect_peer(me == from ? to : from);
+      if (!channel) throw Error("these collectives offer no channel between two processes");
+      if (me == from) {
+        channel->send(0, read_memory_file(memory_dir, name));
+      } else {
+        write_memory_file(memory_dir, name, channel->receive().second);
+        console.info(fmt::format("Rank {}'s shard of {} came from the copy in rank {}'s node's memory.", me,
+                                 fs::path(path).filename().string(), from));
+      }
+    } catch (const std::exception& e) {
+      if (me == to) received = false;
+      console.warn(fmt::format("Rank {} could not {} rank {}'s shard of {}: {}", me, me == from ? "send" : "receive",
+                               to, path, e.what()));
+    }
+  }
+  return collectives.all_reduce(received ? 1.0 : 0.0, Reduce::kMin) > 0.5;
 }
 
 }  // namespace
@@ -226,7 +286,11 @@ std::optional<LoadedCheckpoint> Checkpointer::newest_resume_checkpoint(const std
     // A checkpoint of another number of processes is refused by name when it is restored.
     if (!index || rank >= index->world_size) return std::move(chosen->second);
     const bool mine = locate_shard(*io_, chosen->second.path, *index, rank, {dir, memory_dir}).has_value();
-    const bool all = collectives.world_size() == 1 || collectives.all_reduce(mine ? 1.0 : 0.0, Reduce::kMin) > 0.5;
+    bool all = collectives.world_size() == 1 || collectives.all_reduce(mine ? 1.0 : 0.0, Reduce::kMin) > 0.5;
+    // A node that lost its memory (or a new node in its place) gets its processes' shards from the
+    // copies on the next node.
+    if (!all && collectives.world_size() > 1)
+      all = fetch_missing_shards(*index, chosen->second.path, memory_dir, mine, collectives, console);
     if (all) return std::move(chosen->second);
     if (!mine) {
       console.warn(fmt::format("{} lacks rank {}'s shard in this node's memory and in {}; trying the one before it.",

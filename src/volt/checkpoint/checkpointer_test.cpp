@@ -121,6 +121,7 @@ class ResumeCheckpointTest : public LastCheckpointTest {
   struct Resumed {
     std::optional<LoadedCheckpoint> found[2];
     std::vector<std::string> warnings[2];
+    std::vector<std::string> infos[2];
   };
   Resumed resume_on_two_nodes() {
     Resumed resumed;
@@ -133,6 +134,7 @@ class ResumeCheckpointTest : public LastCheckpointTest {
         resumed.found[rank] =
             checkpointer_.newest_resume_checkpoint(dir(), memory(rank == 0 ? "node0" : "node1"), collectives, console);
         resumed.warnings[rank] = console.warnings;
+        resumed.infos[rank] = console.infos;
       });
     }
     for (std::thread& rank : ranks) rank.join();
@@ -188,12 +190,12 @@ TEST_F(ResumeCheckpointTest, EveryProcessResumesFromTheNewestAnyFoundAndTakesAPe
   EXPECT_EQ(found[0]->source, "node-local shared memory");
   EXPECT_EQ(where(*found[1]), "memory of node 0");
   EXPECT_EQ(found[1]->source, "received from rank 0");
-  EXPECT_EQ(found[1]->path, snapshot_path(memory("node0"), 5));
+  EXPECT_EQ(found[1]->path, snapshot_path(memory("node1"), 5)) << "the tier's folder name, on this node";
 }
 
-TEST_F(ResumeCheckpointTest, ASnapshotSomeProcessLacksItsShardOfIsPassedOverForTheOneBefore) {
-  // Sharded snapshot 5 was committed in rank 0's memory; rank 1's node has its shard of it only
-  // with `shard1` (its tier), none of the files do. Snapshot 4 is complete among the files.
+TEST_F(ResumeCheckpointTest, ASnapshotSomeProcessLacksItsShardOfIsPassedOverUnlessAnotherNodeHoldsACopy) {
+  // Sharded snapshot 5 was committed in rank 0's memory; none of the files hold rank 1's shard of
+  // it. Snapshot 4 is complete among the files.
   write(snapshot_path(dir(), 4), 4, "file");
   const std::string five = snapshot_path(memory("node0"), 5);
   c10::impl::GenericDict index(c10::StringType::get(), c10::AnyType::get());
@@ -203,18 +205,37 @@ TEST_F(ResumeCheckpointTest, ASnapshotSomeProcessLacksItsShardOfIsPassedOverForT
   fs::create_directories(memory("node0"));
   save_checkpoint_file(index, five);
   write(shard_path(five, "s5", 0), 5, "shard 0");
-  for (const bool shard1 : {false, true}) {
-    if (shard1) write(shard_path(snapshot_path(memory("node1"), 5), "s5", 1), 5, "shard 1");
-    const Resumed resumed = resume_on_two_nodes();
-    const auto& [found, warnings] = resumed;
-    ASSERT_TRUE(found[0] && found[1]);
-    for (int64_t rank : {0, 1}) EXPECT_EQ(where(*found[rank]), shard1 ? "memory of node 0" : "file") << rank;
-    if (!shard1) {
-      ASSERT_EQ(warnings[1].size(), 1u);
-      EXPECT_NE(warnings[1][0].find("lacks rank 1's shard"), std::string::npos) << warnings[1][0];
-      EXPECT_TRUE(warnings[0].empty());
-    }
-  }
+  const std::string own = shard_path(snapshot_path(memory("node1"), 5), "s5", 1);
+  const std::string copy = shard_path(five, "s5", 1);
+
+  // Nowhere: passed over for snapshot 4.
+  Resumed resumed = resume_on_two_nodes();
+  ASSERT_TRUE(resumed.found[0] && resumed.found[1]);
+  for (int64_t rank : {0, 1}) EXPECT_EQ(where(*resumed.found[rank]), "file") << rank;
+  ASSERT_EQ(resumed.warnings[1].size(), 1u);
+  EXPECT_NE(resumed.warnings[1][0].find("lacks rank 1's shard"), std::string::npos) << resumed.warnings[1][0];
+  EXPECT_TRUE(resumed.warnings[0].empty());
+
+  // Node 1 lost its memory, and node 0 holds the copy it kept for rank 1 (snapshot_peer_copy):
+  // rank 1 receives it into its own node's tier, and both resume from snapshot 5.
+  write(copy, 5, "shard 1");
+  resumed = resume_on_two_nodes();
+  ASSERT_TRUE(resumed.found[0] && resumed.found[1]);
+  for (int64_t rank : {0, 1}) EXPECT_EQ(where(*resumed.found[rank]), "memory of node 0") << rank;
+  EXPECT_TRUE(resumed.warnings[0].empty() && resumed.warnings[1].empty());
+  ASSERT_TRUE(fs::exists(own)) << "rank 1's node holds its shard again";
+  EXPECT_EQ(load_checkpoint_file(own).toGenericDict().at("where").toStringRef(), "shard 1");
+  ASSERT_EQ(resumed.infos[1].size(), 1u);
+  EXPECT_NE(resumed.infos[1][0].find("Rank 1's shard of snapshot_5.ckpt came from the copy in rank 0's node's memory"),
+            std::string::npos)
+      << resumed.infos[1][0];
+
+  // Its own node's tier has it now: taken as it is, nothing sent.
+  fs::remove(copy);
+  resumed = resume_on_two_nodes();
+  ASSERT_TRUE(resumed.found[1]);
+  EXPECT_EQ(where(*resumed.found[1]), "memory of node 0");
+  EXPECT_TRUE(resumed.infos[1].empty());
 }
 
 TEST_F(ResumeCheckpointTest, WhenNoProcessFoundOneNoneResumes) {

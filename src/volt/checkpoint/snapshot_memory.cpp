@@ -2,7 +2,10 @@
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <filesystem>
+#include <fstream>
+#include <iterator>
 #include <optional>
 
 #include "volt/checkpoint/checkpoint_io.h"
@@ -56,22 +59,42 @@ std::string pending_memory_index_name(int64_t n) {
   return fs::path(snapshot_path("", n)).filename().string() + ".pending";
 }
 
-void prune_memory_shards(const std::string& dir, int64_t rank, int64_t n, const std::string& save_id, bool owns_index) {
-  const std::string kept_shard = fs::path(shard_path(snapshot_path(dir, n), save_id, rank)).filename().string();
-  const std::string own_suffix = fmt::format(".shard{}", rank);
+void prune_memory_shards(const std::string& dir, const std::vector<int64_t>& ranks, int64_t n,
+                         const std::string& save_id, bool owns_index) {
+  std::vector<std::pair<std::string, std::string>> kept;  // (suffix of a rank's shards, its shard of save_id)
+  for (const int64_t rank : ranks) {
+    kept.emplace_back(fmt::format(".shard{}", rank),
+                      fs::path(shard_path(snapshot_path(dir, n), save_id, rank)).filename().string());
+  }
+  const auto ends_with = [](const std::string& name, const std::string& suffix) {
+    return name.size() > suffix.size() && name.compare(name.size() - suffix.size(), suffix.size(), suffix) == 0;
+  };
   std::error_code ec;
   for (auto it = fs::directory_iterator(dir, ec); !ec && it != fs::directory_iterator(); it.increment(ec)) {
     const std::string name = it->path().filename().string();
-    const bool own_shard = name.size() > own_suffix.size() &&
-                           name.compare(name.size() - own_suffix.size(), own_suffix.size(), own_suffix) == 0;
-    const bool pending = name.size() > 8 && name.compare(name.size() - 8, 8, ".pending") == 0;
+    const bool stale_shard = std::any_of(
+        kept.begin(), kept.end(), [&](const auto& rank) { return ends_with(name, rank.first) && name != rank.second; });
     const std::optional<int64_t> number = resume_checkpoint_number(it->path().string());
     const bool older_index = number && *number < n;
-    if ((own_shard && name != kept_shard) || (owns_index && (pending || older_index))) {
+    if (stale_shard || (owns_index && (ends_with(name, ".pending") || older_index))) {
       std::error_code ignored;
       fs::remove(it->path(), ignored);
     }
   }
+}
+
+std::vector<char> read_memory_file(const std::string& dir, const std::string& name) {
+  const std::string path = (fs::path(dir) / name).string();
+  std::ifstream in(path, std::ios::binary);
+  std::vector<char> bytes;
+  if (in.is_open()) bytes.assign(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
+  if (!in.is_open() || in.bad()) {
+    throw CheckpointError(fmt::format(
+        "cannot read {} in shared memory. HINT: something removed it while the run read it; the resume falls back "
+        "to an older checkpoint.",
+        path));
+  }
+  return bytes;
 }
 
 int64_t newest_memory_snapshot_number(const std::string& dir) {

@@ -33,11 +33,17 @@ void write_memory_file(const std::string& dir, const std::string& name, const st
 /// shard is there: `snapshot_<n>.ckpt.pending`, which no listing of snapshots takes for one.
 std::string pending_memory_index_name(int64_t n);
 
-/// After sharded snapshot `n` (save `save_id`) was committed in memory: removes from `dir` this
-/// process's (`rank`'s) shards of every other save and, with `owns_index` (global rank 0), the
-/// snapshots numbered below `n` and every pending index. Other processes' files on the same node
-/// are theirs to remove.
-void prune_memory_shards(const std::string& dir, int64_t rank, int64_t n, const std::string& save_id, bool owns_index);
+/// After sharded snapshot `n` (save `save_id`) was committed in memory: removes from `dir` the
+/// shards of `ranks` (this process's own, and the one it keeps a copy of for a process on the
+/// previous node) of every other save and, with `owns_index` (global rank 0, or the process that
+/// keeps rank 0's copies), the snapshots numbered below `n` and every pending index. Other
+/// processes' files on the same node are theirs to remove.
+void prune_memory_shards(const std::string& dir, const std::vector<int64_t>& ranks, int64_t n,
+                         const std::string& save_id, bool owns_index);
+
+/// The bytes of the file `name` in the memory tier `dir` (a shard sent to the process that lacks
+/// it). Throws volt::CheckpointError naming the file when it cannot be read.
+std::vector<char> read_memory_file(const std::string& dir, const std::string& name);
 
 /// The newest snapshot number in `dir` (a memory tier), 0 when there is none.
 int64_t newest_memory_snapshot_number(const std::string& dir);

@@ -308,6 +308,7 @@ void FitCheckpoints::save_sharded_snapshot(const std::function<std::string()>& n
   // The copy goes into the buffers the previous snapshot's writes read (rank 0's commit among them).
   wait_for_writes();
   prepare_memory_tier();
+  connect_shard_peers();
   // Rank 0 numbers the snapshot (past its memory tier's too) and draws its save id; every process
   // names its shard after them.
   ShardedCommitPlan plan;
@@ -344,18 +345,24 @@ void FitCheckpoints::save_sharded_snapshot(const std::function<std::string()>& n
   }
   sharded_snapshot_ = ShardedSnapshot{
       .path = path, .save_id = plan.save_id, .number = number, .checkpoint = index, .vote = std::nullopt};
-  writer().submit([this, shard = copied[0], file = shard_path(path, plan.save_id, rank), index, number, die_mid_write] {
+  writer().submit([this, shard = copied[0], path, save_id = plan.save_id, file = shard_path(path, plan.save_id, rank),
+                   index, number, die_mid_write] {
     try {
       snapshot_buffers_.wait_copied();
-      if (memory_dir_.empty() && !die_mid_write) {
+      if (memory_dir_.empty() && !peer_ && !die_mid_write) {
         set_shard_stage(1);
         checkpointer_.io().save(shard, file);
       } else {
-        // Into the memory tier first, and the file only once every process's shard is there and
-        // the snapshot committed in memory: whatever happens to the file then loses nothing.
+        // Into the memory tiers first (this node's, and the next node's with peer copies), and the
+        // file only once every process's shard is there and the snapshot committed in memory:
+        // whatever happens to the file then loses nothing.
         const std::vector<char> bytes = save_to_bytes(shard);
+        const std::vector<char> index_bytes = index.isNone() ? std::vector<char>{} : save_to_bytes(index);
         keep_file_in_memory(std::filesystem::path(file).filename().string(), bytes);
-        if (!index.isNone()) keep_file_in_memory(pending_memory_index_name(number), save_to_bytes(index));
+        if (!index.isNone()) keep_file_in_memory(pending_memory_index_name(number), index_bytes);
+        // Every process votes 1 only once the previous node's copy is in its tier too: the commit
+        // in memory finds every copy in place.
+        if (peer_) exchange_shard_copies(path, save_id, number, bytes, index_bytes);
         set_shard_stage(1);
         if (!memory_dir_.empty()) {
           std::unique_lock<std::mutex> lock(shard_gate_mutex_);
@@ -416,13 +423,18 @@ void FitCheckpoints::commit_sharded_snapshot_in_memory() {
   snapshot.in_memory = true;
   // memory_dir_ is settled: this process's writer is past its memory writes (it voted 1 or more).
   if (!memory_dir_.empty()) {
-    const bool owns_index = strategy_.is_global_zero();
+    // Rank 0 and, on the next node, the process that keeps rank 0's copies: each renames the index
+    // in its node's tier.
+    const bool copies = copies_shards();
+    const bool owns_index = strategy_.is_global_zero() || (copies && shard_copy_source() == 0);
     if (owns_index) {
       std::error_code ec;
       std::filesystem::rename(std::filesystem::path(memory_dir_) / pending_memory_index_name(snapshot.number),
                               snapshot_path(memory_dir_, snapshot.number), ec);
     }
-    prune_memory_shards(memory_dir_, strategy_.topology().global_rank, snapshot.number, snapshot.save_id, owns_index);
+    std::vector<int64_t> ranks{strategy_.topology().global_rank};
+    if (copies) ranks.push_back(shard_copy_source());
+    prune_memory_shards(memory_dir_, ranks, snapshot.number, snapshot.save_id, owns_index);
   }
   // Only now: the commit in memory is in place before anything happens to the files.
   open_shard_gate();
@@ -474,11 +486,88 @@ bool FitCheckpoints::is_snapshot_peer() const {
   return options_.snapshot_peer_rank > 0 && strategy_.topology().global_rank == options_.snapshot_peer_rank;
 }
 
-void FitCheckpoints::connect_snapshot_peer() {
-  if (!peer_failure_.empty()) {
-    console_.warn(fmt::format("The newest snapshot is no longer copied to another node: {}", peer_failure_));
-    peer_failure_.clear();
+void FitCheckpoints::warn_of_peer_failure() {
+  if (peer_failure_.empty()) return;
+  console_.warn(fmt::format("The newest snapshot is no longer copied to another node: {}", peer_failure_));
+  peer_failure_.clear();
+}
+
+bool FitCheckpoints::copies_shards() const { return sharded_checkpoints() && options_.snapshot_peer_rank > 0; }
+
+int64_t FitCheckpoints::shard_copy_source() const {
+  const Topology& topology = strategy_.topology();
+  return (topology.global_rank - options_.snapshot_peer_rank + topology.world_size) % topology.world_size;
+}
+
+void FitCheckpoints::connect_shard_peers() {
+  warn_of_peer_failure();
+  if (peer_connected_ || !copies_shards()) return;
+  peer_connected_ = true;
+  const Topology& topology = strategy_.topology();
+  const int64_t next = (topology.global_rank + options_.snapshot_peer_rank) % topology.world_size;
+  const int64_t previous = shard_copy_source();
+  Collectives& collectives = strategy_.collectives();
+  if (next == previous) {
+    peer_ = collectives.connect_peer(next);
+  } else if ((topology.global_rank / options_.snapshot_peer_rank) % 2 == 0) {
+    peer_ = collectives.connect_peer(next);
+    peer_back_ = collectives.connect_peer(previous);
+  } else {
+    peer_back_ = collectives.connect_peer(previous);
+    peer_ = collectives.connect_peer(next);
   }
+  if (next != previous && (!peer_ || !peer_back_)) {
+    peer_.reset();
+    peer_back_.reset();
+  }
+  if (!peer_ && strategy_.is_global_zero()) {
+    console_.warn(
+        fmt::format("The shards of the newest snapshot are not copied to the next node: strategy='{}' "
+                    "offers no channel between two processes.",
+                    strategy_.name()));
+  }
+}
+
+void FitCheckpoints::exchange_shard_copies(const std::string& path, const std::string& save_id, int64_t number,
+                                           const std::vector<char>& bytes, const std::vector<char>& index) {
+  const int64_t source = shard_copy_source();
+  PeerChannel& forwards = *peer_;
+  PeerChannel& backwards = peer_back_ ? *peer_back_ : *peer_;
+  const auto send = [&] {
+    forwards.send(number, bytes);
+    if (!index.empty()) forwards.send(number, index);
+  };
+  const auto receive_one = [&] {
+    auto [tag, received] = backwards.receive();
+    if (tag != number) {
+      throw Error(fmt::format("rank {} sent a copy of snapshot {} where snapshot {}'s was due", source, tag, number));
+    }
+    return std::move(received);
+  };
+  const auto receive = [&] {
+    keep_file_in_memory(std::filesystem::path(shard_path(path, save_id, source)).filename().string(), receive_one());
+    if (source == 0) keep_file_in_memory(pending_memory_index_name(number), receive_one());
+  };
+  try {
+    // A send may wait for the other end's receive, so one end of every pair receives first: odd
+    // nodes. (On an odd number of nodes the last, even, node sends to node 0, which receives once
+    // its own send to node 1 is through.)
+    if ((strategy_.topology().global_rank / options_.snapshot_peer_rank) % 2 == 0) {
+      send();
+      receive();
+    } else {
+      receive();
+      send();
+    }
+  } catch (const Error& e) {
+    peer_failure_ = e.what();
+    peer_.reset();
+    peer_back_.reset();
+  }
+}
+
+void FitCheckpoints::connect_snapshot_peer() {
+  warn_of_peer_failure();
   if (peer_connected_ || options_.snapshot_peer_rank <= 0) return;
   peer_connected_ = true;
   const bool zero = strategy_.is_global_zero();

@@ -43,7 +43,9 @@ struct FitCheckpointsOptions {
   /// (snapshot_memory.h); "" none.
   std::string snapshot_memory_root;
   /// The rank that keeps a copy of rank 0's newest snapshot in its node's memory tier (rank 0's
-  /// writer sends it over a PeerChannel, the peer's writer receives it); -1 none.
+  /// writer sends it over a PeerChannel, the peer's writer receives it); -1 none. It is the number
+  /// of processes per node: under sharded snapshots every process r sends its shard to rank
+  /// (r + snapshot_peer_rank) % world, the same local rank on the next node, and rank 0 its index too.
   int64_t snapshot_peer_rank = -1;
 };
 
@@ -100,7 +102,8 @@ class FitCheckpoints {
   /// node's tier), writes the file and then deletes all but the newest snapshots_to_keep. A
   /// memory tier or a peer copy that fails is dropped with a warning.
   /// Under sharded checkpoints every process copies its shard and its writer writes it, into the
-  /// memory tier first; the set is committed in memory once every shard is there, and in the
+  /// memory tier first (with peer copies, the next node's too); the set is committed in memory
+  /// once every shard and copy is there, and in the
   /// files once every shard is on disk (advance_sharded_snapshot). A snapshot due while
   /// the previous one is still being written waits for it or, with `skip_when_busy`, is skipped
   /// (on every process, as any writer's state finds). Returns whether it was saved.
@@ -186,6 +189,23 @@ class FitCheckpoints {
   /// Rank 0 and the peer, main thread, at their first snapshot: connects the two (they reach it
   /// at the same step); a warning when the collectives offer no channel.
   void connect_snapshot_peer();
+  /// Sharded snapshots copied to peers, every process, main thread, at the first snapshot:
+  /// connects to the processes it sends to (the next node's) and receives from (the previous
+  /// node's; the same one on two nodes). Even nodes connect forwards first, odd ones backwards, so
+  /// that the ring of pairwise connections never waits in a circle.
+  void connect_shard_peers();
+  /// Warns, once, of the failed transfer that ended the copies to another node.
+  void warn_of_peer_failure();
+  /// Whether this process copies its shards of sharded snapshots to the next node's process.
+  bool copies_shards() const;
+  /// The rank whose shards this process keeps copies of (the previous node's, same local rank).
+  int64_t shard_copy_source() const;
+  /// Writer thread: sends this process's shard `bytes` of snapshot `number` (and rank 0's `index`)
+  /// to the next node's process, and keeps what the previous node's process sends in this node's
+  /// memory tier; even nodes send first, odd nodes receive first. A failed transfer ends the
+  /// copies as send_to_peer's does.
+  void exchange_shard_copies(const std::string& path, const std::string& save_id, int64_t number,
+                             const std::vector<char>& bytes, const std::vector<char>& index);
   /// Writer thread: rank 0 sends snapshot `number` to the peer and waits for its answer; the peer
   /// receives one, keeps it in its memory tier and answers. A failed transfer ends the copies with a warning at the
   /// next snapshot: the other end failed too (its process is gone), and the run goes on without them.
@@ -274,10 +294,13 @@ class FitCheckpoints {
   std::mutex shard_gate_mutex_;
   std::condition_variable shard_gate_changed_;
   bool shard_gate_open_ = true;
-  // Rank 0 and the snapshot peer: their channel (nullptr: none, or ended by a failed transfer,
+  // Rank 0 and the snapshot peer (sharded: every process): their channel (nullptr: none, or ended by a failed transfer,
   // whose reason the writer thread leaves for the next snapshot to warn of) and whether the first
   // snapshot connected it.
   std::unique_ptr<PeerChannel> peer_;
+  // Sharded snapshots on more than two nodes: peer_ leads to the next node's process, this one
+  // from the previous node's (on two nodes peer_ does both).
+  std::unique_ptr<PeerChannel> peer_back_;
   bool peer_connected_ = false;
   std::string peer_failure_;
   // Rank 0: files written in the background whose loggers have not heard of them yet.

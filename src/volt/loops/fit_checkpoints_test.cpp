@@ -472,6 +472,64 @@ TEST(FitCheckpointsTest, AShardedSnapshotIsCommittedInMemoryOnceEveryShardIsTher
   EXPECT_FALSE(std::filesystem::exists(memory1)) << "every process gives its node's memory back";
 }
 
+TEST(FitCheckpointsTest, WithPeerCopiesEveryShardIsAlsoKeptInTheNextNodesMemory) {
+  testing::TempDir tmp;
+  const std::string hpc = tmp.file("hpc");
+  ProgressMarker marker(progress_marker_path(hpc));
+  const auto options = [&](const std::string& node) {
+    std::filesystem::create_directories(tmp.file(node));
+    return FitCheckpointsOptions{.state_dict_type = StateDictType::kSharded,
+                                 .hpc_checkpoint_dir = hpc,
+                                 .snapshot_memory_root = tmp.file(node),
+                                 .snapshot_peer_rank = 1};  // two nodes of one process each
+  };
+  auto io = std::make_shared<InMemoryCheckpointIO>();
+  auto wire = std::make_shared<FakeWire>();
+  Rank zero(0, 2, io, /*pieces=*/true, options("node0"));
+  Rank one(1, 2, io, /*pieces=*/true, options("node1"));
+  zero.strategy.group.wire = one.strategy.group.wire = wire;
+  const std::filesystem::path memory0 = memory_snapshot_dir(tmp.file("node0"), hpc);
+  const std::filesystem::path memory1 = memory_snapshot_dir(tmp.file("node1"), hpc);
+  const auto name = [](const std::string& path) { return std::filesystem::path(path).filename().string(); };
+  std::vector<ShardedCommitPlan> plans;
+  for (int snapshot = 0; snapshot < 2; ++snapshot) {
+    ASSERT_TRUE(zero.checkpoints.save_snapshot(/*skip_when_busy=*/false));
+    plans.push_back(decode_sharded_commit_plan(zero.strategy.group.sent.back()));
+    one.strategy.group.reply = zero.strategy.group.sent.back();
+    ASSERT_TRUE(one.checkpoints.save_snapshot(/*skip_when_busy=*/false));
+    zero.checkpoints.wait_for_shard_in_memory();
+    one.checkpoints.wait_for_shard_in_memory();
+    const std::string path = plans.back().entries.at(0).path;
+    const int64_t number = resume_checkpoint_number(path).value();
+    // In memory (vote 1) only with the previous node's copy in place: rank 1 holds rank 0's shard
+    // and index, rank 0 rank 1's shard.
+    EXPECT_TRUE(std::filesystem::exists(memory1 / name(shard_path(path, plans.back().save_id, 0))));
+    EXPECT_TRUE(std::filesystem::exists(memory1 / pending_memory_index_name(number)));
+    EXPECT_TRUE(std::filesystem::exists(memory0 / name(shard_path(path, plans.back().save_id, 1))));
+    for (Rank* rank : {&zero, &one}) {
+      rank->checkpoints.advance_sharded_snapshot();  // asks
+      rank->checkpoints.advance_sharded_snapshot();  // every process answers 1 or 2: committed in memory
+    }
+    EXPECT_TRUE(std::filesystem::exists(memory1 / name(path))) << "node 1 renames its copy of the index too";
+    EXPECT_FALSE(std::filesystem::exists(memory1 / pending_memory_index_name(number)));
+    for (Rank* rank : {&zero, &one}) rank->checkpoints.wait_for_writes();
+  }
+  // The older snapshot's copies are gone from both nodes: each tier holds the newest set only.
+  for (const std::filesystem::path& memory : {memory0, memory1}) {
+    std::vector<std::string> files;
+    for (const auto& entry : std::filesystem::directory_iterator(memory)) files.push_back(entry.path().filename());
+    std::sort(files.begin(), files.end());
+    const std::string path = plans.back().entries.at(0).path;
+    std::vector<std::string> expected{name(path), name(shard_path(path, plans.back().save_id, 0)),
+                                      name(shard_path(path, plans.back().save_id, 1))};
+    EXPECT_EQ(files, expected) << memory;
+  }
+  EXPECT_TRUE(zero.console.warnings.empty() && one.console.warnings.empty());
+  zero.checkpoints.release_memory_tier();
+  one.checkpoints.release_memory_tier();
+  EXPECT_FALSE(std::filesystem::exists(memory1)) << "the copies go back with the fit's end";
+}
+
 TEST(FitCheckpointsTest, ARemovalWaitsForTheCommitOfTheSavesThatReplaceIt) {
   auto io = std::make_shared<InMemoryCheckpointIO>();
   io->save(c10::IValue(int64_t{1}), "old.ckpt");

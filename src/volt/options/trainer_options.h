@@ -365,8 +365,10 @@ struct TrainerOptions {
   /// On several nodes, also send the newest snapshot to the first process of the next node, which
   /// keeps it in its node's shared memory: a restart after rank 0's node is lost (with the
   /// snapshot's file not yet written) still resumes from it. Costs one snapshot's size of network
-  /// traffic per snapshot, sent by rank 0's background writer, and host memory on that node. Needs
-  /// snapshot_in_memory and hpc_checkpoint_dir on a file system every node sees.
+  /// traffic per snapshot, sent by rank 0's background writer, and host memory on that node. Under
+  /// sharded snapshots every process sends its shard to the same local rank of the next node, and
+  /// a restart's processes that lack theirs get them back from there. Needs snapshot_in_memory
+  /// and hpc_checkpoint_dir on a file system every node sees.
   bool snapshot_peer_copy = false;
   /// A snapshot that comes due while the previous one is still being written: false waits for it
   /// (the step stalls; docs/failures.md says how many steps a failure can lose); true skips it

@@ -510,11 +510,8 @@ RunPlan resolve_run_plan(const TrainerOptions& options, const Env& env, const Ma
     VOLT_CHECK(options.snapshot_in_memory,
                "snapshot_peer_copy=true keeps rank 0's newest snapshot in another node's shared memory, and "
                "snapshot_in_memory=false keeps none. HINT: set snapshot_in_memory=true (--snapshot-in-memory).");
-    VOLT_CHECK(plan.state_dict_type != StateDictType::kSharded,
-               "snapshot_peer_copy=true copies rank 0's snapshot file to another node, and state_dict_type='sharded' "
-               "writes a shard per process. HINT: leave snapshot_peer_copy off (each node keeps its own processes' "
-               "shards in memory), or use state_dict_type='full'.");
     // The first process of the next node: on another host than rank 0's whenever nodes are hosts.
+    // Sharded snapshots: every process's shard goes to the same local rank on the next node.
     if (plan.num_nodes > 1) plan.snapshot_peer_rank = plan.topology.processes_per_node;
   }
   plan.snapshots_to_keep = options.snapshots_to_keep;
@@ -681,7 +678,11 @@ std::string RunPlan::describe() const {
   line("async checkpointing", async_checkpointing ? "yes" : "no");
   std::string in_memory;
   if (!snapshot_memory_root.empty()) in_memory = fmt::format(", the newest also in {}", snapshot_memory_root);
-  if (snapshot_peer_rank) in_memory += fmt::format(" and in rank {}'s node's memory", *snapshot_peer_rank);
+  if (snapshot_peer_rank) {
+    in_memory += state_dict_type == StateDictType::kSharded
+                     ? std::string(", each shard also in the next node's memory")
+                     : fmt::format(" and in rank {}'s node's memory", *snapshot_peer_rank);
+  }
   line("snapshots",
        saves_snapshots()
            ? fmt::format("{} into {} (keep {}; {} when busy){}",

@@ -119,7 +119,8 @@ struct RunPlan {
   /// "/dev/shm"; "" when there is none (no snapshots, snapshot_in_memory=false).
   std::string snapshot_memory_root;
   /// The rank that keeps a copy of rank 0's newest snapshot in its node's memory tier (the first
-  /// process of node 1; snapshot_peer_copy on several nodes); unset: none.
+  /// process of node 1, so also the number of processes per node: under sharded snapshots rank r's
+  /// shard goes to rank r + this, modulo the world; snapshot_peer_copy on several nodes); unset: none.
   std::optional<int64_t> snapshot_peer_rank;
   bool skip_snapshot_when_busy = false;  ///< skip a snapshot due while the previous is being written
   bool async_checkpointing = false;      ///< ModelCheckpoint's saves written in the background too

@@ -69,7 +69,7 @@ TEST(RunPlan, FastDevRunLimitsEverythingAndWritesNothing) {
   EXPECT_EQ(plan(snapshots).snapshot_memory_root, "");
 }
 
-TEST(RunPlan, ThePeerCopyGoesToTheFirstProcessOfTheNextNodeAndNeedsTheMemoryTier) {
+TEST(RunPlan, ThePeerCopyGoesToTheNextNodeAndNeedsTheMemoryTier) {
   TrainerOptions options{.devices = 2, .strategy = StrategyRequest::kDdp, .num_nodes = 2};
   options.snapshot_every_n_steps = 50;
   options.snapshot_peer_copy = true;
@@ -94,8 +94,11 @@ TEST(RunPlan, ThePeerCopyGoesToTheFirstProcessOfTheNextNodeAndNeedsTheMemoryTier
   TrainerOptions sharded = options;
   sharded.strategy = StrategyRequest::kFsdp;
   sharded.state_dict_type = StateDictType::kSharded;
-  EXPECT_NE(error_of(sharded, node1).find("state_dict_type='sharded' writes a shard per process. HINT:"),
-            std::string::npos);
+  const RunPlan copies = plan(sharded, node1);
+  EXPECT_EQ(copies.snapshot_peer_rank, 2) << "every process's shard goes to the same local rank on the next node";
+  EXPECT_NE(copies.describe().find("the newest also in /dev/shm, each shard also in the next node's memory"),
+            std::string::npos)
+      << copies.describe();
   sharded.snapshot_peer_copy = false;
   EXPECT_EQ(plan(sharded, node1).snapshot_memory_root, "/dev/shm") << "each process keeps its shard in memory";
 }
