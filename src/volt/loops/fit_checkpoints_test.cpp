@@ -4,6 +4,7 @@
 #include <torch/torch.h>
 
 #include <algorithm>
+#include <chrono>
 #include <condition_variable>
 #include <deque>
 #include <filesystem>
@@ -41,6 +42,11 @@ struct FakeWire {
   std::condition_variable arrived;
   std::deque<std::pair<int64_t, std::vector<char>>> to[2];
   bool closed = false;  // receives fail once the queue is empty, as from a process that is gone
+  // Set: a send returns only once the other end took the message, as Gloo's may, or fails after
+  // 10 s (two ends that both send first wait for each other: the test sees the copies missing).
+  bool synchronous = false;
+  int64_t taken[2] = {0, 0};  // messages taken from to[end] so far
+  int64_t posted[2] = {0, 0};
 };
 
 /// End `end` (0 or 1) of a FakeWire.
@@ -48,10 +54,14 @@ class FakeChannel : public PeerChannel {
  public:
   FakeChannel(std::shared_ptr<FakeWire> wire, int end) : wire_(std::move(wire)), end_(end) {}
   void send(int64_t tag, const std::vector<char>& bytes) override {
-    const std::lock_guard<std::mutex> lock(wire_->mutex);
+    std::unique_lock<std::mutex> lock(wire_->mutex);
     if (wire_->closed) throw Error("could not send to the peer: gone");
     wire_->to[1 - end_].emplace_back(tag, bytes);
+    const int64_t number = ++wire_->posted[1 - end_];
     wire_->arrived.notify_all();
+    if (wire_->synchronous &&
+        !wire_->arrived.wait_for(lock, std::chrono::seconds(10), [&] { return wire_->taken[1 - end_] >= number; }))
+      throw Error("could not send to the peer: it never received");
   }
   std::pair<int64_t, std::vector<char>> receive() override {
     std::unique_lock<std::mutex> lock(wire_->mutex);
@@ -59,6 +69,8 @@ class FakeChannel : public PeerChannel {
     if (wire_->to[end_].empty()) throw Error("could not receive from the peer: gone");
     auto message = std::move(wire_->to[end_].front());
     wire_->to[end_].pop_front();
+    ++wire_->taken[end_];
+    wire_->arrived.notify_all();
     return message;
   }
 
@@ -125,6 +137,15 @@ class FakeCollectives : public Collectives {
     return reply.value_or(value);
   }
   std::unique_ptr<PeerChannel> connect_peer(int64_t peer) override {
+    if (network) {
+      const std::lock_guard<std::mutex> lock(network->mutex);
+      std::shared_ptr<FakeWire>& pair = network->wires[{std::min(rank_, peer), std::max(rank_, peer)}];
+      if (!pair) {
+        pair = std::make_shared<FakeWire>();
+        pair->synchronous = true;
+      }
+      return std::make_unique<FakeChannel>(pair, rank_ < peer ? 0 : 1);
+    }
     if (!wire) return nullptr;
     return std::make_unique<FakeChannel>(wire, rank_ == 0 ? 0 : 1);
   }
@@ -137,6 +158,12 @@ class FakeCollectives : public Collectives {
   std::deque<double> results;
   // Set: connect_peer returns this rank's end of it (rank 0's, or the other's).
   std::shared_ptr<FakeWire> wire;
+  // Set instead: a synchronous wire between every two ranks that connect, shared by all.
+  struct Network {
+    std::mutex mutex;
+    std::map<std::pair<int64_t, int64_t>, std::shared_ptr<FakeWire>> wires;
+  };
+  std::shared_ptr<Network> network;
 
  private:
   int64_t rank_;
@@ -528,6 +555,51 @@ TEST(FitCheckpointsTest, WithPeerCopiesEveryShardIsAlsoKeptInTheNextNodesMemory)
   zero.checkpoints.release_memory_tier();
   one.checkpoints.release_memory_tier();
   EXPECT_FALSE(std::filesystem::exists(memory1)) << "the copies go back with the fit's end";
+}
+
+TEST(FitCheckpointsTest, OnThreeNodesTheShardCopiesGoRoundTheRingWithoutWaitingInACircle) {
+  testing::TempDir tmp;
+  const std::string hpc = tmp.file("hpc");
+  ProgressMarker marker(progress_marker_path(hpc));
+  const auto options = [&](int64_t node) {
+    std::filesystem::create_directories(tmp.file(fmt::format("node{}", node)));
+    return FitCheckpointsOptions{.state_dict_type = StateDictType::kSharded,
+                                 .hpc_checkpoint_dir = hpc,
+                                 .snapshot_memory_root = tmp.file(fmt::format("node{}", node)),
+                                 .snapshot_peer_rank = 1};
+  };
+  auto io = std::make_shared<InMemoryCheckpointIO>();
+  auto network = std::make_shared<FakeCollectives::Network>();
+  std::vector<std::unique_ptr<Rank>> ranks;
+  for (int64_t rank = 0; rank < 3; ++rank) {
+    ranks.push_back(std::make_unique<Rank>(rank, 3, io, /*pieces=*/true, options(rank)));
+    ranks.back()->strategy.group.network = network;
+  }
+  ASSERT_TRUE(ranks[0]->checkpoints.save_snapshot(/*skip_when_busy=*/false));
+  const ShardedCommitPlan plan = decode_sharded_commit_plan(ranks[0]->strategy.group.sent.back());
+  for (int64_t rank = 1; rank < 3; ++rank) {
+    ranks[rank]->strategy.group.reply = ranks[0]->strategy.group.sent.back();
+    ASSERT_TRUE(ranks[rank]->checkpoints.save_snapshot(/*skip_when_busy=*/false));
+  }
+  for (auto& rank : ranks) rank->checkpoints.wait_for_shard_in_memory();
+  const std::string path = plan.entries.at(0).path;
+  for (int64_t node = 0; node < 3; ++node) {
+    const std::filesystem::path memory = memory_snapshot_dir(tmp.file(fmt::format("node{}", node)), hpc);
+    const int64_t source = (node + 2) % 3;  // the previous node's process
+    EXPECT_TRUE(
+        std::filesystem::exists(memory / std::filesystem::path(shard_path(path, plan.save_id, source)).filename()))
+        << "node " << node << " keeps rank " << source << "'s shard";
+    EXPECT_EQ(std::filesystem::exists(memory / pending_memory_index_name(resume_checkpoint_number(path).value())),
+              node <= 1)
+        << "rank 0's index on node 0 and on node 1 only; node " << node;
+  }
+  for (int round = 0; round < 2; ++round) {
+    for (auto& rank : ranks) rank->checkpoints.advance_sharded_snapshot();  // the commit in memory opens the gates
+  }
+  for (auto& rank : ranks) {
+    rank->checkpoints.wait_for_writes();
+    EXPECT_TRUE(rank->console.warnings.empty()) << rank->console.warnings.front();
+  }
 }
 
 TEST(FitCheckpointsTest, ARemovalWaitsForTheCommitOfTheSavesThatReplaceIt) {
