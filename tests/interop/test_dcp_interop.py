@@ -56,9 +56,77 @@ def exported(tmp_path_factory):
          "--limit-val-batches", "0", "--num-threads", "1", "--no-progress-bar", "--default-root-dir", root], root)
     [ckpt] = list(root.rglob("last.ckpt"))
     assert list(ckpt.parent.glob("last.ckpt.*.shard1")), "the checkpoint is not sharded"
-    print(run([TOOL, "to-dcp", ckpt, root / "dcp"], root))
+    print(run([TOOL, "to-dcp", ckpt, root / "dcp", "--layout", "safetensors"], root))
+    print(run([TOOL, "to-dcp", ckpt, root / "native"], root))
     run([TOOL, "to-safetensors", ckpt, root / "whole.safetensors"], root)
     return root / "dcp", load_file(root / "whole.safetensors")
+
+
+def volt_adam_state(ckpt):
+    """Adam's state in a sharded Volt checkpoint, whole, by parameter name (the checkpoint's
+    volt_optimizer_parameter_names): each process's pieces put at the elements its shard's marker
+    names. And rank 0's param_groups, each with "names", its parameters' names."""
+    import math
+
+    top = torch.load(ckpt, weights_only=False)
+    names = top["volt_optimizer_parameter_names"][0]
+    state, groups = {}, None
+    for file in top["sharded_optimizer_states"]["files"]:
+        adam = torch.load(ckpt.parent / file, weights_only=False)["optimizer_states"][0]
+        groups = groups or adam["param_groups"]
+        marker = adam["volt_shard"]
+        for id, fields in adam["state"].items():
+            entry = state.setdefault(names[id], {})
+            shape, begin = marker["shapes"][id], marker["pieces"][2 * id]
+            for key, value in fields.items():
+                if key not in marker["elementwise"]:
+                    entry[key] = value
+                    continue
+                flat = entry.setdefault(key, torch.full((math.prod(shape),), float("nan")))
+                flat[begin:begin + value.numel()] = value.reshape(-1)
+    first = 0
+    for group in groups:
+        group["names"] = names[first:first + len(group["params"])]
+        first += len(group["params"])
+    return names, state, groups
+
+
+@pytest.fixture(scope="module")
+def native(exported):
+    """The native layout (.metadata + .distcp) of the same checkpoint, and what it must hold: the
+    consolidated weights, and Adam's state joined from the shards."""
+    folder, whole = exported
+    [ckpt] = list(folder.parent.rglob("last.ckpt"))
+    names, state, groups = volt_adam_state(ckpt)
+    shapes = {name: tensor.shape for name, tensor in whole.items()}
+    state = {name: {k: v.reshape(shapes[name]) if k != "step" else v for k, v in fields.items()}
+             for name, fields in state.items()}
+    for fields in state.values():
+        for value in fields.values():
+            assert not value.isnan().any(), "the shards' pieces leave a gap"
+    return folder.parent / "native", whole, names, state, groups
+
+
+def test_the_native_layout_consolidates_with_dcp_to_torch_save(native, tmp_path):
+    """PyTorch's own consolidation of the native layout: the weights and Adam's state as Volt holds
+    them, nested as dcp.save({"model": ..., "optim": ...}) nests them."""
+    from torch.distributed.checkpoint.format_utils import dcp_to_torch_save
+
+    folder, whole, names, state, groups = native
+    assert sorted(p.name for p in folder.iterdir()) == [".metadata", "__0_0.distcp", "__1_0.distcp"]
+    dcp_to_torch_save(folder, tmp_path / "whole.pt")
+    saved = torch.load(tmp_path / "whole.pt", weights_only=False)
+    assert sorted(saved["model"]) == sorted(whole)
+    for name, tensor in whole.items():
+        assert torch.equal(saved["model"][name], tensor), name
+    assert sorted(saved["optim"]["state"]) == sorted(state)
+    for name, fields in state.items():
+        for key, value in fields.items():
+            assert torch.equal(saved["optim"]["state"][name][key], value), (name, key)
+    # examples/gpt's two groups (weight decay on the matrices only), parameters by name.
+    assert [group["params"] for group in saved["optim"]["param_groups"]] == [group["names"] for group in groups]
+    for group, volt in zip(saved["optim"]["param_groups"], groups):
+        assert group["lr"] == volt["lr"] and group["weight_decay"] == volt["weight_decay"] and group["foreach"] is None
 
 
 def test_the_pieces_are_chunks_that_tile_each_tensor_unconsolidated(exported):
@@ -95,7 +163,50 @@ class Named(torch.nn.Module):
             owner.register_parameter(leaf, torch.nn.Parameter(torch.zeros(shape)))
 
 
-def load_under_fsdp2(rank, world, port, folder, whole_path, failures):
+def leave_cleanly():
+    """Ends a spawned process that did its work: every process past its last collective, the group
+    destroyed, and out without the interpreter's finalization, in which Gloo's threads abort a
+    process now and then ("terminate called without an active exception"; pytorch/pytorch#179291).
+    What the test needs was written (files, the failures queue) before."""
+    dist.barrier()
+    dist.destroy_process_group()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(0)
+
+
+def load_native(model, native_folder, expected, failures, where, no_dist=False):
+    """dcp.load of the native layout into `model` and an Adam over it with Volt's groups, as a PyTorch
+    user resumes (get_state_dict, dcp.load, set_state_dict); every weight, Adam field and group's
+    hyperparameters are compared whole with `expected` (whole weights, Adam's state by name, groups)."""
+    from torch.distributed.checkpoint.state_dict import (StateDictOptions, get_model_state_dict,
+                                                         get_optimizer_state_dict, get_state_dict, set_state_dict)
+    whole, state, groups = expected
+    parameters = dict(model.named_parameters())
+    optimizer = torch.optim.Adam([{"params": [parameters[name] for name in group["names"]]} for group in groups],
+                                 lr=1.0, weight_decay=0.5)
+    model_state, optim_state = get_state_dict(model, optimizer)
+    dcp.load({"model": model_state, "optim": optim_state}, checkpoint_id=native_folder, no_dist=no_dist)
+    set_state_dict(model, optimizer, model_state_dict=model_state, optim_state_dict=optim_state)
+    options = StateDictOptions(full_state_dict=True)
+    loaded_model = get_model_state_dict(model, options=options)
+    loaded_optim = get_optimizer_state_dict(model, optimizer, options=options)
+    for name, tensor in whole.items():
+        if not torch.equal(loaded_model[name], tensor):
+            failures.put(f"{where}: model {name}")
+    for name, fields in state.items():
+        for key, value in fields.items():
+            if not torch.equal(loaded_optim["state"][name][key], value):
+                failures.put(f"{where}: optim {name}.{key}")
+    for loaded, volt in zip(optimizer.param_groups, groups):
+        if (loaded["lr"], loaded["weight_decay"], tuple(loaded["betas"])) != (volt["lr"], volt["weight_decay"],
+                                                                               tuple(volt["betas"])):
+            failures.put(f"{where}: param group {loaded}")
+
+
+def load_under_fsdp2(rank, world, port, folder, whole_path, native_folder, expected_path, failures):
+    """Both layouts into FSDP2 models at `world` processes: the safetensors one's weights, and the
+    native one's weights and Adam state."""
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
     dist.init_process_group("gloo", rank=rank, world_size=world)
     try:
@@ -103,8 +214,9 @@ def load_under_fsdp2(rank, world, port, folder, whole_path, failures):
         from torch.distributed.device_mesh import init_device_mesh
         from torch.distributed.fsdp import fully_shard
         whole = load_file(whole_path)
+        mesh = init_device_mesh("cpu", (world,))
         model = Named({name: tensor.shape for name, tensor in whole.items()})
-        fully_shard(model, mesh=init_device_mesh("cpu", (world,)))
+        fully_shard(model, mesh=mesh)
         state = get_model_state_dict(model)
         dcp.load(state, storage_reader=HuggingFaceStorageReader(folder))
         for name, tensor in whole.items():
@@ -112,18 +224,39 @@ def load_under_fsdp2(rank, world, port, folder, whole_path, failures):
             value = value.full_tensor() if hasattr(value, "full_tensor") else value
             if not torch.equal(value, tensor):
                 failures.put(f"world size {world}, rank {rank}: {name}")
+        model = Named({name: tensor.shape for name, tensor in whole.items()})
+        fully_shard(model, mesh=mesh)
+        load_native(model, native_folder, torch.load(expected_path, weights_only=False), failures,
+                    f"native, world size {world}, rank {rank}")
+        leave_cleanly()
     finally:
-        dist.destroy_process_group()
+        if dist.is_initialized():
+            dist.destroy_process_group()
+
+
+def test_the_native_layout_loads_into_a_plain_model_and_adam_on_one_process(native):
+    folder, whole, names, state, groups = native
+    failures = mp.get_context("spawn").SimpleQueue()
+    load_native(Named({name: tensor.shape for name, tensor in whole.items()}), folder, (whole, state, groups), failures,
+                "one process", no_dist=True)
+    found = []
+    while not failures.empty():
+        found.append(failures.get())
+    assert not found, found
 
 
 @pytest.mark.parametrize("world", [2, 4])
-def test_dcp_load_into_fsdp2_reshards_the_pieces_bit_exactly(exported, tmp_path, world):
+def test_dcp_load_into_fsdp2_reshards_the_pieces_bit_exactly(exported, native, tmp_path, world):
+    """Both layouts: the safetensors one's weights, the native one's weights and Adam state."""
     folder, whole = exported
-    whole_path = tmp_path / "whole.safetensors"
+    native_folder, _, _, state, groups = native
+    whole_path, expected_path = tmp_path / "whole.safetensors", tmp_path / "expected.pt"
     from safetensors.torch import save_file
     save_file(whole, whole_path)
+    torch.save((whole, state, groups), expected_path)
     failures = mp.get_context("spawn").SimpleQueue()
-    mp.start_processes(load_under_fsdp2, args=(world, free_port(), str(folder), str(whole_path), failures),
+    mp.start_processes(load_under_fsdp2, args=(world, free_port(), str(folder), str(whole_path), str(native_folder),
+                                               str(expected_path), failures),
                        nprocs=world, start_method="spawn")
     found = []
     while not failures.empty():
@@ -174,8 +307,10 @@ def save_under_fsdp2(rank, world, port, folder, reference_path):
                 full[f"optim.state.{param}.{field}"] = v.full_tensor() if hasattr(v, "full_tensor") else v
         if rank == 0:
             save_file({k: v.detach().contiguous() for k, v in full.items()}, reference_path)
+        leave_cleanly()
     finally:
-        dist.destroy_process_group()
+        if dist.is_initialized():
+            dist.destroy_process_group()
 
 
 @pytest.fixture(scope="module")

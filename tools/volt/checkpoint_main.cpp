@@ -2,7 +2,8 @@
 // The `volt` tool links no LibTorch; `volt checkpoint ...` runs this binary, installed beside it.
 //
 //   volt checkpoint to-safetensors lightning_logs/version_0/checkpoints/last.ckpt model.safetensors
-//   volt checkpoint to-dcp lightning_logs/version_0/checkpoints/last.ckpt dcp/ [--prefix model.]
+//   volt checkpoint to-dcp lightning_logs/version_0/checkpoints/last.ckpt dcp/ [--weights-only]
+//   volt checkpoint to-dcp last.ckpt dcp/ --layout safetensors [--prefix model.]
 //   volt checkpoint from-dcp pytorch_dcp/ model.safetensors [--prefix model.]
 #include <fmt/format.h>
 
@@ -11,6 +12,7 @@
 #include <string>
 
 #include "volt/checkpoint/dcp_checkpoint.h"
+#include "volt/checkpoint/dcp_writer.h"
 #include "volt/checkpoint/safetensors.h"
 #include "volt/checkpoint/state_dict_export.h"
 #include "volt/cli/run_main.h"
@@ -27,15 +29,23 @@ int main(int argc, char** argv) {
       "it; the whole model must fit in memory).");
   to->add_option("checkpoint", checkpoint, "the .ckpt file")->required();
   to->add_option("out", out, "the .safetensors file to write (atomically)")->required();
-  std::string folder, prefix;
+  std::string folder, prefix, layout = "native";
+  bool weights_only = false;
   CLI::App* dcp = app.add_subcommand(
       "to-dcp",
-      "Write a checkpoint's state_dict into a folder that PyTorch 2.x's torch.distributed.checkpoint loads with "
-      "HuggingFaceStorageReader, at any world size: a sharded fsdp checkpoint's pieces stay as each process wrote "
-      "them (nothing is consolidated).");
+      "Write a checkpoint into a folder that PyTorch 2.x's torch.distributed.checkpoint loads at any world size, "
+      "into plain or FSDP2 models: by default in its own layout (.metadata and a .distcp file per process: "
+      "\"model.<name>\" and the optimizers' state as get_optimizer_state_dict keys it, for dcp.load(state, "
+      "checkpoint_id=DIR) and dcp_to_torch_save), or with --layout safetensors the state_dict only, for "
+      "HuggingFaceStorageReader. A sharded fsdp checkpoint's pieces stay as each process wrote them (nothing is "
+      "consolidated).");
   dcp->add_option("checkpoint", checkpoint, "the .ckpt file (a sharded one's shard files beside it)")->required();
-  dcp->add_option("out", folder, "the folder to write (new or without .safetensors files)")->required();
-  dcp->add_option("--prefix", prefix, "put before every name, e.g. model. for dcp.load({\"model\": sd}, ...)");
+  dcp->add_option("out", folder, "the folder to write (new, or without a distributed checkpoint in it)")->required();
+  dcp->add_option("--layout", layout, "native (PyTorch's own: .metadata + .distcp) or safetensors")
+      ->check(CLI::IsMember({"native", "safetensors"}));
+  dcp->add_flag("--weights-only", weights_only, "native layout: the model's state only, no optimizer state");
+  dcp->add_option("--prefix", prefix,
+                  "safetensors layout: put before every name, e.g. model. for dcp.load({\"model\": sd}, ...)");
   std::string from_prefix;
   CLI::App* from = app.add_subcommand(
       "from-dcp",
@@ -71,6 +81,18 @@ int main(int argc, char** argv) {
       volt::save_safetensors(out, tensors, {{"format", "pt"}});
       std::cout << fmt::format("volt: wrote {} tensors of the distributed checkpoint {} to {}\n", tensors.size(),
                                folder, out);
+      return 0;
+    }
+    if (dcp->parsed() && layout == "native") {
+      if (!prefix.empty()) {
+        throw volt::Error(fmt::format(
+            "--prefix '{}' names the entries of the safetensors layout; the native layout names them as "
+            "dcp.save({{\"model\": ..., \"optim\": ...}}) does. HINT: add --layout safetensors, or leave --prefix out.",
+            prefix));
+      }
+      const size_t entries = volt::save_checkpoint_as_dcp_native(checkpoint, folder, weights_only);
+      std::cout << fmt::format("volt: wrote {} to {} in PyTorch's distributed checkpoint layout ({} entries{})\n",
+                               checkpoint, folder, entries, weights_only ? ", the model's state only" : "");
       return 0;
     }
     if (dcp->parsed()) {

@@ -590,8 +590,9 @@ void add_checkpoint_command(CLI::App& app, Strings& args, const std::string& sel
   CLI::App* checkpoint = app.add_subcommand(
       "checkpoint",
       "Convert checkpoints: `volt checkpoint to-safetensors CKPT OUT.safetensors` writes a checkpoint's state_dict "
-      "(the model's weights, named as stored) as safetensors; `volt checkpoint to-dcp CKPT DIR` writes it as "
-      "PyTorch 2.x's distributed checkpoint reads it. `volt checkpoint --help` lists the commands.");
+      "(the model's weights, named as stored) as safetensors; `volt checkpoint to-dcp CKPT DIR` writes it with the "
+      "optimizers' state as PyTorch 2.x's distributed checkpoint (dcp.load) reads it. `volt checkpoint --help` lists "
+      "the commands.");
   // Everything after `checkpoint`, --help included, is volt-checkpoint's.
   checkpoint->prefix_command();
   checkpoint->set_help_flag();

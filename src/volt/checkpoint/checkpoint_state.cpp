@@ -5,11 +5,13 @@
 
 #include <nlohmann/json.hpp>
 #include <set>
+#include <unordered_map>
 
 #include "volt/base/state_dict.h"
 #include "volt/callbacks/callback.h"
 #include "volt/checkpoint/checkpoint_io.h"
 #include "volt/checkpoint/dcp_checkpoint.h"
+#include "volt/checkpoint/dcp_writer.h"
 #include "volt/checkpoint/sharded_checkpoint.h"
 #include "volt/core/error.h"
 #include "volt/core/strings.h"
@@ -217,6 +219,34 @@ StateDict module_state_dict_without(const torch::nn::Module& module, const std::
 
 StateDict module_state_dict(const torch::nn::Module& module) { return module_state_dict_without(module, {}); }
 
+namespace {
+
+/// Each optimizer's parameters' names in the module, in the optimizer's order (across groups);
+/// nullopt when one is not among the module's parameters (an optimizer over tensors of its own).
+std::optional<c10::impl::GenericList> optimizer_parameter_names(const TrainingParts& parts) {
+  const LightningModule& module = *parts.module;
+  std::unordered_map<const c10::TensorImpl*, std::string> names;
+  for (const auto& item : module.named_parameters(/*recurse=*/true))
+    names.emplace(item.value().unsafeGetTensorImpl(), item.key());
+  c10::impl::GenericList all(c10::ListType::ofStrings());
+  for (const auto& optimizer : parts.optimization->optimizers) {
+    c10::List<std::string> list;
+    for (const auto& group : optimizer->param_groups()) {
+      for (const auto& param : group.params()) {
+        const auto found = names.find(param.unsafeGetTensorImpl());
+        std::optional<std::string> piece;
+        if (found == names.end() && parts.parameter_name) piece = parts.parameter_name(param);
+        if (found == names.end() && !piece) return std::nullopt;
+        list.push_back(found != names.end() ? found->second : *piece);
+      }
+    }
+    all.push_back(list);
+  }
+  return all;
+}
+
+}  // namespace
+
 StateDict make_checkpoint(const TrainingParts& parts, const FitProgress& progress, CheckpointContents contents) {
   VOLT_INTERNAL_ASSERT(parts.module != nullptr && parts.optimization != nullptr && parts.callbacks != nullptr);
   StateDict checkpoint = make_state_dict();
@@ -247,6 +277,9 @@ StateDict make_checkpoint(const TrainingParts& parts, const FitProgress& progres
         optimizers.push_back(optimizer_state_dict(*optimizer));
     }
     checkpoint.insert("optimizer_states", optimizers);
+    // What keys the optimizers' states by parameter name in a distributed checkpoint (to-dcp).
+    if (auto names = optimizer_parameter_names(parts))
+      checkpoint.insert(kOptimizerParameterNamesKey, std::move(*names));
     c10::impl::GenericList schedulers(c10::AnyType::get());
     for (const auto& config : parts.optimization->schedulers) {
       StateDict state = c10::impl::toGenericDict(config.scheduler->state_dict());

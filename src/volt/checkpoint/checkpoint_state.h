@@ -29,6 +29,7 @@
 #include <functional>
 #include <memory>
 #include <nlohmann/json_fwd.hpp>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -88,6 +89,9 @@ struct TrainingParts {
   /// them (fsdp gathers them where every process is, like metric_states); nullptr: each
   /// optimizer's own optimizer_state_dict.
   const std::vector<c10::IValue>* optimizer_states = nullptr;
+  /// Names a tensor an optimizer holds that is not one of the module's parameters (fsdp's pieces:
+  /// StateSharding::parameter_name); unset: only the module's own tensors have names.
+  std::function<std::optional<std::string>(const torch::Tensor&)> parameter_name;
   /// Loads a checkpoint's optimizer state into an optimizer when the strategy shards them (fsdp
   /// cuts it to this process's pieces); unset: load_optimizer_state_dict.
   std::function<void(torch::optim::Optimizer&, const c10::IValue&)> load_optimizer_state;

@@ -4,7 +4,7 @@
 // assembled from the pieces the saving processes held, so Volt reads it at its own world size.
 // Trainer::fit resumes from such a folder (its model and optimizer state, dcp_training_checkpoint);
 // a module fine-tunes from its weights (DcpWeights).
-// The other direction (Volt's checkpoints for dcp.load) is state_dict_export.h.
+// The other direction (Volt's checkpoints for dcp.load) is dcp_writer.h.
 #pragma once
 
 #include <ATen/core/Tensor.h>

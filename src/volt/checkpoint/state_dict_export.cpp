@@ -122,9 +122,10 @@ struct DcpFile {
   }
 };
 
-// Refuses a piece set that does not tile [0, numel) exactly: the reader would leave a gap as it was.
-void check_tiling(const std::string& path, const std::string& name, std::vector<std::pair<int64_t, int64_t>> ranges,
-                  int64_t numel) {
+}  // namespace
+
+void check_pieces_tile(const std::string& path, const std::string& name,
+                       std::vector<std::pair<int64_t, int64_t>> ranges, int64_t numel) {
   std::sort(ranges.begin(), ranges.end());
   int64_t next = 0;
   for (const auto& [from, to] : ranges) {
@@ -144,8 +145,6 @@ void check_tiling(const std::string& path, const std::string& name, std::vector<
         path, name, next, numel));
   }
 }
-
-}  // namespace
 
 size_t save_checkpoint_as_dcp(const std::string& path, const std::string& out, const std::string& prefix) {
   namespace fs = std::filesystem;
@@ -218,7 +217,7 @@ size_t save_checkpoint_as_dcp(const std::string& path, const std::string& out, c
                       "come from another save; write the checkpoint again.",
                       path, name));
     }
-    check_tiling(path, name, ranges[name], sizes[name]);
+    check_pieces_tile(path, name, ranges[name], sizes[name]);
   }
   return files;
 }

@@ -6,6 +6,7 @@
 
 #include <cstdint>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "volt/checkpoint/safetensors.h"
@@ -42,6 +43,12 @@ struct TensorBox {
 /// run of [begin, end), so fsdp's flat pieces become the chunks a distributed checkpoint holds.
 /// Throws volt::Error when not 0 <= begin <= end <= the tensor's element count.
 std::vector<TensorBox> flat_range_boxes(const std::vector<int64_t>& shape, int64_t begin, int64_t end);
+
+/// Throws volt::CheckpointError naming checkpoint `path` and tensor `name`, with a HINT, unless
+/// the element ranges [from, to) of its pieces tile [0, numel) exactly: a distributed checkpoint's
+/// reader would leave a gap's old values without a word.
+void check_pieces_tile(const std::string& path, const std::string& name,
+                       std::vector<std::pair<int64_t, int64_t>> ranges, int64_t numel);
 
 /// Writes the state_dict of the checkpoint at `path` into the folder `out` in the layout PyTorch
 /// 2.x's torch.distributed.checkpoint reads with HuggingFaceStorageReader: safetensors files whose

@@ -97,6 +97,7 @@ TrainingParts FitCheckpoints::training_parts() const {
     parts.load_optimizer_state = [sharding](torch::optim::Optimizer& optimizer, const c10::IValue& state) {
       sharding->load_optimizer_state(optimizer, state);
     };
+    parts.parameter_name = [sharding](const torch::Tensor& optimized) { return sharding->parameter_name(optimized); };
   }
   return parts;
 }

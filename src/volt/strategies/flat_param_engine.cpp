@@ -398,6 +398,13 @@ std::vector<c10::IValue> FlatParamEngine::local_optimizer_states(
   return out;
 }
 
+std::optional<std::string> FlatParamEngine::name_of_piece(const torch::Tensor& piece) const {
+  for (const Entry& entry : entries_) {
+    if (entry.piece.defined() && entry.piece.unsafeGetTensorImpl() == piece.unsafeGetTensorImpl()) return entry.name;
+  }
+  return std::nullopt;
+}
+
 ParameterPieces FlatParamEngine::local_parameter_pieces() {
   ParameterPieces out;
   torch::NoGradGuard no_grad;

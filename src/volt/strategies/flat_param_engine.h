@@ -113,6 +113,9 @@ class FlatParamEngine {
   /// Each unit parameter's piece in this process's chunk (copies, so the next step does not change
   /// what is being saved).
   ParameterPieces local_parameter_pieces();
+  /// The module's name of the parameter whose piece (what the optimizer holds) `piece` is;
+  /// nullopt for any other tensor.
+  std::optional<std::string> name_of_piece(const torch::Tensor& piece) const;
   /// Writes `pieces` (of checkpoint `path`) straight into the units' chunks; units that are whole
   /// now are gathered again from them (a collective). Throws volt::CheckpointError with a HINT when
   /// they are not this process's pieces of the parameters laid out here.

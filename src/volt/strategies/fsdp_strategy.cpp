@@ -212,6 +212,10 @@ std::vector<c10::IValue> FsdpStrategy::local_optimizer_states(
   return engine().local_optimizer_states(optimizers);
 }
 
+std::optional<std::string> FsdpStrategy::parameter_name(const torch::Tensor& optimized) const {
+  return engine_ ? engine_->name_of_piece(optimized) : std::nullopt;
+}
+
 ParameterPieces FsdpStrategy::local_parameter_pieces() {
   return engine_ ? engine_->local_parameter_pieces() : ParameterPieces();
 }

@@ -102,6 +102,8 @@ class FsdpStrategy : public DdpStrategy, private StateSharding {
   /// Each unit parameter's piece in this process's chunk (copies, so the next step does not
   /// change what is being saved).
   ParameterPieces local_parameter_pieces() override;
+  /// The name of the parameter whose piece the optimizer holds as `optimized`.
+  std::optional<std::string> parameter_name(const torch::Tensor& optimized) const override;
   /// Writes the pieces straight into the units' chunks (nothing is gathered to load them); units
   /// that are whole now (after setup) are gathered again from the loaded chunks.
   void load_parameter_pieces(const ParameterPieces& pieces, const std::string& path) override;

@@ -2,6 +2,7 @@
 #pragma once
 
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -48,6 +49,10 @@ class StateSharding {
   /// Loads `state` (as gather_optimizer_states returns it, a sharded checkpoint's piece, or a
   /// checkpoint of an unsharded run) into `optimizer`, cut to this process's pieces. No collective.
   virtual void load_optimizer_state(torch::optim::Optimizer& optimizer, const c10::IValue& state) = 0;
+  /// The module's name of the parameter whose piece `optimized` is (a tensor an optimizer holds
+  /// in its place); nullopt for any other tensor, such as a parameter kept whole, which is the
+  /// module's own. What names an optimizer's parameters in a checkpoint (make_checkpoint).
+  virtual std::optional<std::string> parameter_name(const torch::Tensor& optimized) const { return std::nullopt; }
 };
 
 }  // namespace volt

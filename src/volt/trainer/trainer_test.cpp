@@ -10,6 +10,7 @@
 #include <thread>
 
 #include "volt/callbacks/monitors.h"
+#include "volt/checkpoint/dcp_writer.h"
 #include "volt/core/testing.h"
 #include "volt/trainer/trainer_testing.h"
 
@@ -873,6 +874,36 @@ TEST_F(TrainerTest, A32TrueCheckpointHasNoScalerState) {
   const FitResult result = make_trainer({.max_epochs = 1, .seed = 1}).fit(*module);
   const c10::IValue checkpoint = TorchCheckpointIO().load(result.last_model_path);
   EXPECT_FALSE(checkpoint.toGenericDict().contains(kScalerCheckpointKey));
+}
+
+TEST(CheckpointLayout, NamesEachOptimizersParametersInItsOwnOrderWhenAllAreTheModules) {
+  struct Two : LightningModule {
+    torch::nn::Linear a = register_module("a", torch::nn::Linear(2, 2));
+    torch::nn::Linear b = register_module("b", torch::nn::Linear(2, 1));
+    torch::Tensor training_step(const Batch& batch, int64_t) override { return b(a(batch.data)).sum(); }
+    OptimizerConfig configure_optimizers() override { return {}; }
+  } module;
+  const std::vector<std::shared_ptr<Callback>> callbacks;
+  OptimizerConfig optimization;
+  // Two optimizers, the first over b's weight before a's parameters (not the module's order).
+  optimization.optimizers.push_back(std::make_shared<torch::optim::SGD>(
+      std::vector<torch::Tensor>{module.b->weight, module.a->weight, module.a->bias}, 0.1));
+  optimization.optimizers.push_back(std::make_shared<torch::optim::Adam>(std::vector<torch::Tensor>{module.b->bias}));
+  auto precision = make_precision_plugin(Precision::k32True, c10::DeviceType::CPU);
+  const StateDict checkpoint = make_checkpoint({&module, &optimization, &callbacks, precision.get()}, {});
+  const auto names = checkpoint.at(kOptimizerParameterNamesKey).toListRef();
+  ASSERT_EQ(names.size(), 2U);
+  EXPECT_EQ(names[0].toListRef().size(), 3U);
+  EXPECT_EQ(names[0].toListRef()[0].toStringRef(), "b.weight");
+  EXPECT_EQ(names[0].toListRef()[1].toStringRef(), "a.weight");
+  EXPECT_EQ(names[0].toListRef()[2].toStringRef(), "a.bias");
+  EXPECT_EQ(names[1].toListRef()[0].toStringRef(), "b.bias");
+
+  // A tensor that is not the module's has no name: none are written.
+  optimization.optimizers[1] = std::make_shared<torch::optim::Adam>(
+      std::vector<torch::Tensor>{module.b->bias, torch::zeros({1}, torch::requires_grad())});
+  EXPECT_FALSE(
+      make_checkpoint({&module, &optimization, &callbacks, precision.get()}, {}).contains(kOptimizerParameterNamesKey));
 }
 
 }  // namespace
