@@ -123,9 +123,10 @@ std::string torch_dtype_name(at::ScalarType dtype) {
     case at::kBool:
       return "bool";
     default:
-      throw CheckpointError(fmt::format("a distributed checkpoint cannot describe a tensor of dtype {}. HINT: convert "
-                                        "it to a floating or integer dtype before saving.",
-                                        c10::toString(dtype)));
+      throw CheckpointError(
+          fmt::format("a distributed checkpoint cannot describe a tensor of dtype {}. HINT: convert "
+                      "it to a floating or integer dtype before saving.",
+                      c10::toString(dtype)));
   }
 }
 
@@ -201,45 +202,34 @@ void storage_entry(MetadataPickler& p, const std::string& name, const std::vecto
 
 std::vector<char> dcp_metadata_pickle(const std::vector<DcpEntry>& entries) {
   MetadataPickler p;
-  const Emit state_dict_metadata = [&] {
-    p.empty_dict();
-    if (entries.empty()) return;
-    p.mark();
-    for (const DcpEntry& entry : entries) {
-      p.string(entry.name);
-      if (entry.tensor) {
-        tensor_storage_metadata(p, *entry.tensor);
-      } else {
-        dataclass(p, kMetadataModule, "BytesStorageMetadata", Fields{});
-      }
-    }
-    p.set_items();
-  };
-  const Emit planner_data = [&] {
-    p.empty_dict();
-    if (entries.empty()) return;
-    p.mark();
-    for (const DcpEntry& entry : entries) {
-      p.string(entry.name);
+  // A dict with the items `item` emits (key, value; any number) for each entry.
+  const auto dict_of = [&](const std::function<void(const DcpEntry&)>& item) {
+    return [&p, &entries, item] {
+      p.empty_dict();
+      if (entries.empty()) return;
       p.mark();
-      for (const c10::IValue& part : entry.path) p.plain(part);
-      p.tuple();
-    }
-    p.set_items();
+      for (const DcpEntry& entry : entries) item(entry);
+      p.set_items();
+    };
   };
-  const Emit storage_data = [&] {
-    p.empty_dict();
-    if (entries.empty()) return;
+  const Emit state_dict_metadata = dict_of([&](const DcpEntry& entry) {
+    p.string(entry.name);
+    if (entry.tensor) {
+      tensor_storage_metadata(p, *entry.tensor);
+    } else {
+      dataclass(p, kMetadataModule, "BytesStorageMetadata", Fields{});
+    }
+  });
+  const Emit planner_data = dict_of([&](const DcpEntry& entry) {
+    p.string(entry.name);
     p.mark();
-    for (const DcpEntry& entry : entries) {
-      if (entry.tensor) {
-        for (const DcpChunk& chunk : entry.tensor->chunks) storage_entry(p, entry.name, &chunk.offsets, chunk);
-      } else {
-        storage_entry(p, entry.name, nullptr, entry.value);
-      }
-    }
-    p.set_items();
-  };
+    for (const c10::IValue& part : entry.path) p.plain(part);
+    p.tuple();
+  });
+  const Emit storage_data = dict_of([&](const DcpEntry& entry) {
+    if (!entry.tensor) return storage_entry(p, entry.name, nullptr, entry.value);
+    for (const DcpChunk& chunk : entry.tensor->chunks) storage_entry(p, entry.name, &chunk.offsets, chunk);
+  });
   dataclass(p, kMetadataModule, "Metadata",
             Fields{{"state_dict_metadata", state_dict_metadata},
                    {"planner_data", planner_data},
@@ -347,17 +337,18 @@ std::vector<std::vector<std::string>> optimizer_parameter_names(const GenericDic
     for (const c10::IValue& name : list.toListRef()) names.back().push_back(name.toStringRef());
   }
   if (names.size() != optimizers) {
-    throw CheckpointError(fmt::format("{} names the parameters of {} optimizers and holds {} optimizer states. HINT: "
-                                      "the file is damaged; export another checkpoint.",
-                                      path, names.size(), optimizers));
+    throw CheckpointError(
+        fmt::format("{} names the parameters of {} optimizers and holds {} optimizer states. HINT: "
+                    "the file is damaged; export another checkpoint.",
+                    path, names.size(), optimizers));
   }
   return names;
 }
 
 /// Optimizer `k`'s states as each process holds them: one whole state, or every process's
 /// marked piece (a sharded checkpoint).
-void add_optimizer(NativeLayout& layout, const std::vector<c10::IValue>& per_rank, const std::vector<std::string>& names,
-                   int64_t& next_group, const std::string& path) {
+void add_optimizer(NativeLayout& layout, const std::vector<c10::IValue>& per_rank,
+                   const std::vector<std::string>& names, int64_t& next_group, const std::string& path) {
   const GenericDict plain = split_shard_marker(per_rank.front()).second.toGenericDict();
   const std::string kind = plain.contains("volt_optimizer") ? plain.at("volt_optimizer").toStringRef() : "";
   if (!plain.contains("state") || !plain.contains("param_groups")) {
@@ -369,9 +360,10 @@ void add_optimizer(NativeLayout& layout, const std::vector<c10::IValue>& per_ran
   }
   const auto name_of = [&](int64_t id) -> const std::string& {
     if (id < 0 || static_cast<size_t>(id) >= names.size()) {
-      throw CheckpointError(fmt::format("{}: an optimizer's state names parameter {}, and it has {} parameters. HINT: "
-                                        "the file is damaged; export another checkpoint.",
-                                        path, id, names.size()));
+      throw CheckpointError(
+          fmt::format("{}: an optimizer's state names parameter {}, and it has {} parameters. HINT: "
+                      "the file is damaged; export another checkpoint.",
+                      path, id, names.size()));
     }
     return names[static_cast<size_t>(id)];
   };
@@ -410,10 +402,9 @@ void add_optimizer(NativeLayout& layout, const std::vector<c10::IValue>& per_ran
         const std::vector<c10::IValue> where = path_of({"optim", "state", fqn, key});
         const std::string name = fmt::format("optim.state.{}.{}", fqn, key);
         const auto at = static_cast<size_t>(id);
-        const bool elementwise = marker && field.value().isTensor() && at < marker->shapes.size() &&
-                                 marker->shapes[at] &&
-                                 std::find(marker->elementwise.begin(), marker->elementwise.end(), key) !=
-                                     marker->elementwise.end();
+        const bool elementwise =
+            marker && field.value().isTensor() && at < marker->shapes.size() && marker->shapes[at] &&
+            std::find(marker->elementwise.begin(), marker->elementwise.end(), key) != marker->elementwise.end();
         if (!elementwise) {
           // Replicated (Adam's step) or whole: once, from rank 0.
           if (rank != 0) continue;
@@ -446,9 +437,10 @@ void add_optimizer(NativeLayout& layout, const std::vector<c10::IValue>& per_ran
 size_t save_checkpoint_as_dcp_native(const std::string& path, const std::string& out, bool weights_only) {
   std::error_code ec;
   if (fs::exists(fs::path(out) / ".metadata", ec)) {
-    throw CheckpointError(fmt::format("{} already holds a distributed checkpoint (.metadata). HINT: write into a new "
-                                      "folder, or remove that one first.",
-                                      out));
+    throw CheckpointError(
+        fmt::format("{} already holds a distributed checkpoint (.metadata). HINT: write into a new "
+                    "folder, or remove that one first.",
+                    out));
   }
   const c10::IValue checkpoint = load_checkpoint_file(path);
   if (!(checkpoint.isGenericDict() && checkpoint.toGenericDict().contains("state_dict"))) {
@@ -494,10 +486,10 @@ size_t save_checkpoint_as_dcp_native(const std::string& path, const std::string&
         optimizers.emplace_back();
         for (const Shard& shard : shards) {
           if (k >= shard.optimizer_states.size()) {
-            throw CheckpointError(fmt::format("{}: a shard holds {} optimizer states, rank 0's {}. HINT: the set is "
-                                              "mixed up; export another checkpoint.",
-                                              path, shard.optimizer_states.size(),
-                                              shards.front().optimizer_states.size()));
+            throw CheckpointError(
+                fmt::format("{}: a shard holds {} optimizer states, rank 0's {}. HINT: the set is "
+                            "mixed up; export another checkpoint.",
+                            path, shard.optimizer_states.size(), shards.front().optimizer_states.size()));
           }
           optimizers.back().push_back(shard.optimizer_states[k]);
         }

@@ -121,8 +121,8 @@ TEST(DcpWriter, EachProcessPiecesOfTheModelAndAdamAreReadBackWhole) {
   EXPECT_TRUE(at::equal(state.at(int64_t{0}).toGenericDict().at("exp_avg").toTensor(), whole_w() + 100));
   EXPECT_TRUE(at::equal(state.at(int64_t{1}).toGenericDict().at("exp_avg").toTensor(), whole_b() + 200));
 
-  const std::string message =
-      testing::error_message<CheckpointError>([&] { save_checkpoint_as_dcp_native(write_sharded_with_adam(dir), out); });
+  const std::string message = testing::error_message<CheckpointError>(
+      [&] { save_checkpoint_as_dcp_native(write_sharded_with_adam(dir), out); });
   EXPECT_NE(message.find("already holds a distributed checkpoint"), std::string::npos) << message;
 }
 
