@@ -23,28 +23,10 @@ namespace {
 using GenericDict = c10::impl::GenericDict;
 
 at::ScalarType dcp_dtype(const std::string& name, const std::string& what) {
-  static const std::map<std::string, at::ScalarType> dtypes = {{"float32", at::kFloat},
-                                                               {"float", at::kFloat},
-                                                               {"float64", at::kDouble},
-                                                               {"double", at::kDouble},
-                                                               {"float16", at::kHalf},
-                                                               {"half", at::kHalf},
-                                                               {"bfloat16", at::kBFloat16},
-                                                               {"int64", at::kLong},
-                                                               {"long", at::kLong},
-                                                               {"int32", at::kInt},
-                                                               {"int", at::kInt},
-                                                               {"int16", at::kShort},
-                                                               {"short", at::kShort},
-                                                               {"int8", at::kChar},
-                                                               {"uint8", at::kByte},
-                                                               {"bool", at::kBool},
-                                                               {"complex64", at::kComplexFloat},
-                                                               {"complex128", at::kComplexDouble}};
-  const auto it = dtypes.find(name);
-  if (it == dtypes.end())
-    throw CheckpointError(fmt::format("{} has a tensor of dtype torch.{}, which Volt does not read", what, name));
-  return it->second;
+  for (const auto& [known, dtype] : dcp_dtype_names()) {
+    if (known == name) return dtype;
+  }
+  throw CheckpointError(fmt::format("{} has a tensor of dtype torch.{}, which Volt does not read", what, name));
 }
 
 [[noreturn]] void dcp_malformed(const std::string& what, const std::string& detail) {
@@ -164,6 +146,28 @@ int64_t dcp_step_of(const c10::IValue& state) {
 }
 
 }  // namespace
+
+const std::vector<std::pair<std::string, at::ScalarType>>& dcp_dtype_names() {
+  static const auto* names = new std::vector<std::pair<std::string, at::ScalarType>>{{"float32", at::kFloat},
+                                                                                     {"float64", at::kDouble},
+                                                                                     {"float16", at::kHalf},
+                                                                                     {"bfloat16", at::kBFloat16},
+                                                                                     {"int64", at::kLong},
+                                                                                     {"int32", at::kInt},
+                                                                                     {"int16", at::kShort},
+                                                                                     {"int8", at::kChar},
+                                                                                     {"uint8", at::kByte},
+                                                                                     {"bool", at::kBool},
+                                                                                     {"complex64", at::kComplexFloat},
+                                                                                     {"complex128", at::kComplexDouble},
+                                                                                     {"float", at::kFloat},
+                                                                                     {"double", at::kDouble},
+                                                                                     {"half", at::kHalf},
+                                                                                     {"long", at::kLong},
+                                                                                     {"int", at::kInt},
+                                                                                     {"short", at::kShort}};
+  return *names;
+}
 
 bool is_dcp_checkpoint(const std::string& path) {
   std::error_code ec;

@@ -13,6 +13,7 @@
 #include <cstdint>
 #include <map>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "volt/checkpoint/weight_source.h"
@@ -92,6 +93,11 @@ class DcpWeights : public WeightSource {
 /// states only, no loops, callbacks, schedulers or RNG state, so restore_checkpoint resumes it at
 /// epoch 0 instead of asking for what it cannot have.
 inline constexpr const char* kConvertedFromKey = "volt_converted_from";
+
+/// The dtypes a distributed checkpoint's `.metadata` names as `torch.<name>` globals, each with
+/// its ScalarType: PyTorch's canonical names first, then their aliases (torch.float is
+/// torch.float32). The one list the unpickler admits, the reader maps and the writer names from.
+const std::vector<std::pair<std::string, at::ScalarType>>& dcp_dtype_names();
 
 /// Whether `path` is a folder torch.distributed.checkpoint's default writer filled (it holds a
 /// `.metadata` file): what ckpt_path accepts besides Volt's and Lightning's checkpoint files.

@@ -99,35 +99,15 @@ class MetadataPickler {
   std::vector<char> bytes_;
 };
 
-/// torch.<name> of a dtype a distributed checkpoint stores.
+/// torch.<name> of a dtype a distributed checkpoint stores (its canonical name).
 std::string torch_dtype_name(at::ScalarType dtype) {
-  switch (dtype) {
-    case at::kFloat:
-      return "float32";
-    case at::kDouble:
-      return "float64";
-    case at::kHalf:
-      return "float16";
-    case at::kBFloat16:
-      return "bfloat16";
-    case at::kLong:
-      return "int64";
-    case at::kInt:
-      return "int32";
-    case at::kShort:
-      return "int16";
-    case at::kChar:
-      return "int8";
-    case at::kByte:
-      return "uint8";
-    case at::kBool:
-      return "bool";
-    default:
-      throw CheckpointError(
-          fmt::format("a distributed checkpoint cannot describe a tensor of dtype {}. HINT: convert "
-                      "it to a floating or integer dtype before saving.",
-                      c10::toString(dtype)));
+  for (const auto& [name, known] : dcp_dtype_names()) {
+    if (known == dtype) return name;
   }
+  throw CheckpointError(
+      fmt::format("a distributed checkpoint cannot describe a tensor of dtype {}. HINT: convert it "
+                  "to a floating or integer dtype before saving.",
+                  c10::toString(dtype)));
 }
 
 /// Emits dataclass `name` of `module` with `fields` (each emitted by its function) as pickle does:

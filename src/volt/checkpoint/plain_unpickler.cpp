@@ -9,6 +9,7 @@
 #include <unordered_set>
 #include <vector>
 
+#include "volt/checkpoint/dcp_checkpoint.h"
 #include "volt/core/error.h"
 
 namespace volt::internal {
@@ -121,9 +122,11 @@ const std::unordered_set<std::string>& dcp_record_classes() {
 }
 // The dtypes a .metadata names as globals (`torch.float32`), which load as their names.
 const std::unordered_set<std::string>& dtype_names() {
-  static const auto* names = new std::unordered_set<std::string>{
-      "float32", "float64",   "float16",    "bfloat16", "int64",  "int32", "int16", "int8", "uint8",
-      "bool",    "complex64", "complex128", "float",    "double", "half",  "long",  "int",  "short"};
+  static const auto* names = [] {
+    auto* set = new std::unordered_set<std::string>;
+    for (const auto& [name, dtype] : dcp_dtype_names()) set->insert(name);
+    return set;
+  }();
   return *names;
 }
 
