@@ -6,6 +6,7 @@
 #include <ATen/ATen.h>
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <filesystem>
 #include <string>
 #include <utility>
@@ -142,7 +143,7 @@ TEST(DcpWriter, OptimizerStatesWithoutParameterNamesAreRefusedUnlessOnlyTheWeigh
   EXPECT_TRUE(checkpoint.value_names().empty());
 }
 
-TEST(DcpWriter, AWholeCheckpointGoesIntoRankZerosFileAndAnArchivedOptimizerIsRefused) {
+TEST(DcpWriter, AWholeCheckpointsOptimizersAreMergedIntoRankZerosFileAndAnArchivedOneIsRefused) {
   testing::TempDir dir;
   // A full checkpoint (one process, or fsdp's gathered state): Adam's state whole, unmarked.
   WriterDict adam = split_shard_marker(adam_piece(0)).second.toGenericDict().copy();
@@ -152,13 +153,35 @@ TEST(DcpWriter, AWholeCheckpointGoesIntoRankZerosFileAndAnArchivedOptimizerIsRef
   w.insert("exp_avg", whole_w() + 100);
   state.insert(int64_t{0}, w);
   adam.insert_or_assign("state", state);
+  WriterDict adam_group = adam.at("param_groups").toListRef()[0].toGenericDict().copy();
+  adam_group.insert_or_assign("params", c10::List<int64_t>({0}));
+  c10::impl::GenericList adam_groups(c10::AnyType::get());
+  adam_groups.push_back(adam_group);
+  adam.insert_or_assign("param_groups", adam_groups);
+  // A second optimizer (a GAN's), SGD over b: merged as get_optimizer_state_dict merges several.
+  WriterDict sgd = writer_dict();
+  sgd.insert("volt_optimizer", std::string("SGD"));
+  c10::impl::GenericDict sgd_state(c10::IntType::get(), c10::AnyType::get());
+  WriterDict momentum = writer_dict();
+  momentum.insert("momentum_buffer", whole_b() * 3);
+  sgd_state.insert(int64_t{0}, momentum);
+  sgd.insert("state", sgd_state);
+  WriterDict sgd_group = writer_dict();
+  sgd_group.insert("lr", 0.5);
+  sgd_group.insert("momentum", 0.9);
+  sgd_group.insert("params", c10::List<int64_t>({0}));
+  c10::impl::GenericList sgd_groups(c10::AnyType::get());
+  sgd_groups.push_back(sgd_group);
+  sgd.insert("param_groups", sgd_groups);
   c10::impl::GenericList optimizers(c10::AnyType::get());
   optimizers.push_back(adam);
+  optimizers.push_back(sgd);
   WriterDict weights = writer_dict();
   weights.insert("w", whole_w());
   weights.insert("b", whole_b());
   c10::impl::GenericList names(c10::ListType::ofStrings());
-  names.push_back(c10::List<std::string>({"w", "b"}));
+  names.push_back(c10::List<std::string>({"w"}));
+  names.push_back(c10::List<std::string>({"b"}));
   WriterDict checkpoint = writer_dict();
   checkpoint.insert("state_dict", weights);
   checkpoint.insert("optimizer_states", optimizers);
@@ -171,6 +194,13 @@ TEST(DcpWriter, AWholeCheckpointGoesIntoRankZerosFileAndAnArchivedOptimizerIsRef
   EXPECT_TRUE(at::equal(exported.read("optim.state.w.exp_avg"), whole_w() + 100));
   EXPECT_EQ(exported.read("optim.state.w.step").item<float>(), 3.0F);
   EXPECT_TRUE(at::equal(exported.read("model.b"), whole_b()));
+  EXPECT_TRUE(at::equal(exported.read("optim.state.b.momentum_buffer"), whole_b() * 3));
+  EXPECT_EQ(exported.read_value("optim.param_groups.1.lr").toDouble(), 0.5);
+  EXPECT_EQ(exported.read_value("optim.param_groups.1.params").toListRef()[0].toStringRef(), "b");
+  const std::vector<std::string> values = exported.value_names();
+  EXPECT_EQ(std::count(values.begin(), values.end(), "optim.param_groups.1.decoupled_weight_decay"), 0)
+      << "an Adam field, not SGD's";
+  EXPECT_EQ(std::count(values.begin(), values.end(), "optim.param_groups.1.fused"), 1);
 
   // LibTorch's own archive of an optimizer Volt has no PyTorch layout for (LBFGS): no state to key.
   WriterDict archived = writer_dict();
@@ -178,6 +208,8 @@ TEST(DcpWriter, AWholeCheckpointGoesIntoRankZerosFileAndAnArchivedOptimizerIsRef
   archived.insert("volt_libtorch_archive", at::zeros({4}, at::kByte));
   archived.insert("param_groups", adam.at("param_groups"));
   optimizers.set(0, archived);
+  optimizers.pop_back();
+  names.pop_back();
   checkpoint.insert_or_assign("optimizer_states", optimizers);
   save_checkpoint_file(checkpoint, dir.file("lbfgs.ckpt"));
   const std::string message = testing::error_message<CheckpointError>(
