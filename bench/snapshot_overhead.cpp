@@ -10,6 +10,8 @@
 // steps. The target (issue #32): async within 2% of none where a synchronous save costs many steps.
 // The stall's share of the steps between snapshots is the part of the overhead the training thread
 // pays for certain; the medians add what the background write costs it (memory bandwidth, a core).
+// Trainer flags (--accelerator gpu --devices 1 --precision bf16-mixed) apply to every contender:
+// scripts/device/checks.sh runs it so on a GPU.
 #include <algorithm>
 #include <filesystem>
 #include <iostream>
@@ -53,11 +55,10 @@ class LastLoss : public volt::Callback {
   double loss = 0.0;
 };
 
-Outcome run_one(Contender contender, const gpt::GptModuleOptions& module, int64_t steps, int64_t every, int64_t warmup,
-                const std::filesystem::path& dir) {
+Outcome run_one(Contender contender, const volt::TrainerOptions& base, const gpt::GptModuleOptions& module,
+                int64_t steps, int64_t every, int64_t warmup, const std::filesystem::path& dir) {
   std::filesystem::remove_all(dir);
-  volt::TrainerOptions options = volt::bench::bare_trainer_options();
-  options.limit_val_batches = volt::BatchLimit(int64_t{0});
+  volt::TrainerOptions options = base;
   options.max_steps = steps;
   options.default_root_dir = dir.string();
   auto clock = std::make_shared<volt::bench::StepClock>();
@@ -92,6 +93,12 @@ int main(int argc, char** argv) {
   return volt::run_main([&] {
     CLI::App app("What snapshots cost: none, asynchronous snapshots and synchronous saves, interleaved",
                  "bench_snapshot_overhead");
+    // The trainer flags (--accelerator gpu --devices 1 --precision bf16-mixed on a GPU machine)
+    // apply to every contender; the steps, the checkpoints and the folder are the bench's own.
+    volt::TrainerOptions base = volt::bench::bare_trainer_options();
+    base.limit_val_batches = volt::BatchLimit(int64_t{0});
+    volt::TrainerFlagText text;
+    volt::add_trainer_flags(app, base, text);
     gpt::GptModuleOptions module;
     module.val_fraction = 0;
     module.sample.max_new_tokens = 0;
@@ -121,6 +128,7 @@ int main(int argc, char** argv) {
     app.add_option("--repeats", repeats, "runs of each contender, interleaved")->capture_default_str();
     app.add_option("--dir", dir, "where the checkpoints go (removed after each run)")->capture_default_str();
     CLI11_PARSE(app, argc, argv);
+    volt::apply_trainer_flags(text, base);
     VOLT_CHECK(warmup < every && every < steps,
                "--warmup={} --every={} --steps={}: expected warmup < every < steps, so that saves fall in the timed "
                "steps. HINT: e.g. --steps 160 --every 50 --warmup 10.",
@@ -132,7 +140,7 @@ int main(int argc, char** argv) {
     volt::SnapshotStats stats;
     for (int64_t r = 0; r < repeats; ++r) {
       for (Contender c : contenders) {
-        const Outcome outcome = run_one(c, module, steps, every, warmup, std::filesystem::path(dir) / name_of(c));
+        const Outcome outcome = run_one(c, base, module, steps, every, warmup, std::filesystem::path(dir) / name_of(c));
         step_ms[c].push_back(outcome.step_ms);
         loss[c] = outcome.final_loss;
         if (c == Contender::kAsync) stats = outcome.snapshots;

@@ -190,7 +190,7 @@ if [ "$dry_run" = 1 ]; then
   cmake_args+=("-DCMAKE_IGNORE_PATH=$ignore")
 fi
 
-targets=${VOLT_DEVICE_TARGETS:-trainer_cuda_test fashion_mnist bench_gpt_throughput}
+targets=${VOLT_DEVICE_TARGETS:-trainer_cuda_test fashion_mnist bench_gpt_throughput bench_snapshot_overhead}
 build_started=$(date +%s)
 build_ok=1
 # shellcheck disable=SC2086  # $targets: one word per target
@@ -268,6 +268,11 @@ gpt_python=("$python")
 gpt_size=(--n-layer 6 --n-head 6 --n-embd 384 --block-size 256 --batch-size 32 --warmup-steps 10)
 gpt_steps=80
 gpt_warmup=20
+# The snapshot check's GPT: GPT-2 small's shape (124 M parameters, 1.5 GB with AdamW's moments).
+snap_size=(--n-layer 12 --n-head 12 --n-embd 768 --block-size 256 --batch-size 8)
+snap_steps=160
+snap_every=50
+snap_warmup=10
 if [ "$dry_run" = 1 ] && [ "${VOLT_DEVICE_FAKE_GPU:-0}" = 1 ]; then
   gpu=1
   gpu_accel=cpu
@@ -277,6 +282,10 @@ if [ "$dry_run" = 1 ] && [ "${VOLT_DEVICE_FAKE_GPU:-0}" = 1 ]; then
   gpt_size=(--n-layer 2 --n-head 2 --n-embd 32 --block-size 32 --batch-size 4 --warmup-steps 2)
   gpt_steps=12
   gpt_warmup=4
+  snap_size=(--n-layer 2 --n-head 2 --n-embd 32 --block-size 32 --batch-size 4)
+  snap_steps=24
+  snap_every=8
+  snap_warmup=4
 fi
 
 # shellcheck source=scripts/device/checks.sh

@@ -169,3 +169,23 @@ else
   done
   record "$name" "$result" "$figures"
 fi
+
+# --- snapshots on the GPU: what they cost the step (issue #32's target: within 2% of none) -------
+# bench/snapshot_overhead.cpp trains the GPT with no checkpoint, with a snapshot every
+# $snap_every steps, and with a synchronous save as often, interleaved and repeated 3 times.
+name="snapshots every $snap_every steps, GPT ${snap_size[*]:0:6}, bf16-mixed: step time against none"
+if [ "$gpu" = 0 ]; then
+  record "$name" skip "$no_gpu"
+elif ! have bench/bench_snapshot_overhead; then
+  record "$name" skip "bench_snapshot_overhead not built (VOLT_DEVICE_TARGETS)"
+elif ! run_check snapshots 150 "${volt_env[@]}" "$(bin bench/bench_snapshot_overhead)" "${snap_size[@]}" \
+       --text "$text" --steps "$snap_steps" --every "$snap_every" --warmup "$snap_warmup" --repeats 3 \
+       --accelerator "$gpu_accel" --devices 1 --precision bf16-mixed --num-threads 4 --dir "$work/snapshots"; then
+  record "$name" fail "$(why $? snapshots)"
+else
+  out=$work/snapshots.out
+  against() { grep -m1 "^$1 " "$out" | grep -oE '[-+][0-9.]+% against none' | cut -d% -f1; }
+  async=$(against async)
+  figures="none $(grep -m1 '^none ' "$out" | grep -oE 'median [0-9.]+ ms/step'), snapshots ${async}%, synchronous saves $(against sync)%; $(grep -m1 '^stall per snapshot' "$out")"
+  record "$name" "$(awk -v a="${async:-999}" 'BEGIN { print (a <= 2.0) ? "pass" : "fail" }')" "$figures"
+fi
