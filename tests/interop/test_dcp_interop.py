@@ -234,6 +234,16 @@ def load_under_fsdp2(rank, world, port, folder, whole_path, native_folder, expec
             dist.destroy_process_group()
 
 
+def test_the_native_layout_refuses_a_prefix_and_a_folder_that_holds_a_checkpoint(native, tmp_path):
+    folder = native[0]
+    [ckpt] = list(folder.parent.rglob("last.ckpt"))
+    for args, expected in [([tmp_path / "x", "--prefix", "model."], "HINT: add --layout safetensors"),
+                           ([folder], "already holds a distributed checkpoint (.metadata)")]:
+        result = subprocess.run([str(a) for a in [TOOL, "to-dcp", ckpt] + args], capture_output=True, text=True,
+                                timeout=60)
+        assert result.returncode != 0 and expected in result.stdout + result.stderr, result
+
+
 def test_the_native_layout_loads_into_a_plain_model_and_adam_on_one_process(native):
     folder, whole, names, state, groups = native
     failures = mp.get_context("spawn").SimpleQueue()
