@@ -87,9 +87,11 @@ class Checkpointer {
   /// a full disk or a copy, is skipped with a warning and the one before it tried), where the
   /// memory tier `memory_dir` ("" none; snapshot_memory.h) stands in for a snapshot file of the
   /// same number (same bytes, no file system) or one a crash cut short. The highest number any
-  /// process found wins; a process without it receives it from the lowest rank that has it. A
-  /// sharded one wins only when every process finds its own shard (beside it, in `dir` or in its
-  /// node's memory tier); else the one before it is tried, with a warning naming who lacks it.
+  /// process found wins; a process without it receives it from the lowest rank that has it (one
+  /// read from that rank's memory tier is named in this node's, the same folder name). A sharded
+  /// one wins only when every process finds its own shard (beside it, in `dir` or in its node's
+  /// memory tier) or receives it from another node's tier, which holds a peer copy
+  /// (snapshot_peer_copy); else the one before it is tried, with a warning naming who lacks it.
   std::optional<LoadedCheckpoint> newest_resume_checkpoint(const std::string& dir, const std::string& memory_dir,
                                                            Collectives& collectives, Console& console) const;
   /// Saves the next hpc_ckpt_<N>.ckpt in `dir` and deletes all but the newest `keep`, only after
