@@ -325,8 +325,9 @@ std::vector<std::vector<std::string>> optimizer_parameter_names(const GenericDic
   return names;
 }
 
-/// Optimizer `k`'s states as each process holds them: one whole state, or every process's
-/// marked piece (a sharded checkpoint).
+/// Adds one optimizer's entries: its param groups, numbered on from `next_group` (several
+/// optimizers' groups follow each other), and its state by its parameters' `names`, from
+/// `per_rank` (one whole state, or every process's marked piece of a sharded checkpoint).
 void add_optimizer(NativeLayout& layout, const std::vector<c10::IValue>& per_rank,
                    const std::vector<std::string>& names, int64_t& next_group, const std::string& path) {
   const GenericDict plain = split_shard_marker(per_rank.front()).second.toGenericDict();
