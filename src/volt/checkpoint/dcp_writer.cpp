@@ -234,11 +234,13 @@ std::vector<std::pair<std::string, c10::IValue>> torch_group_defaults(const std:
   return fields;
 }
 
-/// The folder's files being filled: each process's `__<rank>_0.distcp` and the entries that
-/// point into them.
+/// The folder being written: each process's `__<rank>_0.distcp`, written (flush) once that
+/// process's entries are in, and the entries that point into them, written last as `.metadata`.
+/// One process's bytes are held at a time.
 class NativeLayout {
  public:
-  /// A tensor box of `value` (its whole `size`) at `offsets`, written into `rank`'s file.
+  explicit NativeLayout(std::string out) : out_(std::move(out)) {}
+  /// A tensor box of `value` (its whole `size`) at `offsets`, into `rank`'s file.
   void add_tensor(const std::string& name, std::vector<c10::IValue> path, int64_t rank, const at::Tensor& value,
                   const std::vector<int64_t>& offsets, const std::vector<int64_t>& size) {
     DcpEntry& entry = entry_for(name, std::move(path));
@@ -249,21 +251,33 @@ class NativeLayout {
     chunk.sizes = value.sizes().vec();
     entry.tensor->chunks.push_back(std::move(chunk));
   }
-  /// A non-tensor value, in rank 0's file.
+  /// A non-tensor value, into rank 0's file.
   void add_value(const std::string& name, std::vector<c10::IValue> path, const c10::IValue& value) {
     DcpEntry& entry = entry_for(name, std::move(path));
     entry.value = append(0, value);
   }
-  /// Writes the files, then `.metadata`; returns the number of entries.
-  size_t write(const std::string& out) const {
-    for (const auto& [rank, bytes] : files_) {
-      write_file_atomically((fs::path(out) / file_name(rank)).string(),
-                            [&bytes = bytes](const ByteSink& sink) { sink(bytes.data(), bytes.size()); });
-    }
+  /// Writes `rank`'s file (when it holds anything) and lets its bytes go.
+  void flush(int64_t rank) {
+    if (rank != file_rank_ || file_.empty()) return;
+    const std::string path = (fs::path(out_) / file_name(rank)).string();
+    write_file_atomically(path, [this](const ByteSink& sink) { sink(file_.data(), file_.size()); });
+    written_.push_back(path);
+    file_.clear();
+    file_.shrink_to_fit();
+  }
+  /// Writes `.metadata`, which makes the folder a checkpoint; returns the number of entries.
+  size_t finish() const {
     const std::vector<char> metadata = dcp_metadata_pickle(entries_);
-    write_file_atomically((fs::path(out) / ".metadata").string(),
+    write_file_atomically((fs::path(out_) / ".metadata").string(),
                           [&](const ByteSink& sink) { sink(metadata.data(), metadata.size()); });
     return entries_.size();
+  }
+  /// Removes the files written: an export that failed leaves nothing behind.
+  void remove_written() const {
+    for (const std::string& path : written_) {
+      std::error_code ec;
+      fs::remove(path, ec);
+    }
   }
 
  private:
@@ -273,21 +287,54 @@ class NativeLayout {
     if (inserted) entries_.push_back(DcpEntry{.name = name, .path = std::move(path), .tensor = {}, .value = {}});
     return entries_[it->second];
   }
-  /// Appends value's torch.save archive (what the reader's torch.load reads) to `rank`'s file.
+  /// Appends value's torch.save archive (what the reader's torch.load reads) to `rank`'s file,
+  /// the one being filled (processes come in order).
   DcpChunk append(int64_t rank, const c10::IValue& value) {
-    std::vector<char>& file = files_[rank];
+    VOLT_INTERNAL_ASSERT(file_.empty() || rank == file_rank_, "rank {}'s entry while rank {}'s file is filled", rank,
+                         file_rank_);
+    file_rank_ = rank;
     const std::vector<char> archive = save_to_bytes(value);
     DcpChunk chunk;
     chunk.file = file_name(rank);
-    chunk.offset = static_cast<int64_t>(file.size());
+    chunk.offset = static_cast<int64_t>(file_.size());
     chunk.length = static_cast<int64_t>(archive.size());
-    file.insert(file.end(), archive.begin(), archive.end());
+    file_.insert(file_.end(), archive.begin(), archive.end());
     return chunk;
   }
 
+  std::string out_;
   std::vector<DcpEntry> entries_;
   std::map<std::string, size_t> index_;
-  std::map<int64_t, std::vector<char>> files_;
+  int64_t file_rank_ = 0;
+  std::vector<char> file_;
+  std::vector<std::string> written_;
+};
+
+/// The element ranges written of each tensor kept in pieces, checked at the end to tile it.
+class Coverage {
+ public:
+  /// Elements [begin, end) of `name`, which has `numel` elements.
+  void add(const std::string& name, int64_t begin, int64_t end, int64_t numel) {
+    ranges_[name].emplace_back(begin, end);
+    numels_[name] = numel;
+  }
+  /// Throws volt::CheckpointError naming checkpoint `path` unless every tensor's ranges tile it
+  /// and every name in `expected` has some.
+  void check(const std::string& path, const std::vector<std::string>& expected) const {
+    for (const std::string& name : expected) {
+      if (ranges_.count(name) == 0) {
+        throw CheckpointError(
+            fmt::format("{}: no shard holds a piece of the sharded parameter '{}'. HINT: the shard "
+                        "files come from another save; export another checkpoint.",
+                        path, name));
+      }
+    }
+    for (const auto& [name, covered] : ranges_) check_pieces_tile(path, name, covered, numels_.at(name));
+  }
+
+ private:
+  std::map<std::string, std::vector<std::pair<int64_t, int64_t>>> ranges_;
+  std::map<std::string, int64_t> numels_;
 };
 
 /// Adds the boxes of `piece` (elements [begin, end) of a tensor of `shape`, flat) to `rank`'s file.
@@ -325,12 +372,22 @@ std::vector<std::vector<std::string>> optimizer_parameter_names(const GenericDic
   return names;
 }
 
-/// Adds one optimizer's entries: its param groups, numbered on from `next_group` (several
-/// optimizers' groups follow each other), and its state by its parameters' `names`, from
-/// `per_rank` (one whole state, or every process's marked piece of a sharded checkpoint).
-void add_optimizer(NativeLayout& layout, const std::vector<c10::IValue>& per_rank,
-                   const std::vector<std::string>& names, int64_t& next_group, const std::string& path) {
-  const GenericDict plain = split_shard_marker(per_rank.front()).second.toGenericDict();
+/// The name of parameter `id` of an optimizer whose parameters are `names`.
+const std::string& parameter_name_of(const std::vector<std::string>& names, int64_t id, const std::string& path) {
+  if (id < 0 || static_cast<size_t>(id) >= names.size()) {
+    throw CheckpointError(
+        fmt::format("{}: an optimizer's state names parameter {}, and it has {} parameters. HINT: "
+                    "the file is damaged; export another checkpoint.",
+                    path, id, names.size()));
+  }
+  return names[static_cast<size_t>(id)];
+}
+
+/// Adds one optimizer's param groups from its (rank 0's) `state`, numbered on from `next_group`
+/// (several optimizers' groups follow each other), "params" as its parameters' `names`.
+void add_param_groups(NativeLayout& layout, const c10::IValue& state, const std::vector<std::string>& names,
+                      int64_t& next_group, const std::string& path) {
+  const GenericDict plain = split_shard_marker(state).second.toGenericDict();
   const std::string kind = plain.contains("volt_optimizer") ? plain.at("volt_optimizer").toStringRef() : "";
   if (!plain.contains("state") || !plain.contains("param_groups")) {
     throw CheckpointError(fmt::format(
@@ -339,15 +396,6 @@ void add_optimizer(NativeLayout& layout, const std::vector<c10::IValue>& per_ran
         "AdamW, RMSprop or Adagrad.",
         path, kind));
   }
-  const auto name_of = [&](int64_t id) -> const std::string& {
-    if (id < 0 || static_cast<size_t>(id) >= names.size()) {
-      throw CheckpointError(
-          fmt::format("{}: an optimizer's state names parameter {}, and it has {} parameters. HINT: "
-                      "the file is damaged; export another checkpoint.",
-                      path, id, names.size()));
-    }
-    return names[static_cast<size_t>(id)];
-  };
   for (const c10::IValue& group_value : plain.at("param_groups").toListRef()) {
     const GenericDict group = group_value.toGenericDict();
     const int64_t g = next_group++;
@@ -362,55 +410,54 @@ void add_optimizer(NativeLayout& layout, const std::vector<c10::IValue>& per_ran
         continue;
       }
       c10::impl::GenericList fqns(c10::StringType::get());
-      for (const c10::IValue& id : item.value().toListRef()) fqns.push_back(name_of(id.toInt()));
+      for (const c10::IValue& id : item.value().toListRef()) fqns.push_back(parameter_name_of(names, id.toInt(), path));
       add(key, fqns);
     }
     for (const auto& [key, value] : torch_group_defaults(kind)) {
       if (!group.contains(key)) add(key, value);
     }
   }
-  // Elementwise fields of a sharded state: every process's pieces, which must tile the tensor.
-  std::map<std::pair<std::string, std::string>, std::vector<std::pair<int64_t, int64_t>>> ranges;
-  std::map<std::pair<std::string, std::string>, int64_t> numels;
-  std::map<std::pair<int64_t, std::string>, int64_t> next_begin;  // shards without recorded pieces: in rank order
-  for (size_t rank = 0; rank < per_rank.size(); ++rank) {
-    const auto [marker, state] = split_shard_marker(per_rank[rank]);
-    for (const auto& item : state.toGenericDict().at("state").toGenericDict()) {
-      const int64_t id = item.key().toInt();
-      const std::string& fqn = name_of(id);
-      for (const auto& field : item.value().toGenericDict()) {
-        const std::string& key = field.key().toStringRef();
-        const std::vector<c10::IValue> where = path_of({"optim", "state", fqn, key});
-        const std::string name = fmt::format("optim.state.{}.{}", fqn, key);
-        const auto at = static_cast<size_t>(id);
-        const bool elementwise =
-            marker && field.value().isTensor() && at < marker->shapes.size() && marker->shapes[at] &&
-            std::find(marker->elementwise.begin(), marker->elementwise.end(), key) != marker->elementwise.end();
-        if (!elementwise) {
-          // Replicated (Adam's step) or whole: once, from rank 0.
-          if (rank != 0) continue;
-          if (field.value().isTensor()) {
-            const at::Tensor value = field.value().toTensor();
-            layout.add_tensor(name, where, 0, value, std::vector<int64_t>(static_cast<size_t>(value.dim()), 0),
-                              value.sizes().vec());
-          } else {
-            layout.add_value(name, where, field.value());
-          }
-          continue;
+}
+
+/// Adds process `rank`'s part of one optimizer's per-parameter state (`state`: a whole one, or
+/// its marked piece of a sharded checkpoint): elementwise fields as boxes of its pieces, the
+/// others (Adam's replicated step, a whole state's) once, from rank 0. `next_begin` places the
+/// pieces of shards that do not record theirs, in rank order.
+void add_state(NativeLayout& layout, int64_t rank, const c10::IValue& state, const std::vector<std::string>& names,
+               Coverage& coverage, std::map<std::pair<int64_t, std::string>, int64_t>& next_begin,
+               const std::string& path) {
+  const auto [marker, plain] = split_shard_marker(state);
+  for (const auto& item : plain.toGenericDict().at("state").toGenericDict()) {
+    const int64_t id = item.key().toInt();
+    const std::string& fqn = parameter_name_of(names, id, path);
+    for (const auto& field : item.value().toGenericDict()) {
+      const std::string& key = field.key().toStringRef();
+      const std::vector<c10::IValue> where = path_of({"optim", "state", fqn, key});
+      const std::string name = fmt::format("optim.state.{}.{}", fqn, key);
+      const auto at = static_cast<size_t>(id);
+      const bool elementwise =
+          marker && field.value().isTensor() && at < marker->shapes.size() && marker->shapes[at] &&
+          std::find(marker->elementwise.begin(), marker->elementwise.end(), key) != marker->elementwise.end();
+      if (!elementwise) {
+        if (rank != 0) continue;
+        if (field.value().isTensor()) {
+          const at::Tensor value = field.value().toTensor();
+          layout.add_tensor(name, where, 0, value, std::vector<int64_t>(static_cast<size_t>(value.dim()), 0),
+                            value.sizes().vec());
+        } else {
+          layout.add_value(name, where, field.value());
         }
-        const std::vector<int64_t>& shape = *marker->shapes[at];
-        const at::Tensor piece = field.value().toTensor();
-        const int64_t begin = at < marker->pieces.size() ? marker->pieces[at].first : next_begin[{id, key}];
-        const int64_t end = begin + piece.numel();
-        next_begin[{id, key}] = end;
-        ranges[{fqn, key}].emplace_back(begin, end);
-        numels[{fqn, key}] = c10::multiply_integers(shape);
-        if (end > begin) add_piece(layout, name, where, static_cast<int64_t>(rank), piece, shape, begin, end);
+        continue;
       }
+      const std::vector<int64_t>& shape = *marker->shapes[at];
+      const at::Tensor piece = field.value().toTensor();
+      const int64_t begin = at < marker->pieces.size() ? marker->pieces[at].first : next_begin[{id, key}];
+      const int64_t end = begin + piece.numel();
+      next_begin[{id, key}] = end;
+      coverage.add(name, begin, end, c10::multiply_integers(shape));
+      if (end > begin) add_piece(layout, name, where, rank, piece, shape, begin, end);
     }
   }
-  for (const auto& [field, covered] : ranges)
-    check_pieces_tile(path, fmt::format("optim.state.{}.{}", field.first, field.second), covered, numels.at(field));
 }
 
 }  // namespace
@@ -430,62 +477,66 @@ size_t save_checkpoint_as_dcp_native(const std::string& path, const std::string&
   }
   const GenericDict top = checkpoint.toGenericDict();
   const std::optional<ShardIndex> index = read_shard_index(checkpoint, path);
-  std::vector<Shard> shards;
-  if (index) {
-    TorchCheckpointIO io;
-    for (int64_t rank = 0; rank < index->world_size; ++rank) shards.push_back(load_shard(io, path, *index, rank));
-  }
-  NativeLayout layout;
-  for (const auto& item : top.at("state_dict").toGenericDict()) {
-    const at::Tensor value = item.value().toTensor();
-    layout.add_tensor("model." + item.key().toStringRef(), path_of({"model", item.key()}), 0, value,
-                      std::vector<int64_t>(static_cast<size_t>(value.dim()), 0), value.sizes().vec());
-  }
+  std::vector<std::string> sharded;
   if (top.contains(kShardedParametersKey)) {
-    for (const c10::IValue& name_value : top.at(kShardedParametersKey).toListRef()) {
-      const std::string& name = name_value.toStringRef();
-      std::vector<std::pair<int64_t, int64_t>> covered;
-      int64_t numel = 0;
-      for (size_t rank = 0; rank < shards.size(); ++rank) {
-        const auto found = shards[rank].parameters.find(name);
-        if (found == shards[rank].parameters.end()) continue;  // check_pieces_tile names the gap
-        const ParameterPiece& piece = found->second;
-        covered.emplace_back(piece.begin, piece.end);
-        numel = c10::multiply_integers(piece.shape);
-        if (piece.end > piece.begin)
-          add_piece(layout, "model." + name, path_of({"model", name}), static_cast<int64_t>(rank), piece.values,
-                    piece.shape, piece.begin, piece.end);
-      }
-      check_pieces_tile(path, name, covered, numel);
-    }
-  }
-  if (!weights_only) {
-    // Each optimizer's state per process: rank r's shard's, or the file's own whole one.
-    std::vector<std::vector<c10::IValue>> optimizers;
-    if (index && index->optimizer_states) {
-      for (size_t k = 0; k < shards.front().optimizer_states.size(); ++k) {
-        optimizers.emplace_back();
-        for (const Shard& shard : shards) {
-          if (k >= shard.optimizer_states.size()) {
-            throw CheckpointError(
-                fmt::format("{}: a shard holds {} optimizer states, rank 0's {}. HINT: the set is "
-                            "mixed up; export another checkpoint.",
-                            path, shard.optimizer_states.size(), shards.front().optimizer_states.size()));
-          }
-          optimizers.back().push_back(shard.optimizer_states[k]);
-        }
-      }
-    } else if (top.contains("optimizer_states")) {
-      for (const c10::IValue& state : top.at("optimizer_states").toListRef()) optimizers.push_back({state});
-    }
-    if (!optimizers.empty()) {
-      const std::vector<std::vector<std::string>> names = optimizer_parameter_names(top, optimizers.size(), path);
-      int64_t next_group = 0;
-      for (size_t k = 0; k < optimizers.size(); ++k) add_optimizer(layout, optimizers[k], names[k], next_group, path);
-    }
+    for (const c10::IValue& name : top.at(kShardedParametersKey).toListRef()) sharded.push_back(name.toStringRef());
   }
   fs::create_directories(out);
-  return layout.write(out);
+  NativeLayout layout(out);
+  try {
+    Coverage coverage;
+    std::map<size_t, std::map<std::pair<int64_t, std::string>, int64_t>> next_begin;  // by optimizer
+    std::vector<std::vector<std::string>> names;  // each optimizer's parameters', from rank 0 on
+    TorchCheckpointIO io;
+    // One process at a time: its shard is read, its entries added and its file written.
+    for (int64_t rank = 0; rank < (index ? index->world_size : 1); ++rank) {
+      std::optional<Shard> shard;
+      if (index) shard = load_shard(io, path, *index, rank);
+      if (rank == 0) {
+        for (const auto& item : top.at("state_dict").toGenericDict()) {
+          const at::Tensor value = item.value().toTensor();
+          layout.add_tensor("model." + item.key().toStringRef(), path_of({"model", item.key()}), 0, value,
+                            std::vector<int64_t>(static_cast<size_t>(value.dim()), 0), value.sizes().vec());
+        }
+      }
+      for (const std::string& name : shard ? sharded : std::vector<std::string>{}) {
+        const auto found = shard->parameters.find(name);
+        if (found == shard->parameters.end()) continue;  // Coverage::check names the gap
+        const ParameterPiece& piece = found->second;
+        coverage.add(name, piece.begin, piece.end, c10::multiply_integers(piece.shape));
+        if (piece.end > piece.begin)
+          add_piece(layout, "model." + name, path_of({"model", name}), rank, piece.values, piece.shape, piece.begin,
+                    piece.end);
+      }
+      // This process's optimizer states: its shard's, or (one process) the file's own whole ones.
+      std::vector<c10::IValue> states;
+      if (index && index->optimizer_states) {
+        states = shard->optimizer_states;
+      } else if (!index && top.contains("optimizer_states")) {
+        states = top.at("optimizer_states").toListRef().vec();
+      }
+      if (!weights_only && !states.empty()) {
+        if (rank == 0) {
+          names = optimizer_parameter_names(top, states.size(), path);
+          int64_t next_group = 0;
+          for (size_t k = 0; k < states.size(); ++k) add_param_groups(layout, states[k], names[k], next_group, path);
+        } else if (states.size() != names.size()) {
+          throw CheckpointError(
+              fmt::format("{}: rank {}'s shard holds {} optimizer states, rank 0's {}. HINT: the set "
+                          "is mixed up; export another checkpoint.",
+                          path, rank, states.size(), names.size()));
+        }
+        for (size_t k = 0; k < states.size(); ++k)
+          add_state(layout, rank, states[k], names[k], coverage, next_begin[k], path);
+      }
+      layout.flush(rank);
+    }
+    coverage.check(path, sharded);
+    return layout.finish();
+  } catch (...) {
+    layout.remove_written();
+    throw;
+  }
 }
 
 }  // namespace volt

@@ -51,8 +51,8 @@ std::vector<char> dcp_metadata_pickle(const std::vector<DcpEntry>& entries);
 /// get_optimizer_state_dict merges them; PyTorch 2.x's group fields that LibTorch lacks, such as
 /// `foreach`, at their defaults). Each process's pieces go into its own `__<rank>_0.distcp`, cut
 /// into boxes (flat_range_boxes); nothing is consolidated. `.metadata` is written last, so a folder
-/// without it is no checkpoint. Every shard and the files' bytes are held in memory until they are
-/// written: about twice the checkpoint's size. Returns the number of entries written.
+/// without it is no checkpoint, and an export that fails removes the files it wrote. One process's
+/// shard and file are in memory at a time. Returns the number of entries written.
 ///
 /// Throws volt::CheckpointError naming the file, with a HINT, when `out` already holds a
 /// distributed checkpoint, a shard is missing or its pieces do not tile a tensor, or the checkpoint

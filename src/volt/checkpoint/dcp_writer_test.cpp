@@ -66,12 +66,12 @@ c10::IValue adam_piece(int64_t rank) {
 }
 
 // A 2-process full_shard checkpoint with Adam's state in its shards; `names`: with the optimizer's
-// parameter names (kOptimizerParameterNamesKey).
-std::string write_sharded_with_adam(const testing::TempDir& dir, bool names = true) {
+// parameter names (kOptimizerParameterNamesKey); rank 1's piece of w begins at `second` (5: no gap).
+std::string write_sharded_with_adam(const testing::TempDir& dir, bool names = true, int64_t second = 5) {
   const std::string path = dir.file("s.ckpt"), id = "00000000000000ab";
   for (int64_t rank = 0; rank < 2; ++rank) {
     ParameterPieces pieces;
-    const int64_t begin = rank == 0 ? 0 : 5, end = rank == 0 ? 5 : 12;
+    const int64_t begin = rank == 0 ? 0 : second, end = rank == 0 ? 5 : 12;
     pieces["w"] = ParameterPiece{
         .values = whole_w().reshape({-1}).narrow(0, begin, end - begin), .shape = {3, 4}, .begin = begin, .end = end};
     save_checkpoint_file(make_shard({adam_piece(rank)}, make_parameter_pieces(pieces), id, rank, 2),
@@ -216,6 +216,15 @@ TEST(DcpWriter, AWholeCheckpointsOptimizersAreMergedIntoRankZerosFileAndAnArchiv
       [&] { save_checkpoint_as_dcp_native(dir.file("lbfgs.ckpt"), dir.file("lbfgs")); });
   EXPECT_NE(message.find("the state of optimizer 'torch::optim::LBFGS' is LibTorch's own archive"), std::string::npos)
       << message;
+}
+
+TEST(DcpWriter, PiecesWithAGapAreRefusedAndTheFilesWrittenBeforeAreRemoved) {
+  testing::TempDir dir;
+  const std::string out = dir.file("dcp");
+  const std::string message = testing::error_message<CheckpointError>(
+      [&] { save_checkpoint_as_dcp_native(write_sharded_with_adam(dir, true, /*second=*/6), out); });
+  EXPECT_NE(message.find("the shards' pieces of 'w' leave out element 5"), std::string::npos) << message;
+  EXPECT_TRUE(std::filesystem::is_empty(out)) << "no .distcp file of the failed export is left";
 }
 
 }  // namespace
