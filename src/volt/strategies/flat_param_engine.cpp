@@ -133,11 +133,15 @@ void FlatParamEngine::lay_out(const torch::nn::Module& module,
     group.gathered = true;  // whole until the first training forward, so a checkpoint loads into it
     group.handed_out = true;
   }
+  piece_names_.clear();
   for (size_t k = 0; k < optimizers.size(); ++k) {
     size_t id = 0;
     for (auto& group : optimizers[k]->param_groups()) {
       for (torch::Tensor& p : group.params()) {
-        if (const auto index = ids_[k][id++]) p = entries_[*index].piece;
+        if (const auto index = ids_[k][id++]) {
+          p = entries_[*index].piece;
+          piece_names_[p.unsafeGetTensorImpl()] = entries_[*index].name;
+        }
       }
     }
   }
@@ -399,10 +403,9 @@ std::vector<c10::IValue> FlatParamEngine::local_optimizer_states(
 }
 
 std::optional<std::string> FlatParamEngine::name_of_piece(const torch::Tensor& piece) const {
-  for (const Entry& entry : entries_) {
-    if (entry.piece.defined() && entry.piece.unsafeGetTensorImpl() == piece.unsafeGetTensorImpl()) return entry.name;
-  }
-  return std::nullopt;
+  const auto found = piece_names_.find(piece.unsafeGetTensorImpl());
+  if (found == piece_names_.end()) return std::nullopt;
+  return found->second;
 }
 
 ParameterPieces FlatParamEngine::local_parameter_pieces() {

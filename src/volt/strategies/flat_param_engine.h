@@ -12,6 +12,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <unordered_map>
 #include <vector>
 
 #include "volt/checkpoint/sharded_checkpoint.h"
@@ -183,6 +184,9 @@ class FlatParamEngine {
   std::vector<std::vector<std::optional<size_t>>> ids_;
   /// The names of the parameters that required grad at the last lay_out.
   std::vector<std::string> trainable_;
+  /// The module's name of each piece handed to the optimizers at the last lay_out (name_of_piece,
+  /// asked once per parameter at every checkpoint: a lookup, not a search).
+  std::unordered_map<const c10::TensorImpl*, std::string> piece_names_;
 };
 
 }  // namespace volt
