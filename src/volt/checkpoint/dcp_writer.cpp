@@ -310,33 +310,6 @@ class NativeLayout {
   std::vector<std::string> written_;
 };
 
-/// The element ranges written of each tensor kept in pieces, checked at the end to tile it.
-class Coverage {
- public:
-  /// Elements [begin, end) of `name`, which has `numel` elements.
-  void add(const std::string& name, int64_t begin, int64_t end, int64_t numel) {
-    ranges_[name].emplace_back(begin, end);
-    numels_[name] = numel;
-  }
-  /// Throws volt::CheckpointError naming checkpoint `path` unless every tensor's ranges tile it
-  /// and every name in `expected` has some.
-  void check(const std::string& path, const std::vector<std::string>& expected) const {
-    for (const std::string& name : expected) {
-      if (ranges_.count(name) == 0) {
-        throw CheckpointError(
-            fmt::format("{}: no shard holds a piece of the sharded parameter '{}'. HINT: the shard "
-                        "files come from another save; export another checkpoint.",
-                        path, name));
-      }
-    }
-    for (const auto& [name, covered] : ranges_) check_pieces_tile(path, name, covered, numels_.at(name));
-  }
-
- private:
-  std::map<std::string, std::vector<std::pair<int64_t, int64_t>>> ranges_;
-  std::map<std::string, int64_t> numels_;
-};
-
 /// Adds the boxes of `piece` (elements [begin, end) of a tensor of `shape`, flat) to `rank`'s file.
 void add_piece(NativeLayout& layout, const std::string& name, const std::vector<c10::IValue>& path, int64_t rank,
                const at::Tensor& piece, const std::vector<int64_t>& shape, int64_t begin, int64_t end) {
@@ -424,7 +397,7 @@ void add_param_groups(NativeLayout& layout, const c10::IValue& state, const std:
 /// others (Adam's replicated step, a whole state's) once, from rank 0. `next_begin` places the
 /// pieces of shards that do not record theirs, in rank order.
 void add_state(NativeLayout& layout, int64_t rank, const c10::IValue& state, const std::vector<std::string>& names,
-               Coverage& coverage, std::map<std::pair<int64_t, std::string>, int64_t>& next_begin,
+               PieceCoverage& coverage, std::map<std::pair<int64_t, std::string>, int64_t>& next_begin,
                const std::string& path) {
   const auto [marker, plain] = split_shard_marker(state);
   for (const auto& item : plain.toGenericDict().at("state").toGenericDict()) {
@@ -484,7 +457,7 @@ size_t save_checkpoint_as_dcp_native(const std::string& path, const std::string&
   fs::create_directories(out);
   NativeLayout layout(out);
   try {
-    Coverage coverage;
+    PieceCoverage coverage;
     std::map<size_t, std::map<std::pair<int64_t, std::string>, int64_t>> next_begin;  // by optimizer
     std::vector<std::vector<std::string>> names;  // each optimizer's parameters', from rank 0 on
     TorchCheckpointIO io;
@@ -501,7 +474,7 @@ size_t save_checkpoint_as_dcp_native(const std::string& path, const std::string&
       }
       for (const std::string& name : shard ? sharded : std::vector<std::string>{}) {
         const auto found = shard->parameters.find(name);
-        if (found == shard->parameters.end()) continue;  // Coverage::check names the gap
+        if (found == shard->parameters.end()) continue;  // PieceCoverage::check names the gap
         const ParameterPiece& piece = found->second;
         coverage.add(name, piece.begin, piece.end, c10::multiply_integers(piece.shape));
         if (piece.end > piece.begin)

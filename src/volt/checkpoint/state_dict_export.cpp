@@ -122,8 +122,7 @@ struct DcpFile {
   }
 };
 
-}  // namespace
-
+// Refuses a piece set that does not tile [0, numel) exactly.
 void check_pieces_tile(const std::string& path, const std::string& name,
                        std::vector<std::pair<int64_t, int64_t>> ranges, int64_t numel) {
   std::sort(ranges.begin(), ranges.end());
@@ -144,6 +143,25 @@ void check_pieces_tile(const std::string& path, const std::string& name,
         "save; write the checkpoint again.",
         path, name, next, numel));
   }
+}
+
+}  // namespace
+
+void PieceCoverage::add(const std::string& name, int64_t begin, int64_t end, int64_t numel) {
+  ranges_[name].emplace_back(begin, end);
+  numels_[name] = numel;
+}
+
+void PieceCoverage::check(const std::string& path, const std::vector<std::string>& expected) const {
+  for (const std::string& name : expected) {
+    if (ranges_.count(name) == 0) {
+      throw CheckpointError(
+          fmt::format("{}: no shard holds a piece of the sharded parameter '{}'. HINT: the shard files "
+                      "come from another save; write the checkpoint again.",
+                      path, name));
+    }
+  }
+  for (const auto& [name, covered] : ranges_) check_pieces_tile(path, name, covered, numels_.at(name));
 }
 
 size_t save_checkpoint_as_dcp(const std::string& path, const std::string& out, const std::string& prefix) {
@@ -188,14 +206,12 @@ size_t save_checkpoint_as_dcp(const std::string& path, const std::string& out, c
     throw CheckpointError(
         fmt::format("{} lists sharded parameters but no shard index. HINT: it was not written by Volt.", path));
   }
-  std::map<std::string, std::vector<std::pair<int64_t, int64_t>>> ranges;
-  std::map<std::string, int64_t> sizes;
+  PieceCoverage coverage;
   for (int64_t rank = 0; rank < index->world_size; ++rank) {
     std::vector<DcpFile> boxes;  // box k of every piece of this process
     for (const auto& [name, piece] : load_shard(io, path, *index, rank).parameters) {
       if (sharded.count(name) == 0) continue;
-      ranges[name].emplace_back(piece.begin, piece.end);
-      sizes[name] = c10::multiply_integers(piece.shape);
+      coverage.add(name, piece.begin, piece.end, c10::multiply_integers(piece.shape));
       const std::vector<TensorBox> cut = flat_range_boxes(piece.shape, piece.begin, piece.end);
       for (size_t k = 0; k < cut.size(); ++k) {
         if (boxes.size() <= k) boxes.emplace_back();
@@ -210,15 +226,7 @@ size_t save_checkpoint_as_dcp(const std::string& path, const std::string& out, c
       ++files;
     }
   }
-  for (const std::string& name : sharded) {
-    if (sizes.count(name) == 0) {
-      throw CheckpointError(
-          fmt::format("{}: no shard holds a piece of the sharded parameter '{}'. HINT: the shard files "
-                      "come from another save; write the checkpoint again.",
-                      path, name));
-    }
-    check_pieces_tile(path, name, ranges[name], sizes[name]);
-  }
+  coverage.check(path, std::vector<std::string>(sharded.begin(), sharded.end()));
   return files;
 }
 

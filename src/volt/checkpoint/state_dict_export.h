@@ -5,6 +5,7 @@
 #pragma once
 
 #include <cstdint>
+#include <map>
 #include <string>
 #include <utility>
 #include <vector>
@@ -44,11 +45,20 @@ struct TensorBox {
 /// Throws volt::Error when not 0 <= begin <= end <= the tensor's element count.
 std::vector<TensorBox> flat_range_boxes(const std::vector<int64_t>& shape, int64_t begin, int64_t end);
 
-/// Throws volt::CheckpointError naming checkpoint `path` and tensor `name`, with a HINT, unless
-/// the element ranges [from, to) of its pieces tile [0, numel) exactly: a distributed checkpoint's
-/// reader would leave a gap's old values without a word.
-void check_pieces_tile(const std::string& path, const std::string& name,
-                       std::vector<std::pair<int64_t, int64_t>> ranges, int64_t numel);
+/// The element ranges of the pieces of each tensor an export writes, checked at the end to tile
+/// it exactly: a distributed checkpoint's reader would leave a gap's old values without a word.
+class PieceCoverage {
+ public:
+  /// Elements [begin, end) of tensor `name`, which has `numel` elements.
+  void add(const std::string& name, int64_t begin, int64_t end, int64_t numel);
+  /// Throws volt::CheckpointError naming checkpoint `path` and the tensor, with a HINT, unless
+  /// every tensor's pieces tile it and every name in `expected` (the sharded parameters) has some.
+  void check(const std::string& path, const std::vector<std::string>& expected) const;
+
+ private:
+  std::map<std::string, std::vector<std::pair<int64_t, int64_t>>> ranges_;
+  std::map<std::string, int64_t> numels_;
+};
 
 /// Writes the state_dict of the checkpoint at `path` into the folder `out` in the layout PyTorch
 /// 2.x's torch.distributed.checkpoint reads with HuggingFaceStorageReader: safetensors files whose

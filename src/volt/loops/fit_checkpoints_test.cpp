@@ -238,6 +238,17 @@ std::string field(const c10::IValue& dict, const std::string& key) {
   return dict.toGenericDict().at(key).toStringRef();
 }
 
+/// The options of a process on `node` whose snapshots go to `hpc` and whose node's memory tier is
+/// the folder `node` in `tmp` (made here): `type` checkpoints, `peer` the snapshot_peer_rank.
+FitCheckpointsOptions node_options(const testing::TempDir& tmp, const std::string& hpc, const std::string& node,
+                                   StateDictType type, int64_t peer = -1) {
+  std::filesystem::create_directories(tmp.file(node));
+  return FitCheckpointsOptions{.state_dict_type = type,
+                               .hpc_checkpoint_dir = hpc,
+                               .snapshot_memory_root = tmp.file(node),
+                               .snapshot_peer_rank = peer};
+}
+
 /// One simulated process of a 2-process (or 1-process) fsdp run, sharing `io` with the others.
 struct Rank {
   Rank(int64_t rank, int64_t world, std::shared_ptr<InMemoryCheckpointIO> io, bool pieces,
@@ -396,10 +407,7 @@ TEST(FitCheckpointsTest, RankZerosNewestSnapshotIsCopiedIntoThePeersNodeMemory) 
   std::filesystem::create_directories(tmp.file("node0"));
   std::filesystem::create_directories(tmp.file("node1"));
   const auto options = [&](const std::string& node) {
-    return FitCheckpointsOptions{.state_dict_type = StateDictType::kFull,
-                                 .hpc_checkpoint_dir = hpc,
-                                 .snapshot_memory_root = tmp.file(node),
-                                 .snapshot_peer_rank = 2};
+    return node_options(tmp, hpc, node, StateDictType::kFull, /*peer=*/2);
   };
   auto io = std::make_shared<InMemoryCheckpointIO>();
   auto wire = std::make_shared<FakeWire>();
@@ -440,11 +448,7 @@ TEST(FitCheckpointsTest, AShardedSnapshotIsCommittedInMemoryOnceEveryShardIsTher
   testing::TempDir tmp;
   const std::string hpc = tmp.file("hpc");
   ProgressMarker marker(progress_marker_path(hpc));
-  const auto options = [&](const std::string& node) {
-    std::filesystem::create_directories(tmp.file(node));
-    return FitCheckpointsOptions{
-        .state_dict_type = StateDictType::kSharded, .hpc_checkpoint_dir = hpc, .snapshot_memory_root = tmp.file(node)};
-  };
+  const auto options = [&](const std::string& node) { return node_options(tmp, hpc, node, StateDictType::kSharded); };
   auto io = std::make_shared<GatedIO>();
   Rank zero(0, 2, io, /*pieces=*/true, options("node0"));
   Rank one(1, 2, io, /*pieces=*/true, options("node1"));
@@ -503,12 +507,8 @@ TEST(FitCheckpointsTest, WithPeerCopiesEveryShardIsAlsoKeptInTheNextNodesMemory)
   testing::TempDir tmp;
   const std::string hpc = tmp.file("hpc");
   ProgressMarker marker(progress_marker_path(hpc));
-  const auto options = [&](const std::string& node) {
-    std::filesystem::create_directories(tmp.file(node));
-    return FitCheckpointsOptions{.state_dict_type = StateDictType::kSharded,
-                                 .hpc_checkpoint_dir = hpc,
-                                 .snapshot_memory_root = tmp.file(node),
-                                 .snapshot_peer_rank = 1};  // two nodes of one process each
+  const auto options = [&](const std::string& node) {  // two nodes of one process each
+    return node_options(tmp, hpc, node, StateDictType::kSharded, /*peer=*/1);
   };
   auto io = std::make_shared<InMemoryCheckpointIO>();
   auto wire = std::make_shared<FakeWire>();
@@ -562,11 +562,7 @@ TEST(FitCheckpointsTest, OnThreeNodesTheShardCopiesGoRoundTheRingWithoutWaitingI
   const std::string hpc = tmp.file("hpc");
   ProgressMarker marker(progress_marker_path(hpc));
   const auto options = [&](int64_t node) {
-    std::filesystem::create_directories(tmp.file(fmt::format("node{}", node)));
-    return FitCheckpointsOptions{.state_dict_type = StateDictType::kSharded,
-                                 .hpc_checkpoint_dir = hpc,
-                                 .snapshot_memory_root = tmp.file(fmt::format("node{}", node)),
-                                 .snapshot_peer_rank = 1};
+    return node_options(tmp, hpc, fmt::format("node{}", node), StateDictType::kSharded, /*peer=*/1);
   };
   auto io = std::make_shared<InMemoryCheckpointIO>();
   auto network = std::make_shared<FakeCollectives::Network>();
