@@ -38,6 +38,7 @@ dev_packages=(
   libprotobuf-dev protobuf-compiler libprotoc32 libcurl4-openssl-dev libgtest-dev libgmock-dev
   pkgconf pkgconf-bin libpkgconf3
   libsentencepiece-dev   # examples/gpt reads SentencePiece tokenizers (gpt_sentencepiece, dlopened)
+  libgloo-dev            # torch's ProcessGroupGloo.hpp includes <gloo/...>; PyPI's wheels ship no gloo headers
 )
 # Runtime libraries: what Volt's binaries (and protoc, pkg-config) link beyond LibTorch and glibc.
 runtime_packages=(
