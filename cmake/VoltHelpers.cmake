@@ -111,6 +111,9 @@ function(_volt_use_torch target)
   if(VOLT_TORCH_FMT_HEADER_ONLY)
     target_compile_definitions(${target} PUBLIC FMT_HEADER_ONLY)  # see the top CMakeLists.txt
   endif()
+  if(VOLT_TORCH_LINK_OPTIONS)
+    target_link_options(${target} PUBLIC ${VOLT_TORCH_LINK_OPTIONS})  # libstdc++ first: see the top CMakeLists.txt
+  endif()
   if(TARGET volt_torch_pch)
     target_precompile_headers(${target} REUSE_FROM volt_torch_pch)
   endif()
