@@ -266,7 +266,7 @@ bool FitCheckpoints::save_snapshot(bool skip_when_busy, bool die_mid_write) {
     std::optional<StateDict> local;
     c10::IValue copy =
         snapshot_buffers_.copy(make_checkpoint(parts_for_save(path, local), progress_, CheckpointContents::kFull));
-    snapshot_stats_.copy_seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    count_snapshot_copy(start);
     // The older snapshots go only once the new one is complete: a kill in between leaves one
     // more, never none.
     writer().submit([this, copy = std::move(copy), path, dir, keep, die_mid_write, number] {
@@ -302,6 +302,12 @@ bool FitCheckpoints::save_snapshot(bool skip_when_busy, bool die_mid_write) {
   return true;
 }
 
+void FitCheckpoints::count_snapshot_copy(std::chrono::steady_clock::time_point start) {
+  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  snapshot_stats_.copy_seconds += seconds;
+  if (snapshot_stats_.saved == 0) snapshot_stats_.first_copy_seconds = seconds;
+}
+
 void FitCheckpoints::save_sharded_snapshot(const std::function<std::string()>& next_path, bool die_mid_write) {
   const bool writes = strategy_.is_global_zero();
   const int64_t rank = strategy_.topology().global_rank;
@@ -330,7 +336,7 @@ void FitCheckpoints::save_sharded_snapshot(const std::function<std::string()>& n
                                           CheckpointContents::kFull));
   }
   const c10::IValue copy = snapshot_buffers_.copy(state);
-  snapshot_stats_.copy_seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  count_snapshot_copy(start);
   const auto copied = copy.toListRef();
   c10::IValue index;
   if (writes) {

@@ -3,6 +3,7 @@
 #pragma once
 
 #include <atomic>
+#include <chrono>
 #include <condition_variable>
 #include <functional>
 #include <memory>
@@ -216,6 +217,8 @@ class FitCheckpoints {
   /// snapshot rank 0 numbers (and, on rank 0, the snapshot file's contents) to host memory; the
   /// writer puts it into the memory tier and, once committed there, writes its file.
   void save_sharded_snapshot(const std::function<std::string()>& next_path, bool die_mid_write);
+  /// Adds the copy to host memory that began at `start` to snapshot_stats_ (the first one apart).
+  void count_snapshot_copy(std::chrono::steady_clock::time_point start);
   /// Rank 0: has the writer write the snapshot file with its shard index (every shard is on disk)
   /// and then prune the older snapshots. Every process forgets the snapshot.
   void commit_sharded_snapshot();
