@@ -35,7 +35,7 @@ if have examples/fashion_mnist; then
   if fm cpu_smoke 120 --accelerator cpu --max-epochs 1 --limit-train-batches 40 --limit-val-batches 5 --no-test; then
     record "example on the CPU (40 steps)" pass "val/acc $(fmt3 "$(metric "$(csv_of cpu_smoke)" val/acc)")"
   else
-    record "example on the CPU (40 steps)" fail "$(why $? cpu_smoke)"
+    record "example on the CPU (40 steps)" fail "$(why "$check_status" cpu_smoke)"
   fi
 else
   record "example on the CPU (40 steps)" skip "examples/fashion_mnist not built (VOLT_DEVICE_TARGETS)"
@@ -78,7 +78,7 @@ for precision in 32-true bf16-mixed 16-mixed; do
     step_ms=$([ -n "$bps" ] && awk -v b="$bps" 'BEGIN {printf "%.2f", 1000 / b}' || echo "?")
     record "$name" pass "val/acc $(fmt3 "$(metric "$csv" val/acc)"), step ${step_ms} ms (ThroughputMonitor)"
   else
-    record "$name" fail "$(why $? "gpu_$precision")"
+    record "$name" fail "$(why "$check_status" "gpu_$precision")"
   fi
 done
 
@@ -88,14 +88,15 @@ resume() {
   local from=$1 to=$2 name="checkpoint written on the $1, resumed on the $2"
   local steps=(--limit-train-batches 50 --limit-val-batches 5 --no-test)
   if [ "$gpu" = 0 ]; then record "$name" skip "$no_gpu"; return; fi
+  if ! have examples/fashion_mnist; then record "$name" skip "examples/fashion_mnist not built"; return; fi
   local from_accel=${from/gpu/$gpu_accel} to_accel=${to/gpu/$gpu_accel}
   if ! fm "ckpt_$from" 90 --accelerator "$from_accel" --devices 1 --max-epochs 1 "${steps[@]}"; then
-    record "$name" fail "the first epoch on the $from: $(why $? "ckpt_$from")"
+    record "$name" fail "the first epoch on the $from: $(why "$check_status" "ckpt_$from")"
     return
   fi
   if ! fm "ckpt_${from}_$to" 90 --accelerator "$to_accel" --devices 1 --max-epochs 2 "${steps[@]}" \
        --ckpt-path "$(ckpt_of "ckpt_$from")"; then
-    record "$name" fail "resuming on the $to: $(why $? "ckpt_${from}_$to")"
+    record "$name" fail "resuming on the $to: $(why "$check_status" "ckpt_${from}_$to")"
     return
   fi
   local step
@@ -113,11 +114,12 @@ resume cpu gpu
 for strategy in ddp fsdp; do
   name="$strategy, 1 process, NCCL"
   if [ "$gpu" = 0 ]; then record "$name" skip "$no_gpu"; continue; fi
+  if ! have examples/fashion_mnist; then record "$name" skip "examples/fashion_mnist not built"; continue; fi
   if fm "$strategy" 90 --accelerator "$gpu_accel" --devices 1 --strategy "$strategy" --process-group-backend "$pg_backend" \
        --max-epochs 1 --limit-train-batches 100 --limit-val-batches 10 --no-test; then
     record "$name" pass "val/acc $(fmt3 "$(metric "$(csv_of "$strategy")" val/acc)") after 100 steps"
   else
-    record "$name" fail "$(why $? "$strategy")"
+    record "$name" fail "$(why "$check_status" "$strategy")"
   fi
 done
 
@@ -125,6 +127,8 @@ done
 name="pin_memory with 4 workers, DeviceStatsMonitor"
 if [ "$gpu" = 0 ]; then
   record "$name" skip "$no_gpu"
+elif ! have examples/fashion_mnist; then
+  record "$name" skip "examples/fashion_mnist not built"
 elif fm stats 90 --accelerator "$gpu_accel" --devices 1 --num-workers 4 --pin-memory --device-stats-monitor \
      --log-every-n-steps 10 --max-epochs 1 --limit-train-batches 100 --limit-val-batches 5 --no-test; then
   csv=$(csv_of stats)
@@ -135,7 +139,7 @@ elif fm stats 90 --accelerator "$gpu_accel" --devices 1 --num-workers 4 --pin-me
     record "$name" fail "trained, but metrics.csv has no device_stats/cuda/peak_allocated_mb"
   fi
 else
-  record "$name" fail "$(why $? stats)"
+  record "$name" fail "$(why "$check_status" stats)"
 fi
 
 # --- the GPT in bf16: Volt against a plain PyTorch loop and Lightning, same model and batches ----
@@ -149,7 +153,7 @@ elif ! have bench/bench_gpt_throughput; then
 elif ! run_check gpt_volt 120 "${volt_env[@]}" "$(bin bench/bench_gpt_throughput)" "${gpt_size[@]}" --text "$text" \
        --max-steps "$gpt_steps" --warmup "$gpt_warmup" --accelerator "$gpu_accel" --devices 1 --precision bf16-mixed \
        --num-threads 4 --init-out "$work/gpt_init.safetensors"; then
-  record "$name" fail "volt: $(why $? gpt_volt)"
+  record "$name" fail "volt: $(why "$check_status" gpt_volt)"
 else
   tps() { grep -m1 -E "^$1 processes=" "$work/$2.out" | grep -oE 'tokens_per_s=[0-9.e+]+' | cut -d= -f2; }
   last_loss() { grep -m1 '^losses' "$work/$1.out" | awk '{print $NF}'; }
@@ -163,7 +167,7 @@ else
       other=$(tps "$side" "gpt_$side")
       figures+=", $side $(printf '%.0f' "$other") (loss $(last_loss "gpt_$side")), volt/$side $(awk -v a="$volt" -v b="$other" 'BEGIN {printf "%.2f", a / b}')x"
     else
-      figures+=", $side failed: $(why $? "gpt_$side")"
+      figures+=", $side failed: $(why "$check_status" "gpt_$side")"
       result=fail
     fi
   done
@@ -172,16 +176,17 @@ fi
 
 # --- snapshots on the GPU: what they cost the step (issue #32's target: within 2% of none) -------
 # bench/snapshot_overhead.cpp trains the GPT with no checkpoint, with a snapshot every
-# $snap_every steps, and with a synchronous save as often, interleaved and repeated 3 times.
+# $snap_every steps, and with a synchronous save as often, interleaved and repeated $snap_repeats times.
 name="snapshots every $snap_every steps, GPT ${snap_size[*]:0:6}, bf16-mixed: step time against none"
+echo "== the snapshots' memory tier, /dev/shm: $(df -h /dev/shm 2>&1 | tail -n 1)" >>"$checks_log"
 if [ "$gpu" = 0 ]; then
   record "$name" skip "$no_gpu"
 elif ! have bench/bench_snapshot_overhead; then
   record "$name" skip "bench_snapshot_overhead not built (VOLT_DEVICE_TARGETS)"
-elif ! run_check snapshots 150 "${volt_env[@]}" "$(bin bench/bench_snapshot_overhead)" "${snap_size[@]}" \
-       --text "$text" --steps "$snap_steps" --every "$snap_every" --warmup "$snap_warmup" --repeats 3 \
+elif ! run_check snapshots 240 "${volt_env[@]}" "$(bin bench/bench_snapshot_overhead)" "${snap_size[@]}" \
+       --text "$text" --steps "$snap_steps" --every "$snap_every" --warmup "$snap_warmup" --repeats "$snap_repeats" \
        --accelerator "$gpu_accel" --devices 1 --precision bf16-mixed --num-threads 4 --dir "$work/snapshots"; then
-  record "$name" fail "$(why $? snapshots)"
+  record "$name" fail "$(why "$check_status" snapshots)"
 else
   out=$work/snapshots.out
   against() { grep -m1 "^$1 " "$out" | grep -oE '[-+][0-9.]+% against none' | cut -d% -f1; }
