@@ -207,6 +207,17 @@ TEST(CheckpointIo, ArchiveHasTheRecordNamesTorchSaveWrites) {
   EXPECT_NE(head.find("archive/"), std::string::npos) << head;
 }
 
+TEST(CheckpointIo, TheArchiveIsBuiltInTheOneBufferReservedForIt) {
+  // A buffer that grew by doubling would end up to twice the archive's size (and would have copied
+  // it over and over): the reserve must cover the tensors and the zip records' overhead at once.
+  auto root = string_dict();
+  for (int i = 0; i < 20; ++i) root.insert("t" + std::to_string(i), torch::rand({65536}));
+  const std::vector<char> archive = save_to_bytes(root);
+  EXPECT_GE(archive.capacity(), archive.size());
+  EXPECT_LE(archive.capacity() - archive.size(), (20u + 8u) * 512u) << archive.size() << " bytes";
+  expect_same(root, load_from_bytes(archive), "");
+}
+
 TEST(CheckpointIo, PickleReferencesNoTorchScriptGlobals) {
   // Typed containers are what pickle_save tags with torch.jit._pickle globals; ours must not.
   const std::string pickle = data_pkl(save_to_bytes(every_plain_value()));
@@ -347,6 +358,46 @@ TEST(CheckpointIo, AWriterKilledMidWriteLeavesThePreviousFileIntact) {
   ASSERT_TRUE(fs::exists(tmp));
   EXPECT_EQ(fs::file_size(tmp), kWrittenBeforeTheKill);
   EXPECT_NE(tmp.extension().string(), ".ckpt");
+}
+
+TEST(CheckpointIo, AFullDiskFailsTheSaveWithAnErrorAndLeavesThePreviousFile) {
+  // save_checkpoint_file streams the archive into the file: a write that fails half-way (here a
+  // file-size limit with SIGXFSZ ignored: write() returns EFBIG, as a full disk returns ENOSPC) must
+  // come back as a CheckpointError, not end the process inside the zip writer.
+  TempDir dir;
+  const std::string path = dir.file("last.ckpt");
+  auto old = string_dict();
+  old.insert("weights", torch::arange(1000, torch::kFloat));
+  save_checkpoint_file(old, path);
+  const std::vector<char> before = read_bytes(path);
+
+  auto large = string_dict();
+  large.insert("weights", torch::ones({256 * 1024}));  // 1 MiB
+  const pid_t child = ::fork();
+  ASSERT_GE(child, 0) << std::strerror(errno);
+  if (child == 0) {
+    const rlimit fsize{64 * 1024, 64 * 1024};
+    ::setrlimit(RLIMIT_FSIZE, &fsize);
+    ::signal(SIGXFSZ, SIG_IGN);
+    try {
+      save_checkpoint_file(large, path);
+    } catch (const CheckpointError& error) {
+      const std::string what = error.what();  // "... write '<tmp>' failed: File too large. HINT: ..."
+      ::_exit(what.find(": write '") != std::string::npos && what.find(std::strerror(EFBIG)) != std::string::npos ? 3
+                                                                                                                  : 4);
+    } catch (...) {
+      ::_exit(2);
+    }
+    ::_exit(0);
+  }
+  int status = 0;
+  ASSERT_EQ(::waitpid(child, &status, 0), child);
+  ASSERT_TRUE(WIFEXITED(status)) << "the writer died of signal " << WTERMSIG(status);
+  EXPECT_EQ(WEXITSTATUS(status), 3)
+      << "0: the save succeeded; 2: another exception; 4: the message names no failed write";
+  EXPECT_EQ(read_bytes(path), before);
+  EXPECT_EQ(std::distance(fs::directory_iterator(dir.path()), fs::directory_iterator()), 1)
+      << "a temporary file is left";
 }
 
 // Runs `load` and returns the CheckpointError's message, or fails the test.
