@@ -26,19 +26,15 @@
 #include <string>
 #include <vector>
 
+#include "bench_stats.h"
 #include "volt/checkpoint/checkpoint_io.h"
 
 namespace {
 
 using Clock = std::chrono::steady_clock;
+using volt::bench::median;
 
 double seconds_since(Clock::time_point start) { return std::chrono::duration<double>(Clock::now() - start).count(); }
-
-double median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  const size_t n = v.size();
-  return n % 2 == 1 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2.0;
-}
 
 }  // namespace
 

@@ -25,11 +25,13 @@
 #include <vector>
 
 #include "bench_mlp.h"
+#include "bench_stats.h"
 #include "volt/volt.h"
 
 namespace {
 
 using Clock = std::chrono::steady_clock;
+using volt::bench::median;
 
 /// A dataset whose batches take `sleep` to make, on top of the gather.
 class SlowDataset : public volt::TensorDataset {
@@ -117,10 +119,6 @@ int main(int argc, char** argv) {
       }
     }
   }
-  const auto median = [](std::vector<double> v) {
-    std::sort(v.begin(), v.end());
-    return v[v.size() / 2];
-  };
   const double base = median(times["in_memory"]);
   std::cout << std::fixed << std::setprecision(3);
   for (const std::string& name : names) {

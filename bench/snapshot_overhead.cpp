@@ -20,6 +20,7 @@
 #include <iostream>
 
 #include "bench_mlp.h"  // StepClock, steady_step_ms, bare_trainer_options
+#include "bench_stats.h"
 #include "crash_trace.h"
 #include "gpt/gpt_module.h"
 #include "volt/cli/trainer_flags.h"
@@ -27,6 +28,8 @@
 #include "volt/volt.h"
 
 namespace {
+
+using volt::bench::median;
 
 enum class Contender { kNone, kAsync, kSync };
 
@@ -83,12 +86,6 @@ Outcome run_one(Contender contender, const volt::TrainerOptions& base, const gpt
   trainer.teardown();
   std::filesystem::remove_all(dir);
   return Outcome{volt::bench::steady_step_ms(clock->stamps, warmup), last->loss, result.snapshots};
-}
-
-double median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  const size_t n = v.size();
-  return n % 2 == 1 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2.0;
 }
 
 }  // namespace

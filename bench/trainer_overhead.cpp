@@ -43,6 +43,7 @@
 #include <string>
 #include <vector>
 
+#include "bench_stats.h"
 #include "volt/datasets/fashion_mnist.h"
 #include "volt/plan/process_setup.h"
 #include "volt/volt.h"
@@ -50,6 +51,7 @@
 namespace {
 
 using Clock = std::chrono::steady_clock;
+using volt::bench::median;
 
 /// What the benchmark is asked to do.
 struct BenchOptions {
@@ -233,12 +235,6 @@ RunStats summarize(const StepTimes& t, int64_t warmup, double Stamp::*clock) {
   std::nth_element(deltas.begin(), deltas.begin() + static_cast<std::ptrdiff_t>(deltas.size() / 2), deltas.end());
   s.median_step = deltas[deltas.size() / 2];
   return s;
-}
-
-double median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  const size_t m = v.size() / 2;
-  return v.size() % 2 ? v[m] : (v[m - 1] + v[m]) / 2;
 }
 
 double checksum(BenchMlp& model) {
