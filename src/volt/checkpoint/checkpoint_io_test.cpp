@@ -315,85 +315,88 @@ TEST(CheckpointIo, AFailedSaveLeavesTheOldFileUntouched) {
   EXPECT_EQ(std::distance(fs::directory_iterator(dir.path()), fs::directory_iterator()), 1);
 }
 
-TEST(CheckpointIo, AWriterKilledMidWriteLeavesThePreviousFileIntact) {
-  TempDir dir;
-  const std::string path = dir.file("last.ckpt");
-  auto old = string_dict();
-  old.insert("weights", torch::arange(1000, torch::kFloat));
-  save_checkpoint_file(old, path);
-  const std::vector<char> before = read_bytes(path);
+// A file-size limit stops a save at a fixed point inside its write, deterministically (a SIGKILL
+// from outside would race the write's end): with SIGXFSZ's default action the writer dies there, a
+// crash mid-write; with SIGXFSZ ignored, write() fails with EFBIG, as on a full disk with ENOSPC.
+constexpr rlim_t kFileSizeLimit = 64 * 1024;
 
+/// How a forked save under kFileSizeLimit ended: the child and its wait status. The child exits
+/// 0 when the save completed, 3 on a CheckpointError naming the failed write and the system's
+/// reason, 4 on another CheckpointError, 2 on any other exception.
+struct LimitedSave {
+  pid_t child = -1;
+  int status = 0;
+};
+
+/// Saves a 1 MiB checkpoint over `path` in a child process under kFileSizeLimit, SIGXFSZ set to
+/// `on_limit`; no core file.
+LimitedSave save_under_file_size_limit(const std::string& path, sighandler_t on_limit) {
   // Made before fork: the child runs no tensor kernels (OpenMP's pool does not survive fork).
   auto large = string_dict();
   large.insert("weights", torch::ones({256 * 1024}));  // 1 MiB
-  constexpr rlim_t kWrittenBeforeTheKill = 64 * 1024;
-  const pid_t child = ::fork();
-  ASSERT_GE(child, 0) << std::strerror(errno);
-  if (child == 0) {
-    // A file-size limit kills the writer with SIGXFSZ (default action: terminate) at a fixed
-    // point inside its write, deterministically, where a SIGKILL from outside would race the
-    // write's end. No core file.
+  LimitedSave save;
+  save.child = ::fork();
+  if (save.child == 0) {
     const rlimit no_core{0, 0};
-    const rlimit fsize{kWrittenBeforeTheKill, kWrittenBeforeTheKill};
+    const rlimit fsize{kFileSizeLimit, kFileSizeLimit};
     ::setrlimit(RLIMIT_CORE, &no_core);
     ::setrlimit(RLIMIT_FSIZE, &fsize);
-    ::signal(SIGXFSZ, SIG_DFL);
-    try {
-      save_checkpoint_file(large, path);
-    } catch (...) {
-      ::_exit(2);
-    }
-    ::_exit(0);  // the save completed: the test fails below
-  }
-  int status = 0;
-  ASSERT_EQ(::waitpid(child, &status, 0), child);
-  ASSERT_TRUE(WIFSIGNALED(status)) << "the writer was not killed mid-write (exit status " << WEXITSTATUS(status) << ")";
-  EXPECT_EQ(WTERMSIG(status), SIGXFSZ);
-
-  EXPECT_EQ(read_bytes(path), before);
-  EXPECT_TRUE(torch::equal(load_checkpoint_file(path).toGenericDict().at("weights").toTensor(),
-                           torch::arange(1000, torch::kFloat)));
-  // The half-written file is the temporary one, which no search for *.ckpt takes for a checkpoint.
-  const fs::path tmp = fmt::format("{}.tmp.{}", path, child);
-  ASSERT_TRUE(fs::exists(tmp));
-  EXPECT_EQ(fs::file_size(tmp), kWrittenBeforeTheKill);
-  EXPECT_NE(tmp.extension().string(), ".ckpt");
-}
-
-TEST(CheckpointIo, AFullDiskFailsTheSaveWithAnErrorAndLeavesThePreviousFile) {
-  // save_checkpoint_file streams the archive into the file: a write that fails half-way (here a
-  // file-size limit with SIGXFSZ ignored: write() returns EFBIG, as a full disk returns ENOSPC) must
-  // come back as a CheckpointError, not end the process inside the zip writer.
-  TempDir dir;
-  const std::string path = dir.file("last.ckpt");
-  auto old = string_dict();
-  old.insert("weights", torch::arange(1000, torch::kFloat));
-  save_checkpoint_file(old, path);
-  const std::vector<char> before = read_bytes(path);
-
-  auto large = string_dict();
-  large.insert("weights", torch::ones({256 * 1024}));  // 1 MiB
-  const pid_t child = ::fork();
-  ASSERT_GE(child, 0) << std::strerror(errno);
-  if (child == 0) {
-    const rlimit fsize{64 * 1024, 64 * 1024};
-    ::setrlimit(RLIMIT_FSIZE, &fsize);
-    ::signal(SIGXFSZ, SIG_IGN);
+    ::signal(SIGXFSZ, on_limit);
     try {
       save_checkpoint_file(large, path);
     } catch (const CheckpointError& error) {
       const std::string what = error.what();  // "... write '<tmp>' failed: File too large. HINT: ..."
-      ::_exit(what.find(": write '") != std::string::npos && what.find(std::strerror(EFBIG)) != std::string::npos ? 3
-                                                                                                                  : 4);
+      const bool names_the_write = what.find(": write '") != std::string::npos;
+      ::_exit(names_the_write && what.find(std::strerror(EFBIG)) != std::string::npos ? 3 : 4);
     } catch (...) {
       ::_exit(2);
     }
     ::_exit(0);
   }
-  int status = 0;
-  ASSERT_EQ(::waitpid(child, &status, 0), child);
-  ASSERT_TRUE(WIFEXITED(status)) << "the writer died of signal " << WTERMSIG(status);
-  EXPECT_EQ(WEXITSTATUS(status), 3)
+  if (save.child > 0) ::waitpid(save.child, &save.status, 0);
+  return save;
+}
+
+/// Saves a small checkpoint at `path` and returns its bytes: what a failed save must leave.
+std::vector<char> save_previous_checkpoint(const std::string& path) {
+  auto old = string_dict();
+  old.insert("weights", torch::arange(1000, torch::kFloat));
+  save_checkpoint_file(old, path);
+  return read_bytes(path);
+}
+
+TEST(CheckpointIo, AWriterKilledMidWriteLeavesThePreviousFileIntact) {
+  TempDir dir;
+  const std::string path = dir.file("last.ckpt");
+  const std::vector<char> before = save_previous_checkpoint(path);
+
+  const LimitedSave save = save_under_file_size_limit(path, SIG_DFL);
+  ASSERT_GT(save.child, 0) << std::strerror(errno);
+  ASSERT_TRUE(WIFSIGNALED(save.status)) << "the writer was not killed mid-write (exit status "
+                                        << WEXITSTATUS(save.status) << ")";
+  EXPECT_EQ(WTERMSIG(save.status), SIGXFSZ);
+
+  EXPECT_EQ(read_bytes(path), before);
+  EXPECT_TRUE(torch::equal(load_checkpoint_file(path).toGenericDict().at("weights").toTensor(),
+                           torch::arange(1000, torch::kFloat)));
+  // The half-written file is the temporary one, which no search for *.ckpt takes for a checkpoint.
+  const fs::path tmp = fmt::format("{}.tmp.{}", path, save.child);
+  ASSERT_TRUE(fs::exists(tmp));
+  EXPECT_EQ(fs::file_size(tmp), kFileSizeLimit);
+  EXPECT_NE(tmp.extension().string(), ".ckpt");
+}
+
+TEST(CheckpointIo, AFullDiskFailsTheSaveWithAnErrorAndLeavesThePreviousFile) {
+  // save_checkpoint_file streams the archive into the file: a write that fails half-way must come
+  // back as a CheckpointError, not end the process inside the zip writer.
+  TempDir dir;
+  const std::string path = dir.file("last.ckpt");
+  const std::vector<char> before = save_previous_checkpoint(path);
+
+  const LimitedSave save = save_under_file_size_limit(path, SIG_IGN);
+  ASSERT_GT(save.child, 0) << std::strerror(errno);
+  ASSERT_TRUE(WIFEXITED(save.status)) << "the writer died of signal " << WTERMSIG(save.status);
+  EXPECT_EQ(WEXITSTATUS(save.status), 3)
       << "0: the save succeeded; 2: another exception; 4: the message names no failed write";
   EXPECT_EQ(read_bytes(path), before);
   EXPECT_EQ(std::distance(fs::directory_iterator(dir.path()), fs::directory_iterator()), 1)
