@@ -1,5 +1,6 @@
 // The Trainer on GPUs: one GPU, 16-bit mixed precision, dp over two GPUs, checkpoints of GPU runs,
-// and the snapshots' copy of a GPU's state into pinned host memory without blocking.
+// the snapshots' copy of a GPU's state into pinned host memory without blocking, and a crashed GPU
+// run's bit-identical resume from its snapshot.
 //
 // Every test is named *_CUDA and skips itself, printing why, where fewer CUDA devices are visible
 // than it needs: always in a CPU build of LibTorch, and in a CUDA build on a machine without GPUs
@@ -57,6 +58,28 @@ struct Regression : LightningModule {
   c10::Device step_device{c10::DeviceType::CPU};
 };
 
+/// A regression with dropout on its hidden layer (the GPU's generator in every step), trained with
+/// Adam (state beside the parameters), whose training_step throws, a crash, at `crash_at_step`.
+struct DropoutRegression : LightningModule {
+  explicit DropoutRegression(int64_t crash_at_step = -1)
+      : LightningModule("DropoutRegression"), crash_at_step(crash_at_step) {
+    torch::manual_seed(0);
+    hidden = register_module("hidden", torch::nn::Linear(8, 32));
+    out = register_module("out", torch::nn::Linear(32, 1));
+  }
+  torch::Tensor training_step(const Batch& batch, int64_t) override {
+    if (global_step() == crash_at_step) throw std::runtime_error("crash injected by the test");
+    const torch::Tensor h = torch::dropout(torch::relu(hidden->forward(batch.data)), 0.2, /*train=*/true);
+    return torch::mse_loss(out->forward(h), batch.target);
+  }
+  OptimizerConfig configure_optimizers() override {
+    return std::make_shared<torch::optim::Adam>(parameters(), torch::optim::AdamOptions(0.01));
+  }
+  int64_t crash_at_step;
+  torch::nn::Linear hidden{nullptr};
+  torch::nn::Linear out{nullptr};
+};
+
 /// 256 examples of y = 0.5 * sum(x), from a private generator, in batches of 32.
 DataLoader regression_data(uint64_t seed) {
   auto generator = at::make_generator<at::CPUGeneratorImpl>(seed);
@@ -80,7 +103,7 @@ TrainerOptions options(AcceleratorRequest accelerator, DeviceRequest devices, co
   return o;
 }
 
-std::vector<torch::Tensor> cpu_parameters(const Regression& model) {
+std::vector<torch::Tensor> cpu_parameters(const LightningModule& model) {
   std::vector<torch::Tensor> out;
   for (const auto& p : model.parameters()) out.push_back(p.detach().to(torch::kCPU));
   return out;
@@ -124,6 +147,32 @@ TEST(TrainerCuda, CheckpointsOfAGpuRunHoldCpuTensorsAndResumeOnTheGpu_CUDA) {
   const FitResult more = Trainer(o).fit(resumed, regression_data(1), regression_data(2), result.last_model_path);
   EXPECT_EQ(more.epochs_completed, 3);
   EXPECT_TRUE(resumed.parameters()[0].is_cuda());
+}
+
+TEST(TrainerCuda, ARunThatCrashesOnTheGpuResumesFromItsSnapshotBitIdentical_CUDA) {
+  // Issue #32 on a GPU: snapshots copy the GPU's state through pinned buffers in the background,
+  // and a run that crashes resumes from the newest one (its file, or the memory tier's copy) and
+  // ends with the parameters of a run that never failed: the model's and Adam's state, the GPU's
+  // generator (dropout) and the position in the data all restored.
+  VOLT_REQUIRE_GPUS(1);
+  DropoutRegression straight;
+  Trainer(options(AcceleratorRequest::kGpu, 1, "snapshot_straight")).fit(straight, regression_data(1));
+
+  TrainerOptions o = options(AcceleratorRequest::kGpu, 1, "snapshot");  // one folder for both fits
+  o.snapshot_every_n_steps = 3;
+  DropoutRegression crashing(/*crash_at_step=*/13);  // 8 steps an epoch: in the second, after step 12's snapshot
+  EXPECT_ANY_THROW(Trainer(o).fit(crashing, regression_data(1)));
+  DropoutRegression resumed;
+  const FitResult result = Trainer(o).fit(resumed, regression_data(1));
+  EXPECT_FALSE(result.resumed_from.empty()) << "the second fit started afresh";
+  EXPECT_EQ(result.global_step, 16);
+  const std::vector<torch::Tensor> expected = cpu_parameters(straight);
+  const std::vector<torch::Tensor> actual = cpu_parameters(resumed);
+  ASSERT_EQ(actual.size(), expected.size());
+  for (size_t i = 0; i < actual.size(); ++i) {
+    EXPECT_TRUE(torch::equal(actual[i], expected[i]))
+        << "parameter " << i << " differs by " << (actual[i] - expected[i]).abs().max().item<double>();
+  }
 }
 
 TEST(TrainerCuda, SixteenMixedScalesTheLossAndSavesTheScaler_CUDA) {
