@@ -78,10 +78,19 @@ AsyncWriter& FitCheckpoints::writer() {
   return *writer_;
 }
 
-void FitCheckpoints::save_in_background(const c10::IValue& checkpoint, const std::string& path) {
-  // Loggers hear of the file before it once that is complete.
+void FitCheckpoints::save_in_background(const c10::IValue& checkpoint, const std::string& path,
+                                        CheckpointContents contents) {
+  // Loggers hear of the file before it once that is complete; the buffers are free then too.
   wait_for_writes();
-  writer().submit([this, copy = host_copy(checkpoint), path] { checkpointer_.io().save(copy, path); });
+  if (contents == CheckpointContents::kFull) {
+    c10::IValue copy = snapshot_buffers_.copy(checkpoint);
+    writer().submit([this, copy = std::move(copy), path] {
+      snapshot_buffers_.wait_copied();  // a GPU's copies into them may still be on their way
+      checkpointer_.io().save(copy, path);
+    });
+  } else {
+    writer().submit([this, copy = host_copy(checkpoint), path] { checkpointer_.io().save(copy, path); });
+  }
   written_unannounced_.push_back(path);
 }
 
@@ -115,7 +124,7 @@ void FitCheckpoints::save(const std::string& path) {
     if (sharded_checkpoints()) {
       defer_sharded_save(path, parts, CheckpointContents::kFull);
     } else if (options_.async_checkpointing) {
-      save_in_background(make_checkpoint(parts, progress_, CheckpointContents::kFull), path);
+      save_in_background(make_checkpoint(parts, progress_, CheckpointContents::kFull), path, CheckpointContents::kFull);
     } else {
       checkpointer_.save(parts, progress_, path);
       metrics_.after_save_checkpoint(path);
@@ -132,7 +141,8 @@ void FitCheckpoints::save_weights(const std::string& path) {
     if (sharded_checkpoints() && pieces) {
       defer_sharded_save(path, training_parts(), CheckpointContents::kWeightsOnly);
     } else if (options_.async_checkpointing) {
-      save_in_background(make_checkpoint(training_parts(), progress_, CheckpointContents::kWeightsOnly), path);
+      save_in_background(make_checkpoint(training_parts(), progress_, CheckpointContents::kWeightsOnly), path,
+                         CheckpointContents::kWeightsOnly);
     } else {
       checkpointer_.save(training_parts(), progress_, path, CheckpointContents::kWeightsOnly);
       metrics_.after_save_checkpoint(path);

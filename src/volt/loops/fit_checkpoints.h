@@ -172,8 +172,10 @@ class FitCheckpoints {
   /// The background writer, started at its first use.
   AsyncWriter& writer();
   /// Rank 0, async_checkpointing: copies `checkpoint` to host memory and has the writer write it
-  /// to `path`.
-  void save_in_background(const c10::IValue& checkpoint, const std::string& path);
+  /// to `path`. A full checkpoint holds the tensors a snapshot holds, in the same order: it goes
+  /// into the snapshots' buffers (pinned for a GPU's tensors and copied without blocking; no fresh
+  /// pages), free once the writes before it are done. A weights-only one, shorter, is copied afresh.
+  void save_in_background(const c10::IValue& checkpoint, const std::string& path, CheckpointContents contents);
   /// Tells the loggers of the files written in the background since the last call (the writer is
   /// idle): a logger that uploads checkpoints reads only complete files.
   void announce_written();
@@ -266,7 +268,7 @@ class FitCheckpoints {
   // Rank 0, sharded checkpoints: checkpoints to remove once pending_saves_ are committed.
   std::vector<std::string> pending_removals_;
   // Snapshots: the number of the next one (0: not known yet), their costs so far, and the host
-  // memory rank 0 copies them into.
+  // memory rank 0 copies them (and, under async_checkpointing, full checkpoints) into.
   int64_t next_snapshot_number_ = 0;
   SnapshotStats snapshot_stats_;
   HostBuffers snapshot_buffers_;

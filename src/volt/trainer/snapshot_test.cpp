@@ -205,9 +205,14 @@ TEST_F(SnapshotTest, AsyncCheckpointingWritesWhatSynchronousSavesWriteAndRemoves
                                                                                .every_n_train_steps = 3});
     TrainerOptions options{.max_epochs = 2, .seed = 1, .callbacks = {checkpoint}};
     options.async_checkpointing = async;
+    // Snapshots between the saves: background saves share the snapshots' host buffers.
+    options.snapshot_every_n_steps = 2;
+    options.snapshot_in_memory = false;
+    options.hpc_checkpoint_dir = (root_ / (async ? "async_snapshots" : "sync_snapshots")).string();
     auto module = make_module({.train_size = 40, .dropout = 0.3, .optimizer = Optim::kAdam, .lr = 0.01});
     const FitResult result = make_trainer(options).fit(*module);
     EXPECT_EQ(result.global_step, 20);
+    EXPECT_EQ(result.snapshots.saved, 10) << "steps 2, 4, ..., 20";
     written[async] = checkpoints_in(dir);  // complete when fit returns
   }
   ASSERT_EQ(written[0].size(), 3u) << "the 2 best and last.ckpt";
