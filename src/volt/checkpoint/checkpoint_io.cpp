@@ -223,8 +223,9 @@ void fsync_directory(const fs::path& directory, const std::string& path) {
 namespace {
 
 /// Writes torch.save's zip archive of `plain` (what to_plain returned) through `sink`, after
-/// telling `reserve` how many bytes it will write at most. `sink` must not throw: the zip writer
-/// calls it from C code, and its destructor writes again after an error (see save_checkpoint_file).
+/// telling `reserve` how many bytes it will write at most. `sink` should not throw: the zip writer
+/// calls it from C code, and its destructor writes again after an error. save_checkpoint_file
+/// keeps a failed write's error until the end; save_to_bytes' sink throws only without memory.
 void write_archive(const c10::IValue& plain, const std::function<void(size_t)>& reserve, const ByteSink& sink) {
   std::vector<char> pickle;
   // Mirrors torch::jit::pickle_save, except tag_aggregates=false: pickle_save wraps typed dicts

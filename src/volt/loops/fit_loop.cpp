@@ -290,7 +290,7 @@ SnapshotStats FitLoop::finish_snapshots() {
     const std::string interval = describe_snapshot_interval(schedule.every_n_steps, schedule.every_n_seconds);
     parts_.console.info(
         fmt::format("Snapshots: {} saved into {} ({}), {} skipped; the steps spent {:.3f} s copying state to host "
-                    "memory ({:.1f} ms per snapshot; the first, which allocated the buffers, {:.1f} ms) and {:.3f} s "
+                    "memory ({:.1f} ms per snapshot; the first, which allocates the buffers, {:.1f} ms) and {:.3f} s "
                     "waiting for the writer, which wrote for {:.3f} s.",
                     stats.saved, config_.checkpoints.hpc_checkpoint_dir, interval, stats.skipped, stats.copy_seconds,
                     stats.saved > 0 ? 1000.0 * stats.copy_seconds / static_cast<double>(stats.saved) : 0.0,

@@ -27,7 +27,8 @@ struct SnapshotStats {
   /// Seconds the training thread spent copying state to host memory, in total: the stall.
   double copy_seconds = 0.0;
   /// Of copy_seconds, the first snapshot's: it also allocates the host buffers the later ones
-  /// reuse (pinned memory for a GPU's tensors, slow to allocate: 0.76 s for 1.5 GB on an H200's host).
+  /// reuse (pinned memory for a GPU's tensors, slow to allocate: 0.76 s for 1.5 GB on an H200's
+  /// host), unless a background save (async_checkpointing) allocated them before it.
   double first_copy_seconds = 0.0;
   /// Seconds the training thread waited for a write in flight, in total.
   double waited_seconds = 0.0;
