@@ -78,10 +78,11 @@ AsyncWriter& FitCheckpoints::writer() {
   return *writer_;
 }
 
-void FitCheckpoints::save_in_background(const c10::IValue& checkpoint, const std::string& path,
+void FitCheckpoints::save_in_background(const TrainingParts& parts, const std::string& path,
                                         CheckpointContents contents) {
   // Loggers hear of the file before it once that is complete; the buffers are free then too.
   wait_for_writes();
+  const c10::IValue checkpoint = make_checkpoint(parts, progress_, contents);
   if (contents == CheckpointContents::kFull) {
     c10::IValue copy = snapshot_buffers_.copy(checkpoint);
     writer().submit([this, copy = std::move(copy), path] {
@@ -124,7 +125,7 @@ void FitCheckpoints::save(const std::string& path) {
     if (sharded_checkpoints()) {
       defer_sharded_save(path, parts, CheckpointContents::kFull);
     } else if (options_.async_checkpointing) {
-      save_in_background(make_checkpoint(parts, progress_, CheckpointContents::kFull), path, CheckpointContents::kFull);
+      save_in_background(parts, path, CheckpointContents::kFull);
     } else {
       checkpointer_.save(parts, progress_, path);
       metrics_.after_save_checkpoint(path);
@@ -141,8 +142,7 @@ void FitCheckpoints::save_weights(const std::string& path) {
     if (sharded_checkpoints() && pieces) {
       defer_sharded_save(path, training_parts(), CheckpointContents::kWeightsOnly);
     } else if (options_.async_checkpointing) {
-      save_in_background(make_checkpoint(training_parts(), progress_, CheckpointContents::kWeightsOnly), path,
-                         CheckpointContents::kWeightsOnly);
+      save_in_background(training_parts(), path, CheckpointContents::kWeightsOnly);
     } else {
       checkpointer_.save(training_parts(), progress_, path, CheckpointContents::kWeightsOnly);
       metrics_.after_save_checkpoint(path);

@@ -171,11 +171,11 @@ class FitCheckpoints {
   void note_saved(const std::string& path);
   /// The background writer, started at its first use.
   AsyncWriter& writer();
-  /// Rank 0, async_checkpointing: copies `checkpoint` to host memory and has the writer write it
-  /// to `path`. A full checkpoint holds the tensors a snapshot holds, in the same order: it goes
-  /// into the snapshots' buffers (pinned for a GPU's tensors and copied without blocking; no fresh
-  /// pages), free once the writes before it are done. A weights-only one, shorter, is copied afresh.
-  void save_in_background(const c10::IValue& checkpoint, const std::string& path, CheckpointContents contents);
+  /// Rank 0, async_checkpointing: copies the checkpoint of `parts` with `contents` to host memory
+  /// and has the writer write it to `path`. A full checkpoint holds the tensors a snapshot holds, in the same order: it
+  /// goes into the snapshots' buffers (pinned for a GPU's tensors and copied without blocking; no fresh pages), free
+  /// once the writes before it are done. A weights-only one, shorter, is copied afresh.
+  void save_in_background(const TrainingParts& parts, const std::string& path, CheckpointContents contents);
   /// Tells the loggers of the files written in the background since the last call (the writer is
   /// idle): a logger that uploads checkpoints reads only complete files.
   void announce_written();
