@@ -240,7 +240,7 @@ void write_archive(const c10::IValue& plain, const std::function<void(size_t)>& 
   pickler.stop();
 
   // The whole archive's size, so that a buffer is reserved once: one growing by doubling would
-  // copy a large checkpoint over and over into ever new pages (for 1.6 GB, 3.7 s instead of 1.5;
+  // copy a large checkpoint over and over into ever new pages (for 1.6 GB, 3.7 s instead of 1.3;
   // bench/checkpoint_write.cpp). The zip layer adds a header per record and its directory: far
   // below kZipBytesPerRecord for any record name, alignment padding included.
   constexpr size_t kZipBytesPerRecord = 512;
