@@ -6,7 +6,9 @@
 
 #include <algorithm>
 #include <chrono>
+#include <map>
 #include <thread>
+#include <tuple>
 #include <utility>
 
 namespace volt {
@@ -15,33 +17,62 @@ namespace {
 
 using CopyTensor = std::function<at::Tensor(const at::Tensor&)>;
 
-/// `value` with its containers rebuilt and each defined tensor replaced by `copy_tensor`'s copy.
-c10::IValue rebuild(const c10::IValue& value, const CopyTensor& copy_tensor) {
+/// What makes two tensors the same values: the same view of the same memory.
+using ViewKey = std::tuple<const void*, int, int, int64_t, std::vector<int64_t>, std::vector<int64_t>, int>;
+
+/// The tensors copied so far by one rebuild, by view: a tensor met twice (the same parameter in
+/// two checkpoints of one save, tied weights) is copied once, and its copies stay one tensor, as
+/// serializing the originals would keep them.
+using CopiedViews = std::map<ViewKey, at::Tensor>;
+
+/// `value` rebuilt as below, `copied` the views copied so far.
+c10::IValue rebuild(const c10::IValue& value, const CopyTensor& copy_tensor, CopiedViews& copied) {
   if (value.isTensor()) {
     const at::Tensor& tensor = value.toTensor();
     if (!tensor.defined()) return value;
-    return copy_tensor(tensor.detach());
+    const void* memory = tensor.storage().data();
+    if (memory == nullptr) return copy_tensor(tensor.detach());  // no memory to share
+    ViewKey key{memory,
+                static_cast<int>(tensor.device().type()),
+                static_cast<int>(tensor.device().index()),
+                tensor.storage_offset(),
+                tensor.sizes().vec(),
+                tensor.strides().vec(),
+                static_cast<int>(tensor.scalar_type())};
+    const auto found = copied.find(key);
+    if (found != copied.end()) return found->second;
+    at::Tensor copy = copy_tensor(tensor.detach());
+    copied.emplace(std::move(key), copy);
+    return copy;
   }
   if (value.isGenericDict()) {
     const c10::impl::GenericDict dict = value.toGenericDict();
     c10::impl::GenericDict copy(dict.keyType(), dict.valueType());
     copy.reserve(dict.size());
-    for (const auto& entry : dict) copy.insert(entry.key(), rebuild(entry.value(), copy_tensor));
+    for (const auto& entry : dict) copy.insert(entry.key(), rebuild(entry.value(), copy_tensor, copied));
     return copy;
   }
   if (value.isList()) {
     const c10::List<c10::IValue> list = value.toList();
     c10::impl::GenericList copy(list.elementType());
     copy.reserve(list.size());
-    for (const c10::IValue& element : list) copy.push_back(rebuild(element, copy_tensor));
+    for (const c10::IValue& element : list) copy.push_back(rebuild(element, copy_tensor, copied));
     return copy;
   }
   if (value.isTuple()) {
     std::vector<c10::IValue> elements;
-    for (const c10::IValue& element : value.toTupleRef().elements()) elements.push_back(rebuild(element, copy_tensor));
+    for (const c10::IValue& element : value.toTupleRef().elements())
+      elements.push_back(rebuild(element, copy_tensor, copied));
     return c10::ivalue::Tuple::create(std::move(elements));
   }
   return value;  // strings, numbers, None: immutable, shared
+}
+
+/// `value` with its containers rebuilt and each defined tensor replaced by `copy_tensor`'s copy
+/// (once per view: CopiedViews).
+c10::IValue rebuild(const c10::IValue& value, const CopyTensor& copy_tensor) {
+  CopiedViews copied;
+  return rebuild(value, copy_tensor, copied);
 }
 
 }  // namespace

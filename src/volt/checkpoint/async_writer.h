@@ -19,7 +19,8 @@ namespace volt {
 
 /// A copy of `value` in which every tensor is a CPU tensor with memory of its own (lists, dicts
 /// and tuples rebuilt, other values shared): what a background thread may serialize while
-/// training changes the originals. The copy is the stall a background write costs the step.
+/// training changes the originals. The copy is the stall a background write costs the step. A
+/// tensor met twice (the same view of the same memory) is copied once and stays one tensor.
 c10::IValue host_copy(const c10::IValue& value);
 
 /// Host memory that one snapshot after another is copied into. A fresh copy of a large state

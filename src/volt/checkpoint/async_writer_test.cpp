@@ -64,6 +64,31 @@ TEST(HostBuffers, TheNextCopyWritesIntoThePreviousCopysMemoryWhenTheShapesAgree)
   EXPECT_EQ(buffers.bytes(), 5 * 4 + 8);
 }
 
+TEST(HostBuffers, ATensorMetTwiceIsCopiedOnceAndStaysOneTensor) {
+  // Two checkpoints of one save hold the same parameters; a tied weight is one tensor in two places.
+  HostBuffers buffers;
+  torch::Tensor weight = torch::arange(6, torch::kFloat).reshape({2, 3});
+  c10::impl::GenericList state(c10::AnyType::get());
+  for (int i = 0; i < 2; ++i) {
+    c10::impl::GenericDict checkpoint(c10::StringType::get(), c10::AnyType::get());
+    checkpoint.insert("w", weight);
+    checkpoint.insert("first_row", weight[0]);  // another view of the same memory: a copy of its own
+    state.push_back(checkpoint);
+  }
+  const c10::IValue copy = buffers.copy(state);
+  const auto copies = copy.toListRef();
+  const torch::Tensor a = copies[0].toGenericDict().at("w").toTensor();
+  const torch::Tensor b = copies[1].toGenericDict().at("w").toTensor();
+  EXPECT_TRUE(a.is_same(b));
+  EXPECT_NE(a.data_ptr(), weight.data_ptr());
+  EXPECT_TRUE(torch::equal(copies[1].toGenericDict().at("first_row").toTensor(), torch::tensor({0.0F, 1.0F, 2.0F})));
+  EXPECT_EQ(buffers.bytes(), (6 + 3) * 4) << "w once, the row view once";
+
+  const c10::IValue fresh = host_copy(state);
+  EXPECT_TRUE(fresh.toListRef()[0].toGenericDict().at("w").toTensor().is_same(
+      fresh.toListRef()[1].toGenericDict().at("w").toTensor()));
+}
+
 TEST(AsyncWriter, RunsAWriteInTheBackgroundAndWaitReturnsWhenItIsDone) {
   AsyncWriter writer;
   std::promise<void> release;
