@@ -438,23 +438,33 @@ def test_what_fsdp_cannot_run_is_refused_with_a_hint(tmp_path, args, expected):
     assert "HINT" in proc.stderr
 
 
-@pytest.mark.parametrize("strategy", [["--strategy", "ddp"], ["--strategy", "fsdp"], ["--strategy", "fsdp"] + SHARDED],
-                         ids=["ddp", "fsdp", "fsdp-sharded"])
+ASYNC = ["--async-checkpointing"]
+
+
+@pytest.mark.parametrize("strategy", [["--strategy", "ddp"], ["--strategy", "fsdp"],
+                                      ["--strategy", "fsdp"] + SHARDED + ASYNC],
+                         ids=["ddp", "fsdp", "fsdp-sharded-async"])
 def test_max_steps_inside_an_epoch_leaves_last_ckpt_at_that_step_and_it_resumes_bit_identical(tmp_path, shared,
                                                                                               strategy):
     """ModelCheckpoint(save_last) writes last.ckpt where the fit stopped (5 batches into epoch 1),
     not at epoch 0's end, with every process's part of the state (gathered, or a shard each); a
-    resume from it ends where an uninterrupted run ends."""
+    resume from it ends where an uninterrupted run ends. Sharded, the saves are written in the
+    background (the sharded commit written at once is test_a_sharded_checkpoint_resumes_...'s):
+    epoch 0's are committed at a step boundary of epoch 1, and last.ckpt's first save goes once the
+    second is complete."""
     # With validation, ModelCheckpoint saves after it, at epochs' ends only.
     common = ADAM + strategy + ["--devices", "2", "--batch-size", "8", "--max-epochs", "2", "--limit-val-batches", "1.0"]
-    # The state dict's type changes what is saved, not what is trained: fsdp's cases share this run.
-    straight = shared.fit([a for a in common if a not in SHARDED])
+    # How and when the state is saved changes nothing trained: fsdp's cases share this run.
+    straight = shared.fit([a for a in common if a not in SHARDED + ASYNC])
     root = tmp_path / "root"
     _, first = fit(tmp_path, "first", common + ["--max-steps", "17", "--save-last", "--default-root-dir", str(root)])
     last = root / "checkpoints" / "last.ckpt"
     assert f"Saved {last} at epoch 1 after 5 batches, global step 17" in first.stdout, first.stdout
     if SHARDED[0] in strategy:
-        assert len(shard_files(last)) == 2
+        kept = sorted((root / "checkpoints").glob("*.ckpt"))
+        assert len(kept) == 2 and "epoch=0" in kept[0].name, kept
+        assert sorted((root / "checkpoints").iterdir()) == sorted(kept + shard_files(kept[0]) + shard_files(last))
+        assert len(shard_files(kept[0])) == len(shard_files(last)) == 2
     second, resumed = fit(tmp_path, "second", common + ["--ckpt-path", str(last), "--default-root-dir",
                                                          str(tmp_path / "root2")])
     assert f"Restored training state from {last}: epoch 1 after 5 batches, global step 17" in resumed.stdout

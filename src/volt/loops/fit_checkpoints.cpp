@@ -65,7 +65,7 @@ void FitCheckpoints::open_shard_gate() {
 }
 
 void FitCheckpoints::wait_for_shard_in_memory() {
-  if (!sharded_snapshot_) return;
+  if (!sharded_write_) return;
   {
     std::unique_lock<std::mutex> lock(shard_gate_mutex_);
     shard_gate_changed_.wait(lock, [this] { return shard_stage_.load() != 0; });
@@ -160,6 +160,9 @@ void FitCheckpoints::remove(const std::string& path) {
   } else if (local_shard_ && !pending_saves_.empty()) {
     pending_removals_.push_back(path);  // after the commit of the saves that replace it
     return;
+  } else if (sharded_write_) {
+    sharded_write_->removals.push_back(path);  // after the commit of the write in flight, which may replace it
+    return;
   } else if (writer_) {
     writer_->then([this, path] { checkpointer_.remove(path); });  // after the writes queued before it
     return;
@@ -207,14 +210,14 @@ void FitCheckpoints::gather() {
 }
 
 void FitCheckpoints::after_dispatch() {
-  commit_sharded_saves();
+  commit_sharded_saves(/*in_background=*/options_.async_checkpointing);
   metric_states_.reset();  // gathered for this dispatch only: the next step changes them
   optimizer_states_.reset();
 }
 
 std::string FitCheckpoints::save_hpc() {
   // Numbered after the snapshot being written, and written after it.
-  complete_sharded_snapshot();
+  complete_sharded_write();
   wait_for_writes();
   gather();  // every process stopped at the same step
   std::string path;
@@ -224,7 +227,7 @@ std::string FitCheckpoints::save_hpc() {
       std::optional<StateDict> local;
       defer_sharded_save(path, parts_for_save(path, local), CheckpointContents::kFull);
     }
-    commit_sharded_saves();
+    commit_sharded_saves(/*in_background=*/false);  // the job is about to end
     if (strategy_.is_global_zero())
       checkpointer_.prune_hpc_checkpoints(options_.hpc_checkpoint_dir, options_.hpc_checkpoints_to_keep);
   } else if (strategy_.is_global_zero()) {
@@ -252,7 +255,7 @@ bool FitCheckpoints::save_snapshot(bool skip_when_busy, bool die_mid_write) {
       return false;
     }
   }
-  complete_sharded_snapshot();  // its shards are on disk (skip_when_busy found every writer idle) or it waits
+  complete_sharded_write();  // its shards are on disk (skip_when_busy found every writer idle) or it waits
   gather();
   const std::string& dir = options_.hpc_checkpoint_dir;
   const int64_t keep = options_.snapshots_to_keep;
@@ -360,8 +363,8 @@ void FitCheckpoints::save_sharded_snapshot(const std::function<std::string()>& n
     const std::lock_guard<std::mutex> lock(shard_gate_mutex_);
     shard_gate_open_ = false;
   }
-  sharded_snapshot_ = ShardedSnapshot{
-      .path = path, .save_id = plan.save_id, .number = number, .checkpoint = index, .vote = std::nullopt};
+  sharded_write_ = ShardedWrite{
+      .files = {{.path = path, .checkpoint = index}}, .save_id = plan.save_id, .snapshot = true, .number = number};
   writer().submit([this, shard = copied[0], path, save_id = plan.save_id, file = shard_path(path, plan.save_id, rank),
                    index, number, die_mid_write] {
     try {
@@ -402,16 +405,16 @@ void FitCheckpoints::save_sharded_snapshot(const std::function<std::string()>& n
   local_shard_.reset();
 }
 
-void FitCheckpoints::advance_sharded_snapshot() {
-  if (!sharded_snapshot_) return;
-  ShardedSnapshot& snapshot = *sharded_snapshot_;
+void FitCheckpoints::advance_sharded_write() {
+  if (!sharded_write_) return;
+  ShardedWrite& snapshot = *sharded_write_;
   if (snapshot.vote) {
     // The least stage any process reached: 1, every shard is in memory; 2, on disk.
     const double stage = snapshot.vote->wait();
     snapshot.vote.reset();
     if (stage > 0.5) commit_sharded_snapshot_in_memory();
     if (stage > 1.5) {
-      commit_sharded_snapshot();
+      commit_sharded_write();
       return;
     }
   }
@@ -420,10 +423,10 @@ void FitCheckpoints::advance_sharded_snapshot() {
   snapshot.vote = strategy_.collectives().all_reduce_async(static_cast<double>(shard_stage_.load()), Reduce::kMin);
 }
 
-void FitCheckpoints::complete_sharded_snapshot() {
-  if (!sharded_snapshot_) return;
+void FitCheckpoints::complete_sharded_write() {
+  if (!sharded_write_) return;
   // Every process started the same votes: each reads its last one, so the collectives stay paired.
-  if (sharded_snapshot_->vote) (void)sharded_snapshot_->vote->wait();
+  if (sharded_write_->vote) (void)sharded_write_->vote->wait();
   // Every shard is in memory once every process is past this wait; the commit there lets the
   // writers on to the files, and every shard is on disk once every process is past the second.
   wait_for_shard_in_memory();
@@ -431,11 +434,11 @@ void FitCheckpoints::complete_sharded_snapshot() {
   commit_sharded_snapshot_in_memory();
   writer_->wait();
   strategy_.collectives().barrier();
-  commit_sharded_snapshot();
+  commit_sharded_write();
 }
 
 void FitCheckpoints::commit_sharded_snapshot_in_memory() {
-  ShardedSnapshot& snapshot = *sharded_snapshot_;
+  ShardedWrite& snapshot = *sharded_write_;
   if (snapshot.in_memory) return;
   snapshot.in_memory = true;
   // memory_dir_ is settled: this process's writer is past its memory writes (it voted 1 or more).
@@ -457,18 +460,24 @@ void FitCheckpoints::commit_sharded_snapshot_in_memory() {
   open_shard_gate();
 }
 
-void FitCheckpoints::commit_sharded_snapshot() {
-  const ShardedSnapshot snapshot = std::move(*sharded_snapshot_);
-  sharded_snapshot_.reset();
+void FitCheckpoints::commit_sharded_write() {
+  ShardedWrite write = std::move(*sharded_write_);
+  sharded_write_.reset();
   if (!strategy_.is_global_zero()) return;
-  writer().then([this, path = snapshot.path, save_id = snapshot.save_id, contents = snapshot.checkpoint,
-                 dir = options_.hpc_checkpoint_dir, keep = options_.snapshots_to_keep] {
+  writer().then([this, files = std::move(write.files), save_id = write.save_id, snapshot = write.snapshot,
+                 removals = std::move(write.removals), dir = options_.hpc_checkpoint_dir,
+                 keep = options_.snapshots_to_keep] {
     CheckpointIO& io = checkpointer_.io();
-    io.save(contents, path);
-    remove_shards(io, path, save_id);  // those of a save of this number never committed
-    // The older snapshots go only once the new one is complete: a kill in between leaves one
-    // more, never none.
-    for (const std::string& old : snapshots_to_prune(dir, keep)) checkpointer_.remove(old);
+    for (const ShardedWrite::File& file : files) {
+      io.save(file.checkpoint, file.path);
+      // The previous save's shards, and those of a save of this path never committed.
+      remove_shards(io, file.path, save_id);
+    }
+    // The older snapshots, and the checkpoints these saves replace, go only once the new files are
+    // complete: a kill in between leaves one more, never none.
+    if (snapshot)
+      for (const std::string& old : snapshots_to_prune(dir, keep)) checkpointer_.remove(old);
+    for (const std::string& path : removals) checkpointer_.remove(path);
   });
 }
 
@@ -718,7 +727,56 @@ void FitCheckpoints::defer_sharded_save(const std::string& path, TrainingParts p
       .path = path, .checkpoint = std::move(checkpoint), .weights_only = contents != CheckpointContents::kFull});
 }
 
-void FitCheckpoints::commit_sharded_saves() {
+void FitCheckpoints::write_sharded_saves_in_background(const ShardedCommitPlan& plan) {
+  // The copy goes into the buffers the write in flight reads: it is committed first.
+  complete_sharded_write();
+  wait_for_writes();
+  const int64_t rank = strategy_.topology().global_rank;
+  const int64_t world = strategy_.topology().world_size;
+  const auto weights_only = [](const ShardedCommitPlan::Entry& entry) { return entry.weights_only; };
+  const bool any_full = !std::all_of(plan.entries.begin(), plan.entries.end(), weights_only);
+  const bool any_weights_only = std::any_of(plan.entries.begin(), plan.entries.end(), weights_only);
+  // One copy to host memory of what the writers read while training goes on: this process's shard
+  // in each form the saves take (the same for every save of a form) and, on rank 0, each file's
+  // contents (in the order of the plan, which is pending_saves_').
+  const c10::IValue parameters = make_parameter_pieces(local_shard_->parameters);
+  c10::impl::GenericList state(c10::AnyType::get());
+  state.push_back(any_full ? make_shard(local_shard_->optimizer_states, parameters, plan.save_id, rank, world)
+                           : c10::IValue());
+  state.push_back(any_weights_only ? make_shard({}, parameters, plan.save_id, rank, world) : c10::IValue());
+  for (const PendingSave& save : pending_saves_) state.push_back(save.checkpoint);
+  const c10::IValue copy = snapshot_buffers_.copy(state);
+  const auto copied = copy.toListRef();
+  ShardedWrite write{.save_id = plan.save_id, .in_memory = true, .removals = std::move(pending_removals_)};
+  pending_removals_.clear();
+  std::vector<std::pair<std::string, c10::IValue>> shards;
+  for (size_t i = 0; i < plan.entries.size(); ++i) {
+    const ShardedCommitPlan::Entry& entry = plan.entries[i];
+    shards.emplace_back(shard_path(entry.path, plan.save_id, rank), copied[entry.weights_only ? 1 : 0]);
+    c10::IValue index;
+    if (strategy_.is_global_zero()) {
+      StateDict contents = copied[2 + i].toGenericDict();
+      contents.insert_or_assign(kShardIndexKey, make_shard_index(entry.path, plan.save_id, world, !entry.weights_only));
+      index = contents;
+    }
+    write.files.push_back({.path = entry.path, .checkpoint = index});
+  }
+  shard_stage_.store(0);
+  sharded_write_ = std::move(write);
+  writer().submit([this, shards = std::move(shards)] {
+    try {
+      snapshot_buffers_.wait_copied();  // a GPU's copies into them may still be on their way
+      set_shard_stage(1);               // no memory tier: straight to the files
+      for (const auto& [path, shard] : shards) checkpointer_.io().save(shard, path);
+      set_shard_stage(2);
+    } catch (...) {
+      set_shard_stage(-1);
+      throw;
+    }
+  });
+}
+
+void FitCheckpoints::commit_sharded_saves(bool in_background) {
   if (!local_shard_) return;  // every process gathered at the same point, or none did
   ShardedCommitPlan plan;
   if (strategy_.is_global_zero() && !pending_saves_.empty()) {
@@ -727,7 +785,9 @@ void FitCheckpoints::commit_sharded_saves() {
   }
   // Rank 0's save id and paths reach every process: each writes its shard of every save, in parallel.
   plan = decode_sharded_commit_plan(strategy_.collectives().broadcast_string(encode(plan)));
-  if (!plan.entries.empty()) {
+  if (in_background && !plan.entries.empty()) {
+    write_sharded_saves_in_background(plan);
+  } else if (!plan.entries.empty()) {
     const int64_t rank = strategy_.topology().global_rank;
     const int64_t world = strategy_.topology().world_size;
     CheckpointIO& io = checkpointer_.io();
@@ -750,9 +810,18 @@ void FitCheckpoints::commit_sharded_saves() {
     }
   }
   // Removals asked for in the same hook (ModelCheckpoint's old top-k) come after the new
-  // checkpoints are complete, as they do when saves are written at once.
-  if (strategy_.is_global_zero())
-    for (const std::string& path : pending_removals_) checkpointer_.remove(path);
+  // checkpoints are complete, as they do when saves are written at once (in the background: they
+  // went with the write; here they are left only when the saves were dropped, and wait for a write
+  // in flight, which may be of the same file).
+  if (strategy_.is_global_zero()) {
+    for (const std::string& path : pending_removals_) {
+      if (sharded_write_) {
+        sharded_write_->removals.push_back(path);
+      } else {
+        checkpointer_.remove(path);
+      }
+    }
+  }
   pending_saves_.clear();
   pending_removals_.clear();
   local_shard_.reset();

@@ -26,6 +26,7 @@ class Console;
 class MetricRouter;
 class StateSharding;
 class Strategy;
+struct ShardedCommitPlan;
 
 /// The plan's fields FitCheckpoints uses (RunPlan's, resolved).
 struct FitCheckpointsOptions {
@@ -38,7 +39,8 @@ struct FitCheckpointsOptions {
   int64_t hpc_checkpoints_to_keep = 2;
   /// Snapshots (snapshot_<N>.ckpt, beside the HPC checkpoints) kept after each one completes.
   int64_t snapshots_to_keep = 2;
-  /// Full checkpoints that callbacks save are written by the background writer too.
+  /// The checkpoints that callbacks save are written by the background writer too (under sharded
+  /// checkpoints every process's writer writes its shards, and rank 0 commits in the background).
   bool async_checkpointing = false;
   /// The tmpfs (e.g. "/dev/shm") where rank 0 keeps the newest snapshot in memory too
   /// (snapshot_memory.h); "" none.
@@ -58,7 +60,8 @@ struct FitCheckpointsOptions {
 /// point, before a dispatch) and after_dispatch() after it. Rank 0 writes; under sharded
 /// checkpoints it only builds its file at save time, and after_dispatch() commits: every process
 /// writes its shard of each checkpoint rank 0 announced (a ShardedCommitPlan), then rank 0 writes
-/// the files and removes the checkpoints whose removal waited for them.
+/// the files and removes the checkpoints whose removal waited for them. Under async_checkpointing
+/// the writers do so in the background, committed as sharded snapshots are (advance_sharded_write).
 class FitCheckpoints {
  public:
   /// Borrows everything: `sharding` is strategy.state_sharding() (nullptr: nothing sharded),
@@ -75,7 +78,8 @@ class FitCheckpoints {
   /// Saves a weights-only checkpoint to `path` (CheckpointContents::kWeightsOnly).
   void save_weights(const std::string& path);
   /// Removes checkpoint `path` (rank 0): at once, or after the commit of the sharded saves that
-  /// replace it; a save of `path` not yet committed is dropped instead.
+  /// replace it (or of the sharded write in flight); a save of `path` not yet committed is
+  /// dropped instead.
   void remove(const std::string& path);
 
   /// Whether a checkpoint needs states gathered ahead from every process: registered metrics
@@ -88,7 +92,8 @@ class FitCheckpoints {
   /// checkpoints, takes this process's shard) for the saves of the dispatch that follows.
   void gather();
   /// Collective, after every dispatch: commits the sharded saves since the gather point (a no-op
-  /// when nothing was gathered) and forgets what was gathered (the next step changes it).
+  /// when nothing was gathered; under async_checkpointing, in the background) and forgets what was
+  /// gathered (the next step changes it).
   void after_dispatch();
 
   /// Collective, where every process stopped at the same step: gathers, saves an HPC checkpoint
@@ -105,24 +110,25 @@ class FitCheckpoints {
   /// Under sharded checkpoints every process copies its shard and its writer writes it, into the
   /// memory tier first (with peer copies, the next node's too); the set is committed in memory
   /// once every shard and copy is there, and in the
-  /// files once every shard is on disk (advance_sharded_snapshot). A snapshot due while
+  /// files once every shard is on disk (advance_sharded_write). A snapshot due while
   /// the previous one is still being written waits for it or, with `skip_when_busy`, is skipped
   /// (on every process, as any writer's state finds). Returns whether it was saved.
   /// `die_mid_write` (an injected fault): rank 0's writer leaves half a temporary file and kills
   /// the process, as a crash while writing would.
   bool save_snapshot(bool skip_when_busy, bool die_mid_write = false);
-  /// Collective, once per optimizer step boundary: moves a sharded snapshot written in the
-  /// background towards its commit without waiting. Every process says how far its shard is (in
-  /// memory, on disk) in an asynchronous all-reduce that the next boundary reads; once all are in
-  /// memory, the snapshot is committed there, and once all are on disk, rank 0's writer writes the
-  /// snapshot's file with the shard index (the commit). A no-op otherwise.
-  void advance_sharded_snapshot();
-  /// Collective: commits the sharded snapshot still being written, waiting for every process's
-  /// shard. Before another snapshot or an HPC save, and at the end of the fit.
-  void complete_sharded_snapshot();
+  /// Collective, once per optimizer step boundary: moves a sharded write in the background (a
+  /// snapshot's, or under async_checkpointing the saves of a dispatch) towards its commit without
+  /// waiting. Every process says how far its shards are (in memory, on disk) in an asynchronous
+  /// all-reduce that the next boundary reads; once all are in memory, a snapshot is committed
+  /// there, and once all are on disk, rank 0's writer writes each file with its shard index (the
+  /// commit) and then removes what waited for it. A no-op otherwise.
+  void advance_sharded_write();
+  /// Collective: commits the sharded write still in flight, waiting for every process's shards.
+  /// Before another snapshot, another background save or an HPC save, and at the end of the fit.
+  void complete_sharded_write();
   /// Blocks until this process's writer has put its shard of the sharded snapshot in flight into
   /// the memory tier (or past it, without one); throws what made it fail. A no-op without one in
-  /// flight. complete_sharded_snapshot waits so; a test does to see the commit in memory.
+  /// flight. complete_sharded_write waits so; a test does to see the commit in memory.
   void wait_for_shard_in_memory();
   /// Waits for what the background writer has queued (snapshots, and checkpoints under
   /// async_checkpointing, with the removals behind them); rethrows a write's error
@@ -166,8 +172,12 @@ class FitCheckpoints {
   void defer_sharded_save(const std::string& path, TrainingParts parts, CheckpointContents contents);
   /// Sharded checkpoints, on every process: writes this process's shard of each checkpoint rank 0
   /// built since the gather point, then rank 0 commits each by writing its file with the shard
-  /// index, and removes what waited for the commit.
-  void commit_sharded_saves();
+  /// index, and removes what waited for the commit. `in_background`: after the write in flight is
+  /// committed, every process copies its shard (and rank 0 the files' contents) to host memory and
+  /// its writer writes them; the commit follows at a later boundary (advance_sharded_write).
+  void commit_sharded_saves(bool in_background);
+  /// commit_sharded_saves' background form, once rank 0's `plan` reached every process.
+  void write_sharded_saves_in_background(const ShardedCommitPlan& plan);
   void note_saved(const std::string& path);
   /// The background writer, started at its first use.
   AsyncWriter& writer();
@@ -221,9 +231,10 @@ class FitCheckpoints {
   void save_sharded_snapshot(const std::function<std::string()>& next_path, bool die_mid_write);
   /// Adds the copy to host memory that began at `start` to snapshot_stats_ (the first one apart).
   void count_snapshot_copy(std::chrono::steady_clock::time_point start);
-  /// Rank 0: has the writer write the snapshot file with its shard index (every shard is on disk)
-  /// and then prune the older snapshots. Every process forgets the snapshot.
-  void commit_sharded_snapshot();
+  /// Rank 0: has the writer write each file of the sharded write with its shard index (every shard
+  /// is on disk), then prune the older snapshots (a snapshot's) and remove what waited for the
+  /// commit. Every process forgets the write.
+  void commit_sharded_write();
   /// Every shard of the sharded snapshot is in its node's memory tier: rank 0 renames its pending
   /// index into place there (the snapshot is resumable from memory from now on), every process
   /// removes its memory files of older snapshots, and the writers go on to the files. Once per
@@ -278,20 +289,27 @@ class FitCheckpoints {
   std::string memory_dir_;
   bool memory_prepared_ = false;
   std::string memory_failure_;
-  // A sharded snapshot whose shards are being written, not committed to the files yet: its file,
-  // save and number, rank 0's copy of the file's contents (with the index), the vote in flight on
-  // how far every process's shard is (started at one step boundary, read at the next), and whether
-  // it was committed in memory.
-  struct ShardedSnapshot {
-    std::string path;
+  // A sharded write whose shards are being written, not committed to the files yet: a snapshot, or
+  // under async_checkpointing the saves of one dispatch. Its save, its files with (rank 0) the copy
+  // of each file's contents with the index, the vote in flight on how far every process's shards
+  // are (started at one step boundary, read at the next), and whether it was committed in memory.
+  struct ShardedWrite {
+    struct File {
+      std::string path;
+      c10::IValue checkpoint;  // rank 0: the file's contents, with the shard index
+    };
+    std::vector<File> files;
     std::string save_id;
-    int64_t number = 0;
-    c10::IValue checkpoint;
+    bool snapshot = false;
+    int64_t number = 0;  // a snapshot's
     std::optional<ReduceWork> vote;
-    bool in_memory = false;  // committed in the memory tier: every shard is there, and rank 0's index
+    // Committed in the memory tier: every shard is there, and rank 0's index. A callback's save has
+    // no memory tier: true from the start.
+    bool in_memory = false;
+    std::vector<std::string> removals;  // rank 0: checkpoints to remove once the files are committed
   };
-  std::optional<ShardedSnapshot> sharded_snapshot_;
-  // How far this process's writer is with its shard of sharded_snapshot_: 0 copying, 1 in the
+  std::optional<ShardedWrite> sharded_write_;
+  // How far this process's writer is with its shards of sharded_write_: 0 copying, 1 in the
   // memory tier (or past it, without one), 2 on disk, -1 failed. Set by the writer thread, voted
   // on by this one. With a memory tier the writer waits at the gate between 1 and the file until
   // the commit in memory opens it.

@@ -353,15 +353,15 @@ TEST(FitCheckpointsTest, AShardedSnapshotIsWrittenInTheBackgroundAndCommittedOnc
 
   // The first boundary asks; another process's writer still at it answers no, and nothing is committed.
   zero.strategy.group.results = {0.0};
-  zero.checkpoints.advance_sharded_snapshot();
-  zero.checkpoints.advance_sharded_snapshot();  // reads the no, asks again
+  zero.checkpoints.advance_sharded_write();
+  zero.checkpoints.advance_sharded_write();  // reads the no, asks again
   zero.checkpoints.wait_for_writes();
   EXPECT_FALSE(io->exists(path));
-  zero.checkpoints.advance_sharded_snapshot();  // every shard is on disk: rank 0 commits
+  zero.checkpoints.advance_sharded_write();  // every shard is on disk: rank 0 commits
   zero.checkpoints.wait_for_writes();
   ASSERT_TRUE(io->exists(path));
   EXPECT_EQ(zero.strategy.group.reductions, 2);
-  zero.checkpoints.advance_sharded_snapshot();
+  zero.checkpoints.advance_sharded_write();
   EXPECT_EQ(zero.strategy.group.reductions, 2) << "nothing left to commit: no collective";
 
   const std::optional<ShardIndex> index = read_shard_index(io->load(path), path);
@@ -381,7 +381,7 @@ TEST(FitCheckpointsTest, AShardedSnapshotStillBeingWrittenIsCommittedBeforeTheNe
   auto io = std::make_shared<InMemoryCheckpointIO>();
   Rank zero(0, 1, io, /*pieces=*/false);
   ASSERT_TRUE(zero.checkpoints.save_snapshot(/*skip_when_busy=*/false));
-  zero.checkpoints.advance_sharded_snapshot();  // a vote in flight, read by the next save
+  zero.checkpoints.advance_sharded_write();  // a vote in flight, read by the next save
   ASSERT_TRUE(zero.checkpoints.save_snapshot(/*skip_when_busy=*/false));
   const std::string first = decode_sharded_commit_plan(zero.strategy.group.sent.at(0)).entries.at(0).path;
   const std::string second = decode_sharded_commit_plan(zero.strategy.group.sent.at(1)).entries.at(0).path;
@@ -391,12 +391,12 @@ TEST(FitCheckpointsTest, AShardedSnapshotStillBeingWrittenIsCommittedBeforeTheNe
   zero.checkpoints.wait_for_writes();
   EXPECT_TRUE(io->exists(first));
   EXPECT_FALSE(io->exists(second));
-  zero.checkpoints.complete_sharded_snapshot();  // the end of the fit
+  zero.checkpoints.complete_sharded_write();  // the end of the fit
   zero.checkpoints.wait_for_writes();
   EXPECT_TRUE(io->exists(second));
   EXPECT_EQ(zero.strategy.group.barriers, 4);
   EXPECT_EQ(zero.checkpoints.snapshot_stats().saved, 2);
-  zero.checkpoints.complete_sharded_snapshot();
+  zero.checkpoints.complete_sharded_write();
   EXPECT_EQ(zero.strategy.group.barriers, 4) << "nothing left to commit";
 }
 
@@ -472,8 +472,8 @@ TEST(FitCheckpointsTest, AShardedSnapshotIsCommittedInMemoryOnceEveryShardIsTher
   EXPECT_TRUE(io->paths().empty()) << "no file is written before the commit in memory";
 
   for (Rank* rank : {&zero, &one}) {
-    rank->checkpoints.advance_sharded_snapshot();  // asks: every process answers 1, in memory
-    rank->checkpoints.advance_sharded_snapshot();  // commits in memory, asks again
+    rank->checkpoints.advance_sharded_write();  // asks: every process answers 1, in memory
+    rank->checkpoints.advance_sharded_write();  // commits in memory, asks again
   }
   io->wait_for(2);  // the commit let both writers on to the files, where the gate holds them
   ASSERT_TRUE(std::filesystem::exists(memory0 / index_name)) << "committed in memory";
@@ -492,8 +492,8 @@ TEST(FitCheckpointsTest, AShardedSnapshotIsCommittedInMemoryOnceEveryShardIsTher
   io->open();
   for (Rank* rank : {&zero, &one}) {
     rank->checkpoints.wait_for_writes();
-    rank->checkpoints.advance_sharded_snapshot();  // reads the vote started before the shards were on disk
-    rank->checkpoints.advance_sharded_snapshot();  // every shard on disk: rank 0 commits the file
+    rank->checkpoints.advance_sharded_write();  // reads the vote started before the shards were on disk
+    rank->checkpoints.advance_sharded_write();  // every shard on disk: rank 0 commits the file
     rank->checkpoints.wait_for_writes();
   }
   EXPECT_TRUE(io->exists(path));
@@ -534,8 +534,8 @@ TEST(FitCheckpointsTest, WithPeerCopiesEveryShardIsAlsoKeptInTheNextNodesMemory)
     EXPECT_TRUE(std::filesystem::exists(memory1 / pending_memory_index_name(number)));
     EXPECT_TRUE(std::filesystem::exists(memory0 / name(shard_path(path, plans.back().save_id, 1))));
     for (Rank* rank : {&zero, &one}) {
-      rank->checkpoints.advance_sharded_snapshot();  // asks
-      rank->checkpoints.advance_sharded_snapshot();  // every process answers 1 or 2: committed in memory
+      rank->checkpoints.advance_sharded_write();  // asks
+      rank->checkpoints.advance_sharded_write();  // every process answers 1 or 2: committed in memory
     }
     EXPECT_TRUE(std::filesystem::exists(memory1 / name(path))) << "node 1 renames its copy of the index too";
     EXPECT_FALSE(std::filesystem::exists(memory1 / pending_memory_index_name(number)));
@@ -590,7 +590,7 @@ TEST(FitCheckpointsTest, OnThreeNodesTheShardCopiesGoRoundTheRingWithoutWaitingI
         << "rank 0's index on node 0 and on node 1 only; node " << node;
   }
   for (int round = 0; round < 2; ++round) {
-    for (auto& rank : ranks) rank->checkpoints.advance_sharded_snapshot();  // the commit in memory opens the gates
+    for (auto& rank : ranks) rank->checkpoints.advance_sharded_write();  // the commit in memory opens the gates
   }
   for (auto& rank : ranks) {
     rank->checkpoints.wait_for_writes();
@@ -622,6 +622,100 @@ TEST(FitCheckpointsTest, ARemovalWaitsForTheCommitOfTheSavesThatReplaceIt) {
   // Outside a gather point nothing is pending: a removal happens at once.
   zero.checkpoints.remove("older.ckpt");
   EXPECT_FALSE(io->exists("older.ckpt"));
+}
+
+/// A sharded fsdp process whose callbacks' saves are written in the background.
+FitCheckpointsOptions async_sharded() {
+  return {.state_dict_type = StateDictType::kSharded, .hpc_checkpoint_dir = "hpc", .async_checkpointing = true};
+}
+
+TEST(FitCheckpointsTest, UnderAsyncCheckpointingShardedSavesAreWrittenInTheBackgroundAndCommittedAtABoundary) {
+  auto io = std::make_shared<InMemoryCheckpointIO>();
+  io->save(c10::IValue(int64_t{1}), "old.ckpt");
+  Rank zero(0, 2, io, /*pieces=*/true, async_sharded());
+  Rank one(1, 2, io, /*pieces=*/true, async_sharded());
+  const torch::Tensor saved_bias = zero.module.layer->bias.detach().clone();
+  zero.checkpoints.begin_gather_point();
+  zero.checkpoints.gather();
+  zero.checkpoints.save("a.ckpt");
+  zero.checkpoints.save_weights("w.ckpt");
+  zero.checkpoints.remove("old.ckpt");  // replaced by a.ckpt (ModelCheckpoint's old top-k)
+  zero.checkpoints.after_dispatch();
+  one.strategy.group.reply = zero.strategy.group.sent.at(0);
+  one.checkpoints.begin_gather_point();
+  one.checkpoints.gather();
+  one.checkpoints.after_dispatch();
+  const ShardedCommitPlan plan = decode_sharded_commit_plan(zero.strategy.group.sent.at(0));
+  ASSERT_EQ(plan.entries.size(), 2u);
+  // Training goes on: what the files hold was copied at the save.
+  {
+    const torch::NoGradGuard no_grad;
+    zero.module.layer->bias.add_(1.0);
+  }
+
+  zero.checkpoints.wait_for_writes();
+  one.checkpoints.wait_for_writes();
+  std::vector<std::string> files{"old.ckpt"};
+  for (const char* path : {"a.ckpt", "w.ckpt"})
+    for (int64_t rank : {0, 1}) files.push_back(shard_path(path, plan.save_id, rank));
+  std::sort(files.begin(), files.end());
+  EXPECT_EQ(io->paths(), files) << "every process's shards, and no file before the commit";
+  EXPECT_EQ(zero.strategy.group.barriers + one.strategy.group.barriers, 0) << "no process waits for another";
+
+  zero.strategy.group.results = {0.0};  // rank 1's writer is still at it
+  zero.checkpoints.advance_sharded_write();
+  zero.checkpoints.advance_sharded_write();
+  zero.checkpoints.wait_for_writes();
+  EXPECT_FALSE(io->exists("a.ckpt"));
+  EXPECT_TRUE(io->exists("old.ckpt")) << "removed only once a.ckpt is complete";
+  zero.checkpoints.advance_sharded_write();  // every shard is on disk: rank 0 commits
+  zero.checkpoints.wait_for_writes();
+  ASSERT_TRUE(io->exists("a.ckpt"));
+  ASSERT_TRUE(io->exists("w.ckpt"));
+  EXPECT_FALSE(io->exists("old.ckpt"));
+
+  const c10::IValue top = io->load("a.ckpt");
+  EXPECT_TRUE(
+      torch::equal(top.toGenericDict().at("state_dict").toGenericDict().at("layer.bias").toTensor(), saved_bias));
+  const std::optional<ShardIndex> weights = read_shard_index(io->load("w.ckpt"), "w.ckpt");
+  ASSERT_TRUE(weights.has_value());
+  EXPECT_FALSE(weights->optimizer_states);
+  EXPECT_TRUE(load_shard(*io, "w.ckpt", *weights, 1).optimizer_states.empty());
+  Rank resumed(1, 2, io, /*pieces=*/true);
+  EXPECT_EQ(resumed.checkpoints.restore({"a.ckpt", top}).global_step, 7);
+  ASSERT_TRUE(resumed.sharding.loaded_pieces.has_value());
+  EXPECT_EQ(resumed.sharding.loaded_pieces->at("layer.weight").begin, 1) << "rank 1's piece, from its shard";
+  ASSERT_EQ(resumed.sharding.loaded_states.size(), 1u);
+  EXPECT_EQ(field(resumed.sharding.loaded_states[0], "kind"), "piece");
+}
+
+TEST(FitCheckpointsTest, ABackgroundShardedSaveInFlightIsCommittedBeforeTheNextAndRemovalsWaitForIt) {
+  auto io = std::make_shared<InMemoryCheckpointIO>();
+  Rank zero(0, 1, io, /*pieces=*/false, async_sharded());
+  zero.checkpoints.begin_gather_point();
+  zero.checkpoints.gather();
+  zero.checkpoints.save("last.ckpt");
+  zero.checkpoints.after_dispatch();
+  const std::string first_id = decode_sharded_commit_plan(zero.strategy.group.sent.at(0)).save_id;
+  // Outside a gather point, while last.ckpt is in flight: its removal waits for its commit.
+  zero.checkpoints.remove("last.ckpt");
+  zero.checkpoints.wait_for_writes();
+  EXPECT_EQ(io->paths(), std::vector<std::string>{shard_path("last.ckpt", first_id, 0)});
+
+  // The next save of the same file commits the first (and its removal) before its own copy.
+  zero.checkpoints.begin_gather_point();
+  zero.checkpoints.gather();
+  zero.checkpoints.save("last.ckpt");
+  zero.checkpoints.after_dispatch();
+  EXPECT_EQ(zero.strategy.group.barriers, 2) << "the first write was committed, waiting for its shards";
+  const std::string second_id = decode_sharded_commit_plan(zero.strategy.group.sent.at(1)).save_id;
+  zero.checkpoints.wait_for_writes();
+  EXPECT_FALSE(io->exists("last.ckpt")) << "the first was committed, then removed; the second is not yet";
+  zero.checkpoints.complete_sharded_write();  // the end of the fit
+  zero.checkpoints.wait_for_writes();
+  EXPECT_EQ(io->paths(), (std::vector<std::string>{"last.ckpt", shard_path("last.ckpt", second_id, 0)}))
+      << "the first save's shards went with it";
+  EXPECT_EQ(read_shard_index(io->load("last.ckpt"), "last.ckpt")->save_id, second_id);
 }
 
 TEST(FitCheckpointsTest, AWeightsOnlyShardHoldsOnlyTheParametersPieces) {

@@ -225,14 +225,15 @@ void FitLoop::poll_signals() {
 
 void FitLoop::snapshot_if_due() {
   const SnapshotSchedule& schedule = config_.snapshots;
-  if (!schedule.enabled()) return;
   if (progress_marker_) progress_marker_->record(progress_.global_step);
   // Once per optimizer step: a boundary inside an accumulation window holds gradients that no
   // checkpoint keeps, and its resume would not be exact.
   const int64_t step = progress_.global_step;
   if (step == snapshot_checked_step_) return;
   snapshot_checked_step_ = step;
-  checkpoints_.advance_sharded_snapshot();
+  // A sharded snapshot, or a callback's sharded save under async_checkpointing, being written.
+  checkpoints_.advance_sharded_write();
+  if (!schedule.enabled()) return;
   bool due = schedule.every_n_steps && step % *schedule.every_n_steps == 0;
   if (schedule.every_n_seconds) {
     // The first boundary of the fit sets the first time-due step; each snapshot sets the next.
@@ -282,7 +283,7 @@ void FitLoop::inject_fault(FaultPoint point) {
 
 SnapshotStats FitLoop::finish_snapshots() {
   // The files are complete from here on; a failure after this resumes from them.
-  checkpoints_.complete_sharded_snapshot();
+  checkpoints_.complete_sharded_write();
   checkpoints_.release_memory_tier();
   const SnapshotStats stats = checkpoints_.snapshot_stats();
   if (config_.snapshots.enabled() && (stats.saved > 0 || stats.skipped > 0)) {
@@ -492,6 +493,7 @@ FitResult FitLoop::run() {
     dispatch([](Callback& c, const CallbackContext& ctx, CallbackServices& s) { return c.on_train_end(ctx, s); }, {});
     // Said after the dispatch, which committed sharded saves, and once the writes in the background
     // are done: a resume from these files starts here.
+    checkpoints_.complete_sharded_write();
     checkpoints_.wait_for_writes();
     for (const std::string& path : checkpoints_.end_train_end())
       parts_.console.info(fmt::format("Saved {} at {}", path, fit_position(progress_)));

@@ -132,9 +132,10 @@ class FitLoop : public CallbackServices, private EpochHooks {
   void sanity_check();
   void run_validation();
   void poll_signals();
-  /// Saves a snapshot when one is due: once per snapshot_every_n_steps optimizer steps and/or at
-  /// the step agree_time_due_step set, at the boundary of the batch that took the step, unless
-  /// the fit is stopping there.
+  /// Once per optimizer step boundary: moves a sharded write in the background towards its commit
+  /// (FitCheckpoints::advance_sharded_write), and saves a snapshot when one is due: once per
+  /// snapshot_every_n_steps optimizer steps and/or at the step agree_time_due_step set, at the
+  /// boundary of the batch that took the step, unless the fit is stopping there.
   void snapshot_if_due();
   /// Kills this process when the injected fault strikes here (config_.fault at `point`).
   void inject_fault(FaultPoint point);

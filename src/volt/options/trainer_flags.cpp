@@ -290,7 +290,8 @@ void add_trainer_flags(CLI::App& app, TrainerOptions& o, TrainerFlagText& t) {
   app.add_flag("--skip-snapshot-when-busy", o.skip_snapshot_when_busy,
                "skip a snapshot that comes due while the previous one is still being written (default: wait)");
   app.add_flag("--async-checkpointing", o.async_checkpointing,
-               "write ModelCheckpoint's checkpoints in the background too (rank 0 copies the state and goes on)");
+               "write ModelCheckpoint's checkpoints in the background too (rank 0, or sharded every process, copies "
+               "the state and goes on)");
   app.add_option("--max-restarts", o.max_restarts,
                  "Volt's own launcher: start the processes again after one fails, up to N times (torchrun's name)")
       ->capture_default_str();

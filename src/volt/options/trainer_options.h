@@ -376,8 +376,10 @@ struct TrainerOptions {
   bool skip_snapshot_when_busy = false;
   /// ModelCheckpoint's saves (and a callback's save_checkpoint) go through the snapshots'
   /// background writer too: rank 0 copies the state to host memory and goes on, the file is
-  /// written behind it, and the checkpoints a save replaces are deleted after it. The end of fit
-  /// waits for the writes. Sharded checkpoints are written at once either way.
+  /// written behind it, and the checkpoints a save replaces are deleted after it. Under sharded
+  /// checkpoints every process copies its shard and its writer writes it; rank 0 commits the files
+  /// at a later step boundary, once every shard is on disk, as sharded snapshots are. The end of
+  /// fit waits for the writes.
   bool async_checkpointing = false;
   /// Under Volt's own launcher (one node, not torchrun, SLURM or MPI): this process supervises
   /// the run's processes instead of being rank 0; when one fails, it ends the others and starts
