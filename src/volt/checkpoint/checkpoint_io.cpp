@@ -261,14 +261,19 @@ void write_archive(const c10::IValue& plain, const std::function<void(size_t)>& 
 }  // namespace
 
 std::vector<char> save_to_bytes(const c10::IValue& value) {
+  std::vector<char> archive;
+  save_to_bytes(value, archive);
+  return archive;
+}
+
+void save_to_bytes(const c10::IValue& value, std::vector<char>& archive) {
   // Validate (and copy to generic containers) before serializing, so a bad value throws before
   // any file is touched.
   const c10::IValue plain = to_plain(value, "");
-  std::vector<char> archive;
+  archive.clear();  // keeps the capacity
   write_archive(
       plain, [&](size_t size) { archive.reserve(size); },
       [&](const char* data, size_t size) { archive.insert(archive.end(), data, data + size); });
-  return archive;
 }
 
 c10::IValue load_from_bytes(const std::vector<char>& bytes, const std::string& what) {

@@ -218,6 +218,21 @@ TEST(CheckpointIo, TheArchiveIsBuiltInTheOneBufferReservedForIt) {
   expect_same(root, load_from_bytes(archive), "");
 }
 
+TEST(CheckpointIo, SerializingIntoABufferReusesItsMemoryAndReplacesWhatItHeld) {
+  auto root = string_dict();
+  for (int i = 0; i < 4; ++i) root.insert("t" + std::to_string(i), torch::rand({4096}));
+  std::vector<char> buffer;
+  save_to_bytes(root, buffer);
+  const char* memory = buffer.data();
+  EXPECT_EQ(buffer, save_to_bytes(root));
+
+  root.insert_or_assign("t0", torch::zeros({4096}));  // the next snapshot: same shapes, new values
+  save_to_bytes(root, buffer);
+  EXPECT_EQ(buffer.data(), memory) << "written into the same pages";
+  EXPECT_EQ(buffer, save_to_bytes(root)) << "what it held before is gone";
+  expect_same(root, load_from_bytes(buffer), "");
+}
+
 TEST(CheckpointIo, PickleReferencesNoTorchScriptGlobals) {
   // Typed containers are what pickle_save tags with torch.jit._pickle globals; ours must not.
   const std::string pickle = data_pkl(save_to_bytes(every_plain_value()));

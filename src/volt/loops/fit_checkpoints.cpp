@@ -289,7 +289,8 @@ bool FitCheckpoints::save_snapshot(bool skip_when_busy, bool die_mid_write) {
       } else {
         // Serialized once, for the memory tiers first: a crash while the file is written loses
         // the file, not the snapshot.
-        const std::vector<char> bytes = save_to_bytes(copy);
+        save_to_bytes(copy, serialized_);
+        const std::vector<char>& bytes = serialized_;
         keep_in_memory(number, bytes);
         send_to_peer(number, bytes);
         if (die_mid_write) {
@@ -376,7 +377,8 @@ void FitCheckpoints::save_sharded_snapshot(const std::function<std::string()>& n
         // Into the memory tiers first (this node's, and the next node's with peer copies), and the
         // file only once every process's shard is there and the snapshot committed in memory:
         // whatever happens to the file then loses nothing.
-        const std::vector<char> bytes = save_to_bytes(shard);
+        save_to_bytes(shard, serialized_);
+        const std::vector<char>& bytes = serialized_;
         const std::vector<char> index_bytes = index.isNone() ? std::vector<char>{} : save_to_bytes(index);
         keep_file_in_memory(std::filesystem::path(file).filename().string(), bytes);
         if (!index.isNone()) keep_file_in_memory(pending_memory_index_name(number), index_bytes);
