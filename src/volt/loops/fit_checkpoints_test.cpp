@@ -281,6 +281,17 @@ struct Rank {
   FitCheckpoints checkpoints;
 };
 
+/// Rank 1 of 2 (full_shard) restores sharded checkpoint `path` from `io`: the step Rank saves at,
+/// its own piece of the parameters and its own optimizer state, from its shard.
+void expect_rank_one_resumes_its_shard(const std::shared_ptr<InMemoryCheckpointIO>& io, const std::string& path) {
+  Rank resumed(1, 2, io, /*pieces=*/true);
+  EXPECT_EQ(resumed.checkpoints.restore({path, io->load(path)}).global_step, 7);
+  ASSERT_TRUE(resumed.sharding.loaded_pieces.has_value());
+  EXPECT_EQ(resumed.sharding.loaded_pieces->at("layer.weight").begin, 1) << "rank 1's piece, from its shard";
+  ASSERT_EQ(resumed.sharding.loaded_states.size(), 1u);
+  EXPECT_EQ(field(resumed.sharding.loaded_states[0], "kind"), "piece");
+}
+
 TEST(FitCheckpointsTest, ShardedSaveIsWrittenAtTheCommitByEveryRank) {
   auto io = std::make_shared<InMemoryCheckpointIO>();
   Rank zero(0, 2, io, /*pieces=*/false);
@@ -368,13 +379,7 @@ TEST(FitCheckpointsTest, AShardedSnapshotIsWrittenInTheBackgroundAndCommittedOnc
   ASSERT_TRUE(index.has_value());
   EXPECT_EQ(index->save_id, plan.save_id);
   EXPECT_EQ(index->world_size, 2);
-  Rank resumed(1, 2, io, /*pieces=*/true);
-  const FitProgress progress = resumed.checkpoints.restore({path, io->load(path)});
-  EXPECT_EQ(progress.global_step, 7);
-  ASSERT_TRUE(resumed.sharding.loaded_pieces.has_value());
-  EXPECT_EQ(resumed.sharding.loaded_pieces->at("layer.weight").begin, 1) << "rank 1's piece, from its shard";
-  ASSERT_EQ(resumed.sharding.loaded_states.size(), 1u);
-  EXPECT_EQ(field(resumed.sharding.loaded_states[0], "kind"), "piece");
+  expect_rank_one_resumes_its_shard(io, path);
 }
 
 TEST(FitCheckpointsTest, AShardedSnapshotStillBeingWrittenIsCommittedBeforeTheNextAndAtTheEnd) {
@@ -681,12 +686,7 @@ TEST(FitCheckpointsTest, UnderAsyncCheckpointingShardedSavesAreWrittenInTheBackg
   ASSERT_TRUE(weights.has_value());
   EXPECT_FALSE(weights->optimizer_states);
   EXPECT_TRUE(load_shard(*io, "w.ckpt", *weights, 1).optimizer_states.empty());
-  Rank resumed(1, 2, io, /*pieces=*/true);
-  EXPECT_EQ(resumed.checkpoints.restore({"a.ckpt", top}).global_step, 7);
-  ASSERT_TRUE(resumed.sharding.loaded_pieces.has_value());
-  EXPECT_EQ(resumed.sharding.loaded_pieces->at("layer.weight").begin, 1) << "rank 1's piece, from its shard";
-  ASSERT_EQ(resumed.sharding.loaded_states.size(), 1u);
-  EXPECT_EQ(field(resumed.sharding.loaded_states[0], "kind"), "piece");
+  expect_rank_one_resumes_its_shard(io, "a.ckpt");
 }
 
 TEST(FitCheckpointsTest, ABackgroundShardedSaveInFlightIsCommittedBeforeTheNextAndRemovalsWaitForIt) {
