@@ -174,6 +174,24 @@ def test_a_fit_is_one_mlflow_run_with_every_metric_param_and_checkpoint(server, 
     assert run_file["run_id"] == mlflow_run["run_id"]
 
 
+def test_a_sharded_checkpoint_is_uploaded_with_its_shards(server, binary, dataset, tmp_path):
+    """fsdp's sharded checkpoints, written in the background: MLflow keeps each file ModelCheckpoint
+    kept with the shards beside it (the index alone is no model), byte for byte."""
+    run = run_binary(binary, RUN_FLAGS + ["--devices", "2", "--strategy", "fsdp", "--state-dict-type", "sharded",
+                                          "--async-checkpointing", "--mlflow-tracking-uri", server.uri,
+                                          "--mlflow-experiment-name", "sharded", "--mlflow-log-model", "end"],
+                     tmp_path, env=cluster_free_env())
+    assert_ok(run)
+    found = server.read("sharded", download=tmp_path / "downloaded")
+    assert len(found["runs"]) == 1, found
+    checkpoints = run.version_dir(0) / "checkpoints"
+    kept = sorted(p.name for p in checkpoints.iterdir())
+    assert len([name for name in kept if ".shard" in name]) == 2 * len([n for n in kept if n.endswith(".ckpt")]), kept
+    assert found["runs"][0]["artifacts"] == sorted(["config.yaml"] + [f"checkpoints/{name}" for name in kept])
+    for name in kept:
+        assert (tmp_path / "downloaded" / "checkpoints" / name).read_bytes() == (checkpoints / name).read_bytes()
+
+
 class LatePort:
     """127.0.0.1:port, where nothing listens until open(); from then on every connection is forwarded
     to 127.0.0.1:target. To a client, a server that came up late, but at a moment the test chooses

@@ -10,6 +10,7 @@
 #include <nlohmann/json_fwd.hpp>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "volt/core/console.h"
 
@@ -29,7 +30,8 @@ class Logger {
   /// Records one set of scalar metrics taken at global step `step`.
   virtual void log_metrics(const std::map<std::string, double>& metrics, int64_t step) = 0;
   /// Called on global rank 0 after a checkpoint file is complete at `path` (Lightning's
-  /// after_save_checkpoint): a logger that keeps models (MLFlowLogger's log_model) uploads it.
+  /// after_save_checkpoint): a logger that keeps models (MLFlowLogger's log_model) uploads it,
+  /// with a sharded checkpoint's shards (checkpoint_files).
   virtual void after_save_checkpoint(const std::string& path) {}
   /// Called after the run's resolved configuration was written to `path` (`config.yaml`), for a
   /// logger that keeps files with the run.
@@ -61,6 +63,12 @@ struct LoggerOptions {
   /// read them. Called from MLFlowLogger's sender thread too. Must not be null.
   std::shared_ptr<Console> console = make_stdio_console();
 };
+
+/// The files that make up the checkpoint at `path`: `path`, then the shard files of a sharded
+/// (fsdp) checkpoint beside it, `<path>.<save id: 16 hex digits>.shard<rank>`
+/// (docs/checkpoint-format.md), in rank order. A logger that keeps a checkpoint keeps them all:
+/// the index alone is no model. Reads the folder's listing; a missing folder lists `path` alone.
+std::vector<std::string> checkpoint_files(const std::string& path);
 
 /// The folder name of numbered version `number`, "version_<number>": what Lightning makes of an
 /// integer `version`. Example: `options.version = version_name(3);` writes to `.../version_3`.

@@ -87,6 +87,25 @@ TEST_F(LogDirTest, ResolveVersionNamesTheFolderThatResolveLogDirUses) {
       << "a resolved version stays put after its folder exists, so loggers can share it";
 }
 
+TEST_F(LogDirTest, ACheckpointsFilesAreItselfAndItsShardsInRankOrder) {
+  const auto touch = [&](const std::string& name) { std::ofstream(root_ / name) << "x"; };
+  for (const char* name : {"last.ckpt", "last.ckpt.0123456789abcdef.shard10", "last.ckpt.0123456789abcdef.shard2",
+                           "last.ckpt.0123456789abcdef.shard0",
+                           // Not its shards: another checkpoint's, no save id, a temporary file.
+                           "last.ckpt.v1", "last.ckpt.v1.0123456789abcdef.shard0", "last.ckpt.shard0",
+                           "last.ckpt.0123456789abcdef.shard0.tmp", "last.ckpt.0123456789ABCDEF.shard1"})
+    touch(name);
+  const std::string last = (root_ / "last.ckpt").string();
+  EXPECT_EQ(checkpoint_files(last),
+            (std::vector<std::string>{last, (root_ / "last.ckpt.0123456789abcdef.shard0").string(),
+                                      (root_ / "last.ckpt.0123456789abcdef.shard2").string(),
+                                      (root_ / "last.ckpt.0123456789abcdef.shard10").string()}));
+  const std::string plain = (root_ / "last.ckpt.v1").string();
+  EXPECT_EQ(checkpoint_files(plain).size(), 2u) << "last.ckpt.v1 has a shard of its own";
+  EXPECT_EQ(checkpoint_files((root_ / "gone" / "a.ckpt").string()),
+            std::vector<std::string>{(root_ / "gone" / "a.ckpt").string()});
+}
+
 TEST(VersionName, IsLightningsFolderForAnIntegerVersion) {
   EXPECT_EQ(version_name(0), "version_0");
   EXPECT_EQ(version_name(12), "version_12");

@@ -693,9 +693,10 @@ void MLFlowLogger::log_artifact(const std::string& local_path, const std::string
 }
 
 void MLFlowLogger::after_save_checkpoint(const std::string& path) {
-  const std::string artifact_path = "checkpoints/" + fs::path(path).filename().string();
   if (impl_->options.log_model == LogModel::kAll) {
-    log_artifact(path, artifact_path);
+    // A sharded checkpoint's shards with it: the files are complete now.
+    for (const std::string& file : checkpoint_files(path))
+      log_artifact(file, "checkpoints/" + fs::path(file).filename().string());
   } else if (impl_->options.log_model == LogModel::kEnd) {
     const std::lock_guard<std::mutex> lock(impl_->mutex);
     impl_->saved_checkpoints.push_back(path);
@@ -723,9 +724,9 @@ void MLFlowLogger::finalize(const std::string& status) {
     // log_model "end": the checkpoints that still exist are the ones ModelCheckpoint kept.
     std::set<std::string> queued;
     for (const std::string& path : impl.saved_checkpoints) {
-      if (queued.insert(path).second && fs::exists(path)) {
-        impl.artifacts.push_back(Artifact{path, "checkpoints/" + fs::path(path).filename().string()});
-      }
+      if (!queued.insert(path).second || !fs::exists(path)) continue;
+      for (const std::string& file : checkpoint_files(path))
+        impl.artifacts.push_back(Artifact{file, "checkpoints/" + fs::path(file).filename().string()});
     }
     impl.saved_checkpoints.clear();
     impl.end_status = mlflow::run_status(status);

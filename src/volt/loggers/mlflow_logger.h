@@ -135,7 +135,8 @@ class MLFlowLogger : public Logger {
   void set_tag(const std::string& key, const std::string& value);
   /// Queues an upload of the file at `local_path` to the run's artifacts as `artifact_path`.
   void log_artifact(const std::string& local_path, const std::string& artifact_path);
-  /// Uploads `path` under `checkpoints/` (log_model "all"), or remembers it for finalize ("end").
+  /// Uploads `path` (a sharded checkpoint with its shards: checkpoint_files) under `checkpoints/`
+  /// (log_model "all"), or remembers it for finalize ("end").
   void after_save_checkpoint(const std::string& path) override;
   /// Uploads the config file as an artifact.
   void after_save_config(const std::string& path) override;

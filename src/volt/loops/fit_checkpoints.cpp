@@ -466,6 +466,9 @@ void FitCheckpoints::commit_sharded_write() {
   ShardedWrite write = std::move(*sharded_write_);
   sharded_write_.reset();
   if (!strategy_.is_global_zero()) return;
+  // A callback's saves: loggers hear of them once the commit below is done (announce_written).
+  if (!write.snapshot)
+    for (const ShardedWrite::File& file : write.files) written_unannounced_.push_back(file.path);
   writer().then([this, files = std::move(write.files), save_id = write.save_id, snapshot = write.snapshot,
                  removals = std::move(write.removals), dir = options_.hpc_checkpoint_dir,
                  keep = options_.snapshots_to_keep] {
@@ -808,6 +811,7 @@ void FitCheckpoints::commit_sharded_saves(bool in_background) {
                                          make_shard_index(save.path, plan.save_id, world, !save.weights_only));
         io.save(save.checkpoint, save.path);
         remove_shards(io, save.path, plan.save_id);  // the previous save's, and those of saves never committed
+        metrics_.after_save_checkpoint(save.path);   // complete with its shards (MLflow uploads them all)
       }
     }
   }

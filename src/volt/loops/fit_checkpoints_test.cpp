@@ -18,6 +18,7 @@
 #include "volt/core/console.h"
 #include "volt/core/error.h"
 #include "volt/core/testing.h"
+#include "volt/loggers/logger.h"
 #include "volt/loops/metric_router.h"
 #include "volt/loops/sharded_commit_plan.h"
 #include "volt/module/lightning_module.h"
@@ -234,6 +235,17 @@ class FakeSharding : public StateSharding {
   bool pieces_;
 };
 
+/// The checkpoints loggers heard of (after_save_checkpoint), in order.
+class SavesLogger : public Logger {
+ public:
+  std::string name() const override { return "saves"; }
+  std::string log_dir() const override { return ""; }
+  void log_hyperparams(const nlohmann::json&) override {}
+  void log_metrics(const std::map<std::string, double>&, int64_t) override {}
+  void after_save_checkpoint(const std::string& path) override { saved.push_back(path); }
+  std::vector<std::string> saved;
+};
+
 std::string field(const c10::IValue& dict, const std::string& key) {
   return dict.toGenericDict().at(key).toStringRef();
 }
@@ -259,7 +271,7 @@ struct Rank {
       : strategy(rank, world),
         sharding(rank, pieces),
         checkpointer(std::move(io)),
-        router(callback_metrics),
+        router(callback_metrics, {logger}),
         optimization(module.configure_optimizers()),
         checkpoints(std::move(options), strategy, &sharding, checkpointer, router, console,
                     TrainingParts{&module, &optimization, &callbacks, precision.get()}, progress) {
@@ -271,6 +283,7 @@ struct Rank {
   FakeSharding sharding;
   Checkpointer checkpointer;
   std::map<std::string, double> callback_metrics;
+  std::shared_ptr<SavesLogger> logger = std::make_shared<SavesLogger>();
   MetricRouter router;
   RecordingConsole console;
   Regression module;
@@ -301,8 +314,10 @@ TEST(FitCheckpointsTest, ShardedSaveIsWrittenAtTheCommitByEveryRank) {
   zero.checkpoints.save("ckpts/a.ckpt");
   EXPECT_TRUE(io->paths().empty()) << "nothing is written before the commit";
   EXPECT_EQ(zero.checkpoints.last_saved(), "ckpts/a.ckpt");
+  EXPECT_TRUE(zero.logger->saved.empty());
 
   zero.checkpoints.after_dispatch();
+  EXPECT_EQ(zero.logger->saved, std::vector<std::string>{"ckpts/a.ckpt"}) << "complete, with its shards";
   ASSERT_EQ(zero.strategy.group.sent.size(), 1u);
   const ShardedCommitPlan plan = decode_sharded_commit_plan(zero.strategy.group.sent[0]);
   ASSERT_EQ(plan.entries.size(), 1u);
@@ -673,8 +688,10 @@ TEST(FitCheckpointsTest, UnderAsyncCheckpointingShardedSavesAreWrittenInTheBackg
   zero.checkpoints.wait_for_writes();
   EXPECT_FALSE(io->exists("a.ckpt"));
   EXPECT_TRUE(io->exists("old.ckpt")) << "removed only once a.ckpt is complete";
+  EXPECT_TRUE(zero.logger->saved.empty()) << "loggers hear of a checkpoint once it is complete";
   zero.checkpoints.advance_sharded_write();  // every shard is on disk: rank 0 commits
   zero.checkpoints.wait_for_writes();
+  EXPECT_EQ(zero.logger->saved, (std::vector<std::string>{"a.ckpt", "w.ckpt"}));
   ASSERT_TRUE(io->exists("a.ckpt"));
   ASSERT_TRUE(io->exists("w.ckpt"));
   EXPECT_FALSE(io->exists("old.ckpt"));
