@@ -210,7 +210,7 @@ void FitCheckpoints::gather() {
 }
 
 void FitCheckpoints::after_dispatch() {
-  commit_sharded_saves(/*in_background=*/options_.async_checkpointing);
+  commit_sharded_saves(/*from_callbacks=*/true);
   metric_states_.reset();  // gathered for this dispatch only: the next step changes them
   optimizer_states_.reset();
 }
@@ -227,7 +227,7 @@ std::string FitCheckpoints::save_hpc() {
       std::optional<StateDict> local;
       defer_sharded_save(path, parts_for_save(path, local), CheckpointContents::kFull);
     }
-    commit_sharded_saves(/*in_background=*/false);  // the job is about to end
+    commit_sharded_saves(/*from_callbacks=*/false);  // at once: the job is about to end
     if (strategy_.is_global_zero())
       checkpointer_.prune_hpc_checkpoints(options_.hpc_checkpoint_dir, options_.hpc_checkpoints_to_keep);
   } else if (strategy_.is_global_zero()) {
@@ -781,7 +781,7 @@ void FitCheckpoints::write_sharded_saves_in_background(const ShardedCommitPlan& 
   });
 }
 
-void FitCheckpoints::commit_sharded_saves(bool in_background) {
+void FitCheckpoints::commit_sharded_saves(bool from_callbacks) {
   if (!local_shard_) return;  // every process gathered at the same point, or none did
   ShardedCommitPlan plan;
   if (strategy_.is_global_zero() && !pending_saves_.empty()) {
@@ -790,7 +790,7 @@ void FitCheckpoints::commit_sharded_saves(bool in_background) {
   }
   // Rank 0's save id and paths reach every process: each writes its shard of every save, in parallel.
   plan = decode_sharded_commit_plan(strategy_.collectives().broadcast_string(encode(plan)));
-  if (in_background && !plan.entries.empty()) {
+  if (from_callbacks && options_.async_checkpointing && !plan.entries.empty()) {
     write_sharded_saves_in_background(plan);
   } else if (!plan.entries.empty()) {
     const int64_t rank = strategy_.topology().global_rank;
@@ -811,7 +811,8 @@ void FitCheckpoints::commit_sharded_saves(bool in_background) {
                                          make_shard_index(save.path, plan.save_id, world, !save.weights_only));
         io.save(save.checkpoint, save.path);
         remove_shards(io, save.path, plan.save_id);  // the previous save's, and those of saves never committed
-        metrics_.after_save_checkpoint(save.path);   // complete with its shards (MLflow uploads them all)
+        // Complete with its shards: a logger may keep them (MLflow's log_model).
+        if (from_callbacks) metrics_.after_save_checkpoint(save.path);
       }
     }
   }

@@ -172,10 +172,13 @@ class FitCheckpoints {
   void defer_sharded_save(const std::string& path, TrainingParts parts, CheckpointContents contents);
   /// Sharded checkpoints, on every process: writes this process's shard of each checkpoint rank 0
   /// built since the gather point, then rank 0 commits each by writing its file with the shard
-  /// index, and removes what waited for the commit. `in_background`: after the write in flight is
-  /// committed, every process copies its shard (and rank 0 the files' contents) to host memory and
-  /// its writer writes them; the commit follows at a later boundary (advance_sharded_write).
-  void commit_sharded_saves(bool in_background);
+  /// index, and removes what waited for the commit. `from_callbacks`: the saves of a dispatch,
+  /// announced to the loggers once committed and, under async_checkpointing, written in the
+  /// background (after the write in flight is committed, every process copies its shard, and rank
+  /// 0 the files' contents, to host memory and its writer writes them; the commit follows at a
+  /// later boundary: advance_sharded_write). Else an HPC save: at once, and not announced, as a
+  /// full HPC checkpoint is not.
+  void commit_sharded_saves(bool from_callbacks);
   /// commit_sharded_saves' background form, once rank 0's `plan` reached every process.
   void write_sharded_saves_in_background(const ShardedCommitPlan& plan);
   void note_saved(const std::string& path);

@@ -350,6 +350,9 @@ TEST(FitCheckpointsTest, ShardedSaveIsWrittenAtTheCommitByEveryRank) {
     EXPECT_EQ(shard.optimizer_states[0].toGenericDict().at("rank").toInt(), rank);
   }
   EXPECT_EQ(zero.sharding.gathers, 0) << "a sharded save gathers nothing";
+  const std::string hpc = zero.checkpoints.save_hpc();
+  EXPECT_TRUE(io->exists(hpc)) << hpc;
+  EXPECT_EQ(zero.logger->saved, std::vector<std::string>{"ckpts/a.ckpt"}) << "an HPC save is not announced";
 
   // Rank 1 resumes from its shard.
   Rank resumed(1, 2, io, /*pieces=*/false);
