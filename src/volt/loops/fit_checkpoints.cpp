@@ -161,7 +161,7 @@ void FitCheckpoints::remove(const std::string& path) {
     pending_removals_.push_back(path);  // after the commit of the saves that replace it
     return;
   } else if (sharded_write_) {
-    sharded_write_->removals.push_back(path);  // after the commit of the write in flight, which may replace it
+    sharded_write_->removals.push_back(path);  // after the commit of the write in flight (it may be of this file)
     return;
   } else if (writer_) {
     writer_->then([this, path] { checkpointer_.remove(path); });  // after the writes queued before it
@@ -409,11 +409,11 @@ void FitCheckpoints::save_sharded_snapshot(const std::function<std::string()>& n
 
 void FitCheckpoints::advance_sharded_write() {
   if (!sharded_write_) return;
-  ShardedWrite& snapshot = *sharded_write_;
-  if (snapshot.vote) {
+  ShardedWrite& write = *sharded_write_;
+  if (write.vote) {
     // The least stage any process reached: 1, every shard is in memory; 2, on disk.
-    const double stage = snapshot.vote->wait();
-    snapshot.vote.reset();
+    const double stage = write.vote->wait();
+    write.vote.reset();
     if (stage > 0.5) commit_sharded_snapshot_in_memory();
     if (stage > 1.5) {
       commit_sharded_write();
@@ -422,7 +422,7 @@ void FitCheckpoints::advance_sharded_write() {
   }
   // An idle writer is past its shard (or failed); wait() returns at once and rethrows why.
   if (!writer_->busy() || shard_stage_.load() < 0) writer_->wait();
-  snapshot.vote = strategy_.collectives().all_reduce_async(static_cast<double>(shard_stage_.load()), Reduce::kMin);
+  write.vote = strategy_.collectives().all_reduce_async(static_cast<double>(shard_stage_.load()), Reduce::kMin);
 }
 
 void FitCheckpoints::complete_sharded_write() {
@@ -743,7 +743,7 @@ void FitCheckpoints::write_sharded_saves_in_background(const ShardedCommitPlan& 
   const bool any_weights_only = std::any_of(plan.entries.begin(), plan.entries.end(), weights_only);
   // One copy to host memory of what the writers read while training goes on: this process's shard
   // in each form the saves take (the same for every save of a form) and, on rank 0, each file's
-  // contents (in the order of the plan, which is pending_saves_').
+  // contents (pending_saves_, in the plan's order).
   const c10::IValue parameters = make_parameter_pieces(local_shard_->parameters);
   c10::impl::GenericList state(c10::AnyType::get());
   state.push_back(any_full ? make_shard(local_shard_->optimizer_states, parameters, plan.save_id, rank, world)
