@@ -379,7 +379,9 @@ void FitCheckpoints::save_sharded_snapshot(const std::function<std::string()>& n
         // whatever happens to the file then loses nothing.
         save_to_bytes(shard, serialized_);
         const std::vector<char>& bytes = serialized_;
-        const std::vector<char> index_bytes = index.isNone() ? std::vector<char>{} : save_to_bytes(index);
+        serialized_index_.clear();
+        if (!index.isNone()) save_to_bytes(index, serialized_index_);
+        const std::vector<char>& index_bytes = serialized_index_;
         keep_file_in_memory(std::filesystem::path(file).filename().string(), bytes);
         if (!index.isNone()) keep_file_in_memory(pending_memory_index_name(number), index_bytes);
         // Every process votes 1 only once the previous node's copy is in its tier too: the commit

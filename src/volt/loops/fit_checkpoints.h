@@ -287,9 +287,11 @@ class FitCheckpoints {
   SnapshotStats snapshot_stats_;
   HostBuffers snapshot_buffers_;
   // Writer thread: the archive of the snapshot (or shard) being written, serialized once for the
-  // memory tier, the peer and the file; kept from one snapshot to the next, as the host buffers
-  // are, so that serializing writes into pages already there (save_to_bytes).
+  // memory tier, the peer and the file, and rank 0's index of a sharded snapshot (the whole model
+  // under shard_grad_op); kept from one snapshot to the next, as the host buffers are, so that
+  // serializing writes into pages already there (save_to_bytes).
   std::vector<char> serialized_;
+  std::vector<char> serialized_index_;
   // Rank 0, the snapshot peer and, under sharded checkpoints, every process: the memory tier's
   // folder ("" none or dropped), whether it was looked for, and why a write to it failed (set by
   // the writer thread, read once the writer is idle or past its memory writes).
