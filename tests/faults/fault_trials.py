@@ -5,7 +5,8 @@ a random point (a step's end, half-way through writing a snapshot, validation) t
 VOLT_INJECT_FAULT; in a quarter of the trials of a strategy with several processes a second rank
 dies again in the restart's rendezvous. A trial passes when the run completes by itself, ends with
 the parameters of an uninterrupted run bit for bit, leaves every snapshot readable, and leaves no
-process behind and no snapshot in shared memory; a trial that runs past its deadline is a hang.
+process behind, no snapshot in shared memory and no temporary file of a killed write; a trial that
+runs past its deadline is a hang.
 
     tests/faults/fault_trials.py --strategy ddp --trials 50 --seed 1
     tests/faults/fault_trials.py --strategy all --trials 2          # what CI runs (ctest -L faults)
@@ -173,6 +174,9 @@ def trial(name, reference, rng, workdir, text, index):
         except Exception:  # noqa: BLE001: any unreadable file counts
             corrupt += 1
     result["corrupt"] = corrupt
+    # A write killed half-way leaves its temporary file (<file>.tmp.<pid>); the restarted run
+    # removes those of snapshots, HPC checkpoints and their shards before it trains.
+    result["temporary_left"] = sorted(str(p.relative_to(root)) for p in root.rglob("*.tmp.*"))
     # A run that completed gives its snapshots' shared memory back (docs/failures.md, the memory tier).
     memory = memory_tiers_of(root)
     result["memory_left"] = len(memory)
@@ -192,7 +196,8 @@ def trial(name, reference, rng, workdir, text, index):
     killed_at = -(-step // SNAPSHOT_EVERY) * SNAPSHOT_EVERY if at == "snapshot" else step
     result["steps_lost"] = lost[-1] if lost else killed_at
     result["restarted"] = restart is not None
-    if not result["identical"] or result["hang"] or leftover or corrupt or memory or restart is None:
+    if (not result["identical"] or result["hang"] or leftover or corrupt or memory or restart is None
+            or result["temporary_left"]):
         result["log"] = out[-4000:]
     shutil.rmtree(root, ignore_errors=True)
     return result
@@ -225,12 +230,14 @@ def main():
                 r = trial(name, reference, rng, workdir, text, i)
                 results.append(r)
                 ok = (r["identical"] and r["restarted"] and not r["hang"] and not r["leftover"] and not r["corrupt"]
-                      and not r["memory_left"])
+                      and not r["memory_left"] and not r["temporary_left"])
                 failed = failed or not ok
                 recovery = f"{r['recovery_s']:.2f} s" if r["recovery_s"] is not None else "-"
                 print(f"{name} trial {i}: {r['fault']}: {'ok' if ok else 'FAILED'} (rc {r['rc']}, "
                       f"restarted {r['restarted']}, recovery {recovery}, steps lost {r['steps_lost']})", flush=True)
                 if not ok:
+                    if r["temporary_left"]:
+                        print(f"temporary files left: {', '.join(r['temporary_left'])}")
                     print(r.get("log", ""))
             recoveries = [r["recovery_s"] for r in results if r["recovery_s"] is not None]
             lost = [r["steps_lost"] for r in results]

@@ -10,6 +10,7 @@
 #include <filesystem>
 #include <fstream>
 #include <random>
+#include <string_view>
 #include <utility>
 
 #include "volt/core/error.h"
@@ -110,6 +111,44 @@ std::vector<std::string> hpc_checkpoints_to_prune(const std::string& dir, int64_
 
 std::vector<std::string> snapshots_to_prune(const std::string& dir, int64_t keep) {
   return beyond(list_snapshots(dir), keep);
+}
+
+std::pair<std::vector<std::string>, int64_t> remove_interrupted_writes(const std::string& dir) {
+  constexpr std::string_view kTmp = ".tmp.";
+  const auto digits = [](std::string_view text) {
+    return !text.empty() && std::all_of(text.begin(), text.end(), [](char c) { return c >= '0' && c <= '9'; });
+  };
+  // <checkpoint>.<save id: 16 hex digits>.shard<rank>: the checkpoint, else the name itself.
+  const auto checkpoint_of = [&digits](const std::string& name) {
+    const size_t shard = name.rfind(".shard");
+    if (shard == std::string::npos || !digits(std::string_view(name).substr(shard + 6)) || shard < 17 ||
+        name[shard - 17] != '.')
+      return name;
+    const std::string_view id = std::string_view(name).substr(shard - 16, 16);
+    const bool hex =
+        std::all_of(id.begin(), id.end(), [](char c) { return std::isxdigit(static_cast<unsigned char>(c)); });
+    return hex ? name.substr(0, shard - 17) : name;
+  };
+  std::vector<fs::path> left;
+  std::error_code ec;
+  for (auto it = fs::directory_iterator(dir, ec); !ec && it != fs::directory_iterator(); it.increment(ec)) {
+    const std::string name = it->path().filename().string();
+    const size_t tmp = name.rfind(kTmp);
+    if (tmp == std::string::npos || !digits(std::string_view(name).substr(tmp + kTmp.size()))) continue;
+    if (resume_checkpoint_number(checkpoint_of(name.substr(0, tmp)))) left.push_back(it->path());
+  }
+  std::sort(left.begin(), left.end());
+  std::vector<std::string> removed;
+  int64_t bytes = 0;
+  for (const fs::path& path : left) {
+    std::error_code size_ec;
+    const auto size = fs::file_size(path, size_ec);
+    if (std::error_code remove_ec; fs::remove(path, remove_ec)) {
+      removed.push_back(path.string());
+      if (!size_ec) bytes += static_cast<int64_t>(size);
+    }
+  }
+  return {removed, bytes};
 }
 
 std::string progress_marker_path(const std::string& dir) { return (fs::path(dir) / "volt-progress").string(); }

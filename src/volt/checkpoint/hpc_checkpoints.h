@@ -11,6 +11,7 @@
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 namespace volt {
@@ -47,6 +48,14 @@ std::vector<std::string> hpc_checkpoints_to_prune(const std::string& dir, int64_
 
 /// The snapshots in `dir` beyond the newest `keep` (keep >= 1), oldest last.
 std::vector<std::string> snapshots_to_prune(const std::string& dir, int64_t keep);
+
+/// Removes the temporary files that writes of HPC checkpoints and snapshots (and of their shards)
+/// left in `dir` when their process was killed half-way: `<file>.tmp.<pid>`, write_file_atomically's
+/// names, each up to a checkpoint's size and removed by nothing else. Call it only where no write
+/// into `dir` is in flight: at the start of a fit, on global rank 0, before any process can save.
+/// Other files (another tool's temporary ones among them) are left alone. Returns what it
+/// removed and their bytes in all.
+std::pair<std::vector<std::string>, int64_t> remove_interrupted_writes(const std::string& dir);
 
 /// Where a run with snapshots records the step it has reached: `<dir>/volt-progress`.
 std::string progress_marker_path(const std::string& dir);

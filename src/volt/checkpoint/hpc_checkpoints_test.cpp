@@ -43,6 +43,26 @@ TEST_F(HpcCheckpoints, OtherFilesAndTemporaryFilesAreIgnored) {
   EXPECT_EQ(list_hpc_checkpoints(dir_.string()), (std::vector<std::string>{path("hpc_ckpt_3.ckpt")}));
 }
 
+TEST_F(HpcCheckpoints, TheTemporaryFilesOfKilledWritesAreRemovedAndNothingElse) {
+  const std::vector<std::string> killed{"hpc_ckpt_2.ckpt.tmp.9", "snapshot_3.ckpt.0123456789abcdef.shard1.tmp.77",
+                                        "snapshot_3.ckpt.tmp.123"};
+  const std::vector<std::string> kept{"snapshot_3.ckpt",
+                                      "snapshot_3.ckpt.0123456789abcdef.shard1",
+                                      "snapshot_3.ckpt.tmp",               // no pid: not write_file_atomically's
+                                      "model.ckpt.tmp.5",                  // not a snapshot's: ModelCheckpoint's folder
+                                      "snapshot_3.ckpt.abc.shard1.tmp.5",  // no save id
+                                      "volt-progress"};
+  for (const auto& names : {killed, kept})
+    for (const std::string& name : names) touch(name);
+  std::vector<std::string> expected;
+  for (const std::string& name : killed) expected.push_back(path(name));
+  const auto [removed, bytes] = remove_interrupted_writes(dir_.string());
+  EXPECT_EQ(removed, expected);
+  EXPECT_EQ(bytes, 3);
+  for (const std::string& name : kept) EXPECT_TRUE(fs::exists(dir_ / name)) << name;
+  EXPECT_TRUE(remove_interrupted_writes(path("missing")).first.empty());
+}
+
 TEST_F(HpcCheckpoints, PruningKeepsTheNewestK) {
   for (const char* name : {"hpc_ckpt_1.ckpt", "hpc_ckpt_2.ckpt", "hpc_ckpt_3.ckpt"}) touch(name);
   EXPECT_EQ(hpc_checkpoints_to_prune(dir_.string(), 2), (std::vector<std::string>{path("hpc_ckpt_1.ckpt")}));

@@ -253,6 +253,15 @@ void FitLoop::snapshot_if_due() {
   if (schedule.every_n_seconds) time_due_step_ = agree_time_due_step();
 }
 
+void FitLoop::remove_interrupted_writes() {
+  const std::string& dir = config_.checkpoints.hpc_checkpoint_dir;
+  const auto [removed, bytes] = volt::remove_interrupted_writes(dir);
+  if (removed.empty()) return;
+  parts_.console.info(fmt::format("Removed {} temporary file{} ({:.1f} MB) that a write killed half-way left in {}: {}",
+                                  removed.size(), removed.size() == 1 ? "" : "s", static_cast<double>(bytes) / 1e6, dir,
+                                  join(removed, ", ")));
+}
+
 int64_t FitLoop::agree_time_due_step() {
   // Clocks differ between processes, and a snapshot is collective: rank 0's clock decides, as a
   // step count at its pace since the previous snapshot (or since training started).
@@ -446,8 +455,10 @@ FitResult FitLoop::run() {
     snapshot_checked_step_ = progress_.global_step;  // a resumed fit's first step is not due again
     snapshot_clock_ = std::chrono::steady_clock::now();
     snapshot_clock_step_ = progress_.global_step;
-    if (config_.snapshots.enabled() && config_.topology.is_global_zero()) {
-      progress_marker_.emplace(progress_marker_path(config_.checkpoints.hpc_checkpoint_dir));
+    if (config_.topology.is_global_zero()) {
+      remove_interrupted_writes();
+      if (config_.snapshots.enabled())
+        progress_marker_.emplace(progress_marker_path(config_.checkpoints.hpc_checkpoint_dir));
     }
     dispatch([](Callback& c, const CallbackContext& ctx, CallbackServices& s) { return c.on_train_start(ctx, s); }, {});
     module.on_train_start();

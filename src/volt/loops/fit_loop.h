@@ -137,6 +137,10 @@ class FitLoop : public CallbackServices, private EpochHooks {
   /// snapshot_every_n_steps optimizer steps and/or at the step agree_time_due_step set, at the
   /// boundary of the batch that took the step, unless the fit is stopping there.
   void snapshot_if_due();
+  /// Global rank 0, at the start of the fit, before any process can save: removes what snapshot and
+  /// HPC writes killed half-way left in hpc_checkpoint_dir (volt::remove_interrupted_writes), and
+  /// says so.
+  void remove_interrupted_writes();
   /// Kills this process when the injected fault strikes here (config_.fault at `point`).
   void inject_fault(FaultPoint point);
   /// Waits for the snapshot being written and says what the fit's snapshots cost.
