@@ -39,7 +39,8 @@ class HostBuffers {
   HostBuffers& operator=(const HostBuffers&) = delete;
 
   /// A copy of `value` as host_copy makes it, whose tensors are this object's buffers: the i-th
-  /// tensor reuses the i-th buffer of the previous copy when its size and dtype are the same.
+  /// tensor (counting a tensor met twice once) reuses the i-th buffer of the previous copy when
+  /// its size and dtype are the same.
   /// Tensors on a GPU may still be on their way when it returns: wait_copied() before reading.
   c10::IValue copy(const c10::IValue& value);
   /// Blocks until the device-to-host copies of the last copy() are complete (at once when every
