@@ -190,6 +190,7 @@ def test_a_lost_node_resumes_from_the_copy_of_its_newest_snapshot_on_the_next_no
     out = "\n".join(run.stdout for run in resumed)
     assert all(run.returncode == 0 for run in resumed), resumed
     assert "snapshot_3.ckpt (received from rank 1)" in out, out[-6000:]
+    assert not glob.glob(str(tmp_path / f"{written}.tmp.*")), "the restart removed the half-written file"
     if sharded:
         assert "Rank 0's shard of snapshot_3.ckpt came from the copy in rank 1's node's memory" in out, out[-6000:]
     assert "stopped: max_epochs after 1 epoch" in out, out[-6000:]
@@ -254,7 +255,10 @@ def test_a_killed_rank_restarts_from_the_newest_snapshot_and_ends_bit_identical(
     assert (reached == 12) if "step=12" in fault else (15 <= reached <= 20), match.group(0)
     assert lost == reached - resumed_step, match.group(0)
     if "at=snapshot" in fault:
-        assert glob.glob(str(tmp_path / "snapshot_3.ckpt.tmp.*")), "the half-written file the kill left"
+        # The half-written file the kill left, which the restarted attempt removed before it trained.
+        removed = r"Removed 1 temporary file \(.*\) that a write killed half-way left in .*snapshot_3\.ckpt\.tmp\.\d+"
+        assert re.search(removed, out), out[-6000:]
+    assert not glob.glob(str(tmp_path / "*.tmp.*")), glob.glob(str(tmp_path / "*.tmp.*"))
     assert "stopped: max_epochs after 1 epoch" in out, out[-6000:]
     versions = sorted((tmp_path / "lightning_logs").glob("version_*"), key=lambda p: int(p.name.split("_")[1]))
     assert_same_parameters_at(versions[-1] / "checkpoints" / "last.ckpt", own_launcher)
