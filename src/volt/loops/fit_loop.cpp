@@ -254,6 +254,9 @@ void FitLoop::snapshot_if_due() {
 }
 
 void FitLoop::remove_interrupted_writes() {
+  // Only a run that writes there: the folder (by default, default_root_dir) is no other run's then.
+  const bool writes = config_.snapshots.enabled() || config_.requeue.enabled || config_.requeue.checkpoint_on_sigterm;
+  if (!writes) return;
   const std::string& dir = config_.checkpoints.hpc_checkpoint_dir;
   const auto [removed, bytes] = volt::remove_interrupted_writes(dir);
   if (removed.empty()) return;

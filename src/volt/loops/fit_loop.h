@@ -139,7 +139,7 @@ class FitLoop : public CallbackServices, private EpochHooks {
   void snapshot_if_due();
   /// Global rank 0, at the start of the fit, before any process can save: removes what snapshot and
   /// HPC writes killed half-way left in hpc_checkpoint_dir (volt::remove_interrupted_writes), and
-  /// says so.
+  /// says so. Only when this run saves snapshots or HPC checkpoints there.
   void remove_interrupted_writes();
   /// Kills this process when the injected fault strikes here (config_.fault at `point`).
   void inject_fault(FaultPoint point);

@@ -63,6 +63,31 @@ TEST_F(SnapshotTest, ARunThatCrashesResumesFromTheNewestSnapshotAndEndsBitIdenti
   EXPECT_TRUE(bit_identical(parameters_of(*second), parameters_of(*straight)));
 }
 
+TEST_F(SnapshotTest, ARunThatSavesSnapshotsRemovesTheTemporaryFilesOfKilledWritesFirst) {
+  // What a process killed while it wrote snapshot 2 (and its shard) left in the folder.
+  const std::vector<std::string> left{in_root("snapshot_2.ckpt.0123456789abcdef.shard1.tmp.41"),
+                                      in_root("snapshot_2.ckpt.tmp.40")};
+  fs::create_directories(root_);
+  for (const std::string& path : left) ASSERT_TRUE(std::ofstream(path) << "half") << path;
+  auto module = make_module({.train_size = 8});
+  auto console = std::make_shared<RecordingConsole>();
+  Trainer without = make_trainer({.max_epochs = 1, .enable_checkpointing = false});
+  without.set_console(console);
+  without.fit(*module);
+  for (const std::string& path : left) EXPECT_TRUE(fs::exists(path)) << "a run that writes no snapshot leaves " << path;
+
+  TrainerOptions options{.max_epochs = 1, .enable_checkpointing = false};
+  options.snapshot_every_n_steps = 1;
+  Trainer with = make_trainer(options);
+  with.set_console(console);
+  with.fit(*module);
+  for (const std::string& path : left) EXPECT_FALSE(fs::exists(path)) << path;
+  const std::string said =
+      fmt::format("Removed 2 temporary files (0.0 MB) that a write killed half-way left in {}: {}, {}", root_.string(),
+                  left[0], left[1]);
+  EXPECT_NE(std::find(console->infos.begin(), console->infos.end(), said), console->infos.end()) << said;
+}
+
 TEST_F(SnapshotTest, TheMemoryTierKeepsTheNewestSnapshotWhoseFileACrashCutShortUntilTheFitEnds) {
   const TinyOptions base{.train_size = 40, .dropout = 0.3, .optimizer = Optim::kAdam, .lr = 0.01};
   auto straight = make_module(base);
