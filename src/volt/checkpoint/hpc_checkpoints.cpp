@@ -125,8 +125,9 @@ std::pair<std::vector<std::string>, int64_t> remove_interrupted_writes(const std
         name[shard - 17] != '.')
       return name;
     const std::string_view id = std::string_view(name).substr(shard - 16, 16);
+    // new_save_id's digits: lowercase.
     const bool hex =
-        std::all_of(id.begin(), id.end(), [](char c) { return std::isxdigit(static_cast<unsigned char>(c)); });
+        std::all_of(id.begin(), id.end(), [](char c) { return (c >= '0' && c <= '9') || (c >= 'a' && c <= 'f'); });
     return hex ? name.substr(0, shard - 17) : name;
   };
   std::vector<fs::path> left;

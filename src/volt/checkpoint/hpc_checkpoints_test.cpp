@@ -51,6 +51,7 @@ TEST_F(HpcCheckpoints, TheTemporaryFilesOfKilledWritesAreRemovedAndNothingElse) 
                                       "snapshot_3.ckpt.tmp",               // no pid: not write_file_atomically's
                                       "model.ckpt.tmp.5",                  // not a snapshot's: ModelCheckpoint's folder
                                       "snapshot_3.ckpt.abc.shard1.tmp.5",  // no save id
+                                      "snapshot_3.ckpt.0123456789ABCDEF.shard1.tmp.6",  // not new_save_id's
                                       "volt-progress"};
   for (const auto& names : {killed, kept})
     for (const std::string& name : names) touch(name);
