@@ -337,7 +337,8 @@ class FitCheckpoints {
   std::string peer_failure_;
   // Rank 0: files written in the background whose loggers have not heard of them yet.
   std::vector<std::string> written_unannounced_;
-  // Rank 0: writes snapshots (and, under async_checkpointing, checkpoints) in the background.
+  // Rank 0, the snapshot peer and, under sharded checkpoints, every process: writes snapshots (and,
+  // under async_checkpointing, checkpoints) in the background.
   // Declared last, so destroyed first: its queued tasks use the members above.
   std::unique_ptr<AsyncWriter> writer_;
 };
