@@ -103,8 +103,9 @@ function(volt_test_code target)
   endif()
 endfunction()
 
-# The precompiled torch header is built once, by volt_torch_pch, and reused by every torch target.
-function(_volt_use_torch target)
+# What linking LibTorch takes, for `target` and whatever links it: the precompiled header's
+# libraries (src/volt/CMakeLists.txt) and every torch target.
+function(_volt_link_torch target)
   target_link_libraries(${target} PUBLIC ${TORCH_LIBRARIES})
   # Torch's own headers are not ours to fix: include them as system headers.
   target_include_directories(${target} SYSTEM PUBLIC ${TORCH_INCLUDE_DIRS})
@@ -114,6 +115,11 @@ function(_volt_use_torch target)
   if(VOLT_TORCH_LINK_OPTIONS)
     target_link_options(${target} PUBLIC ${VOLT_TORCH_LINK_OPTIONS})  # libstdc++ first: see the top CMakeLists.txt
   endif()
+endfunction()
+
+# The precompiled torch header is built once, by volt_torch_pch, and reused by every torch target.
+function(_volt_use_torch target)
+  _volt_link_torch(${target})
   if(TARGET volt_torch_pch)
     target_precompile_headers(${target} REUSE_FROM volt_torch_pch)
   endif()
