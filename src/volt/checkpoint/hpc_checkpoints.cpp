@@ -118,17 +118,10 @@ std::pair<std::vector<std::string>, int64_t> remove_interrupted_writes(const std
   const auto digits = [](std::string_view text) {
     return !text.empty() && std::all_of(text.begin(), text.end(), [](char c) { return c >= '0' && c <= '9'; });
   };
-  // <checkpoint>.<save id: 16 hex digits>.shard<rank>: the checkpoint, else the name itself.
-  const auto checkpoint_of = [&digits](const std::string& name) {
-    const size_t shard = name.rfind(".shard");
-    if (shard == std::string::npos || !digits(std::string_view(name).substr(shard + 6)) || shard < 17 ||
-        name[shard - 17] != '.')
-      return name;
-    const std::string_view id = std::string_view(name).substr(shard - 16, 16);
-    // new_save_id's digits: lowercase.
-    const bool hex =
-        std::all_of(id.begin(), id.end(), [](char c) { return (c >= '0' && c <= '9') || (c >= 'a' && c <= 'f'); });
-    return hex ? name.substr(0, shard - 17) : name;
+  // A shard's temporary file counts as its checkpoint's.
+  const auto checkpoint_of = [](const std::string& name) {
+    const std::optional<ShardFileName> shard = parse_shard_file_name(name);
+    return shard ? shard->checkpoint : name;
   };
   std::vector<fs::path> left;
   std::error_code ec;

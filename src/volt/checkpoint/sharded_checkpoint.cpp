@@ -6,10 +6,10 @@
 #include <algorithm>
 #include <filesystem>
 #include <random>
-#include <regex>
 
 #include "volt/checkpoint/checkpoint_io.h"
 #include "volt/core/error.h"
+#include "volt/core/strings.h"
 
 namespace volt {
 
@@ -276,13 +276,12 @@ std::optional<std::string> locate_shard(const CheckpointIO& io, const std::strin
 }
 
 void remove_shards(CheckpointIO& io, const std::string& path, const std::string& keep_save_id) {
-  // Only names of the form <path>.<16 hex digits>.shard<N>: another checkpoint whose name merely
-  // begins with this one's (last.ckpt.bak) is not touched.
-  static const std::regex kShardName(R"(\.([0-9a-f]{16})\.shard[0-9]+)");
+  // Only this checkpoint's shard files: another checkpoint whose name merely begins with this
+  // one's (last.ckpt.bak) is not touched.
+  const std::string name = fs::path(path).filename().string();
   for (const std::string& file : io.list(path + ".")) {
-    std::smatch match;
-    const std::string rest = file.substr(path.size());
-    if (!std::regex_match(rest, match, kShardName) || match[1].str() == keep_save_id) continue;
+    const std::optional<ShardFileName> shard = parse_shard_file_name(fs::path(file).filename().string());
+    if (!shard || shard->checkpoint != name || shard->save_id == keep_save_id) continue;
     io.remove(file);
   }
 }

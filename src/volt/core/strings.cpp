@@ -1,5 +1,6 @@
 #include "volt/core/strings.h"
 
+#include <algorithm>
 #include <cctype>
 #include <cerrno>
 #include <cmath>
@@ -62,6 +63,25 @@ std::string join(const std::vector<std::string>& items, std::string_view sep) {
     out += items[i];
   }
   return out;
+}
+
+std::optional<ShardFileName> parse_shard_file_name(std::string_view name) {
+  constexpr std::string_view kShard = ".shard";
+  constexpr std::size_t kSaveIdDigits = 16;
+  const std::size_t shard = name.rfind(kShard);
+  if (shard == std::string_view::npos || shard < kSaveIdDigits + 2 || name[shard - kSaveIdDigits - 1] != '.') {
+    return std::nullopt;
+  }
+  const std::string_view id = name.substr(shard - kSaveIdDigits, kSaveIdDigits);
+  const std::string_view rank = name.substr(shard + kShard.size());
+  const bool hex =
+      std::all_of(id.begin(), id.end(), [](char c) { return (c >= '0' && c <= '9') || (c >= 'a' && c <= 'f'); });
+  const bool digits = !rank.empty() && rank.size() <= 9 &&
+                      std::all_of(rank.begin(), rank.end(), [](char c) { return c >= '0' && c <= '9'; });
+  if (!hex || !digits) return std::nullopt;
+  return ShardFileName{.checkpoint = std::string(name.substr(0, shard - kSaveIdDigits - 1)),
+                       .save_id = std::string(id),
+                       .rank = std::stoll(std::string(rank))};
 }
 
 }  // namespace volt

@@ -46,5 +46,19 @@ TEST(Strings, ParseEnumNamesTheChoicesOnError) {
   }
 }
 
+TEST(ParseShardFileName, ReadsTheCheckpointTheSaveAndTheRank) {
+  const std::optional<ShardFileName> shard = parse_shard_file_name("last.ckpt.0123456789abcdef.shard12");
+  ASSERT_TRUE(shard.has_value());
+  EXPECT_EQ(shard->checkpoint, "last.ckpt");
+  EXPECT_EQ(shard->save_id, "0123456789abcdef");
+  EXPECT_EQ(shard->rank, 12);
+  EXPECT_EQ(parse_shard_file_name("a.b.ckpt.ffffffffffffffff.shard0")->checkpoint, "a.b.ckpt");
+  for (const char* other :
+       {"last.ckpt", "last.ckpt.shard0", "last.ckpt.0123456789abcdef.shard", "last.ckpt.0123456789ABCDEF.shard1",
+        "last.ckpt.0123456789abcdef.shard1.tmp.5", "last.ckpt.0123456789abcde.shard1",
+        "last.ckpt.0123456789abcdef.shard1x", ".0123456789abcdef.shard1x"})
+    EXPECT_FALSE(parse_shard_file_name(other).has_value()) << other;
+}
+
 }  // namespace
 }  // namespace volt

@@ -6,6 +6,7 @@
 #include <system_error>
 
 #include "volt/core/error.h"
+#include "volt/core/strings.h"
 
 namespace volt {
 namespace {
@@ -50,26 +51,15 @@ fs::path versions_root(const LoggerOptions& options) {
 
 std::vector<std::string> checkpoint_files(const std::string& path) {
   const fs::path file(path);
-  const std::string prefix = file.filename().string() + ".";
-  constexpr size_t kSaveIdDigits = 16;
-  constexpr std::string_view kShard = ".shard";
-  const auto is_hex = [](char c) { return (c >= '0' && c <= '9') || (c >= 'a' && c <= 'f'); };
-  const auto is_digit = [](char c) { return c >= '0' && c <= '9'; };
+  const std::string name = file.filename().string();
+  const fs::path folder = file.has_parent_path() ? file.parent_path() : fs::path(".");
   std::vector<std::pair<long long, std::string>> shards;
   std::error_code ec;
-  const fs::path folder = file.has_parent_path() ? file.parent_path() : fs::path(".");
   for (auto it = fs::directory_iterator(folder, ec); !ec && it != fs::directory_iterator(); it.increment(ec)) {
-    const std::string name = it->path().filename().string();
-    if (name.size() <= prefix.size() + kSaveIdDigits + kShard.size() || name.compare(0, prefix.size(), prefix) != 0)
-      continue;
-    const std::string_view rest = std::string_view(name).substr(prefix.size());
-    const std::string_view id = rest.substr(0, kSaveIdDigits);
-    const std::string_view rank = rest.substr(kSaveIdDigits + kShard.size());
-    if (!std::all_of(id.begin(), id.end(), is_hex) || rest.substr(kSaveIdDigits, kShard.size()) != kShard ||
-        rank.size() > 9 || !std::all_of(rank.begin(), rank.end(), is_digit))
-      continue;
-    shards.emplace_back(std::stoll(std::string(rank)),
-                        (file.has_parent_path() ? folder / name : fs::path(name)).string());
+    const std::string entry = it->path().filename().string();
+    const std::optional<ShardFileName> shard = parse_shard_file_name(entry);
+    if (shard && shard->checkpoint == name)
+      shards.emplace_back(shard->rank, (file.has_parent_path() ? folder / entry : fs::path(entry)).string());
   }
   std::sort(shards.begin(), shards.end());
   std::vector<std::string> files{path};
