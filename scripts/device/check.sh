@@ -96,7 +96,7 @@ deadline=$(( started + budget ))
 
 # --- 1. the prefix -----------------------------------------------------------------------------
 prefix=$build/prefix
-stamp=$(cd "$pack/debs" && ls -- *.deb | sort | md5sum | cut -d' ' -f1)
+stamp=$(cd "$pack/debs" && printf '%s\n' *.deb | sort | md5sum | cut -d' ' -f1)
 if [ "$(cat "$prefix/.unpacked" 2>/dev/null)" != "$stamp" ]; then
   rm -rf "$prefix"
   mkdir -p "$prefix"
@@ -164,7 +164,8 @@ cmake_args=(
 )
 # Libraries LibTorch's own libraries link (NVIDIA's wheels beside torch, the prefix's for libcurl's
 # dependencies): searched when linking, not linked by Volt.
-link_dirs=$(ls -d "$site"/nvidia/*/lib "$site"/nvidia/*/lib64 2>/dev/null | tr '\n' ';' || true)
+link_dirs=$(find -L "$site/nvidia" -mindepth 2 -maxdepth 2 -type d \( -name lib -o -name lib64 \) 2>/dev/null |
+  sort | tr '\n' ';' || true)
 link_dirs+="$prefix/usr/lib/$multiarch;$prefix/lib/$multiarch"
 if [ -n "$torch_cuda" ]; then
   cuda_root=${CUDAToolkit_ROOT:-}
@@ -230,7 +231,7 @@ if [ -z "$system_hits" ] && [ -z "$header_hits" ]; then
   record prefix pass "CMake's cache, every compiled file's headers and the example's libraries (ldd) are the prefix's, none of /usr's"
 else
   record prefix "$([ "$dry_run" = 1 ] && echo fail || echo pass)" \
-    "system copies used: $(echo $system_hits $header_hits | cut -c1-300)"
+    "system copies used: $(printf '%s %s' "$system_hits" "$header_hits" | tr '\n' ' ' | cut -c1-300)"
 fi
 
 # No call of a program binds to LibTorch's own copy of libstdc++'s std::filesystem (PyPI's wheels

@@ -105,7 +105,10 @@ if [ "$(cat "$pack/.complete" 2>/dev/null)" != "$stamp" ]; then
     fi
     file_version=${version//:/%3a}
     if ls "$pack/debs/${p}_${file_version}"_*.deb >/dev/null 2>&1; then continue; fi
-    cached=$(ls /var/cache/apt/archives/"${p}_${file_version}"_{amd64,all}.deb 2>/dev/null | head -n 1 || true)
+    cached=
+    for f in /var/cache/apt/archives/"${p}_${file_version}"_{amd64,all}.deb; do
+      if [ -f "$f" ]; then cached=$f; break; fi
+    done
     if [ -n "$cached" ]; then cp "$cached" "$pack/debs/"; else fetch+=("$p=$version"); fi
   done
   if [ "${#fetch[@]}" -gt 0 ]; then
@@ -142,5 +145,5 @@ if [ ! -s "$pack/data/text.txt" ]; then
   mv "$pack/data/text.txt.tmp" "$pack/data/text.txt"
 fi
 
-echo "pack: $(ls "$pack/debs" | wc -l) .deb files, data: $(ls "$pack/data/fashion-mnist" | wc -l) IDX files, text.txt"
+echo "pack: $(find "$pack/debs" -name '*.deb' | wc -l) .deb files, data: $(find "$pack/data/fashion-mnist" -type f | wc -l) IDX files, text.txt"
 measure
