@@ -2,6 +2,7 @@
 
 #include <fmt/format.h>
 
+#include <filesystem>
 #include <fstream>
 #include <iterator>
 #include <vector>
@@ -17,6 +18,12 @@ torch::Tensor encode_bytes(const std::string& text) {
 }
 
 torch::Tensor read_byte_tokens(const std::string& path) {
+  // A folder opens as a stream on Linux and fails only at the first read, with errno's words.
+  VOLT_CHECK(!std::filesystem::is_directory(path),
+             "--text={} is a folder; expected a plain text file. HINT: concatenate its files (cat {}/*.txt > "
+             "all.txt), or tokenize them into a corpus: scripts/prepare-text-corpus.py OUT --source {} --glob "
+             "'*.txt', then --data OUT.",
+             path, path, path);
   std::ifstream in(path, std::ios::binary);
   VOLT_CHECK(in.good(), "cannot read the text file {}. HINT: --text takes a path to a plain text file.", path);
   const std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());

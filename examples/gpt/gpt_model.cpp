@@ -1,6 +1,7 @@
 #include "gpt/gpt_model.h"
 
 #include <cmath>
+#include <filesystem>
 #include <fstream>
 #include <optional>
 #include <string>
@@ -230,6 +231,10 @@ GptConfig parse_hf_config(const nlohmann::json& json, const std::string& source)
 }
 
 GptConfig load_hf_config(const std::string& path) {
+  VOLT_CHECK(!std::filesystem::is_directory(path),
+             "{} is a folder; expected a config.json file. HINT: pass {}/config.json, or --init-from {} to load the "
+             "folder's weights too.",
+             path, path, path);
   std::ifstream in(path);
   VOLT_CHECK(in.good(), "cannot read {}. HINT: pass the config.json of a Hugging Face GPT-2 folder.", path);
   nlohmann::json json;

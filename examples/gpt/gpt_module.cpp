@@ -22,6 +22,8 @@ int64_t held_out_bytes(int64_t text_bytes, const GptModuleOptions& options) {
 
 }  // namespace
 
+int64_t window_size(const GptModuleOptions& options) { return options.block_size.value_or(options.model.n_positions); }
+
 bool has_validation_data(const GptModuleOptions& options) {
   if (!options.data.empty()) {
     // The val files' tokens from their headers; a broken file is an error when the loader opens it.
@@ -36,11 +38,11 @@ bool has_validation_data(const GptModuleOptions& options) {
         return true;
       }
     }
-    return tokens >= options.model.n_positions + 1;
+    return tokens >= window_size(options) + 1;
   }
   std::error_code error;
   const auto bytes = static_cast<int64_t>(std::filesystem::file_size(options.text, error));
-  return !error && held_out_bytes(bytes, options) >= options.model.n_positions + 1;
+  return !error && held_out_bytes(bytes, options) >= window_size(options) + 1;
 }
 
 namespace {
@@ -51,6 +53,10 @@ const GptModuleOptions& checked(const GptModuleOptions& o) {
              "--val-fraction={} must be in [0, 1). HINT: 0.1 validates on the last tenth of the text; 0 turns "
              "validation off.",
              o.val_fraction);
+  VOLT_CHECK(!o.block_size || (*o.block_size >= 2 && *o.block_size <= o.model.n_positions),
+             "--block-size={} cannot be the training window of this model: expected 2..n_positions={}. HINT: the "
+             "windows must fit the model's context; leave --block-size out to train on windows of n_positions.",
+             o.block_size.value_or(0), o.model.n_positions);
   VOLT_CHECK(o.batch_size >= 1, "--batch-size={} must be at least 1. HINT: the default is 16.", o.batch_size);
   VOLT_CHECK(std::isfinite(o.lr) && o.lr > 0, "--lr={} must be a positive number. HINT: 1e-3 suits a small model.",
              o.lr);
@@ -90,6 +96,7 @@ GptModule::GptModule(GptModuleOptions options) : volt::LightningModule("GptModul
                         {"n_embd", c.n_embd},
                         {"n_positions", c.n_positions},
                         {"vocab_size", c.vocab_size},
+                        {"block_size", window_size(options_)},
                         {"dropout", c.resid_pdrop},
                         {"activation_checkpointing", c.activation_checkpointing},
                         {"lr", options_.lr},
@@ -148,8 +155,10 @@ volt::OptimizerConfig GptModule::configure_optimizers() {
   auto adamw = std::make_shared<torch::optim::AdamW>(std::move(groups), adamw_options(options_.weight_decay));
   // The decay spans the whole run as the Trainer counts its optimizer steps (they change with the
   // number of processes, the accumulation and the batch limits), unless --lr-decay-steps says.
+  const std::optional<int64_t> run_steps = estimated_stepping_batches();
+  // A run of no steps (--max-steps 0: load, validate or sample only) never reads the schedule.
   const int64_t decay_steps =
-      options_.lr_decay_steps > 0 ? options_.lr_decay_steps : estimated_stepping_batches().value_or(0);
+      options_.lr_decay_steps > 0 ? options_.lr_decay_steps : (run_steps == 0 ? 1 : run_steps.value_or(0));
   VOLT_CHECK(decay_steps > 0,
              "the learning-rate decay has no length: --lr-decay-steps is 0 and the run's optimizer steps are unknown "
              "(no fit, or neither --max-steps nor --max-epochs bounds it). HINT: pass --max-steps N or "
@@ -167,13 +176,20 @@ volt::OptimizerConfig GptModule::configure_optimizers() {
 void GptModule::load_text() {
   if (train_ || train_stream_) return;
   if (!options_.data.empty()) {
-    const volt::datasets::TokenWindowsOptions windows{.block_size = options_.model.n_positions,
-                                                      .windows_per_shard = options_.windows_per_shard};
+    const volt::datasets::TokenWindowsOptions windows{.block_size = window_size(options_),
+                                                      .windows_per_shard = options_.windows_per_shard,
+                                                      .vocab_size = options_.model.vocab_size};
     train_stream_ = std::make_shared<volt::datasets::TokenWindows>(
         volt::datasets::TokenWindows::in_folder(options_.data, "train", windows));
     if (has_validation_data(options_)) {
       val_stream_ = std::make_shared<volt::datasets::TokenWindows>(
           volt::datasets::TokenWindows::in_folder(options_.data, "val", windows));
+    } else {
+      print(
+          fmt::format("warning: no validation: {} has no val-*.npy of at least one window ({} + 1 tokens), so no "
+                      "val/loss is logged. HINT: prepare the corpus with a validation share, or pass a smaller "
+                      "--block-size.",
+                      options_.data, window_size(options_)));
     }
     return;
   }
@@ -181,16 +197,25 @@ void GptModule::load_text() {
              "no text to train on. HINT: pass --text FILE (any plain text file) or --data FOLDER (a corpus from "
              "scripts/prepare-text-corpus.py).");
   const torch::Tensor tokens = read_byte_tokens(options_.text);
-  const int64_t block = options_.model.n_positions;
+  const int64_t block = window_size(options_);
   const int64_t held_out = held_out_bytes(tokens.numel(), options_);
   const int64_t kept = tokens.numel() - held_out;
   VOLT_CHECK(kept >= block + 1,
              "{}: {} bytes leave {} for training, less than one window of --block-size + 1 = {} bytes. HINT: use a "
-             "longer text or a smaller --block-size.",
+             "longer text or a smaller --block-size (with a config.json: a training window shorter than its "
+             "n_positions).",
              options_.text, tokens.numel(), kept, block + 1);
   train_ = token_windows(tokens.narrow(0, 0, kept), block);
   // The held-out end validates only when it holds a whole window.
-  if (held_out >= block + 1) val_ = token_windows(tokens.narrow(0, kept, held_out), block);
+  if (held_out >= block + 1) {
+    val_ = token_windows(tokens.narrow(0, kept, held_out), block);
+  } else if (held_out > 0) {
+    print(
+        fmt::format("warning: no validation: the last {} bytes of {} (--val-fraction {}) are shorter than one window "
+                    "of {} + 1 bytes, so no val/loss is logged. HINT: pass a larger --val-fraction or a smaller "
+                    "--block-size, or use a longer text.",
+                    held_out, options_.text, options_.val_fraction, block));
+  }
 }
 
 volt::DataLoader GptModule::train_dataloader() {
@@ -214,9 +239,12 @@ volt::DataLoader GptModule::val_dataloader() {
 }
 
 volt::DataLoader GptModule::predict_dataloader() {
-  const torch::Tensor prompt =
-      (tokenizer_ ? tokenizer_->encode(options_.prompt) : encode_bytes(options_.prompt)).unsqueeze(0);
-  return volt::DataLoader(std::make_shared<volt::TensorDataset>(prompt, torch::Tensor()), {.batch_size = 1});
+  return volt::DataLoader(std::make_shared<volt::TensorDataset>(encode(options_.prompt).unsqueeze(0), torch::Tensor()),
+                          {.batch_size = 1});
+}
+
+torch::Tensor GptModule::encode(const std::string& text) const {
+  return tokenizer_ ? tokenizer_->encode(text) : encode_bytes(text);
 }
 
 std::string GptModule::decode(const torch::Tensor& tokens) const {

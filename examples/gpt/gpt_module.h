@@ -3,6 +3,7 @@
 // Copy it as the start of your own language model.
 #pragma once
 
+#include <optional>
 #include <string>
 
 #include "gpt/byte_text.h"
@@ -15,8 +16,12 @@ namespace gpt {
 
 /// The module's hyperparameters (also the example's command-line flags).
 struct GptModuleOptions {
-  /// The model's size; n_positions is also the training window (--block-size).
+  /// The model's size; n_positions is also the training window unless block_size says otherwise.
   GptConfig model{.n_layer = 4, .n_head = 4, .n_embd = 128, .n_positions = 128, .vocab_size = kByteVocabSize};
+  /// The training and validation window in tokens, 2..model.n_positions; unset: n_positions. Set
+  /// when a config.json fixes the model's positions (GPT-2's 1024) and the text or the memory
+  /// wants shorter windows: the model, and so an export, keeps its n_positions.
+  std::optional<int64_t> block_size;
   /// The text file to train on, read as bytes.
   std::string text;
   /// Or: a folder of SentencePiece token shards (scripts/prepare-text-corpus.py), streamed:
@@ -50,6 +55,9 @@ struct GptModuleOptions {
   /// How predict_step continues the prompt.
   GenerateOptions sample{.max_new_tokens = 200, .temperature = 0.8, .top_k = 40, .seed = 0};
 };
+
+/// The window the module trains and validates on: block_size, or the model's n_positions.
+int64_t window_size(const GptModuleOptions& options);
 
 /// Whether the text file of `options` leaves a validation window (read from its size), or its
 /// data folder holds one (val-*.npy), before the module exists: the checkpoint callback monitors
@@ -93,6 +101,8 @@ class GptModule : public volt::LightningModule {
 
   /// The model.
   Gpt& transformer() { return transformer_; }
+  /// The token ids [N] of `text`: its bytes, or the tokenizer's pieces with `data`.
+  torch::Tensor encode(const std::string& text) const;
   /// The text of token ids [N]: bytes, or the tokenizer's pieces with `data`.
   std::string decode(const torch::Tensor& tokens) const;
 

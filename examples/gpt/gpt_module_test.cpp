@@ -90,6 +90,28 @@ TEST(GptModule, HoldsOutTheTextsEndForValidation) {
   EXPECT_NE(message.find("HINT"), std::string::npos) << message;
 }
 
+TEST(GptModule, TrainsOnWindowsShorterThanTheModelsContextWhenAskedTo) {
+  GptModuleOptions options = tiny_options();  // n_positions 8
+  options.block_size = 4;
+  options.batch_size = 1;
+  options.text = volt::testing::write_scratch_file("text.txt", std::string(100, 'a'));
+  GptModule module(options);
+  // 90 bytes train: 22 windows of 4 + 1 bytes, each starting 4 after the one before; the last 10
+  // validate (2 windows).
+  volt::DataLoader train = module.train_dataloader();
+  EXPECT_EQ(train.num_batches(), 22);
+  EXPECT_EQ(module.val_dataloader().num_batches(), 2);
+  train.set_epoch(0);
+  const volt::Batch batch = train.batch(0);
+  EXPECT_EQ(batch.data.sizes(), torch::IntArrayRef({1, 4}));
+  EXPECT_EQ(module.transformer()->config().n_positions, 8);  // the model keeps its context
+  options.block_size = 9;
+  const std::string message = volt::testing::error_message([&] { GptModule{options}; });
+  EXPECT_NE(message.find("--block-size=9 cannot be the training window of this model: expected 2..n_positions=8"),
+            std::string::npos)
+      << message;
+}
+
 TEST(ByteText, RoundTripsTextAndEscapesWhatIsNotPrintable) {
   EXPECT_EQ(decode_bytes(encode_bytes("héllo\n\tworld")), "héllo\n\tworld");
   // A lone continuation byte, a truncated sequence and a control character.

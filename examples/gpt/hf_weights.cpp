@@ -1,8 +1,11 @@
 #include "gpt/hf_weights.h"
 
+#include <fmt/ranges.h>
+
 #include <algorithm>
 #include <cstdint>
 #include <filesystem>
+#include <fstream>
 #include <limits>
 #include <map>
 #include <regex>
@@ -89,6 +92,20 @@ std::string config_text(const GptConfig& c) {
                      c.n_positions, c.vocab_size);
 }
 
+// The size keys that `directory`'s config.json leaves out, so GPT2Config's defaults (n_embd 768,
+// ...) sized the model: a shape error names them, as the likely cause.
+std::vector<std::string> defaulted_sizes(const std::string& directory) {
+  std::ifstream in(fs::path(directory) / "config.json");
+  const nlohmann::json json = nlohmann::json::parse(in, nullptr, /*allow_exceptions=*/false);
+  std::vector<std::string> absent;
+  if (!json.is_object()) return absent;
+  for (const char* key : {"n_layer", "n_head", "n_embd", "vocab_size"}) {
+    if (!json.contains(key)) absent.emplace_back(key);
+  }
+  if (!json.contains("n_positions") && !json.contains("n_ctx")) absent.emplace_back("n_positions");
+  return absent;
+}
+
 }  // namespace
 
 bool is_conv1d_weight(const std::string& name) {
@@ -100,6 +117,10 @@ bool is_conv1d_weight(const std::string& name) {
 
 GptConfig load_hf_folder_config(const std::string& directory) {
   const fs::path config = fs::path(directory) / "config.json";
+  VOLT_CHECK(!fs::is_regular_file(directory),
+             "--init-from={} is a file; expected the folder holding config.json and model.safetensors. HINT: pass "
+             "its folder: --init-from {}",
+             directory, fs::path(directory).parent_path().empty() ? "." : fs::path(directory).parent_path().string());
   VOLT_CHECK(fs::is_regular_file(config),
              "{} has no config.json. HINT: pass a Hugging Face GPT-2 model folder, as save_pretrained writes it "
              "(config.json plus model.safetensors, or shards and model.safetensors.index.json).",
@@ -129,12 +150,19 @@ HfWeights::HfWeights(Gpt& model, std::string directory) : directory_(std::move(d
     check_dtype(dir, tensor);
     std::vector<int64_t> expected = item.value().sizes().vec();
     if (is_conv1d_weight(item.key())) std::reverse(expected.begin(), expected.end());
-    VOLT_CHECK(tensor.location.info.shape == expected,
-               "{}: tensor '{}' in {} is {}, but the model that config.json describes ({}) needs {}{}. HINT: the "
-               "config.json and the weights come from different models; save them together (save_pretrained).",
-               dir, tensor.name, file_name(tensor.location), shape_text(tensor.location.info.shape),
-               config_text(config), shape_text(expected),
-               is_conv1d_weight(item.key()) ? " (a Conv1D weight, [in, out])" : "");
+    if (tensor.location.info.shape != expected) {
+      const std::vector<std::string> absent = defaulted_sizes(dir);
+      throw volt::Error(fmt::format(
+          "{}: tensor '{}' in {} is {}, but the model that config.json describes ({}) needs {}{}{}. HINT: {}", dir,
+          tensor.name, file_name(tensor.location), shape_text(tensor.location.info.shape), config_text(config),
+          shape_text(expected), is_conv1d_weight(item.key()) ? " (a Conv1D weight, [in, out])" : "",
+          absent.empty() ? ""
+                         : fmt::format("; config.json has no {}, so GPT2Config's default{} sized the model",
+                                       fmt::join(absent, ", "), absent.size() == 1 ? "" : "s"),
+          absent.empty() ? "the config.json and the weights come from different models; save them together "
+                           "(save_pretrained)."
+                         : "write the missing sizes into config.json (save_pretrained writes them all)."));
+    }
     parameters_.emplace(item.key(), Entry{tensor.name, tensor.location});
     bytes_total_ += static_cast<int64_t>(tensor.location.info.end - tensor.location.info.begin);
   }

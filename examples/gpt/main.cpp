@@ -38,7 +38,10 @@ int main(int argc, char** argv) {
         ->capture_default_str()
         ->group("Model");
     app.add_option("--n-embd", model.n_embd, "width of the residual stream")->capture_default_str()->group("Model");
-    app.add_option("--block-size", model.n_positions, "context length: the model's positions and the training window")
+    app.add_option(
+           "--block-size", model.n_positions,
+           "context length: the model's positions and the training window (with --init-from or --model-config: the "
+           "window only, at most the config's n_positions)")
         ->capture_default_str()
         ->group("Model");
     app.add_option("--vocab-size", model.vocab_size,
@@ -70,7 +73,8 @@ int main(int argc, char** argv) {
     app.add_option("--eval-tokens", eval_tokens,
                    "after training, print the loss on a 1-D .npy of token ids cut into --block-size windows")
         ->group("Model");
-    app.add_flag("--no-train", no_train, "skip training: load, then --eval-tokens and/or --export-hf only")
+    app.add_flag("--no-train", no_train,
+                 "skip training: load, then continue --prompt if given, --eval-tokens and/or --export-hf")
         ->group("Model");
     app.add_option("--lr", options.lr, "AdamW's peak learning rate")->capture_default_str()->group("Model");
     app.add_option("--min-lr-ratio", options.min_lr_ratio,
@@ -119,24 +123,27 @@ int main(int argc, char** argv) {
     volt::apply_trainer_flags(flag_text, trainer_options);
     trainer_options.config = volt::resolved_config(app);
 
-    // With --init-from, --block-size is the evaluation window, not a size.
+    // With a config.json, --block-size is the window of training, validation and --eval-tokens,
+    // not a size: the model keeps the config's n_positions.
     const int64_t block_size_flag = model.n_positions;
     const bool block_size_given = app.count("--block-size") > 0;
+    // What set the model's size when a config.json did, for errors that must not suggest a size flag.
+    std::string config_source;
     if (!init_from.empty() || !model_config.empty()) {
       // A config.json sets the size (the folder's with --init-from): a size flag would contradict it.
       const bool folder = !init_from.empty();
       const std::string source = folder ? "--init-from=" + init_from : "--model-config=" + model_config;
       for (const std::string flag :
-           {"--model-config", "--n-layer", "--n-head", "--n-embd", "--block-size", "--vocab-size", "--dropout"}) {
-        const bool allowed = (!folder && flag == "--model-config") ||
-                             (folder && flag == "--block-size" && !eval_tokens.empty());  // the eval window
-        VOLT_CHECK(allowed || app.count(flag) == 0,
+           {"--model-config", "--n-layer", "--n-head", "--n-embd", "--vocab-size", "--dropout"}) {
+        VOLT_CHECK((!folder && flag == "--model-config") || app.count(flag) == 0,
                    "{} and {} were both given. HINT: the config.json sets the model's size; drop {}{}.", source, flag,
-                   flag, folder ? " (--block-size is the --eval-tokens window only)" : " or the config");
+                   flag, folder ? "" : " or the config");
       }
       const bool checkpointing = model.activation_checkpointing;
       model = folder ? gpt::load_hf_folder_config(init_from) : gpt::load_hf_config(model_config);
       model.activation_checkpointing = checkpointing;
+      config_source = folder ? init_from + "/config.json" : model_config;
+      if (block_size_given) options.block_size = block_size_flag;
     } else {
       model.embd_pdrop = model.attn_pdrop = model.resid_pdrop = dropout;
     }
@@ -163,12 +170,51 @@ int main(int argc, char** argv) {
         std::cout << "exported the model to " << export_hf << " (config.json, model.safetensors)\n";
       }
     };
+    // The tokens: a corpus's tokenizer (--data; also what --no-train's prompt is encoded with) or bytes.
+    if (!options.data.empty()) {
+      const int64_t pieces = gpt::read_corpus_meta(options.data).vocab_size;
+      if (!config_source.empty()) {
+        VOLT_CHECK(pieces <= model.vocab_size,
+                   "the tokenizer of --data={} has {} pieces, but the model's vocab_size (from {}) is {}: its "
+                   "embedding has no row for the ids from {} on. HINT: tokenize the corpus with at most {} pieces "
+                   "(scripts/prepare-text-corpus.py --vocab-size {}), or start from a model whose vocab_size is at "
+                   "least {}.",
+                   options.data, pieces, config_source, model.vocab_size, model.vocab_size, model.vocab_size,
+                   model.vocab_size, pieces);
+      } else if (app.count("--vocab-size") == 0) {
+        // The tokenizer's pieces rounded up to a multiple of 64 (faster matrix multiplications);
+        // --vocab-size may give more (checked by the module).
+        model.vocab_size = (pieces + 63) / 64 * 64;
+      }
+    } else if (!options.text.empty() || !no_train) {
+      VOLT_CHECK(model.vocab_size >= gpt::kByteVocabSize,
+                 "{} is too small for byte tokens (--text), which take {} values. HINT: {}",
+                 config_source.empty()
+                     ? fmt::format("--vocab-size={}", model.vocab_size)
+                     : fmt::format("the model's vocab_size (from {}), {},", config_source, model.vocab_size),
+                 gpt::kByteVocabSize,
+                 config_source.empty()
+                     ? "pass --vocab-size 256 or more."
+                     : fmt::format("train it on a corpus tokenized to at most {} pieces (--data; "
+                                   "scripts/prepare-text-corpus.py --vocab-size {}), or start from a model whose "
+                                   "vocab_size is at least 256.",
+                                   model.vocab_size, model.vocab_size));
+    }
+    // A prompt given with --no-train is continued by the loaded model (no Trainer, one process).
+    const bool sample_without_training = no_train && app.count("--prompt") > 0;
     if (no_train) {
       model.fsdp_units = false;  // no fsdp without a Trainer
       // No Trainer, so nothing else applies --num-threads (unset or 0: LibTorch's default).
       if (trainer_options.num_threads.value_or(0) > 0) torch::set_num_threads(*trainer_options.num_threads);
       gpt::GptModule module(options);
       if (!init_from.empty()) gpt::load_hf_weights(module.transformer(), init_from);
+      if (sample_without_training && options.sample.max_new_tokens > 0) {
+        const torch::Tensor sample =
+            gpt::generate(module.transformer(), module.encode(options.prompt).unsqueeze(0), options.sample);
+        std::cout << "sample (--prompt continued by " << options.sample.max_new_tokens
+                  << (options.data.empty() ? " bytes" : " tokens") << "):\n"
+                  << module.decode(sample[0]) << "\n";
+      }
       evaluate_and_export(module.transformer());
       return 0;
     }
@@ -177,17 +223,6 @@ int main(int argc, char** argv) {
                "{}. HINT: pass --text FILE to train on a file's bytes, or --data FOLDER to train on a corpus "
                "tokenized by scripts/prepare-text-corpus.py.",
                options.text.empty() ? "neither --text nor --data was given" : "--text and --data were both given");
-    if (!options.data.empty()) {
-      // The vocabulary is the tokenizer's, rounded up to a multiple of 64 (faster matrix
-      // multiplications); --vocab-size or --model-config may give more (checked by the module).
-      if (model_config.empty() && app.count("--vocab-size") == 0) {
-        model.vocab_size = (gpt::read_corpus_meta(options.data).vocab_size + 63) / 64 * 64;
-      }
-    } else {
-      VOLT_CHECK(model.vocab_size >= gpt::kByteVocabSize,
-                 "--vocab-size={} is too small for byte tokens, which take {} values. HINT: pass --vocab-size 256.",
-                 model.vocab_size, gpt::kByteVocabSize);
-    }
 
     const volt::BatchLimit& val_limit = trainer_options.limit_val_batches;
     // Without validation (--val-fraction 0, a text too short to hold out a window,

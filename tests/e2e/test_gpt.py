@@ -194,6 +194,43 @@ def test_text_and_data_are_one_or_the_other(gpt, corpus, tmp_path, flags, phrase
     assert phrase in run.stderr and "HINT: pass --text FILE" in run.stderr, repr(run)
 
 
+def test_a_hugging_face_model_fine_tunes_on_a_corpus_in_its_own_vocabulary_and_samples_without_training(
+        gpt, corpus, tmp_path):
+    # A model whose vocabulary (400) is not the corpus tokenizer's 320 rounded up: its config.json
+    # keeps it. --block-size is then the training window, shorter than the model's n_positions.
+    small = ["--n-layer", "1", "--n-head", "2", "--n-embd", "16", "--block-size", "32", "--num-threads", "1"]
+    for vocab in ["400", "256"]:
+        assert_ok(run_binary(gpt, ["--no-train", "--export-hf", str(tmp_path / f"hf{vocab}"), "--vocab-size", vocab]
+                             + small, tmp_path, timeout=60))
+    tuned = run_binary(gpt, ["--init-from", str(tmp_path / "hf400"), "--data", str(corpus), "--block-size", "16",
+                             "--max-steps", "2", "--batch-size", "4", "--sample-tokens", "0", "--num-threads", "1",
+                             "--no-progress-bar", "--export-hf", str(tmp_path / "tuned")], tmp_path / "tune", timeout=60)
+    assert_ok(tuned)
+    checkpoint = load_checkpoint(tuned.version_dir(0) / "checkpoints" / "last.ckpt")
+    assert checkpoint["state_dict"]["transformer.wte.weight"].shape == (400, 16)
+    assert checkpoint["state_dict"]["transformer.wpe.weight"].shape == (32, 16)
+    assert checkpoint["hyper_parameters"]["block_size"] == 16, checkpoint["hyper_parameters"]
+    assert json.loads((tmp_path / "tuned" / "config.json").read_text())["n_positions"] == 32
+    # The loaded model continues a prompt: with --no-train, and with --max-steps 0 (no schedule to size).
+    for args in [["--no-train"], ["--max-steps", "0", "--no-progress-bar", "--default-root-dir", str(tmp_path / "s")]]:
+        run = run_binary(gpt, ["--init-from", str(tmp_path / "tuned"), "--data", str(corpus), "--prompt", "The",
+                               "--sample-tokens", "5", "--temperature", "0", "--num-threads", "1"] + args, timeout=60)
+        assert_ok(run)
+        assert "sample (--prompt continued by 5 tokens):" in run.stdout, repr(run)
+    # A vocabulary smaller than the tokenizer's is refused naming both; so are the files given where
+    # folders belong and the other way round.
+    (tmp_path / "docs").mkdir()
+    for args, phrase in [
+        (["--init-from", str(tmp_path / "hf256"), "--data", str(corpus)],
+         "has 320 pieces, but the model's vocab_size (from "),
+        (["--init-from", str(tmp_path / "hf256" / "config.json"), "--text", "x.txt"], "is a file; expected the folder"),
+        (["--text", str(tmp_path / "docs")], "is a folder; expected a plain text file"),
+    ]:
+        run = run_binary(gpt, args + ["--max-steps", "1"], tmp_path, timeout=60)
+        assert_clean_exit(run)
+        assert run.returncode != 0 and phrase in run.stderr and "HINT" in run.stderr, repr(run)
+
+
 # docs/gpt.md's target: the default model (4 layers, 128 wide, 128-token windows, batches of 16)
 # trained for 400 steps on Python 3.11's documentation (python3.11-doc) as SentencePiece tokens.
 REAL_CORPUS = Path(os.environ.get("VOLT_GPT_CORPUS", "/opt/volt/data/gpt-python-docs"))  # scripts/setup.sh

@@ -264,10 +264,17 @@ OpenFolder open_folder(const std::string& directory) {
       if (item.path().extension() == ".safetensors") present.push_back(item.path().filename().string());
     }
     std::sort(present.begin(), present.end());
+    // transformers' older default, a pickle: worth naming, since the folder looks complete.
+    const bool pickled =
+        fs::exists(folder / "pytorch_model.bin", ec) || fs::exists(folder / "pytorch_model.bin.index.json", ec);
     throw CheckpointError(fmt::format(
-        "safetensors folder '{}' holds neither {} nor {} (its .safetensors files: [{}]); expected one of them. "
-        "HINT: point at the folder save_pretrained wrote, or open one file with volt::SafetensorsFile::open",
-        directory, kSafetensorsWeightsName, kSafetensorsIndexName, fmt::join(present, ", ")));
+        "safetensors folder '{}' holds neither {} nor {} (its .safetensors files: [{}]{}); expected one of them. "
+        "HINT: {}",
+        directory, kSafetensorsWeightsName, kSafetensorsIndexName, fmt::join(present, ", "),
+        pickled ? "; it holds pytorch_model.bin, PyTorch's pickle format, which is not read" : "",
+        pickled ? "convert it in Python: AutoModelForCausalLM.from_pretrained(folder).save_pretrained(folder, "
+                  "safe_serialization=True) writes model.safetensors beside it"
+                : "point at the folder save_pretrained wrote, or open one file with volt::SafetensorsFile::open"));
   }
   const std::map<std::string, std::string> weight_map = read_weight_map(index);
   std::map<std::string, size_t> tensors_per_file;

@@ -28,11 +28,15 @@ bool is_token_type(const NpyHeader& header) {
 /// * block + 1).
 class WindowReader : public ExampleReader {
  public:
-  WindowReader(const std::string& path, const NpyHeader& header, int64_t block, int64_t first, int64_t count)
+  WindowReader(const std::string& path, const NpyHeader& header, int64_t block, int64_t first, int64_t count,
+               std::optional<int64_t> vocab_size)
       : tokens_(path, header.data_offset + first * block * header.row_bytes, (count * block + 1) * header.row_bytes),
         header_(header),
+        path_(path),
         block_(block),
-        count_(count) {}
+        first_(first),
+        count_(count),
+        vocab_size_(vocab_size) {}
 
   std::optional<Example> next() override {
     if (next_ >= count_) return std::nullopt;
@@ -41,6 +45,7 @@ class WindowReader : public ExampleReader {
     torch::Tensor window =
         torch::from_blob(const_cast<uint8_t*>(start), {block_ + 1}, header_.dtype).to(torch::kLong, false, true);
     if (header_.uint16) window.bitwise_and_(0xffff);  // read as int16: the same bits
+    if (vocab_size_) check_ids(window);
     ++next_;
     const int64_t read = next_ * block_ * header_.row_bytes;
     if (read - released_ >= internal::kReleaseEvery) {
@@ -57,10 +62,24 @@ class WindowReader : public ExampleReader {
   }
 
  private:
+  void check_ids(const torch::Tensor& window) const {
+    const int64_t vocab = *vocab_size_;
+    if (window.min().item<int64_t>() >= 0 && window.max().item<int64_t>() < vocab) return;
+    const int64_t at = torch::logical_or(window < 0, window >= vocab).nonzero()[0][0].item<int64_t>();
+    throw Error(fmt::format(
+        "{}: token id {} at position {} is outside the model's vocabulary (ids 0..{}). HINT: the file was "
+        "tokenized with another tokenizer than the model's; tokenize the corpus again with the model's tokenizer, "
+        "or give the model a vocabulary that covers it.",
+        path_, window[at].item<int64_t>(), (first_ + next_) * block_ + at, vocab - 1));
+  }
+
   internal::MappedBytes tokens_;
   NpyHeader header_;
+  std::string path_;
   int64_t block_;
+  int64_t first_;
   int64_t count_;
+  std::optional<int64_t> vocab_size_;
   int64_t next_ = 0;
   int64_t released_ = 0;
 };
@@ -71,6 +90,9 @@ TokenWindows::TokenWindows(std::vector<std::string> files, TokenWindowsOptions o
   VOLT_CHECK(!files.empty(), "TokenWindows got no token files. HINT: pass the .npy files of a tokenized corpus.");
   VOLT_CHECK(options_.block_size >= 1, "TokenWindows block_size={} must be at least 1. HINT: e.g. 128 tokens.",
              options_.block_size);
+  VOLT_CHECK(!options_.vocab_size || *options_.vocab_size >= 1,
+             "TokenWindows vocab_size={} must be at least 1. HINT: the model's vocabulary size, or unset.",
+             options_.vocab_size.value_or(0));
   VOLT_CHECK(!options_.windows_per_shard || *options_.windows_per_shard >= 1,
              "TokenWindows windows_per_shard={} must be at least 1. HINT: a few hundred windows per shard.",
              options_.windows_per_shard.value_or(0));
@@ -120,7 +142,8 @@ TokenWindows TokenWindows::in_folder(const std::string& folder, const std::strin
 std::unique_ptr<ExampleReader> TokenWindows::open(int64_t shard) const {
   const Shard& s = shards_[static_cast<size_t>(shard)];
   const File& file = files_[s.file];
-  return std::make_unique<WindowReader>(file.path, file.header, options_.block_size, s.first, s.count);
+  return std::make_unique<WindowReader>(file.path, file.header, options_.block_size, s.first, s.count,
+                                        options_.vocab_size);
 }
 
 std::string TokenWindows::describe(int64_t shard) const {

@@ -28,6 +28,10 @@ struct TokenWindowsOptions {
   /// Cut each file into shards of at most this many windows, so that processes x loader workers
   /// have shards enough to share; unset: one shard per file.
   std::optional<int64_t> windows_per_shard;
+  /// When set, every window read is checked against it: an id outside [0, vocab_size) is an
+  /// error naming the file and the token's position there, not a failed embedding lookup
+  /// steps later (shards tokenized with another tokenizer than the model's).
+  std::optional<int64_t> vocab_size;
 };
 
 /// Language-model windows from 1-D .npy files of token ids (uint8, uint16, int16, int32 or

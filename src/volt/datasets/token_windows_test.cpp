@@ -57,6 +57,28 @@ TEST(TokenWindows, FilesAreCutIntoShardsThatSeek) {
   EXPECT_EQ(windows.open(2)->skip(5), 1);
 }
 
+TEST(TokenWindows, AnIdOutsideTheVocabularyIsAnErrorNamingTheFileAndPosition) {
+  testing::TempDir dir;
+  write_tokens(dir.path(), "train-00000.npy", 0, 21);  // ids 0..20: 5 windows of 4 + 1 tokens
+  const TokenWindows fits = TokenWindows::in_folder(dir.path(), "train", {.block_size = 4, .vocab_size = 21});
+  EXPECT_TRUE(fits.open(0)->next().has_value());
+  // A vocabulary of 15: id 15 is the 16th token, in the fourth window (tokens 12..16).
+  const TokenWindows windows =
+      TokenWindows::in_folder(dir.path(), "train", {.block_size = 4, .windows_per_shard = 2, .vocab_size = 15});
+  auto reader = windows.open(1);  // windows 2 and 3: tokens 8..16
+  EXPECT_TRUE(reader->next().has_value());
+  try {
+    reader->next();
+    FAIL() << "no error";
+  } catch (const Error& e) {
+    const std::string message = e.what();
+    EXPECT_NE(message.find("train-00000.npy: token id 15 at position 15 is outside the model's vocabulary (ids "
+                           "0..14). HINT:"),
+              std::string::npos)
+        << message;
+  }
+}
+
 TEST(TokenWindows, ALoaderReadsEveryWindowOnceAcrossProcessesAndWorkers) {
   testing::TempDir dir;
   for (int f = 0; f < 3; ++f) write_tokens(dir.path(), fmt::format("train-{:05d}.npy", f), 1000 * f, 41);
