@@ -134,12 +134,11 @@ std::string Checkpointer::resolve(const std::string& requested, const LastCheckp
 namespace {
 
 /// Collective: the newest checkpoint any process reads in `dir` or its memory tier, numbers in
-/// `refused` left out, with its number; every process gets it (see newest_resume_checkpoint).
-std::optional<std::pair<int64_t, LoadedCheckpoint>> resume_agree_on_checkpoint(CheckpointIO& io, const std::string& dir,
-                                                                               const std::string& memory_dir,
-                                                                               const std::set<int64_t>& refused,
-                                                                               Collectives& collectives,
-                                                                               Console& console) {
+/// `refused` and up to `set_aside` left out, with its number; every process gets it (see
+/// newest_resume_checkpoint).
+std::optional<std::pair<int64_t, LoadedCheckpoint>> resume_agree_on_checkpoint(
+    CheckpointIO& io, const std::string& dir, const std::string& memory_dir, const std::set<int64_t>& refused,
+    int64_t set_aside, Collectives& collectives, Console& console) {
   struct Candidate {
     int64_t number;
     std::string path;
@@ -152,7 +151,7 @@ std::optional<std::pair<int64_t, LoadedCheckpoint>> resume_agree_on_checkpoint(C
     for (const std::string& path : list_snapshots(memory_dir))
       candidates.push_back({resume_checkpoint_number(path).value_or(0), path, true});
   }
-  std::erase_if(candidates, [&refused](const Candidate& c) { return refused.count(c.number) > 0; });
+  std::erase_if(candidates, [&](const Candidate& c) { return c.number <= set_aside || refused.count(c.number) > 0; });
   // Newest first; of one number, an HPC checkpoint (saved after the snapshot it outnumbers), then
   // the memory tier's copy of a snapshot, then the snapshot's file.
   const auto order = [](const Candidate& c) { return !is_snapshot_path(c.path) ? 0 : c.in_memory ? 1 : 2; };
@@ -271,13 +270,13 @@ bool fetch_missing_shards(const ShardIndex& index, const std::string& path, cons
 
 std::optional<LoadedCheckpoint> Checkpointer::newest_resume_checkpoint(const std::string& dir,
                                                                        const std::string& memory_dir,
-                                                                       Collectives& collectives,
-                                                                       Console& console) const {
+                                                                       Collectives& collectives, Console& console,
+                                                                       int64_t set_aside) const {
   // Numbers of sharded checkpoints some process cannot read its shard of: passed over.
   std::set<int64_t> refused;
   while (true) {
     std::optional<std::pair<int64_t, LoadedCheckpoint>> chosen =
-        resume_agree_on_checkpoint(*io_, dir, memory_dir, refused, collectives, console);
+        resume_agree_on_checkpoint(*io_, dir, memory_dir, refused, set_aside, collectives, console);
     if (!chosen) return std::nullopt;
     // A sharded checkpoint is whole only with every process's shard: each looks for its own. (Every
     // process holds the same number, so all know alike whether it is sharded.)

@@ -92,8 +92,11 @@ class Checkpointer {
   /// one wins only when every process finds its own shard (beside it, in `dir` or in its node's
   /// memory tier) or receives it from another node's tier, which holds a peer copy
   /// (snapshot_peer_copy); else the one before it is tried, with a warning naming who lacks it.
+  /// Files and copies numbered up to `set_aside` are passed over: a finished or earlier run's
+  /// (resume_numbers_set_aside).
   std::optional<LoadedCheckpoint> newest_resume_checkpoint(const std::string& dir, const std::string& memory_dir,
-                                                           Collectives& collectives, Console& console) const;
+                                                           Collectives& collectives, Console& console,
+                                                           int64_t set_aside = 0) const;
   /// Saves the next hpc_ckpt_<N>.ckpt in `dir` and deletes all but the newest `keep`, only after
   /// the new file is complete (a kill in between leaves one more, never none). Returns its path.
   std::string save_hpc_checkpoint(const TrainingParts& parts, const FitProgress& progress, const std::string& dir,

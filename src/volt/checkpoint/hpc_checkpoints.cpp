@@ -13,6 +13,7 @@
 #include <string_view>
 #include <utility>
 
+#include "volt/checkpoint/checkpoint_io.h"
 #include "volt/core/error.h"
 #include "volt/core/strings.h"
 
@@ -94,7 +95,9 @@ std::optional<int64_t> resume_checkpoint_number(const std::string& path) {
 
 int64_t next_resume_checkpoint_number(const std::string& dir) {
   const auto found = numbered(dir, {kHpcPrefix, kSnapshotPrefix});
-  return found.empty() ? 1 : found.front().first + 1;
+  const int64_t newest = found.empty() ? 0 : found.front().first;
+  const std::optional<RunBoundary> boundary = read_run_boundary(dir);
+  return std::max(newest, boundary ? boundary->number : 0) + 1;
 }
 
 std::string next_hpc_checkpoint_path(const std::string& dir) {
@@ -155,6 +158,21 @@ std::string marker_step_line(int64_t step) { return fmt::format("{:020d}\n", ste
 
 constexpr size_t kTokenLength = 16;
 
+/// A new run's token line.
+std::string new_token_line() {
+  std::random_device random;
+  const uint64_t token = (static_cast<uint64_t>(random()) << 32) ^ random();
+  return fmt::format("{:016x}\n", token);
+}
+
+/// The third line (after the step's 21 bytes and the token's 17), fixed width too: the boundary.
+constexpr off_t kBoundaryOffset = 21 + kTokenLength + 1;
+constexpr const char* kFinishedWord = "finished";
+constexpr const char* kEarlierWord = "earlier";
+std::string boundary_line(const RunBoundary& boundary) {
+  return fmt::format("{:<8} {:020d}\n", boundary.finished ? kFinishedWord : kEarlierWord, boundary.number);
+}
+
 }  // namespace
 
 ProgressMarker::ProgressMarker(const std::string& path) {
@@ -170,9 +188,7 @@ ProgressMarker::ProgressMarker(const std::string& path) {
   }
   if (!had_token) {
     // A new run in this folder (or a marker from before tokens): a token no earlier run had.
-    std::random_device random;
-    const uint64_t token = (static_cast<uint64_t>(random()) << 32) ^ random();
-    const std::string lines = marker_step_line(0) + fmt::format("{:016x}\n", token);
+    const std::string lines = marker_step_line(0) + new_token_line();
     [[maybe_unused]] const ssize_t written = ::pwrite(fd_, lines.data(), lines.size(), 0);
   }
 }
@@ -194,6 +210,58 @@ std::optional<int64_t> read_progress_marker(const std::string& path) {
   const auto step = parse_int(line);
   if (!step || *step < 0) return std::nullopt;
   return *step;
+}
+
+std::optional<RunBoundary> read_run_boundary(const std::string& dir) {
+  std::ifstream in(progress_marker_path(dir));
+  std::string step, token, line;
+  if (!std::getline(in, step) || !std::getline(in, token) || !std::getline(in, line)) return std::nullopt;
+  const size_t space = line.find(' ');
+  if (space == std::string::npos) return std::nullopt;
+  const std::string word = line.substr(0, space);
+  const auto number = parse_int(trim(line.substr(space + 1)));
+  if (!number || *number < 0 || (word != kFinishedWord && word != kEarlierWord)) return std::nullopt;
+  return RunBoundary{.number = *number, .finished = word == kFinishedWord};
+}
+
+int64_t resume_numbers_set_aside(const std::string& dir, int64_t restart_attempt) {
+  const std::optional<RunBoundary> boundary = read_run_boundary(dir);
+  if (!boundary || (boundary->finished && restart_attempt > 0)) return 0;
+  return boundary->number;
+}
+
+int64_t mark_run_finished(const std::string& dir) {
+  const int64_t number = next_resume_checkpoint_number(dir) - 1;
+  if (number == 0) return 0;
+  const std::string path = progress_marker_path(dir);
+  { ProgressMarker marker(path); }  // the token, if the run had no marker (HPC checkpoints only)
+  const int fd = ::open(path.c_str(), O_WRONLY | O_CLOEXEC);
+  if (fd < 0) {
+    throw CheckpointError(
+        fmt::format("cannot record in {} that the run finished: {}. HINT: check that the folder (the "
+                    "hpc_checkpoint_dir) is writable.",
+                    path, std::strerror(errno)));
+  }
+  const std::string line = boundary_line({.number = number, .finished = true});
+  const bool written = ::pwrite(fd, line.data(), line.size(), kBoundaryOffset) == static_cast<ssize_t>(line.size());
+  // Durable: a node lost right after the fit must not leave a fresh launch resuming from these.
+  const bool synced = written && ::fsync(fd) == 0;
+  const int error = errno;
+  ::close(fd);
+  if (!synced) {
+    throw CheckpointError(
+        fmt::format("cannot record in {} that the run finished: {}. HINT: check the file system's "
+                    "free space.",
+                    path, std::strerror(error)));
+  }
+  return number;
+}
+
+void set_aside_finished_run(const std::string& dir, int64_t number) {
+  const std::string path = progress_marker_path(dir);
+  const std::string lines =
+      marker_step_line(0) + new_token_line() + boundary_line({.number = number, .finished = false});
+  write_file_atomically(path, [&lines](const ByteSink& sink) { sink(lines.data(), lines.size()); });
 }
 
 std::optional<std::string> read_progress_marker_token(const std::string& path) {

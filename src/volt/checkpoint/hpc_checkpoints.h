@@ -34,7 +34,8 @@ bool is_snapshot_path(const std::string& path);
 std::optional<int64_t> resume_checkpoint_number(const std::string& path);
 
 /// The next number of the sequence HPC checkpoints and snapshots share in `dir`: the highest N
-/// of either kind + 1 (N starts at 1).
+/// of either kind + 1 (N starts at 1), and above the numbers the progress marker says belong to
+/// earlier runs (read_run_boundary), whose files may be gone.
 int64_t next_resume_checkpoint_number(const std::string& dir);
 
 /// The path the next HPC checkpoint is saved to: hpc_ckpt_<next_resume_checkpoint_number>.ckpt.
@@ -81,6 +82,38 @@ class ProgressMarker {
  private:
   int fd_ = -1;
 };
+
+/// What the progress marker says of the resume files (HPC checkpoints and snapshots) numbered up
+/// to `number` in its folder: that they are a finished run's, or an earlier run's.
+struct RunBoundary {
+  /// The highest number of the files it speaks of.
+  int64_t number = 0;
+  /// True: the run that wrote them finished its fit (mark_run_finished); a fresh launch in the
+  /// folder does not resume from them, a restart of that run (restart_attempt > 0) still does.
+  /// False: a later run set them aside (set_aside_finished_run); no attempt resumes from them.
+  bool finished = false;
+};
+
+/// The marker's boundary in `dir`; unset without a marker or when it records none.
+std::optional<RunBoundary> read_run_boundary(const std::string& dir);
+
+/// The numbers a fit started as attempt `restart_attempt` must not resume from in `dir`: up to
+/// the boundary, unless the boundary is a finished run's and this is a restart of it (its
+/// program failed after the fit, e.g. in test()). 0: none.
+int64_t resume_numbers_set_aside(const std::string& dir, int64_t restart_attempt);
+
+/// Records in `dir`'s progress marker (created if need be) that the run whose resume files are
+/// there finished its fit, when there are any. Called by global rank 0 once every file is
+/// complete: a fresh launch in the folder then starts anew (see RunBoundary). Returns the
+/// boundary's number (0: no files, nothing recorded).
+int64_t mark_run_finished(const std::string& dir);
+
+/// Sets a finished run's resume files aside for the run starting in `dir`: rewrites the progress
+/// marker as this run's (a new token, so no memory tier of the finished run's is taken for
+/// this one's) with the boundary kept as an earlier run's, so that no attempt of this run resumes
+/// from them. The files stay (a ckpt_path may name one); this run's snapshots are numbered above
+/// them, so snapshots_to_keep prunes them first. Global rank 0, before any process saves.
+void set_aside_finished_run(const std::string& dir, int64_t number);
 
 /// The step the marker at `path` holds; unset when there is no marker or it does not parse.
 std::optional<int64_t> read_progress_marker(const std::string& path);

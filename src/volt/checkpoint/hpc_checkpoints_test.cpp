@@ -105,5 +105,43 @@ TEST_F(HpcCheckpoints, TheProgressMarkerHoldsTheLastStepRecorded) {
   EXPECT_FALSE(read_progress_marker(marker).has_value());
 }
 
+TEST_F(HpcCheckpoints, AFinishedRunsFilesAreSetAsideForANewRunButNotForItsRestarts) {
+  const std::string dir = dir_.string();
+  EXPECT_EQ(mark_run_finished(dir), 0) << "no files: nothing to record";
+  EXPECT_FALSE(fs::exists(progress_marker_path(dir)));
+  touch("snapshot_4.ckpt");
+  touch("hpc_ckpt_5.ckpt");
+  std::optional<std::string> token;
+  {
+    ProgressMarker progress(progress_marker_path(dir));
+    progress.record(40);
+    token = read_progress_marker_token(progress_marker_path(dir));
+    EXPECT_EQ(mark_run_finished(dir), 5);
+    progress.record(41);  // the marker's lines stay apart
+  }
+  EXPECT_EQ(read_progress_marker(progress_marker_path(dir)), 41);
+  EXPECT_EQ(read_progress_marker_token(progress_marker_path(dir)), token);
+  ASSERT_TRUE(read_run_boundary(dir).has_value());
+  EXPECT_EQ(read_run_boundary(dir)->number, 5);
+  EXPECT_TRUE(read_run_boundary(dir)->finished);
+  EXPECT_EQ(resume_numbers_set_aside(dir, /*restart_attempt=*/0), 5);
+  EXPECT_EQ(resume_numbers_set_aside(dir, /*restart_attempt=*/1), 0) << "a restart of the run that finished";
+
+  // A new run sets them aside for good: a new token, and its own files numbered past them even
+  // once they are gone.
+  set_aside_finished_run(dir, 5);
+  EXPECT_NE(read_progress_marker_token(progress_marker_path(dir)), token);
+  EXPECT_FALSE(read_run_boundary(dir)->finished);
+  EXPECT_EQ(resume_numbers_set_aside(dir, /*restart_attempt=*/1), 5);
+  fs::remove(path("snapshot_4.ckpt"));
+  fs::remove(path("hpc_ckpt_5.ckpt"));
+  EXPECT_EQ(snapshot_path(dir, next_resume_checkpoint_number(dir)), path("snapshot_6.ckpt"));
+  EXPECT_EQ(mark_run_finished(dir), 5);
+  EXPECT_TRUE(read_run_boundary(dir)->finished);
+
+  std::ofstream(progress_marker_path(dir)) << "00000000000000000001\n0123456789abcdef\nfinished x\n";
+  EXPECT_FALSE(read_run_boundary(dir).has_value());
+}
+
 }  // namespace
 }  // namespace volt

@@ -265,6 +265,17 @@ void FitLoop::remove_interrupted_writes() {
                                   join(removed, ", ")));
 }
 
+void FitLoop::mark_finished(StopReason reason) {
+  // Interrupted or requeued, the run is to go on from its files. A fast_dev_run resumed from none.
+  if (reason == StopReason::kInterrupted || reason == StopReason::kRequeued || config_.fast_dev_run) return;
+  try {
+    mark_run_finished(config_.checkpoints.hpc_checkpoint_dir);
+  } catch (const CheckpointError& e) {
+    parts_.console.warn(
+        fmt::format("{} A new run in this folder would resume from this finished run's files.", e.what()));
+  }
+}
+
 int64_t FitLoop::agree_time_due_step() {
   // Clocks differ between processes, and a snapshot is collective: rank 0's clock decides, as a
   // step count at its pace since the previous snapshot (or since training started).
@@ -548,6 +559,7 @@ FitResult FitLoop::run() {
   // Files are complete before any rank reads one, and every rank names rank 0's files.
   Collectives& collectives = parts_.strategy.collectives();
   collectives.barrier();
+  if (config_.topology.is_global_zero()) mark_finished(result.reason);
   result.best_model_path = collectives.broadcast_string(result.best_model_path);
   result.last_model_path = collectives.broadcast_string(result.last_model_path);
   result.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();

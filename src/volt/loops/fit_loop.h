@@ -141,6 +141,10 @@ class FitLoop : public CallbackServices, private EpochHooks {
   /// HPC writes killed half-way left in hpc_checkpoint_dir (volt::remove_interrupted_writes), and
   /// says so. Only when this run saves snapshots or HPC checkpoints there.
   void remove_interrupted_writes();
+  /// Global rank 0, once the fit's files are complete: records in hpc_checkpoint_dir that the run
+  /// finished (mark_run_finished), unless it stopped to go on later (interrupted, requeued), so
+  /// a new launch there does not resume from its snapshots and HPC checkpoints.
+  void mark_finished(StopReason reason);
   /// Kills this process when the injected fault strikes here (config_.fault at `point`).
   void inject_fault(FaultPoint point);
   /// Waits for the snapshot being written and says what the fit's snapshots cost.

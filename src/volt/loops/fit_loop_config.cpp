@@ -39,7 +39,8 @@ FitLoopConfig fit_loop_config(const RunPlan& plan) {
                        .straggler_threshold = plan.straggler_threshold,
                        .requeue = plan.requeue,
                        .fault = plan.fault,
-                       .restart_attempt = plan.restart_attempt};
+                       .restart_attempt = plan.restart_attempt,
+                       .fast_dev_run = plan.fast_dev_run};
 }
 
 int64_t accumulate_grad_batches(const std::vector<std::shared_ptr<Callback>>& callbacks, int64_t configured,

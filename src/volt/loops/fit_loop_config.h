@@ -68,6 +68,8 @@ struct FitLoopConfig {
   std::optional<FaultInjection> fault;
   /// Which attempt of a restarted run this is (0: the first).
   int64_t restart_attempt = 0;
+  /// A fast_dev_run: it resumes from no HPC checkpoint or snapshot, so it marks none finished.
+  bool fast_dev_run = false;
 };
 
 /// The fit loop's part of `plan` (a pure function).

@@ -63,6 +63,56 @@ TEST_F(SnapshotTest, ARunThatCrashesResumesFromTheNewestSnapshotAndEndsBitIdenti
   EXPECT_TRUE(bit_identical(parameters_of(*second), parameters_of(*straight)));
 }
 
+TEST_F(SnapshotTest, AFinishedRunsSnapshotsServeItsRestartsButNotANewRunInTheFolder) {
+  const TinyOptions base{.train_size = 40, .optimizer = Optim::kAdam, .lr = 0.01};
+  TrainerOptions options{.max_epochs = 1, .seed = 1, .enable_checkpointing = false};
+  options.snapshot_every_n_steps = 3;  // steps 3, 6 and 9 of 10: numbers 1 to 3, the newest 2 kept
+  options.snapshot_in_memory = false;
+  // A restarted attempt's Trainer (VOLT_RESTART_COUNT, as Volt's launcher and the SLURM script set it).
+  const auto restart = [&](TrainerOptions o) {
+    return Trainer(quiet(std::move(o)), Env(Env::Vars{{"VOLT_RESTART_COUNT", "1"}}), MachineInfo{1, "/tmp"});
+  };
+  auto first = make_module(base);
+  EXPECT_EQ(make_trainer(options).fit(*first).global_step, 10);
+  std::optional<RunBoundary> boundary = read_run_boundary(root_.string());
+  ASSERT_TRUE(boundary.has_value());
+  EXPECT_TRUE(boundary->finished);
+  EXPECT_EQ(boundary->number, 3);
+
+  // Its program failed after the fit (say, in test()) and was restarted: the fit resumes at its end.
+  auto restarted = make_module(base, /*init_seed=*/100);
+  const FitResult again = restart(options).fit(*restarted);
+  EXPECT_EQ(again.resumed_from, in_root("snapshot_3.ckpt"));
+  EXPECT_TRUE(bit_identical(parameters_of(*restarted), parameters_of(*first)));
+
+  // A new run in the folder starts anew, says why, and numbers its snapshots past the old ones.
+  // It crashes at step 2, before its first snapshot: its restart must not take the old run's files.
+  TinyOptions crashing = base;
+  crashing.crash_at_step = 2;
+  auto crashed = make_module(crashing, /*init_seed=*/7);
+  auto console = std::make_shared<RecordingConsole>();
+  Trainer fresh = make_trainer(options);
+  fresh.set_console(console);
+  EXPECT_ANY_THROW(fresh.fit(*crashed));
+  const std::string said = fmt::format(
+      "Not resuming from {} (2 snapshot and HPC checkpoint files in {}): the run that wrote them finished its fit. "
+      "This run starts from the beginning. HINT: to continue that run, pass its last checkpoint or one of those files "
+      "as ckpt_path.",
+      in_root("snapshot_3.ckpt"), root_.string());
+  EXPECT_NE(std::find(console->infos.begin(), console->infos.end(), said), console->infos.end()) << said;
+  boundary = read_run_boundary(root_.string());
+  ASSERT_TRUE(boundary.has_value());
+  EXPECT_FALSE(boundary->finished) << "set aside as an earlier run's";
+  auto second = make_module(base, /*init_seed=*/7);
+  const FitResult anew = restart(options).fit(*second);
+  EXPECT_EQ(anew.resumed_from, "");
+  EXPECT_EQ(anew.global_step, 10);
+  EXPECT_EQ(list_snapshots(root_.string()),
+            (std::vector<std::string>{in_root("snapshot_6.ckpt"), in_root("snapshot_5.ckpt")}));
+  EXPECT_EQ(read_run_boundary(root_.string())->number, 6);
+  EXPECT_TRUE(read_run_boundary(root_.string())->finished);
+}
+
 TEST_F(SnapshotTest, ARunThatSavesSnapshotsRemovesTheTemporaryFilesOfKilledWritesFirst) {
   // What a process killed while it wrote snapshot 2 (and its shard) left in the folder.
   const std::vector<std::string> left{in_root("snapshot_2.ckpt.0123456789abcdef.shard1.tmp.41"),

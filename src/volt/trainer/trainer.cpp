@@ -282,22 +282,45 @@ std::optional<LoadedCheckpoint> Trainer::resume_point(const std::string& ckpt_pa
                                                       Collectives& collectives, Console& console) {
   // A run that starts again resumes where it stopped: the newest HPC checkpoint or snapshot wins
   // over ckpt_path, which a job script passes again on every restart (Lightning's order).
+  // But not from a finished run's files, unless this is a restart of that run (its program
+  // failed after the fit): a new launch in the same folder starts anew. Every process reads the
+  // marker; where the folder is not shared, only rank 0's node has resume files to pass over.
   std::optional<LoadedCheckpoint> resume;
+  const std::string& hpc_dir = plan_.hpc_checkpoint_dir;
+  const std::optional<RunBoundary> boundary = read_run_boundary(hpc_dir);
+  const int64_t set_aside = resume_numbers_set_aside(hpc_dir, plan_.restart_attempt);
   if (!plan_.fast_dev_run) {
-    const std::string memory_dir = plan_.snapshot_memory_root.empty()
-                                       ? std::string()
-                                       : memory_snapshot_dir(plan_.snapshot_memory_root, plan_.hpc_checkpoint_dir);
-    resume = checkpointer_->newest_resume_checkpoint(plan_.hpc_checkpoint_dir, memory_dir, collectives, console);
+    const std::string memory_dir =
+        plan_.snapshot_memory_root.empty() ? std::string() : memory_snapshot_dir(plan_.snapshot_memory_root, hpc_dir);
+    resume = checkpointer_->newest_resume_checkpoint(hpc_dir, memory_dir, collectives, console, set_aside);
   }
   // options.ckpt_path is fit's default only: validate/test/predict never pick it up implicitly.
   const std::string requested = ckpt_path.empty() ? plan_.ckpt_path : ckpt_path;
+  if (boundary && boundary->finished && set_aside > 0 && !plan_.fast_dev_run) {
+    // Recorded for this run's restarts, which must not take the finished run's files either.
+    if (collectives.rank() == 0) set_aside_finished_run(hpc_dir, set_aside);
+    const std::vector<std::string> files = list_resume_checkpoints(hpc_dir);
+    if (!files.empty()) {
+      console.info(fmt::format(
+          "Not resuming from {} ({} snapshot and HPC checkpoint file{} in {}): the run that wrote them finished its "
+          "fit. This run starts {}. HINT: to continue that run, pass its last checkpoint or one of those files as "
+          "ckpt_path.",
+          files.front(), files.size(), files.size() == 1 ? "" : "s", hpc_dir,
+          resume              ? "from the newer files"
+          : requested.empty() ? "from the beginning"
+                              : "from ckpt_path"));
+    }
+  }
   if (resume) {
     const bool snapshot = is_snapshot_path(resume->path);
+    const bool after_finish = boundary && boundary->finished && set_aside == 0 && plan_.restart_attempt > 0;
     console.info(fmt::format(
         "Resuming from {} {}{}{}: {}.", snapshot ? "snapshot" : "HPC checkpoint", resume->path,
         resume->source.empty() ? "" : fmt::format(" ({})", resume->source),
         requested.empty() ? "" : fmt::format(" instead of ckpt_path='{}'", requested),
-        snapshot ? "the newest snapshot of a run that did not finish" : "the job was stopped by SLURM and restarted"));
+        after_finish ? fmt::format("restart {} of a run that failed after its fit had finished", plan_.restart_attempt)
+        : snapshot   ? "the newest snapshot of a run that did not finish"
+                     : "the job was stopped by SLURM and restarted"));
     return resume;
   }
   if (plan_.restart_attempt > 0 && !plan_.fast_dev_run) {
