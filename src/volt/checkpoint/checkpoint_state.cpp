@@ -3,6 +3,7 @@
 #include <ATen/CPUGeneratorImpl.h>
 #include <torch/cuda.h>
 
+#include <filesystem>
 #include <nlohmann/json.hpp>
 #include <set>
 #include <unordered_map>
@@ -12,6 +13,7 @@
 #include "volt/checkpoint/checkpoint_io.h"
 #include "volt/checkpoint/dcp_checkpoint.h"
 #include "volt/checkpoint/dcp_writer.h"
+#include "volt/checkpoint/hpc_checkpoints.h"
 #include "volt/checkpoint/sharded_checkpoint.h"
 #include "volt/core/error.h"
 #include "volt/core/strings.h"
@@ -369,11 +371,17 @@ void load_module_weights(const c10::IValue& checkpoint, LightningModule& module,
     if (!known.count(name)) problems.push_back(fmt::format("unexpected: '{}'", name));
   }
   if (!problems.empty()) {
-    throw CheckpointError(
-        fmt::format("checkpoint '{}' does not fit module {}:\n  {}\nHINT: load it into the "
-                    "module it was saved from (same layers and sizes), or start without "
-                    "ckpt_path.",
-                    path, module.name(), join(problems, "\n  ")));
+    // A snapshot or HPC checkpoint was found, not asked for: the folder holds another model's run.
+    const bool found = resume_checkpoint_number(path).has_value();
+    throw CheckpointError(fmt::format(
+        "checkpoint '{}' does not fit module {}:\n  {}\nHINT: {}", path, module.name(), join(problems, "\n  "),
+        found ? fmt::format("a run of another model left it in {} without finishing, and a fit there resumes from "
+                            "its newest snapshot or HPC checkpoint by itself: give this run a folder of its own "
+                            "(default_root_dir, or hpc_checkpoint_dir), or remove that run's snapshot_*.ckpt, "
+                            "hpc_ckpt_*.ckpt and volt-progress.",
+                            std::filesystem::path(path).parent_path().string())
+              : std::string("load it into the module it was saved from (same layers and sizes), or start without "
+                            "ckpt_path.")));
   }
   torch::NoGradGuard no_grad;
   for (auto& [target, source] : copies) target.copy_(source);

@@ -91,8 +91,11 @@ class MetricSink {
 /// can be passed to Trainer::fit directly.
 class LightningModule : public torch::nn::Module {
  public:
-  /// `name` is the module's name in summaries and checkpoints' metadata.
-  explicit LightningModule(std::string name = "LightningModule") : torch::nn::Module(std::move(name)) {}
+  /// Named after the derived class, as torch::nn::Module names itself (its demangled type), so
+  /// that errors ("Blobs::configure_optimizers returned ...") and summaries name the user's class.
+  LightningModule() = default;
+  /// `name` is the module's name in errors, summaries and checkpoints' metadata.
+  explicit LightningModule(std::string name) : torch::nn::Module(std::move(name)) {}
   ~LightningModule() override;
 
   // ---- steps -------------------------------------------------------------------------------

@@ -260,6 +260,19 @@ TEST_F(TrainerTest, LoggingAMetricOnStepIsAClearError) {
   }
 }
 
+/// A module that names no name.
+struct Unnamed : LightningModule {
+  torch::Tensor training_step(const Batch&, int64_t) override { return {}; }
+  OptimizerConfig configure_optimizers() override { return {}; }
+};
+
+TEST_F(TrainerTest, AModuleWithoutANameIsCalledByItsClassInErrors) {
+  Unnamed module;
+  EXPECT_EQ(module.name(), "volt::(anonymous namespace)::Unnamed");
+  const std::string message = testing::error_message([&] { make_trainer({.max_epochs = 1}).fit(module); });
+  EXPECT_NE(message.find("volt::(anonymous namespace)::Unnamed has no training data"), std::string::npos) << message;
+}
+
 TEST(RegisterMetric, RefusesADuplicateNameOrMetric) {
   TinyModule module;
   MeanSquaredError a;

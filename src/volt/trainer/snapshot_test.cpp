@@ -50,6 +50,15 @@ TEST_F(SnapshotTest, ARunThatCrashesResumesFromTheNewestSnapshotAndEndsBitIdenti
             (std::vector<std::string>{in_root("snapshot_4.ckpt"), in_root("snapshot_3.ckpt")}));
   EXPECT_TRUE(memory_snapshots(memory_root()).empty()) << "snapshot_in_memory=false";
 
+  // Another model's fit in the folder finds the snapshot too, and the error says where it came from.
+  TinyOptions other = base;
+  other.outputs = 2;
+  auto wider = make_module(other);
+  const std::string message = testing::error_message([&] { make_trainer(options).fit(*wider); });
+  EXPECT_NE(message.find("HINT: a run of another model left it in " + root_.string() + " without finishing"),
+            std::string::npos)
+      << message;
+
   // The same command again, with other initial weights, which the snapshot replaces.
   auto second = make_module(base, /*init_seed=*/100);
   const FitResult result = make_trainer(options).fit(*second);
