@@ -7,6 +7,7 @@
 
 #include "volt/core/error.h"
 #include "volt/core/strings.h"
+#include "volt/module/lightning_module.h"
 
 namespace volt {
 
@@ -267,10 +268,14 @@ StateDict ModelCheckpoint::state_dict() const {
 }
 
 void ModelCheckpoint::load_state_dict(const StateDict& state) {
+  if (state.contains("best_model_path")) best_model_path_ = state.at("best_model_path").toStringRef();
   // Lightning keeps the old bookkeeping only when the directory is unchanged: files elsewhere
   // are not ours to rank or delete.
-  if (!state.contains("dirpath") || state.at("dirpath").toStringRef() != dirpath_) return;
-  if (state.contains("best_model_path")) best_model_path_ = state.at("best_model_path").toStringRef();
+  if (!state.contains("dirpath")) return;
+  if (state.at("dirpath").toStringRef() != dirpath_) {
+    dirpath_left_ = state.at("dirpath").toStringRef();
+    return;
+  }
   if (state.contains("best_model_score") && !state.at("best_model_score").isNone())
     best_model_score_ = internal::score_value(state.at("best_model_score"));
   if (state.contains("last_model_path")) last_model_path_ = state.at("last_model_path").toStringRef();
@@ -279,6 +284,17 @@ void ModelCheckpoint::load_state_dict(const StateDict& state) {
     for (const auto& entry : state.at("best_k_models").toGenericDict())
       best_k_models_[entry.key().toStringRef()] = internal::score_value(entry.value());
   }
+}
+
+void ModelCheckpoint::on_load_checkpoint(const CallbackContext& context, const StateDict&) {
+  if (dirpath_left_.empty() || context.module == nullptr) return;
+  context.module->print(fmt::format(
+      "warning: ModelCheckpoint: the dirpath has changed from {} to {}, so best_model_score, best_k_models and "
+      "last_model_path were not restored, only best_model_path (as in Lightning); this run ranks its checkpoints "
+      "anew, and its best may be worse than the interrupted run's. HINT: give ModelCheckpoint a dirpath of its own "
+      "(ModelCheckpointOptions::dirpath) to keep the best-k list across resumes.",
+      dirpath_left_, dirpath_));
+  dirpath_left_.clear();
 }
 
 }  // namespace volt

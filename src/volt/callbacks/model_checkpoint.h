@@ -73,7 +73,13 @@ class ModelCheckpoint : public Callback {
   /// that step already (or the fit trained no batch).
   Decision on_train_end(const CallbackContext& context, CallbackServices& services) override;
   StateDict state_dict() const override;
+  /// Restores the best-k bookkeeping when the checkpoint was written into the same dirpath; from
+  /// another (a resume whose logger opened a new version folder), only best_model_path, as
+  /// Lightning does, and on_load_checkpoint warns.
   void load_state_dict(const StateDict& state) override;
+  /// Warns when load_state_dict left the best-k list behind: the resumed run ranks its
+  /// checkpoints anew, so its "best" may be worse than the interrupted run's.
+  void on_load_checkpoint(const CallbackContext& context, const StateDict& checkpoint) override;
 
   /// The best checkpoint so far (empty when none).
   const std::string& best_model_path() const { return best_model_path_; }
@@ -119,6 +125,7 @@ class ModelCheckpoint : public Callback {
   std::optional<double> best_model_score_;
   std::string last_model_path_;
   std::map<std::string, double> best_k_models_;
+  std::string dirpath_left_;         // the checkpoint's other dirpath, until on_load_checkpoint warns
   std::vector<std::string> recent_;  // without a monitor: newest last
   int64_t last_saved_step_ = -1;
   bool trained_ = false;  // a training batch ended in this fit

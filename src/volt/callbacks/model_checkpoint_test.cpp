@@ -5,6 +5,7 @@
 #include "volt/callbacks/testing_services.h"
 #include "volt/core/error.h"
 #include "volt/core/testing.h"
+#include "volt/module/lightning_module.h"
 
 namespace volt {
 namespace {
@@ -127,6 +128,36 @@ TEST(ModelCheckpoint, StateRoundTripRestoresTheBest) {
   restored.load_state_dict(run.checkpoint.state_dict());
   EXPECT_EQ(restored.best_model_path(), run.checkpoint.best_model_path());
   EXPECT_EQ(restored.best_model_score(), 0.3);
+}
+
+/// A module for the hooks that print through one.
+struct Quiet : LightningModule {
+  torch::Tensor training_step(const Batch&, int64_t) override { return {}; }
+  OptimizerConfig configure_optimizers() override { return {}; }
+};
+
+TEST(ModelCheckpoint, FromAnotherDirpathOnlyTheBestPathComesBackWithAWarning) {
+  CheckpointRun run{ModelCheckpoint({.dirpath = "/ck", .monitor = "loss"})};
+  run.checkpoint.setup({.has_validation = true});
+  run.metrics["loss"] = 0.3;
+  run.validate(0, 1);
+  // A resume whose logger opened version_1: the default dirpath moved with it.
+  ModelCheckpoint restored({.dirpath = "/ck2", .monitor = "loss"});
+  restored.setup({.has_validation = true});
+  restored.load_state_dict(run.checkpoint.state_dict());
+  EXPECT_EQ(restored.best_model_path(), run.checkpoint.best_model_path());
+  EXPECT_FALSE(restored.best_model_score().has_value());
+  EXPECT_TRUE(restored.best_k_models().empty());
+  Quiet module;
+  CallbackContext context;
+  context.module = &module;
+  ::testing::internal::CaptureStdout();
+  restored.on_load_checkpoint(context, make_state_dict());
+  restored.on_load_checkpoint(context, make_state_dict());  // said once
+  const std::string said = ::testing::internal::GetCapturedStdout();
+  EXPECT_EQ(said.find("warning: ModelCheckpoint: the dirpath has changed from /ck to /ck2"), 0u) << said;
+  EXPECT_NE(said.find("HINT: give ModelCheckpoint a dirpath of its own"), std::string::npos) << said;
+  EXPECT_EQ(said.find("warning", 1), std::string::npos) << said;
 }
 
 TEST(ModelCheckpoint, StateKeyIsLightningsAndTheOldKeyStaysReadable) {
