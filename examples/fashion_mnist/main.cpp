@@ -98,11 +98,7 @@ int main(int argc, char** argv) {
     app.add_flag("--no-train", skip_training, "only test the weights of --weights or --ckpt-path");
     bool print_plan = false;
     app.add_flag("--print-plan", print_plan, "print the resolved run plan and exit")->configurable(false);
-    try {
-      app.parse(argc, argv);
-    } catch (const CLI::ParseError& e) {
-      return app.exit(e) == 0 ? 0 : 2;
-    }
+    if (const std::optional<int> code = volt::parse_command_line(app, argc, argv)) return *code;
     volt::apply_trainer_flags(flag_text, trainer_options);
     // Saved beside the logs and in every checkpoint, so a run can be repeated from its folder.
     trainer_options.config = volt::resolved_config(app);

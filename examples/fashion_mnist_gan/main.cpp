@@ -127,11 +127,7 @@ int main(int argc, char** argv) {
     app.add_option("--data-dir", gan.data_dir, "directory of the Fashion-MNIST IDX files")
         ->capture_default_str()
         ->group("Data");
-    try {
-      app.parse(argc, argv);
-    } catch (const CLI::ParseError& e) {
-      return app.exit(e) == 0 ? 0 : 2;
-    }
+    if (const std::optional<int> code = volt::parse_command_line(app, argc, argv)) return *code;
     volt::apply_trainer_flags(flag_text, trainer_options);
     trainer_options.config = volt::resolved_config(app);
     if (trainer_options.enable_checkpointing) {

@@ -115,11 +115,7 @@ int main(int argc, char** argv) {
     app.add_option("--sample-seed", options.sample.seed, "the sample's seed")->capture_default_str();
     bool print_plan = false;
     app.add_flag("--print-plan", print_plan, "print the resolved run plan and exit")->configurable(false);
-    try {
-      app.parse(argc, argv);
-    } catch (const CLI::ParseError& e) {
-      return app.exit(e) == 0 ? 0 : 2;
-    }
+    if (const std::optional<int> code = volt::parse_command_line(app, argc, argv)) return *code;
     volt::apply_trainer_flags(flag_text, trainer_options);
     trainer_options.config = volt::resolved_config(app);
 

@@ -177,11 +177,7 @@ int main(int argc, char** argv) {
     app.add_option("--data-dir", module_options.data_dir, "where the Fashion-MNIST files are")
         ->capture_default_str()
         ->group("Data");
-    try {
-      app.parse(argc, argv);
-    } catch (const CLI::ParseError& e) {
-      return app.exit(e) == 0 ? 0 : 2;
-    }
+    if (const std::optional<int> code = volt::parse_command_line(app, argc, argv)) return *code;
     volt::apply_trainer_flags(flag_text, trainer_options);
     volt::Trainer trainer(trainer_options);
     Classifier model(module_options);  // after the Trainer, which seeded LibTorch

@@ -116,20 +116,6 @@ json resolved_value(CLI::Option& option) {
   return typed_value(option, option.count() > 0 ? option.as<std::string>() : fallback);
 }
 
-/// The candidate closest to `word`, if it is close enough to be a likely typo.
-std::string closest(const std::string& word, const std::vector<std::string>& candidates) {
-  std::string best;
-  size_t best_distance = std::max<size_t>(2, word.size() / 3) + 1;
-  for (const std::string& candidate : candidates) {
-    const size_t distance = edit_distance(word, candidate);
-    if (distance < best_distance) {
-      best = candidate;
-      best_distance = distance;
-    }
-  }
-  return best;
-}
-
 /// One configurable option as a config file sees it.
 struct ConfigEntry {
   CLI::Option* option = nullptr;
@@ -225,7 +211,7 @@ class ConfigReader {
         throw Error(fmt::format("config file '{}': '{}' takes a value, not a mapping. {}", file_, section, hint()));
       }
       const std::vector<std::string> names(sections_.begin(), sections_.end());
-      const std::string guess = closest(section, names);
+      const std::string guess = closest_name(section, names);
       throw Error(fmt::format("config file '{}': unknown section '{}:'{}. Sections: {}; top-level keys: {}. {}", file_,
                               section, guess.empty() ? "" : fmt::format(" (did you mean '{}:'?)", guess),
                               join(names, ", "), join(keys_in(""), ", "), hint()));
@@ -277,7 +263,7 @@ class ConfigReader {
 
   [[noreturn]] void unknown_key(const std::string& section, const std::string& key) const {
     const std::vector<std::string> accepted = keys_in(section);
-    std::string guess = closest(replace_all(key, '-', '_'), accepted);
+    std::string guess = closest_name(replace_all(key, '-', '_'), accepted);
     if (guess.empty()) {
       // A typo of a key that lives in another section.
       for (const ConfigEntry& entry : entries_) {

@@ -2,12 +2,16 @@
 
 #include <cstdlib>
 #include <functional>
+#include <iostream>
 #include <map>
+#include <vector>
 
+#include "volt/core/edit_distance.h"
 #include "volt/core/error.h"
 #include "volt/core/strings.h"
 #include "volt/loggers/mlflow_rest.h"
 #include "volt/options/cli_config.h"
+#include "volt/options/run_main.h"
 
 namespace volt {
 namespace {
@@ -296,7 +300,39 @@ void add_trainer_flags(CLI::App& app, TrainerOptions& o, TrainerFlagText& t) {
                  "Volt's own launcher: start the processes again after one fails, up to N times (torchrun's name)")
       ->capture_default_str();
   app.option_defaults()->group(previous_group);
+  take_last_when_repeated(app, kTrainerGroup);
   describe_trainer_flags(app, o);
+}
+
+std::optional<int> parse_command_line(CLI::App& app, int argc, const char* const* argv) {
+  take_last_when_repeated(app);
+  try {
+    app.parse(argc, argv);
+    return std::nullopt;
+  } catch (const CLI::ParseError& error) {
+    const int code = app.exit(error);
+    if (code == 0) return 0;
+    std::vector<std::string> known;
+    for (const CLI::Option* option : app.get_options()) {
+      for (const std::string& name : option->get_lnames()) known.push_back("--" + name);
+    }
+    // What CLI11 could not place: unknown flags, and the values that followed them.
+    for (const std::string& arg : app.remaining()) {
+      if (arg.rfind("--", 0) != 0) continue;
+      const std::string flag = arg.substr(0, arg.find('='));
+      const std::string guess = closest_name(flag, known);
+      if (!guess.empty()) std::cerr << "HINT: " << flag << ": did you mean " << guess << "?\n";
+    }
+    return kExitUsage;
+  }
+}
+
+void take_last_when_repeated(CLI::App& app, const std::string& group) {
+  for (CLI::Option* option : app.get_options()) {
+    // Lists (expected_max above 1) keep every value given.
+    if ((group.empty() || option->get_group() == group) && option->get_items_expected_max() <= 1)
+      option->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);
+  }
 }
 
 void apply_trainer_flags(const TrainerFlagText& t, TrainerOptions& o) {

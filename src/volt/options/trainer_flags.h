@@ -55,8 +55,8 @@ inline constexpr const char* kTrainerGroup = "Trainer";
 /// Adds one flag per Trainer option to `app` (`--max-epochs`, `--limit-train-batches`, ...),
 /// mirroring Lightning's Trainer argument names with dashes, in the group "Trainer", plus
 /// `--config` and `--print-config` (add_config_flags). A bad value is a volt::Error naming the
-/// flag (or the config file and key), what is accepted and a HINT. Call apply_trainer_flags
-/// after parsing.
+/// flag (or the config file and key), what is accepted and a HINT. A flag given twice takes the
+/// last value (take_last_when_repeated). Call apply_trainer_flags after parsing.
 ///
 /// Example:
 /// ```
@@ -68,6 +68,20 @@ inline constexpr const char* kTrainerGroup = "Trainer";
 /// volt::apply_trainer_flags(text, options);
 /// ```
 void add_trainer_flags(CLI::App& app, TrainerOptions& options, TrainerFlagText& text);
+
+/// Makes every single-valued option of `app` in `group` (every one when empty) take the last
+/// value when given more than once, as argparse and LightningCLI do: a script's defaults followed
+/// by an override (`train $DEFAULTS --max-epochs 2`) works. CLI11 refuses a repeat by default.
+void take_last_when_repeated(CLI::App& app, const std::string& group = "");
+
+/// Parses a program's command line into `app`, every single-valued option taking the last value
+/// when repeated (take_last_when_repeated). On a parse error it prints CLI11's message (or the
+/// help) and, for each unknown flag, the closest one `app` knows ("HINT: --max-epoch: did you
+/// mean --max-epochs?"), and returns what main should return: 0 after --help, 2
+/// (kExitUsage) otherwise. Unset when parsing succeeded.
+///
+/// Example: `if (const std::optional<int> code = volt::parse_command_line(app, argc, argv)) return *code;`
+std::optional<int> parse_command_line(CLI::App& app, int argc, const char* const* argv);
 
 /// Moves the parsed text flags into `options`; throws volt::Error naming the flag on bad values.
 void apply_trainer_flags(const TrainerFlagText& text, TrainerOptions& options);

@@ -9,6 +9,7 @@
 #include "volt/core/testing.h"
 #include "volt/loggers/hparams_yaml.h"
 #include "volt/options/cli_config.h"
+#include "volt/options/run_main.h"
 
 namespace volt {
 namespace {
@@ -111,6 +112,44 @@ TEST(TrainerFlags, DebuggingFlagsFillTheirOptions) {
   EXPECT_FALSE(defaults.detect_anomaly);
   EXPECT_EQ(defaults.deterministic.mode(), DeterministicMode::kOff);
   EXPECT_EQ(defaults.model_summary_max_depth, 1);
+}
+
+TEST(TrainerFlags, AFlagGivenTwiceTakesTheLastValue) {
+  Flags flags;
+  const TrainerOptions& o = flags.parse({"--max-epochs", "1", "--devices", "2", "--no-progress-bar", "--max-epochs",
+                                         "3", "--devices", "1", "--no-progress-bar"});
+  EXPECT_EQ(o.max_epochs, 3);
+  EXPECT_EQ(o.devices.count(), 1);
+  EXPECT_FALSE(o.enable_progress_bar);
+  // The program's own options stay as it made them, unless it asks.
+  Flags own;
+  int64_t layers = 0;
+  own.app.add_option("--n-layer", layers);
+  EXPECT_ANY_THROW(own.parse({"--n-layer", "1", "--n-layer", "2"}));
+  Flags asked;
+  asked.app.add_option("--n-layer", layers);
+  take_last_when_repeated(asked.app);
+  asked.parse({"--n-layer", "1", "--n-layer", "2"});
+  EXPECT_EQ(layers, 2);
+}
+
+TEST(TrainerFlags, AnUnknownFlagIsAUsageErrorThatSuggestsTheClosestOne) {
+  Flags flags;
+  const char* argv[] = {"prog", "--max-epoch", "3", "--acelerator=cpu", "--zzz"};
+  ::testing::internal::CaptureStderr();
+  EXPECT_EQ(parse_command_line(flags.app, 5, argv), kExitUsage);
+  const std::string said = ::testing::internal::GetCapturedStderr();
+  EXPECT_NE(said.find("HINT: --max-epoch: did you mean --max-epochs?"), std::string::npos) << said;
+  EXPECT_NE(said.find("HINT: --acelerator: did you mean --accelerator?"), std::string::npos) << said;
+  EXPECT_EQ(said.find("--zzz: did you mean"), std::string::npos) << said;
+  Flags help;
+  const char* asks[] = {"prog", "--help"};
+  ::testing::internal::CaptureStdout();
+  EXPECT_EQ(parse_command_line(help.app, 2, asks), 0);
+  EXPECT_NE(::testing::internal::GetCapturedStdout().find("--max-epochs"), std::string::npos);
+  Flags fine;
+  const char* good[] = {"prog", "--max-epochs", "1", "--max-epochs", "2"};
+  EXPECT_EQ(parse_command_line(fine.app, 5, good), std::nullopt);
 }
 
 TEST(TrainerFlags, FaultToleranceFlagsFillTheirOptions) {
