@@ -178,8 +178,10 @@ Topology resolve_topology(const ClusterInfo& cluster, int64_t devices, int64_t n
              "WORLD_SIZE={} but the Trainer expects devices={} x num_nodes={} = {} processes. HINT: unset WORLD_SIZE, "
              "or make devices and num_nodes match it.",
              cluster.world_size.value_or(0), devices, num_nodes, t.world_size);
-  VOLT_CHECK(cluster.local_rank < devices, "LOCAL_RANK={} is outside the {} devices of this node.", cluster.local_rank,
-             devices);
+  VOLT_CHECK(cluster.local_rank < devices,
+             "LOCAL_RANK={} is outside the {} devices of this node. HINT: start devices={} processes per node "
+             "(LOCAL_RANK 0..{}), or raise devices to the launcher's processes per node.",
+             cluster.local_rank, devices, devices, devices - 1);
   VOLT_CHECK(cluster.node_rank < num_nodes, "NODE_RANK={} is outside num_nodes={}. HINT: number the nodes 0..{}.",
              cluster.node_rank, num_nodes, num_nodes - 1);
   t.local_rank = cluster.local_rank;
@@ -249,7 +251,9 @@ bool overfits(const TrainerOptions& options) {
   return n.is_fraction() ? n.fraction() > 0.0 : n.count() > 0;
 }
 
-void check_non_negative(int64_t value, const char* name) { VOLT_CHECK(value >= 0, "{}={} must be >= 0.", name, value); }
+void check_non_negative(int64_t value, const char* name) {
+  VOLT_CHECK(value >= 0, "{}={} must be >= 0. HINT: 0 (the default) turns it off.", name, value);
+}
 
 void check_limit(const BatchLimit& limit, const char* name) {
   if (limit.is_fraction()) {
@@ -257,7 +261,8 @@ void check_limit(const BatchLimit& limit, const char* name) {
                "{}={} is out of range; a fraction must be in [0.0, 1.0]. HINT: pass an integer for a batch count.",
                name, limit.fraction());
   } else {
-    VOLT_CHECK(limit.count() >= 0, "{}={} must be >= 0 batches.", name, limit.count());
+    VOLT_CHECK(limit.count() >= 0, "{}={} must be >= 0 batches. HINT: a count of batches, or a fraction in [0, 1].",
+               name, limit.count());
   }
 }
 
@@ -369,7 +374,10 @@ RunPlan resolve_run_plan(const TrainerOptions& options, const Env& env, const Ma
              "state_dict_type='{}' is an option of strategy='fsdp', but the strategy is '{}'. HINT: set "
              "strategy='fsdp', or leave state_dict_type unset.",
              to_string(options.state_dict_type.value_or(StateDictType::kFull)), to_string(plan.strategy));
-  VOLT_CHECK(options.bucket_cap_mb >= 1, "bucket_cap_mb={} must be >= 1.", options.bucket_cap_mb);
+  VOLT_CHECK(options.bucket_cap_mb >= 1,
+             "bucket_cap_mb={} must be >= 1. HINT: 25 (the default, as PyTorch's DDP) reduces gradients in 25 MB "
+             "buckets.",
+             options.bucket_cap_mb);
   plan.bucket_cap_mb = options.bucket_cap_mb;
   plan.use_distributed_sampler = options.use_distributed_sampler;
   plan.num_threads = resolve_threads(options, env, machine, plan.devices);
@@ -378,7 +386,9 @@ RunPlan resolve_run_plan(const TrainerOptions& options, const Env& env, const Ma
       !(plan.strategy == StrategyKind::kFsdp && plan.sharding_strategy == ShardingStrategy::kFullShard));
 
   VOLT_CHECK(!options.max_epochs || *options.max_epochs >= -1,
-             "max_epochs={} is invalid; expected -1 (no limit) or a count >= 0.", options.max_epochs.value_or(0));
+             "max_epochs={} is invalid; expected -1 (no limit) or a count >= 0. HINT: leave it unset for Lightning's "
+             "default (1000 epochs, unless max_steps bounds the run).",
+             options.max_epochs.value_or(0));
   VOLT_CHECK(options.max_steps.value_or(-1) >= -1,
              "max_steps={} is invalid; expected a count >= 0, or -1 (no limit). HINT: leave max_steps unset for no "
              "limit.",
@@ -405,18 +415,27 @@ RunPlan resolve_run_plan(const TrainerOptions& options, const Env& env, const Ma
                                                       : options.val_check_interval.count() > 0,
              "val_check_interval={} must be positive. HINT: use limit_val_batches=0 to disable validation.",
              options.val_check_interval.to_string());
-  VOLT_CHECK(options.check_val_every_n_epoch >= 1, "check_val_every_n_epoch={} must be >= 1.",
+  VOLT_CHECK(options.check_val_every_n_epoch >= 1,
+             "check_val_every_n_epoch={} must be >= 1. HINT: 1 validates every epoch; limit_val_batches=0 turns "
+             "validation off.",
              options.check_val_every_n_epoch);
   VOLT_CHECK(options.reload_dataloaders_every_n_epochs >= 0,
              "reload_dataloaders_every_n_epochs={} must be >= 0. HINT: 0 never reloads, n reloads every n epochs.",
              options.reload_dataloaders_every_n_epochs);
-  VOLT_CHECK(options.num_sanity_val_steps >= -1, "num_sanity_val_steps={} is invalid; expected -1 (all) or >= 0.",
+  VOLT_CHECK(options.num_sanity_val_steps >= -1,
+             "num_sanity_val_steps={} is invalid; expected -1 (all) or >= 0. HINT: 0 skips the sanity check.",
              options.num_sanity_val_steps);
-  VOLT_CHECK(options.accumulate_grad_batches >= 1, "accumulate_grad_batches={} must be >= 1.",
+  VOLT_CHECK(options.accumulate_grad_batches >= 1,
+             "accumulate_grad_batches={} must be >= 1. HINT: 1 (the default) steps the optimizers every batch; k "
+             "accumulates k batches per step.",
              options.accumulate_grad_batches);
-  VOLT_CHECK(!options.gradient_clip_val || *options.gradient_clip_val >= 0.0, "gradient_clip_val={} must be >= 0.",
+  VOLT_CHECK(!options.gradient_clip_val || *options.gradient_clip_val >= 0.0,
+             "gradient_clip_val={} must be >= 0. HINT: leave it unset (or 0) not to clip.",
              options.gradient_clip_val.value_or(0.0));
-  VOLT_CHECK(options.log_every_n_steps >= 1, "log_every_n_steps={} must be >= 1.", options.log_every_n_steps);
+  VOLT_CHECK(options.log_every_n_steps >= 1,
+             "log_every_n_steps={} must be >= 1. HINT: 50 (the default) logs step values every 50 optimizer steps; "
+             "to log nothing, set logger=false.",
+             options.log_every_n_steps);
   VOLT_CHECK(options.profiler_wait >= 0 && options.profiler_warmup >= 0 && options.profiler_active >= 1,
              "profiler_wait={}, profiler_warmup={}, profiler_active={}: expected wait >= 0, warmup >= 0 and "
              "active >= 1 steps. HINT: the defaults 1, 1, 3 trace steps 3 to 5.",
