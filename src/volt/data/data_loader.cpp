@@ -267,7 +267,16 @@ bool BatchStream::has_next() {
 Batch BatchStream::next() {
   VOLT_INTERNAL_ASSERT(has_next(), "BatchStream::next() after the last batch ({})", next_);
   const int64_t index = next_++;
-  if (!lanes_) return workers_ ? workers_->take(index) : loader_->batch(index);
+  if (!lanes_ && workers_) return workers_->take(index);
+  if (!lanes_) {
+    // As the workers report a failure (and streams do), so that num_workers changes nothing: an
+    // exception of the dataset's becomes bad input naming the batch.
+    try {
+      return loader_->batch(index);
+    } catch (const std::exception& e) {
+      throw Error(fmt::format("DataLoader failed making batch {} of epoch {}: {}", index, loader_->epoch(), e.what()));
+    }
+  }
   peeked_valid_ = false;
   Batch batch = std::move(*peeked_);
   peeked_.reset();

@@ -128,24 +128,28 @@ TEST(DataLoader, ACustomCollateGetsTheExamples) {
   EXPECT_EQ(loader.batch(1).data[1][0].item<float>(), 5.0f);
 }
 
-TEST(DataLoader, AWorkersExceptionReachesTheConsumerOnceNamingTheBatch) {
-  auto dataset = std::make_shared<ExampleDataset>(40, /*fail_at=*/21);
-  DataLoader loader(dataset, {.batch_size = 4, .num_workers = 3});
-  loader.set_epoch(0);
-  BatchStream stream = loader.stream(0, loader.num_batches());
-  int64_t good = 0;
-  std::string message;
-  try {
-    while (stream.has_next()) {
-      stream.next();
-      ++good;
+TEST(DataLoader, ADatasetsExceptionReachesTheConsumerOnceNamingTheBatchWithOrWithoutWorkers) {
+  // The dataset throws std::runtime_error; the consumer gets a volt::Error (bad input, exit 1)
+  // either way.
+  for (const int64_t workers : {3, 0}) {
+    auto dataset = std::make_shared<ExampleDataset>(40, /*fail_at=*/21);
+    DataLoader loader(dataset, {.batch_size = 4, .num_workers = workers});
+    loader.set_epoch(0);
+    BatchStream stream = loader.stream(0, loader.num_batches());
+    int64_t good = 0;
+    std::string message;
+    try {
+      while (stream.has_next()) {
+        stream.next();
+        ++good;
+      }
+    } catch (const Error& e) {
+      message = e.what();
     }
-  } catch (const Error& e) {
-    message = e.what();
+    EXPECT_EQ(good, 5) << "batches 0-4 come before the failing batch 5";
+    EXPECT_NE(message.find("failed making batch 5 of epoch 0: cannot read example 21"), std::string::npos) << message;
+    EXPECT_EQ(message.find("DataLoader worker ") != std::string::npos, workers > 0) << message;
   }
-  EXPECT_EQ(good, 5) << "batches 0-4 come before the failing batch 5";
-  EXPECT_NE(message.find("failed making batch 5 of epoch 0: cannot read example 21"), std::string::npos) << message;
-  EXPECT_NE(message.find("DataLoader worker "), std::string::npos) << message;
 }
 
 TEST(DataLoader, StoppingEarlyDropsTheWorkersPassAndTheNextPassStartsClean) {
