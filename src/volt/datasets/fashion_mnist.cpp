@@ -65,8 +65,13 @@ FashionMnist load_fashion_mnist(const std::string& dir, Split split) {
   const torch::Tensor labels = read_idx_file(labels_path);
 
   VOLT_CHECK(images.dim() == 3 && images.size(1) == kImageSide && images.size(2) == kImageSide,
-             "'{}' holds images of shape {}; expected [N, 28, 28].", images_path, shape_string(images));
-  VOLT_CHECK(labels.dim() == 1, "'{}' holds labels of shape {}; expected [N].", labels_path, shape_string(labels));
+             "'{}' holds images of shape {}; expected [N, 28, 28]. HINT: this is not a Fashion-MNIST images file; "
+             "install the data set again or check --data-dir.",
+             images_path, shape_string(images));
+  VOLT_CHECK(labels.dim() == 1,
+             "'{}' holds labels of shape {}; expected [N]. HINT: this is not a Fashion-MNIST labels file; install the "
+             "data set again or check --data-dir.",
+             labels_path, shape_string(labels));
   VOLT_CHECK(images.size(0) == labels.size(0),
              "'{}' holds {} images but '{}' holds {} labels; expected one label per image. "
              "HINT: the two files come from different splits or downloads; install them again.",
@@ -74,8 +79,9 @@ FashionMnist load_fashion_mnist(const std::string& dir, Split split) {
   if (labels.numel() > 0) {
     const int64_t largest = labels.max().item<int64_t>();
     VOLT_CHECK(largest < kClassCount,
-               "'{}' holds the label {}; expected labels in [0, 9] (Fashion-MNIST's 10 classes).", labels_path,
-               largest);
+               "'{}' holds the label {}; expected labels in [0, 9] (Fashion-MNIST's 10 classes). HINT: the labels file "
+               "is damaged or from another data set; install Fashion-MNIST again.",
+               labels_path, largest);
   }
 
   // As torchvision's ToTensor() then Normalize((0.2860,), (0.3530,)), so that models and

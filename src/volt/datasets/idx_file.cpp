@@ -50,7 +50,10 @@ class GzReader {
   explicit GzReader(const std::string& path) : path_(path), file_(gzopen(path.c_str(), "rb")) {
     if (file_ == nullptr) {
       const int error = errno;
-      VOLT_CHECK(std::filesystem::exists(path), "IDX file '{}' does not exist.", path);
+      VOLT_CHECK(
+          std::filesystem::exists(path),
+          "IDX file '{}' does not exist. HINT: check the path, and whether the file is named with or without .gz.",
+          path);
       throw Error(fmt::format("cannot open IDX file '{}': {}", path, std::strerror(error)));
     }
     gzbuffer(file_, kGzBufferBytes);
@@ -96,24 +99,28 @@ torch::Tensor read_idx_file(const std::string& path) {
 
   std::array<uint8_t, 4> magic{};
   VOLT_CHECK(reader.read(magic.data(), magic.size()) == magic.size(),
-             "IDX file '{}' is truncated: it is shorter than the 4-byte magic number.", path);
+             "IDX file '{}' is truncated: it is shorter than the 4-byte magic number. HINT: the file is empty or "
+             "damaged; download or install it again.",
+             path);
   const uint32_t magic_number =
       (uint32_t{magic[0]} << 24) | (uint32_t{magic[1]} << 16) | (uint32_t{magic[2]} << 8) | uint32_t{magic[3]};
   VOLT_CHECK(magic[0] == 0 && magic[1] == 0 && magic[3] > 0,
              "'{}' is not an IDX file: its magic number is 0x{:08x}; expected two zero bytes, a "
              "type code and a number of dimensions (e.g. 0x00000803 for images, 0x00000801 for "
-             "labels).",
+             "labels). HINT: check that the path names an IDX file (gzip-compressed or plain); download it again if it "
+             "is damaged.",
              path, magic_number);
-  VOLT_CHECK(magic[2] == kUnsignedByte,
-             "IDX file '{}' holds data of type 0x{:02x} ({}); expected 0x08 (unsigned byte), the "
-             "only type Volt reads.",
-             path, magic[2], type_name(magic[2]));
+  VOLT_CHECK(
+      magic[2] == kUnsignedByte,
+      "IDX file '{}' holds data of type 0x{:02x} ({}); expected 0x08 (unsigned byte), the "
+      "only type Volt reads. HINT: convert the data to unsigned bytes, or save it as .npy and read it with NpyShards.",
+      path, magic[2], type_name(magic[2]));
 
   const size_t rank = magic[3];
   std::vector<uint8_t> header(4 * rank);
   VOLT_CHECK(reader.read(header.data(), header.size()) == header.size(),
              "IDX file '{}' is truncated: its header declares {} dimensions but ends before "
-             "their sizes.",
+             "their sizes. HINT: the file is damaged; download or install it again.",
              path, rank);
   std::vector<int64_t> dims;
   int64_t elements = 1;
@@ -125,7 +132,7 @@ torch::Tensor read_idx_file(const std::string& path) {
   }
   VOLT_CHECK(elements <= kMaxElements,
              "IDX file '{}' declares a shape of {}, larger than any IDX data set; the header is "
-             "probably damaged.",
+             "probably damaged. HINT: download or install it again.",
              path, shape_string(dims));
 
   // One buffer, read straight into the tensor's memory.
@@ -138,7 +145,7 @@ torch::Tensor read_idx_file(const std::string& path) {
   uint8_t extra = 0;
   VOLT_CHECK(reader.read(&extra, 1) == 0,
              "IDX file '{}' holds more data than its header declares (shape {}, {} bytes); it is "
-             "damaged or not an IDX file.",
+             "damaged or not an IDX file. HINT: download or install it again.",
              path, shape_string(dims), elements);
   return data;
 }

@@ -65,7 +65,10 @@ torch::Tensor decode_png(const std::vector<unsigned char>& bytes, const std::str
 torch::Tensor decode_jpeg(const std::vector<unsigned char>& bytes, const std::string& path,
                           std::optional<int64_t> channels) {
   const std::unique_ptr<void, int (*)(tjhandle)> handle(tjInitDecompress(), tjDestroy);
-  VOLT_CHECK(handle != nullptr, "libjpeg-turbo could not start a decompressor for '{}'.", path);
+  VOLT_CHECK(handle != nullptr,
+             "libjpeg-turbo could not start a decompressor for '{}'. HINT: this happens when memory runs out; free "
+             "memory or lower DataLoaderOptions::num_workers.",
+             path);
   int width = 0;
   int height = 0;
   int subsampling = 0;
@@ -97,7 +100,9 @@ bool is_image_name(const fs::path& path) {
 
 torch::Tensor decode_image(const std::string& path, std::optional<int64_t> channels) {
   VOLT_CHECK(!channels || *channels == 1 || *channels == 3,
-             "decode_image: channels={} is not supported; expected 1 (gray) or 3 (RGB).", channels.value_or(0));
+             "decode_image: channels={} is not supported; expected 1 (gray) or 3 (RGB). HINT: pass 1 or 3, or leave "
+             "channels unset to keep each image's own.",
+             channels.value_or(0));
   const std::vector<unsigned char> bytes = read_bytes(path);
   if (is_png(bytes)) return decode_png(bytes, path, channels);
   if (is_jpeg(bytes)) return decode_jpeg(bytes, path, channels);
@@ -133,8 +138,10 @@ ImageFolder::ImageFolder(std::string root, ImageFolderOptions options)
 int64_t ImageFolder::size() const { return static_cast<int64_t>(samples_.size()); }
 
 Example ImageFolder::get(int64_t index) const {
-  VOLT_CHECK(index >= 0 && index < size(), "ImageFolder '{}' has {} images; index {} is out of range.", root_, size(),
-             index);
+  VOLT_CHECK(index >= 0 && index < size(),
+             "ImageFolder '{}' has {} images; index {} is out of range. HINT: pass an index in [0, size()); check that "
+             "the sampler was made for this dataset.",
+             root_, size(), index);
   const auto& [path, label] = samples_[static_cast<size_t>(index)];
   torch::Tensor image = decode_image(path, options_.channels).to(torch::kFloat).div_(255);
   if (options_.transform) {
@@ -160,8 +167,10 @@ Batch ImageFolder::get_batch(const torch::Tensor& indices) const {
     const std::lock_guard<std::mutex> lock(skipped_mutex_);
     skipped_.insert(failures.begin(), failures.end());
   }
-  VOLT_CHECK(!examples.empty(), "every image of a batch of {} from '{}' was unreadable; the first: {}", order.numel(),
-             root_, failures.front());
+  VOLT_CHECK(!examples.empty(),
+             "every image of a batch of {} from '{}' was unreadable; the first: {}\nHINT: skip_unreadable needs at "
+             "least one readable image per batch; replace or remove the broken files.",
+             order.numel(), root_, failures.front());
   return default_collate(std::move(examples));
 }
 

@@ -18,11 +18,17 @@ MappedBytes::MappedBytes(const std::string& path, int64_t offset, int64_t length
   skew_ = offset - aligned;
   length_ = static_cast<size_t>(length + skew_);
   const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  VOLT_CHECK(fd >= 0, "cannot open {}: {}", path, std::strerror(errno));
+  VOLT_CHECK(fd >= 0,
+             "cannot open {}: {}. HINT: check that the file still exists and is readable; it may have moved since its "
+             "header was read.",
+             path, std::strerror(errno));
   void* base = ::mmap(nullptr, length_, PROT_READ, MAP_PRIVATE, fd, static_cast<off_t>(aligned));
   const int error = errno;
   ::close(fd);
-  VOLT_CHECK(base != MAP_FAILED, "cannot map {} bytes of {} at {}: {}", length, path, offset, std::strerror(error));
+  VOLT_CHECK(base != MAP_FAILED,
+             "cannot map {} bytes of {} at {}: {}. HINT: check that the file's filesystem supports mmap and that "
+             "`ulimit -v` leaves room for the mapping.",
+             length, path, offset, std::strerror(error));
   base_ = static_cast<uint8_t*>(base);
   // Read ahead and drop behind: the reader goes through the range once, front to back.
   ::madvise(base_, length_, MADV_SEQUENTIAL);

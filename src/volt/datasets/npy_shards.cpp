@@ -24,7 +24,8 @@ std::string after_key(const std::string& header, const std::string& key, const s
              "with numpy.save.",
              path, header, key);
   size_t colon = header.find(':', at);
-  VOLT_CHECK(colon != std::string::npos, "{}: malformed .npy header {}", path, header);
+  VOLT_CHECK(colon != std::string::npos, "{}: malformed .npy header {}. HINT: write the file again with numpy.save.",
+             path, header);
   ++colon;
   while (colon < header.size() && header[colon] == ' ') ++colon;
   return header.substr(colon);
@@ -127,8 +128,10 @@ NpyHeader read_npy_header(const std::string& path) {
              "numpy.savez or pickle).",
              path);
   const int major = static_cast<uint8_t>(start[6]);
-  VOLT_CHECK(major >= 1 && major <= 3, "{} is a .npy file of format {}.{}; Volt reads 1.0 to 3.0.", path, major,
-             static_cast<int>(static_cast<uint8_t>(start[7])));
+  VOLT_CHECK(major >= 1 && major <= 3,
+             "{} is a .npy file of format {}.{}; Volt reads 1.0 to 3.0. HINT: the file is damaged or not from "
+             "numpy.save; write it again with numpy.save.",
+             path, major, static_cast<int>(static_cast<uint8_t>(start[7])));
   int64_t header_length = 0;
   int64_t prefix = 10;
   if (major == 1) {
@@ -140,7 +143,8 @@ NpyHeader read_npy_header(const std::string& path) {
   }
   std::string header(static_cast<size_t>(header_length), '\0');
   in.read(header.data(), header_length);
-  VOLT_CHECK(in.gcount() == header_length, "{} ends inside its .npy header.", path);
+  VOLT_CHECK(in.gcount() == header_length,
+             "{} ends inside its .npy header. HINT: the file is cut short; write it again with numpy.save.", path);
 
   NpyHeader out;
   out.data_offset = prefix + header_length;
@@ -157,14 +161,16 @@ NpyHeader read_npy_header(const std::string& path) {
              path);
   const std::string shape_text = after_key(header, "shape", path);
   const size_t close = shape_text.find(')');
-  VOLT_CHECK(!shape_text.empty() && shape_text[0] == '(' && close != std::string::npos, "{}: malformed shape in {}",
-             path, header);
+  VOLT_CHECK(!shape_text.empty() && shape_text[0] == '(' && close != std::string::npos,
+             "{}: malformed shape in {}. HINT: write the file again with numpy.save.", path, header);
   std::string dims = shape_text.substr(1, close - 1);
   std::replace(dims.begin(), dims.end(), ',', ' ');
   std::istringstream parse(dims);
   for (int64_t d = 0; parse >> d;) out.shape.push_back(d);
   VOLT_CHECK(!out.shape.empty(),
-             "{} holds a single value (shape ()); expected an array whose first dimension indexes the examples.", path);
+             "{} holds a single value (shape ()); expected an array whose first dimension indexes the examples. HINT: "
+             "save an array with one row per example, e.g. numpy.save(path, numpy.atleast_1d(value)).",
+             path);
   out.row_bytes = static_cast<int64_t>(c10::elementSize(out.dtype));
   for (size_t i = 1; i < out.shape.size(); ++i) out.row_bytes *= out.shape[i];
   std::error_code error;

@@ -22,7 +22,10 @@ int64_t uniform(at::Generator& generator, int64_t bound) {
 }  // namespace
 
 Transform resize(int64_t height, int64_t width) {
-  VOLT_CHECK(height >= 1 && width >= 1, "resize({}, {}): sizes must be at least 1.", height, width);
+  VOLT_CHECK(height >= 1 && width >= 1,
+             "resize({}, {}): sizes must be at least 1. HINT: pass the output height and width in pixels, e.g. "
+             "resize(224, 224).",
+             height, width);
   return [height, width](const torch::Tensor& image, at::Generator&) {
     check_image(image, "resize");
     namespace F = torch::nn::functional;
@@ -47,7 +50,10 @@ Transform center_crop(int64_t height, int64_t width) {
 }
 
 Transform random_crop(int64_t height, int64_t width, int64_t padding) {
-  VOLT_CHECK(padding >= 0, "random_crop padding={} must be >= 0.", padding);
+  VOLT_CHECK(padding >= 0,
+             "random_crop padding={} must be >= 0. HINT: pass the number of pixels to pad on each side, or 0 (the "
+             "default) for none.",
+             padding);
   return [height, width, padding](const torch::Tensor& image, at::Generator& generator) {
     check_image(image, "random_crop");
     const torch::Tensor padded =
@@ -62,7 +68,9 @@ Transform random_crop(int64_t height, int64_t width, int64_t padding) {
 }
 
 Transform random_horizontal_flip(double p) {
-  VOLT_CHECK(p >= 0 && p <= 1, "random_horizontal_flip p={} must be in [0, 1].", p);
+  VOLT_CHECK(p >= 0 && p <= 1,
+             "random_horizontal_flip p={} must be in [0, 1]. HINT: p is the probability of a flip; the default is 0.5.",
+             p);
   return [p](const torch::Tensor& image, at::Generator& generator) {
     check_image(image, "random_horizontal_flip");
     const double draw = torch::rand({1}, generator).item<double>();
@@ -72,9 +80,15 @@ Transform random_horizontal_flip(double p) {
 
 Transform normalize(std::vector<double> mean, std::vector<double> std) {
   VOLT_CHECK(!mean.empty() && mean.size() == std.size(),
-             "normalize got {} means and {} standard deviations; expected one pair per channel (or one for all).",
+             "normalize got {} means and {} standard deviations; expected one pair per channel (or one for all). HINT: "
+             "pass e.g. normalize({{0.485, 0.456, 0.406}}, {{0.229, 0.224, 0.225}}) for RGB, or normalize({{0.5}}, "
+             "{{0.5}}) for all channels.",
              mean.size(), std.size());
-  for (const double s : std) VOLT_CHECK(s > 0, "normalize: a standard deviation of {} must be > 0.", s);
+  for (const double s : std)
+    VOLT_CHECK(s > 0,
+               "normalize: a standard deviation of {} must be > 0. HINT: pass each channel's standard deviation over "
+               "the training data, e.g. {{0.229, 0.224, 0.225}} for ImageNet.",
+               s);
   const torch::Tensor m = torch::tensor(mean, torch::kFloat).view({-1, 1, 1});
   const torch::Tensor s = torch::tensor(std, torch::kFloat).view({-1, 1, 1});
   return [m, s](const torch::Tensor& image, at::Generator&) {

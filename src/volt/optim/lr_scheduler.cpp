@@ -196,7 +196,9 @@ MultiStepLR::MultiStepLR(torch::optim::Optimizer& optimizer, std::vector<int64_t
     : LRScheduler(optimizer), milestones_(std::move(milestones)), gamma_(gamma) {
   std::sort(milestones_.begin(), milestones_.end());
   VOLT_CHECK(milestones_.empty() || milestones_.front() >= 0,
-             "MultiStepLR's milestones include {}; expected epochs >= 0.", milestones_.front());
+             "MultiStepLR's milestones include {}; expected epochs >= 0. HINT: milestones are the periods at which the "
+             "lr is multiplied by gamma, e.g. {{30, 80}}.",
+             milestones_.front());
   VOLT_CHECK(gamma > 0, "MultiStepLR's gamma is {}; expected > 0. HINT: 0.1 divides the lr by 10.", gamma);
   initial_step();
 }
@@ -272,7 +274,10 @@ CosineAnnealingLR::CosineAnnealingLR(torch::optim::Optimizer& optimizer, int64_t
              "CosineAnnealingLR's T_max is {}; expected > 0. HINT: it is the number "
              "of periods from the base lr down to eta_min, e.g. max_epochs.",
              t_max);
-  VOLT_CHECK(eta_min >= 0, "CosineAnnealingLR's eta_min is {}; expected >= 0.", eta_min);
+  VOLT_CHECK(
+      eta_min >= 0,
+      "CosineAnnealingLR's eta_min is {}; expected >= 0. HINT: it is the lowest lr of the schedule; the default is 0.",
+      eta_min);
   initial_step();
 }
 
@@ -309,9 +314,13 @@ LinearWarmupCosineLR::LinearWarmupCosineLR(torch::optim::Optimizer& optimizer, i
              "total_steps. HINT: total_steps is the run's optimizer steps, e.g. the module's "
              "estimated_stepping_batches() in configure_optimizers.",
              warmup_steps, total_steps);
-  VOLT_CHECK(eta_min >= 0, "LinearWarmupCosineLR's eta_min is {}; expected >= 0.", eta_min);
+  VOLT_CHECK(eta_min >= 0,
+             "LinearWarmupCosineLR's eta_min is {}; expected >= 0. HINT: it is the final lr of the schedule; the "
+             "default is 0.",
+             eta_min);
   VOLT_CHECK(warmup_start_factor >= 0 && warmup_start_factor <= 1,
-             "LinearWarmupCosineLR's warmup_start_factor is {}; expected a share of the base lr in [0, 1].",
+             "LinearWarmupCosineLR's warmup_start_factor is {}; expected a share of the base lr in [0, 1]. HINT: it is "
+             "the first warmup period's lr over the base lr; the default 0 starts from lr 0.",
              warmup_start_factor);
   initial_step();
 }
@@ -416,11 +425,26 @@ ReduceLROnPlateau::ReduceLROnPlateau(torch::optim::Optimizer& optimizer, const R
              "ReduceLROnPlateau's factor is {}; expected a value in (0, 1). HINT: the lr is "
              "multiplied by it, e.g. 0.1 or 0.5.",
              options.factor);
-  VOLT_CHECK(options.patience >= 0, "ReduceLROnPlateau's patience is {}; expected >= 0.", options.patience);
-  VOLT_CHECK(options.threshold >= 0, "ReduceLROnPlateau's threshold is {}; expected >= 0.", options.threshold);
-  VOLT_CHECK(options.cooldown >= 0, "ReduceLROnPlateau's cooldown is {}; expected >= 0.", options.cooldown);
-  VOLT_CHECK(options.min_lr >= 0, "ReduceLROnPlateau's min_lr is {}; expected >= 0.", options.min_lr);
-  VOLT_CHECK(options.eps >= 0, "ReduceLROnPlateau's eps is {}; expected >= 0.", options.eps);
+  VOLT_CHECK(options.patience >= 0,
+             "ReduceLROnPlateau's patience is {}; expected >= 0. HINT: it is how many periods without improvement to "
+             "wait before reducing the lr; the default is 10.",
+             options.patience);
+  VOLT_CHECK(options.threshold >= 0,
+             "ReduceLROnPlateau's threshold is {}; expected >= 0. HINT: it is the least change that counts as an "
+             "improvement; the default is 1e-4.",
+             options.threshold);
+  VOLT_CHECK(options.cooldown >= 0,
+             "ReduceLROnPlateau's cooldown is {}; expected >= 0. HINT: it is how many periods to wait after a "
+             "reduction; the default is 0.",
+             options.cooldown);
+  VOLT_CHECK(options.min_lr >= 0,
+             "ReduceLROnPlateau's min_lr is {}; expected >= 0. HINT: it is the floor no lr is reduced below; the "
+             "default is 0.",
+             options.min_lr);
+  VOLT_CHECK(options.eps >= 0,
+             "ReduceLROnPlateau's eps is {}; expected >= 0. HINT: reductions smaller than eps are skipped; the default "
+             "is 1e-8.",
+             options.eps);
   initial_step();
 }
 

@@ -48,7 +48,10 @@ std::vector<torch::Tensor> graph_leaves(const torch::Tensor& out) {
 
 std::vector<LayerCost> profile_layers(torch::nn::Sequential& layers, const torch::Tensor& sample, int repeats) {
   VOLT_CHECK(layers->size() > 0, "profile_layers was given an empty Sequential. HINT: add the model's layers first.");
-  VOLT_CHECK(repeats >= 1, "profile_layers needs repeats >= 1; got {}.", repeats);
+  VOLT_CHECK(repeats >= 1,
+             "profile_layers needs repeats >= 1; got {}. HINT: it is how many timed passes to take the median of; the "
+             "default is 3.",
+             repeats);
   // The timing passes compute the gradients the backward would (autograd::grad of every leaf in
   // the graph) without accumulating them: whatever gradients the parameters hold stay.
   std::vector<LayerCost> costs;

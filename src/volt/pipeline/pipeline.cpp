@@ -167,7 +167,9 @@ class PipelineBackward : public torch::autograd::Node {
 
 std::shared_ptr<Pipeline::Run> Pipeline::start(const torch::Tensor& input, int64_t chunks) const {
   VOLT_CHECK(chunks >= 1, "pipeline_chunks={} must be >= 1. HINT: 1 runs the batch whole.", chunks);
-  VOLT_CHECK(input.dim() >= 1 && input.size(0) >= 1, "a pipeline step needs a batch with rows; got shape {}.",
+  VOLT_CHECK(input.dim() >= 1 && input.size(0) >= 1,
+             "a pipeline step needs a batch with rows; got shape {}. HINT: the pipeline splits the batch along its "
+             "first dimension; check that the data loader yields batches of at least one example.",
              c10::str(input.sizes()));
   auto run = std::make_shared<Run>();
   run->rows = chunk_rows(input.size(0), chunks);

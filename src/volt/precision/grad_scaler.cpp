@@ -69,12 +69,22 @@ double number(const c10::impl::GenericDict& state, const char* key) {
 }  // namespace
 
 GradScaler::GradScaler(GradScalerOptions options) : options_(options) {
-  VOLT_CHECK(options_.init_scale > 0 && std::isfinite(options_.init_scale),
-             "GradScaler init_scale={} must be a positive finite number.", options_.init_scale);
-  VOLT_CHECK(options_.growth_factor > 1.0, "GradScaler growth_factor={} must be > 1.0.", options_.growth_factor);
+  VOLT_CHECK(
+      options_.init_scale > 0 && std::isfinite(options_.init_scale),
+      "GradScaler init_scale={} must be a positive finite number. HINT: the default is 65536 (2^16), as in PyTorch.",
+      options_.init_scale);
+  VOLT_CHECK(options_.growth_factor > 1.0,
+             "GradScaler growth_factor={} must be > 1.0. HINT: the default is 2.0, which doubles the scale after "
+             "growth_interval finite steps.",
+             options_.growth_factor);
   VOLT_CHECK(options_.backoff_factor > 0.0 && options_.backoff_factor < 1.0,
-             "GradScaler backoff_factor={} must be in (0.0, 1.0).", options_.backoff_factor);
-  VOLT_CHECK(options_.growth_interval > 0, "GradScaler growth_interval={} must be > 0.", options_.growth_interval);
+             "GradScaler backoff_factor={} must be in (0.0, 1.0). HINT: the default is 0.5, which halves the scale "
+             "after a step with inf/NaN gradients.",
+             options_.backoff_factor);
+  VOLT_CHECK(options_.growth_interval > 0,
+             "GradScaler growth_interval={} must be > 0. HINT: it counts finite steps before the scale grows; the "
+             "default is 2000.",
+             options_.growth_interval);
   scale_ = torch::full({1}, options_.init_scale, torch::kFloat32);
   growth_tracker_ = torch::zeros({1}, torch::kInt32);
 }
@@ -186,7 +196,10 @@ void GradScaler::load_state_dict(const c10::impl::GenericDict& state) {
   options.growth_interval = static_cast<int64_t>(number(state, "growth_interval"));
   const double scale = number(state, "scale");
   const auto tracker = static_cast<int64_t>(number(state, "_growth_tracker"));
-  VOLT_CHECK(scale > 0 && std::isfinite(scale), "GradScaler state scale={} must be a positive finite number.", scale);
+  VOLT_CHECK(scale > 0 && std::isfinite(scale),
+             "GradScaler state scale={} must be a positive finite number. HINT: the saved scaler state is damaged; "
+             "load a checkpoint saved by a working GradScaler.",
+             scale);
   options_ = options;
   scale_.fill_(scale);
   growth_tracker_.fill_(tracker);

@@ -144,8 +144,9 @@ struct TraceRange {
 Profiler::Profiler(std::optional<ProfilerKind> kind, int64_t wait, int64_t warmup, int64_t active)
     : kind_(kind), wait_(wait), warmup_(warmup), active_(active) {
   VOLT_CHECK(wait >= 0 && warmup >= 0 && active >= 1,
-             "profiler schedule wait={}, warmup={}, active={}: expected wait >= 0, warmup >= 0, active >= 1.", wait,
-             warmup, active);
+             "profiler schedule wait={}, warmup={}, active={}: expected wait >= 0, warmup >= 0, active >= 1. HINT: set "
+             "--profiler-wait, --profiler-warmup and --profiler-active (the defaults are 1, 1 and 3).",
+             wait, warmup, active);
 }
 
 Profiler::~Profiler() = default;

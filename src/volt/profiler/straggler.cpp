@@ -73,7 +73,9 @@ std::string describe(const Straggler& s) {
 }
 
 StragglerDetector::StragglerDetector(double threshold, int64_t patience) : threshold_(threshold), patience_(patience) {
-  VOLT_CHECK(threshold > 0 && patience >= 1, "straggler report: threshold={} must be > 0 and patience={} >= 1.",
+  VOLT_CHECK(threshold > 0 && patience >= 1,
+             "straggler report: threshold={} must be > 0 and patience={} >= 1. HINT: set --straggler-threshold to a "
+             "positive share, e.g. the default 0.2 (20% slower than the others' median).",
              threshold, patience);
 }
 

@@ -218,7 +218,10 @@ class CopyView : public RunView {
 }  // namespace
 
 DataParallel::DataParallel(DataParallelOptions options) : options_(std::move(options)) {
-  VOLT_CHECK(options_.replicas >= 1, "dp needs at least 1 device; got {}.", options_.replicas);
+  VOLT_CHECK(options_.replicas >= 1,
+             "dp needs at least 1 device; got {}. HINT: set replicas to the number of devices each batch is split "
+             "across (the default is 2).",
+             options_.replicas);
   VOLT_INTERNAL_ASSERT(options_.devices.empty() || static_cast<int64_t>(options_.devices.size()) == options_.replicas,
                        "dp: {} devices for {} replicas", options_.devices.size(), options_.replicas);
 }

@@ -59,7 +59,10 @@ void StageCallbacks::remove_checkpoint(const std::string& path) {
 std::vector<std::shared_ptr<Callback>> with_module_callbacks(std::vector<std::shared_ptr<Callback>> callbacks,
                                                              LightningModule& module) {
   for (std::shared_ptr<Callback>& added : module.configure_callbacks()) {
-    VOLT_CHECK(added != nullptr, "{}::configure_callbacks returned a null callback.", module.name());
+    VOLT_CHECK(added != nullptr,
+               "{}::configure_callbacks returned a null callback. HINT: return only created callbacks, e.g. "
+               "std::make_shared<ModelCheckpoint>(...), or leave one out.",
+               module.name());
     const Callback& replacing = *added;
     callbacks.erase(std::remove_if(callbacks.begin(), callbacks.end(),
                                    [&](const std::shared_ptr<Callback>& c) { return typeid(*c) == typeid(replacing); }),

@@ -36,10 +36,19 @@ void validate_optimization(const OptimizerConfig& optimization, const LightningM
              "std::make_shared<torch::optim::Adam>(parameters(), torch::optim::AdamOptions(1e-3)).",
              module.name());
   for (const auto& optimizer : optimization.optimizers)
-    VOLT_CHECK(optimizer != nullptr, "{}::configure_optimizers returned a null optimizer.", module.name());
+    VOLT_CHECK(optimizer != nullptr,
+               "{}::configure_optimizers returned a null optimizer. HINT: create each optimizer it returns, e.g. with "
+               "std::make_shared.",
+               module.name());
   for (const auto& config : optimization.schedulers) {
-    VOLT_CHECK(config.scheduler != nullptr, "{}::configure_optimizers returned a null scheduler.", module.name());
-    VOLT_CHECK(config.frequency >= 1, "scheduler frequency={} must be >= 1.", config.frequency);
+    VOLT_CHECK(config.scheduler != nullptr,
+               "{}::configure_optimizers returned a null scheduler. HINT: create each SchedulerConfig::scheduler, e.g. "
+               "with std::make_shared<StepLR>(...), or leave the config out.",
+               module.name());
+    VOLT_CHECK(config.frequency >= 1,
+               "scheduler frequency={} must be >= 1. HINT: SchedulerConfig::frequency is how many intervals pass "
+               "between steps of the scheduler; the default is 1.",
+               config.frequency);
     VOLT_CHECK(!config.scheduler->needs_metric() || !config.monitor.empty(),
                "{} needs a metric, but its SchedulerConfig has no monitor. HINT: set "
                "SchedulerConfig::monitor to a logged metric such as \"val/loss\".",
