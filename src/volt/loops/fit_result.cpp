@@ -21,6 +21,7 @@ const char* to_string(StopReason reason) {
 }
 
 std::string FitResult::brief_report() const {
+  if (supervised) return supervised_report();
   std::string metrics_text;
   for (const auto& [name, value] : metrics) {
     // The brief line shows epoch-level values; step suffixes would repeat them.
@@ -31,7 +32,16 @@ std::string FitResult::brief_report() const {
                      epochs_completed == 1 ? "" : "s", global_step, seconds, metrics_text);
 }
 
+std::string FitResult::supervised_report() const {
+  return fmt::format(
+      "supervised: the worker processes ran the fit, with {} restart{}, in {:.1f} s; their output "
+      "above has their results",
+      restarts, restarts == 1 ? "" : "s", seconds);
+}
+
 std::string FitResult::full_report() const {
+  // A supervisor holds none of the workers' training: zeros would read as a fit that did nothing.
+  if (supervised) return "Fit summary\n  " + supervised_report() + "\n";
   std::string out = "Fit summary\n";
   const auto line = [&out](const std::string& key, const std::string& value) {
     out += fmt::format("  {:<22}{}\n", key, value);

@@ -74,10 +74,13 @@ struct FitResult {
   /// The restarts the supervised run took.
   int64_t restarts = 0;
 
-  /// One line: "stopped: max_epochs after 3 epochs (2814 steps) in 41.2 s; val/acc=0.901 ...".
+  /// One line: "stopped: max_epochs after 3 epochs (2814 steps) in 41.2 s; val/acc=0.901 ...";
+  /// for a supervisor, supervised_report().
   std::string brief_report() const;
-  /// Several lines: everything above, one metric per line.
+  /// Several lines: everything above, one metric per line; for a supervisor, supervised_report().
   std::string full_report() const;
+  /// "supervised: the worker processes ran the fit, with 1 restart, in 12.3 s; ...".
+  std::string supervised_report() const;
 };
 
 /// The outcome of Trainer::validate or Trainer::test.

@@ -161,5 +161,22 @@ TEST(StopController, ARequeueAtTheLastStepBecomesANormalFinish) {
   EXPECT_EQ(stop.reason(), StopReason::kMaxEpochs);
 }
 
+TEST(FitResult, ASupervisorsReportsSayTheWorkersRanTheFit) {
+  FitResult result;
+  result.reason = StopReason::kMaxEpochs;
+  result.epochs_completed = 3;
+  result.global_step = 30;
+  EXPECT_EQ(result.brief_report().rfind("stopped: max_epochs after 3 epochs (30 steps)", 0), 0u);
+  // A supervisor's result holds none of the workers' training: no zeros that read as a fit.
+  FitResult supervisor;
+  supervisor.supervised = true;
+  supervisor.restarts = 1;
+  supervisor.seconds = 12.3;
+  const std::string said = "supervised: the worker processes ran the fit, with 1 restart, in 12.3 s";
+  EXPECT_EQ(supervisor.brief_report().rfind(said, 0), 0u) << supervisor.brief_report();
+  EXPECT_EQ(supervisor.full_report().rfind("Fit summary\n  " + said, 0), 0u) << supervisor.full_report();
+  EXPECT_EQ(supervisor.full_report().find("global step"), std::string::npos);
+}
+
 }  // namespace
 }  // namespace volt
