@@ -299,7 +299,9 @@ std::optional<LoadedCheckpoint> Trainer::resume_point(const std::string& ckpt_pa
   if (boundary && boundary->finished && set_aside > 0 && !plan_.fast_dev_run) {
     // Recorded for this run's restarts, which must not take the finished run's files either.
     if (collectives.rank() == 0) set_aside_finished_run(hpc_dir, set_aside);
-    const std::vector<std::string> files = list_resume_checkpoints(hpc_dir);
+    std::vector<std::string> files = list_resume_checkpoints(hpc_dir);
+    std::erase_if(files,
+                  [&](const std::string& path) { return resume_checkpoint_number(path).value_or(0) > set_aside; });
     if (!files.empty()) {
       console.info(fmt::format(
           "Not resuming from {} ({} snapshot and HPC checkpoint file{} in {}): the run that wrote them finished its "
