@@ -41,20 +41,24 @@ Decision EarlyStopping::evaluate(const CallbackContext& context) {
   const bool min = options_.mode == Mode::kMin;
   const auto better = [min](double a, double b) { return min ? a < b : a > b; };
   const std::string name = options_.monitor;
-  stopped_epoch_ = context.epoch;
+  // Lightning's stopped_epoch: the epoch it stopped in, 0 while it has not.
+  const auto stop = [&](std::string why) {
+    stopped_epoch_ = context.epoch;
+    return Decision::stop_training(std::move(why));
+  };
   if (options_.check_finite && !std::isfinite(current)) {
-    return Decision::stop_training(
+    return stop(
         fmt::format("Monitored metric {} = {} is not finite. Previous best value "
                     "was {:.3f}. Signaling Trainer to stop.",
                     name, current, best_score_));
   }
   if (options_.stopping_threshold && !better(*options_.stopping_threshold, current)) {
-    return Decision::stop_training(fmt::format("Stopping threshold reached: {} = {} {} {}.", name, current,
-                                               min ? "<=" : ">=", *options_.stopping_threshold));
+    return stop(fmt::format("Stopping threshold reached: {} = {} {} {}.", name, current,
+                            min ? "<=" : ">=", *options_.stopping_threshold));
   }
   if (options_.divergence_threshold && !better(current, *options_.divergence_threshold)) {
-    return Decision::stop_training(fmt::format("Divergence threshold reached: {} = {} {} {}.", name, current,
-                                               min ? ">=" : "<=", *options_.divergence_threshold));
+    return stop(fmt::format("Divergence threshold reached: {} = {} {} {}.", name, current,
+                            min ? ">=" : "<=", *options_.divergence_threshold));
   }
   const double shifted = min ? current + options_.min_delta : current - options_.min_delta;
   if (better(shifted, best_score_)) {
@@ -64,7 +68,7 @@ Decision EarlyStopping::evaluate(const CallbackContext& context) {
   }
   ++wait_count_;
   if (wait_count_ >= options_.patience) {
-    return Decision::stop_training(
+    return stop(
         fmt::format("Monitored metric {} did not improve in the last {} records. "
                     "Best score: {:.3f}. Signaling Trainer to stop.",
                     name, wait_count_, best_score_));

@@ -25,9 +25,11 @@ TEST(EarlyStopping, StopsAfterPatienceChecksWithoutImprovement) {
   EXPECT_FALSE(validate_with(stopper, 1.0, 0).stop);
   EXPECT_FALSE(validate_with(stopper, 0.5, 1).stop);
   EXPECT_FALSE(validate_with(stopper, 0.6, 2).stop);
+  EXPECT_EQ(stopper.state_dict().at("stopped_epoch").toInt(), 0) << "Lightning's: 0 until it stops";
   const Decision d = validate_with(stopper, 0.7, 3);
   EXPECT_TRUE(d.stop);
   EXPECT_NE(d.reason.find("did not improve in the last 2 records"), std::string::npos) << d.reason;
+  EXPECT_EQ(stopper.state_dict().at("stopped_epoch").toInt(), 3);
 }
 
 TEST(EarlyStopping, MinDeltaDecidesWhatCountsAsImprovement) {

@@ -91,7 +91,8 @@ struct EvalResult {
   std::map<std::string, double> metrics;
   /// Batches evaluated.
   int64_t batches = 0;
-  /// Examples evaluated (padding duplicates excluded).
+  /// Examples this process evaluated (padding duplicates excluded); under ddp each process
+  /// counts its own share, while `metrics` cover every process's.
   int64_t examples = 0;
   /// A Lightning-style table of the metrics.
   std::string report() const;

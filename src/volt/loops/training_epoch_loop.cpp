@@ -8,6 +8,7 @@
 #include "volt/loops/metric_router.h"
 #include "volt/loops/step_feed.h"
 #include "volt/loops/stop_controller.h"
+#include "volt/metrics/metric.h"
 #include "volt/precision/precision_plugin.h"
 #include "volt/profiler/profiler.h"
 #include "volt/progress/progress_bar.h"
@@ -159,8 +160,17 @@ void TrainingEpochLoop::finish_epoch(FitProgress& progress, EpochHooks& hooks, b
     const MetricSinkScope sink(module_, &results_);
     module_.on_train_epoch_end();
   }
+  // An epoch cut short (max_steps, a callback's stop) reports its values so far, as Lightning
+  // does, but a resume continues inside it: the metrics' states go back to where the epoch stood
+  // once reported, so that the checkpoints saved from here (last.ckpt at the stop) resume them
+  // and the resumed epoch reports what an uninterrupted one does.
+  std::vector<StateDict> unfinished;
+  if (!complete) {
+    for (const auto& [name, metric] : module_.registered_metrics()) unfinished.push_back(metric->state_dict());
+  }
   results_.sync_epoch(strategy_.collectives());
   metrics_.publish_epoch(results_, progress.epoch, progress.global_step);
+  for (size_t m = 0; m < unfinished.size(); ++m) module_.registered_metrics()[m].second->load_state_dict(unfinished[m]);
   bar_metrics_ = results_.epoch_metrics(MetricTarget::kProgBar);
   bar_metrics_.insert(val_bar.begin(), val_bar.end());
   show_progress(progress.batches_done, /*force=*/true);

@@ -274,7 +274,8 @@ struct TrainerOptions {
   // ---- output --------------------------------------------------------------------------------
   /// Where logs and checkpoints go; empty: the current directory.
   std::string default_root_dir;
-  /// Send step metrics to the loggers every this many steps.
+  /// Send step metrics to the loggers every this many training batches (under gradient
+  /// accumulation a batch that did not step counts too; LearningRateMonitor counts optimizer steps).
   int64_t log_every_n_steps = 50;
   /// Lightning's `profiler=`: kSimple prints the wall time per action (data fetch, forward,
   /// backward, gradient synchronization wait, optimizer step, validation, checkpoint save, ...)

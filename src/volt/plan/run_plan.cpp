@@ -433,7 +433,7 @@ RunPlan resolve_run_plan(const TrainerOptions& options, const Env& env, const Ma
              "gradient_clip_val={} must be >= 0. HINT: leave it unset (or 0) not to clip.",
              options.gradient_clip_val.value_or(0.0));
   VOLT_CHECK(options.log_every_n_steps >= 1,
-             "log_every_n_steps={} must be >= 1. HINT: 50 (the default) logs step values every 50 optimizer steps; "
+             "log_every_n_steps={} must be >= 1. HINT: 50 (the default) logs step values every 50 training batches; "
              "to log nothing, set logger=false.",
              options.log_every_n_steps);
   VOLT_CHECK(options.profiler_wait >= 0 && options.profiler_warmup >= 0 && options.profiler_active >= 1,

@@ -119,6 +119,13 @@ TEST_F(ResumeTest, InsideTheLastEpochTheLoggedMetricsContinueBitIdentical) {
   expect_exact_resume({.metric = true}, 1, {.max_steps = 6}, every_n_steps(6), "epoch=1-step=6.ckpt");
 }
 
+TEST_F(ResumeTest, FromTheLastCheckpointOfAFitStoppedInsideAnEpochTheLoggedMetricsContinueBitIdentical) {
+  // last.ckpt is written after the cut-short epoch reported its values so far: the metrics'
+  // states must still be those of the unfinished epoch.
+  expect_exact_resume({.metric = true}, 1, {.max_steps = 6},
+                      std::make_shared<ModelCheckpoint>(ModelCheckpointOptions{.save_last = true}), "last.ckpt");
+}
+
 TEST_F(ResumeTest, ControlACheckpointWithoutMetricStatesChangesTheLoggedMetric) {
   checkpoint_edit_ = [this](const std::string& path) {
     StateDict checkpoint = load_dict(*io_, path);
