@@ -258,7 +258,21 @@ ClusterInfo read_local(const Env& env) {
 }
 
 ClusterInfo detect_cluster(const Env& env) {
-  if (auto info = read_torchrun(env)) return *info;
+  if (auto info = read_torchrun(env)) {
+    // One of several tasks srun started, with torchrun's variables that torchrun did not set (its
+    // workers always have TORCHELASTIC_RUN_ID): the shell that submitted the job exported them
+    // and sbatch passed them on, so every task would claim the same rank and wait for the others.
+    const bool srun_task = env.has("SLURM_STEP_ID") && env.has("SLURM_PROCID");
+    const int64_t step_tasks = srun_task ? optional_int(env, "SLURM_STEP_NUM_TASKS", 1).value_or(1) : 1;
+    VOLT_CHECK(step_tasks <= 1 || env.has("TORCHELASTIC_RUN_ID"),
+               "this process is SLURM task {} of {} (srun), but torchrun's RANK={}, GROUP_RANK, LOCAL_RANK and "
+               "LOCAL_WORLD_SIZE are set too, without TORCHELASTIC_RUN_ID, which torchrun sets: they came from the "
+               "shell that submitted the job (sbatch passes its environment on), and every task would take rank {} "
+               "from them. HINT: unset RANK GROUP_RANK LOCAL_RANK LOCAL_WORLD_SIZE WORLD_SIZE MASTER_ADDR MASTER_PORT "
+               "before submitting (or submit with sbatch --export=NONE), or start torchrun inside the job step.",
+               env.get_or("SLURM_PROCID", "?"), step_tasks, info->global_rank, info->global_rank);
+    return *info;
+  }
   if (auto info = read_slurm(env)) return *info;
   if (auto info = read_mpi(env)) return *info;
   return read_local(env);

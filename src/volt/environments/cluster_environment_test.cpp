@@ -122,6 +122,25 @@ TEST(ClusterEnvironment, TorchrunComesBeforeSlurm) {
   EXPECT_FALSE(info.launcher_serves_store);
 }
 
+TEST(ClusterEnvironment, TorchrunVariablesInheritedBySrunTasksAreRefusedNamingWhereTheyCameFrom) {
+  auto vars = slurm_task("1", "1", "0");
+  vars.insert({{"SLURM_STEP_ID", "0"},
+               {"SLURM_STEP_NUM_TASKS", "2"},
+               {"RANK", "0"},
+               {"GROUP_RANK", "0"},
+               {"LOCAL_RANK", "0"},
+               {"LOCAL_WORLD_SIZE", "2"},
+               {"WORLD_SIZE", "2"},
+               {"MASTER_PORT", "29511"}});
+  const std::string message = error_of(vars);
+  EXPECT_NE(message.find("this process is SLURM task 1 of 2 (srun), but torchrun's RANK=0"), std::string::npos)
+      << message;
+  EXPECT_NE(message.find("HINT: unset RANK"), std::string::npos) << message;
+  // torchrun started inside the step: its workers carry TORCHELASTIC_RUN_ID.
+  vars["TORCHELASTIC_RUN_ID"] = "job123";
+  EXPECT_EQ(detect_cluster(Env(vars)).kind, ClusterKind::kTorchrun);
+}
+
 Env::Vars torchrun_2_worker(const std::string& rank) {
   return {{"RANK", rank},
           {"GROUP_RANK", "0"},
