@@ -147,7 +147,7 @@ def test_ddp2_runs_one_task_per_node_as_the_trainer_does():
                               job=("--nodes", "2", "--ntasks-per-node", "2"))
     assert refused.returncode == 1
     assert "the Trainer runs 1 process per node (strategy=ddp2)" in refused.stderr
-    assert "HINT: set ntasks_per_node=1." in refused.stderr
+    assert "HINT: set ntasks_per_node=1 (volt slurm: --ntasks-per-node)." in refused.stderr
 
 
 def test_gpus_strategy_and_config_are_read_as_the_program_reads_them(tmp_path):

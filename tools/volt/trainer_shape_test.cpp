@@ -193,7 +193,8 @@ TEST(CheckJob, Ddp2WithTwoDevicesOnTwoNodesFitsOneTaskPerNode) {
   const Strings problems = check_job(spec, program);
   ASSERT_EQ(problems.size(), 1u);
   EXPECT_NE(problems[0].find("runs 1 process per node (strategy=ddp2)"), std::string::npos) << problems[0];
-  EXPECT_NE(problems[0].find("HINT: set ntasks_per_node=1."), std::string::npos) << problems[0];
+  EXPECT_NE(problems[0].find("HINT: set ntasks_per_node=1 (volt slurm: --ntasks-per-node)."), std::string::npos)
+      << problems[0];
 }
 
 TEST(CheckJob, ADeviceMismatchIsAProblemWithAHint) {

@@ -42,8 +42,11 @@ TEST(JobCheck, AFittingJobHasNoProblems) {
 TEST(JobCheck, NodesMustMatchNumNodes) {
   JobSpec spec = fitting_job();
   spec.nodes = 1;
-  EXPECT_EQ(check_job_against_trainer(spec, kShape),
-            Problems{"the job asks for --nodes=1 but the Trainer runs num_nodes=2. HINT: set nodes=2 or num_nodes=1."});
+  EXPECT_EQ(
+      check_job_against_trainer(spec, kShape),
+      Problems{
+          "the job asks for --nodes=1 but the Trainer runs num_nodes=2. HINT: set nodes=2 (volt slurm: --nodes) or "
+          "num_nodes=1."});
 }
 
 TEST(JobCheck, TasksPerNodeMustMatchDevices) {
@@ -51,7 +54,7 @@ TEST(JobCheck, TasksPerNodeMustMatchDevices) {
   spec.ntasks_per_node = 2;
   EXPECT_EQ(check_job_against_trainer(spec, kShape),
             Problems{"the job asks for --ntasks-per-node=2 but the Trainer runs devices=4 per node. HINT: set "
-                     "ntasks_per_node=4 or devices=2."});
+                     "ntasks_per_node=4 (volt slurm: --ntasks-per-node) or devices=2."});
 }
 
 TEST(JobCheck, OneProcessPerNodeDrivesTheNodesDevicesUnderDdp2) {
@@ -63,9 +66,10 @@ TEST(JobCheck, OneProcessPerNodeDrivesTheNodesDevicesUnderDdp2) {
   spec.gpus_per_node = 2;
   EXPECT_EQ(check_job_against_trainer(spec, shape), Problems{});
   spec.ntasks_per_node = 2;
-  EXPECT_EQ(check_job_against_trainer(spec, shape),
-            Problems{"the job asks for --ntasks-per-node=2 but the Trainer runs 1 process per node (strategy=ddp2), "
-                     "which drives the node's devices=2. HINT: set ntasks_per_node=1."});
+  EXPECT_EQ(
+      check_job_against_trainer(spec, shape),
+      Problems{"the job asks for --ntasks-per-node=2 but the Trainer runs 1 process per node (strategy=ddp2), "
+               "which drives the node's devices=2. HINT: set ntasks_per_node=1 (volt slurm: --ntasks-per-node)."});
 }
 
 TEST(JobCheck, GpusPerNodeMustCoverDevicesWhenTheTrainerUsesGpus) {
@@ -73,7 +77,7 @@ TEST(JobCheck, GpusPerNodeMustCoverDevicesWhenTheTrainerUsesGpus) {
   spec.gpus_per_node = 2;
   EXPECT_EQ(check_job_against_trainer(spec, kShape),
             Problems{"the job asks for 2 GPUs per node (--gres=gpu:2) but the Trainer uses devices=4 GPUs per node. "
-                     "HINT: set gpus_per_node=4 or devices=2."});
+                     "HINT: set gpus_per_node=4 (volt slurm: --gpus-per-node) or devices=2."});
   spec.gpus_per_node = 8;  // more than needed is allowed (a whole node)
   EXPECT_EQ(check_job_against_trainer(spec, kShape), Problems{});
 }
@@ -115,7 +119,8 @@ TEST(JobCheck, SignalGoesToTheSrunStepsNotOnlyTheBatchShell) {
   const Problems problems = check_job_against_trainer(spec, kShape);
   ASSERT_EQ(problems.size(), 1u);
   EXPECT_EQ(problems[0].rfind("the job sends --signal=B:USR1@90, which reaches only the batch shell", 0), 0u);
-  EXPECT_NE(problems[0].find("HINT: set signal_to_batch_shell_only=false."), std::string::npos);
+  EXPECT_NE(problems[0].find("HINT: set signal_to_batch_shell_only=false (volt slurm: leave out --signal-batch-only)."),
+            std::string::npos);
 }
 
 TEST(JobCheck, AutoRequeueNeedsRequeueAllowed) {

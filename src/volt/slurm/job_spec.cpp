@@ -113,7 +113,7 @@ void check_signal(std::vector<std::string>& problems, const JobSpec& spec) {
   if (limit && spec.signal_lead_seconds >= *limit) {
     problems.push_back(
         fmt::format("signal_lead_seconds={} is not below time='{}' ({} s); expected the signal to come before the time "
-                    "limit. HINT: lower signal_lead_seconds or raise time.",
+                    "limit. HINT: lower signal_lead_seconds or raise time (volt slurm: --signal-lead, --time).",
                     spec.signal_lead_seconds, spec.time, *limit));
   }
 }
