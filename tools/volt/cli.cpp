@@ -151,6 +151,13 @@ int slurm_submit(const SlurmFlags& flags) {
   const slurm::JobSpec spec = slurm_job(flags, "volt slurm submit [job flags]");
   const std::string script = slurm::render_sbatch_script(spec);
   make_dirs(flags.script_dir);
+  // sbatch does not make the folders of --output and --error, and a job whose log cannot be opened
+  // dies at launch without one. Made here, relative to where sbatch runs, unless SLURM expands a
+  // pattern in the folder's name.
+  for (const std::string& log : {spec.output, spec.error}) {
+    const std::string folder = fs::path(log).parent_path().string();
+    if (!folder.empty() && folder.find('%') == std::string::npos) make_dirs(folder);
+  }
   const std::string path = (fs::path(flags.script_dir) / (spec.job_name + ".sbatch")).string();
   write_text(path, script);
   const std::string job_id = submit_script(flags.sbatch_command, path);

@@ -235,12 +235,14 @@ def test_run_trial_without_an_index_or_a_missing_trial_is_an_error(tmp_path):
 def test_slurm_submit_writes_the_script_and_prints_the_job_id(tmp_path, slurm_path):
     env, log = slurm_path
     result = run("slurm", "submit", "--job-name", "mnist", "--time", "01:00:00", "--script-dir", tmp_path / "jobs",
-                 "--", "./train", env=env)
+                 "--output", tmp_path / "logs" / "%x-%j.out", "--", "./train", env=env)
     assert result.returncode == 0, result.stderr
     assert result.stdout == "4242\n"
     script = tmp_path / "jobs" / "mnist.sbatch"
     assert "srun ./train\n" in script.read_text()
     assert log.read_text() == f"sbatch --parsable {script}\n"
+    # sbatch makes no folder for the log; a job that cannot open it dies without one.
+    assert (tmp_path / "logs").is_dir()
 
 
 def test_slurm_submit_shows_sbatch_errors_with_a_hint(tmp_path):
