@@ -417,6 +417,7 @@ struct StatusFlags {
   std::string out;
   std::string squeue_command = "squeue";
   std::string scontrol_command = "scontrol";
+  std::string sacct_command = "sacct";
 };
 
 int sweep_status(const StatusFlags& flags) {
@@ -458,10 +459,23 @@ int sweep_status(const StatusFlags& flags) {
         const ProcessResult result = run_process({flags.scontrol_command, "show", "job", "-o", job->second});
         if (result.exit_code == 0) known = parse_scontrol_state(result.out);
       } catch (const Error&) {
-        // No scontrol here: the trial directory decides.
+        // No scontrol here: accounting or the trial directory decides.
       }
     }
-    statuses.push_back({trial, job->second, trial_state(queued, known, has_files(trial.output_dir(layout.root)))});
+    // Forgotten by the controller (MinJobAge): accounting, where the cluster keeps it, still
+    // knows whether the job COMPLETED or FAILED.
+    std::optional<std::string> accounted;
+    if (!queued && !known) {
+      try {
+        const ProcessResult result =
+            run_process({flags.sacct_command, "-j", job->second, "-n", "-X", "-P", "-o", "State"});
+        if (result.exit_code == 0) accounted = parse_sacct_state(result.out);
+      } catch (const Error&) {
+        // No sacct here.
+      }
+    }
+    statuses.push_back(
+        {trial, job->second, trial_state(queued, known, has_files(trial.output_dir(layout.root)), accounted)});
   }
   std::cout << render_status(statuses);
   return 0;
@@ -487,10 +501,11 @@ void add_sweep_commands(CLI::App& app, SweepCommandFlags& render_flags, SweepCom
 
   CLI::App* status =
       sweep->add_subcommand("status",
-                            "Print each trial with its job id and SLURM state (squeue, then scontrol; a job SLURM has "
-                            "forgotten is 'done' when its trial directory has files, else 'unknown').");
+                            "Print each trial with its job id and SLURM state (squeue, then scontrol, then sacct; a "
+                            "job none of them knows is 'ended?' when its trial directory has files, else 'unknown').");
   status->add_option("--out", status_flags.out, "the sweep's directory")->required();
   status->add_option("--squeue-command", status_flags.squeue_command, "the squeue to run")->capture_default_str();
+  status->add_option("--sacct-command", status_flags.sacct_command, "the sacct to run")->capture_default_str();
   status->add_option("--scontrol-command", status_flags.scontrol_command, "the scontrol to run")->capture_default_str();
   status->callback([&] { action = [&] { return sweep_status(status_flags); }; });
 }

@@ -47,11 +47,21 @@ std::optional<std::string> parse_scontrol_state(const std::string& output) {
   return std::nullopt;
 }
 
+std::optional<std::string> parse_sacct_state(const std::string& output) {
+  for (const auto& line : split(output, '\n')) {
+    const std::string state = trim(split(trim(line), ' ').front());
+    if (!state.empty()) return state;
+  }
+  return std::nullopt;
+}
+
 std::string trial_state(const std::optional<std::string>& squeue_state,
-                        const std::optional<std::string>& scontrol_state, bool trial_dir_has_files) {
+                        const std::optional<std::string>& scontrol_state, bool trial_dir_has_files,
+                        const std::optional<std::string>& sacct_state) {
   if (squeue_state) return *squeue_state;
   if (scontrol_state) return *scontrol_state;
-  return trial_dir_has_files ? "done" : "unknown";
+  if (sacct_state) return *sacct_state;
+  return trial_dir_has_files ? "ended?" : "unknown";
 }
 
 std::string render_status(const std::vector<TrialStatus>& statuses) {

@@ -19,10 +19,16 @@ std::map<std::string, std::string> parse_squeue(const std::string& output);
 /// nullopt when there is none (SLURM has forgotten the job).
 std::optional<std::string> parse_scontrol_state(const std::string& output);
 
+/// The job's state in `sacct -j <id> -n -X -P -o State` output ("FAILED", "CANCELLED by 0": its
+/// first word), or nullopt when there is none (no accounting, or it does not know the job).
+std::optional<std::string> parse_sacct_state(const std::string& output);
+
 /// The state shown for one trial: squeue's state if the job is queued or running, else
-/// scontrol's, else "done" when the trial's directory has files and "unknown" when not.
+/// scontrol's, else accounting's (sacct), else "ended?" when the trial's directory has files (the
+/// job ran, but whether it failed only its log says) and "unknown" when not.
 std::string trial_state(const std::optional<std::string>& squeue_state,
-                        const std::optional<std::string>& scontrol_state, bool trial_dir_has_files);
+                        const std::optional<std::string>& scontrol_state, bool trial_dir_has_files,
+                        const std::optional<std::string>& sacct_state = std::nullopt);
 
 /// One line of `volt sweep status`.
 struct TrialStatus {

@@ -21,11 +21,19 @@ TEST(ParseScontrolState, FindsJobState) {
   EXPECT_EQ(parse_scontrol_state("slurm_load_jobs error: Invalid job id specified"), std::nullopt);
 }
 
-TEST(TrialState, SqueueThenScontrolThenTheTrialDirectory) {
+TEST(TrialState, SqueueThenScontrolThenAccountingThenTheTrialDirectory) {
   EXPECT_EQ(trial_state("RUNNING", "COMPLETED", true), "RUNNING");
   EXPECT_EQ(trial_state(std::nullopt, "FAILED", true), "FAILED");
-  EXPECT_EQ(trial_state(std::nullopt, std::nullopt, true), "done");
+  // Forgotten by the controller, still in accounting: a failed trial with files is not "done".
+  EXPECT_EQ(trial_state(std::nullopt, std::nullopt, true, "FAILED"), "FAILED");
+  EXPECT_EQ(trial_state(std::nullopt, std::nullopt, true), "ended?");
   EXPECT_EQ(trial_state(std::nullopt, std::nullopt, false), "unknown");
+}
+
+TEST(TrialState, SacctsStateIsItsFirstWord) {
+  EXPECT_EQ(parse_sacct_state("FAILED\n"), "FAILED");
+  EXPECT_EQ(parse_sacct_state("CANCELLED by 0\n"), "CANCELLED");
+  EXPECT_EQ(parse_sacct_state(""), std::nullopt);
 }
 
 TEST(RenderStatus, OneAlignedLinePerTrial) {

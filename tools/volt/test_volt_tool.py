@@ -36,6 +36,8 @@ def slurm_path(tmp_path):
     # Trial 0 runs, 2 and 3 wait as one unsplit range; 1 is gone from the queue.
     fake(bin_dir, "squeue", f'echo "squeue $*" >> {log}\nprintf "4242_0 RUNNING\\n4242_[2-3%%2] PENDING\\n"\n')
     fake(bin_dir, "scontrol", f'echo "scontrol $*" >> {log}\necho "slurm_load_jobs error: Invalid job id" >&2\nexit 1\n')
+    # Accounting still knows 4242_1, which failed; of others it prints nothing.
+    fake(bin_dir, "sacct", f'echo "sacct $*" >> {log}\n[ "$2" = 4242_1 ] && echo FAILED\nexit 0\n')
     env = dict(os.environ, PATH=f"{bin_dir}:{os.environ['PATH']}")
     return env, log
 
@@ -265,16 +267,17 @@ def test_sweep_submit_and_status(tmp_path, slurm_path):
     jobs = json.loads((out / "jobs.json").read_text())["jobs"]
     assert [(j["index"], j["job_id"]) for j in jobs] == [(i, f"4242_{i}") for i in range(4)]
     assert f"sbatch --parsable {out}/lr.sbatch" in log.read_text()
-    # Trial 1 left the queue: with files in its directory it is done, without them unknown.
+    # Trial 1 left the queue and the controller: accounting says it failed, files or not.
     (out / "trial_001").mkdir()
     (out / "trial_001" / "metrics.csv").write_text("epoch\n0\n")
     result = run("sweep", "status", "--out", out, env=env)
     assert result.returncode == 0, result.stderr
     states = {line.split()[0]: line.split()[1:3] for line in result.stdout.splitlines()[1:]}
-    assert states == {"0": ["4242_0", "RUNNING"], "1": ["4242_1", "done"], "2": ["4242_2", "PENDING"],
+    assert states == {"0": ["4242_0", "RUNNING"], "1": ["4242_1", "FAILED"], "2": ["4242_2", "PENDING"],
                       "3": ["4242_3", "PENDING"]}
     assert "squeue -h -r -o %i %T -j 4242" in log.read_text()
     assert "scontrol show job -o 4242_1" in log.read_text()
+    assert "sacct -j 4242_1 -n -X -P -o State" in log.read_text()
     # A submitted sweep's directory is not rendered over.
     result = run("sweep", "render", *sweep_args(out), "--", "./train", env=env)
     assert result.returncode == 1 and "already holds a submitted sweep" in result.stderr
