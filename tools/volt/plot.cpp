@@ -228,7 +228,9 @@ PlotResult plot_metrics(const PlotOptions& options) {
   VOLT_CHECK(options.width >= 200 && options.width <= 20000,
              "--width={} is out of range; expected 200 to 20000 pixels. HINT: the default is 1000.", options.width);
   VOLT_CHECK(options.height == 0 || (options.height >= 150 && options.height <= 20000),
-             "--height={} is out of range; expected 150 to 20000 pixels, or 0 for 350 per panel.", options.height);
+             "--height={} is out of range; expected 150 to 20000 pixels, or 0 for 350 per panel. HINT: the default 0 "
+             "sizes the image by its panels.",
+             options.height);
   const std::string csv = find_metrics_csv(options.log_dir);
   const MetricsTable table = parse_metrics_csv(read_file(csv), csv);
   PlotResult result;

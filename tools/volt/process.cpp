@@ -60,9 +60,13 @@ ProcessResult run_process(const std::vector<std::string>& argv) {
   VOLT_INTERNAL_ASSERT(!argv.empty(), "run_process needs a program");
   int out_pipe[2], err_pipe[2], exec_pipe[2];
   VOLT_CHECK(pipe(out_pipe) == 0 && pipe(err_pipe) == 0 && pipe2(exec_pipe, O_CLOEXEC) == 0,
-             "cannot create pipes to run '{}': {}", argv[0], std::strerror(errno));
+             "cannot create pipes to run '{}': {}. HINT: the process may be out of file descriptors; check ulimit -n.",
+             argv[0], std::strerror(errno));
   const pid_t pid = fork();
-  VOLT_CHECK(pid >= 0, "cannot start '{}': fork failed: {}", argv[0], std::strerror(errno));
+  VOLT_CHECK(pid >= 0,
+             "cannot start '{}': fork failed: {}. HINT: the host may be out of processes or memory; check ulimit -u "
+             "and free memory.",
+             argv[0], std::strerror(errno));
   if (pid == 0) {
     dup2(out_pipe[1], STDOUT_FILENO);
     dup2(err_pipe[1], STDERR_FILENO);

@@ -9,10 +9,13 @@ namespace volt {
 EarlyStopping::EarlyStopping(EarlyStoppingOptions options) : options_(std::move(options)) {
   VOLT_CHECK(!options_.monitor.empty(),
              "EarlyStopping needs a metric to monitor. HINT: pass {{.monitor = \"val/loss\"}}.");
-  VOLT_CHECK(options_.patience >= 0, "EarlyStopping patience={} must be >= 0.", options_.patience);
+  VOLT_CHECK(options_.patience >= 0,
+             "EarlyStopping patience={} must be >= 0. HINT: 3 (the default) stops after 3 checks without improvement; "
+             "0 stops at the first one.",
+             options_.patience);
   VOLT_CHECK(options_.min_delta >= 0,
              "EarlyStopping min_delta={} must be >= 0 (it is applied in the "
-             "direction of `mode`).",
+             "direction of `mode`). HINT: use 0.0 (the default) to count any improvement.",
              options_.min_delta);
   best_score_ =
       options_.mode == Mode::kMin ? std::numeric_limits<double>::infinity() : -std::numeric_limits<double>::infinity();

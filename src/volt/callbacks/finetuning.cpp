@@ -45,7 +45,9 @@ std::vector<std::string> strings_of(const c10::IValue& value, const std::string&
              value.tagKind(), where);
   std::vector<std::string> out;
   for (const auto& each : value.toListRef()) {
-    VOLT_CHECK(each.isString(), "BaseFinetuning's checkpoint state holds a {} in {}; expected a parameter name.",
+    VOLT_CHECK(each.isString(),
+               "BaseFinetuning's checkpoint state holds a {} in {}; expected a parameter name. HINT: the checkpoint "
+               "was not written by this callback; start without ckpt_path.",
                each.tagKind(), where);
     out.push_back(each.toStringRef());
   }
@@ -114,7 +116,9 @@ ParamGroupChange BaseFinetuning::unfreeze_and_add_param_group(torch::nn::Module&
     }
   }
   if (fresh.empty()) return change;
-  VOLT_CHECK(!optimizer.param_groups().empty(), "unfreeze_and_add_param_group: the optimizer has no param group.");
+  VOLT_CHECK(!optimizer.param_groups().empty(),
+             "unfreeze_and_add_param_group: the optimizer has no param group. HINT: build the optimizer with at least "
+             "one param group; the new group copies its options.");
   std::unique_ptr<torch::optim::OptimizerOptions> options = optimizer.defaults().clone();
   const double first_lr = optimizer.param_groups().front().options().get_lr();
   options->set_lr(lr.has_value() ? *lr : first_lr / initial_denom_lr);
@@ -227,15 +231,21 @@ void BaseFinetuning::load_state_dict(const StateDict& state) {
   last_epoch_ = int_or(state, "last_epoch", -1);
   if (state.contains("optimizer_param_groups")) {
     const c10::IValue& optimizers = state.at("optimizer_param_groups");
-    VOLT_CHECK(optimizers.isList(), "{}'s checkpoint state holds a {} for optimizer_param_groups; expected a list.",
+    VOLT_CHECK(optimizers.isList(),
+               "{}'s checkpoint state holds a {} for optimizer_param_groups; expected a list. HINT: the checkpoint was "
+               "not written by this callback; start without ckpt_path.",
                state_key(), optimizers.tagKind());
     for (const auto& groups : optimizers.toListRef()) {
-      VOLT_CHECK(groups.isList(), "{}'s checkpoint state holds a {} for an optimizer's param groups; expected a list.",
+      VOLT_CHECK(groups.isList(),
+                 "{}'s checkpoint state holds a {} for an optimizer's param groups; expected a list. HINT: the "
+                 "checkpoint was not written by this callback; start without ckpt_path.",
                  state_key(), groups.tagKind());
       std::vector<SavedGroup> saved;
       for (const auto& group : groups.toListRef()) {
         VOLT_CHECK(group.isGenericDict() && group.toGenericDict().contains("params"),
-                   "{}'s checkpoint state holds a param group without 'params'.", state_key());
+                   "{}'s checkpoint state holds a param group without 'params'. HINT: the checkpoint was not written "
+                   "by this callback; start without ckpt_path.",
+                   state_key());
         const StateDict dict = group.toGenericDict();
         SavedGroup each;
         each.params = strings_of(dict.at("params"), "optimizer_param_groups");
@@ -262,7 +272,9 @@ BackboneFinetuning::BackboneFinetuning(BackboneFinetuningOptions options) : opti
              "BackboneFinetuning's backbone_initial_lr is {}; expected > 0. HINT: leave it unset to use "
              "backbone_initial_ratio_lr.",
              options_.backbone_initial_lr.value_or(0.0));
-  VOLT_CHECK(options_.initial_denom_lr > 0, "BackboneFinetuning's initial_denom_lr is {}; expected > 0.",
+  VOLT_CHECK(options_.initial_denom_lr > 0,
+             "BackboneFinetuning's initial_denom_lr is {}; expected > 0. HINT: leave the default 10; the backbone's "
+             "learning rate comes from backbone_initial_lr or backbone_initial_ratio_lr.",
              options_.initial_denom_lr);
   VOLT_CHECK(!options_.backbone.empty(),
              "BackboneFinetuning's backbone is empty; expected the name of a module the model registered. HINT: "
@@ -296,8 +308,10 @@ void BackboneFinetuning::finetune_function(LightningModule& module, int64_t epoc
     const double initial = options_.backbone_initial_lr.value_or(current_lr * options_.backbone_initial_ratio_lr);
     previous_backbone_lr_ = initial;
     const std::shared_ptr<torch::nn::Module> backbone = find_submodule(module, options_.backbone);
-    VOLT_CHECK(backbone != nullptr, "BackboneFinetuning: {} no longer has a module named '{}'.", module.name(),
-               options_.backbone);
+    VOLT_CHECK(backbone != nullptr,
+               "BackboneFinetuning: {} no longer has a module named '{}'. HINT: keep the backbone registered under "
+               "that name for the whole fit; do not replace or rename it after training starts.",
+               module.name(), options_.backbone);
     const ParamGroupChange change =
         unfreeze_and_add_param_group(*backbone, optimizer, initial, options_.initial_denom_lr, options_.train_bn);
     if (change.already_in_optimizer > 0) {

@@ -15,12 +15,15 @@ ModelCheckpoint::ModelCheckpoint(ModelCheckpointOptions options, Clock clock)
     : options_(std::move(options)), clock_(clock ? std::move(clock) : Clock(&std::chrono::steady_clock::now)) {
   VOLT_CHECK(options_.save_top_k >= -1,
              "ModelCheckpoint save_top_k={} is invalid; expected -1 (keep all), 0 (none) or a positive "
-             "count.",
+             "count. HINT: use 1 (the default) to keep one checkpoint, or -1 to keep them all.",
              options_.save_top_k);
-  VOLT_CHECK(options_.every_n_train_steps >= 0, "ModelCheckpoint every_n_train_steps={} must be >= 0.",
+  VOLT_CHECK(options_.every_n_train_steps >= 0,
+             "ModelCheckpoint every_n_train_steps={} must be >= 0. HINT: use 0 (the default) not to save by step.",
              options_.every_n_train_steps);
   VOLT_CHECK(!options_.every_n_epochs || *options_.every_n_epochs >= 0,
-             "ModelCheckpoint every_n_epochs={} must be >= 0.", options_.every_n_epochs.value_or(0));
+             "ModelCheckpoint every_n_epochs={} must be >= 0. HINT: use 0 not to save by epoch, or leave it unset for "
+             "the default.",
+             options_.every_n_epochs.value_or(0));
   VOLT_CHECK(!(options_.monitor.empty() && options_.save_top_k > 1),
              "ModelCheckpoint(save_top_k={}, monitor='') cannot rank checkpoints without a metric. HINT: "
              "set monitor, or use save_top_k=-1 to keep every checkpoint.",

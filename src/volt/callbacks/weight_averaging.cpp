@@ -129,7 +129,10 @@ Decision StochasticWeightAveraging::on_fit_start(const CallbackContext& context,
       "swa_epoch_start; Volt's callbacks cannot replace the Trainer's schedulers. HINT: return the optimizer "
       "without a scheduler, or set the learning rate from a callback's on_train_epoch_start before swa_epoch_start.",
       num_lr_schedulers_);
-  VOLT_CHECK(context.module != nullptr, "StochasticWeightAveraging needs the module in on_fit_start.");
+  VOLT_CHECK(
+      context.module != nullptr,
+      "StochasticWeightAveraging needs the module in on_fit_start. HINT: add the callback to TrainerOptions::callbacks "
+      "and let Trainer::fit call it, or set CallbackContext::module when calling the hooks yourself.");
   VOLT_CHECK(!has_batch_norm_statistics(*context.module),
              "StochasticWeightAveraging: module {} has BatchNorm running statistics (running_mean/running_var "
              "buffers). Lightning recomputes them for the averaged weights with an extra pass over the training "
@@ -277,7 +280,9 @@ bool EMAWeightAveraging::should_update(std::optional<int64_t> step_idx, std::opt
 }
 
 Decision EMAWeightAveraging::on_fit_start(const CallbackContext& context, CallbackServices&) {
-  VOLT_CHECK(context.module != nullptr, "EMAWeightAveraging needs the module in on_fit_start.");
+  VOLT_CHECK(context.module != nullptr,
+             "EMAWeightAveraging needs the module in on_fit_start. HINT: add the callback to TrainerOptions::callbacks "
+             "and let Trainer::fit call it, or set CallbackContext::module when calling the hooks yourself.");
   // Lightning copies the module when fit begins; a resume brought its average in the state.
   if (!average_.empty()) return {};
   for (const auto& [name, current] : weights_of(*context.module, options_.use_buffers))

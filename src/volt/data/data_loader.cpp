@@ -42,7 +42,9 @@ at::Generator example_generator(int64_t index) {
 
 DataLoader::DataLoader(std::shared_ptr<const Dataset> dataset, DataLoaderOptions options)
     : dataset_(std::move(dataset)), options_(std::move(options)) {
-  VOLT_CHECK(dataset_ != nullptr, "DataLoader got a null dataset.");
+  VOLT_CHECK(dataset_ != nullptr,
+             "DataLoader got a null dataset. HINT: pass a constructed dataset, e.g. "
+             "std::make_shared<TensorDataset>(data, target).");
   check_options();
   VOLT_CHECK(!options_.batch_sampler || options_.batch_sampler->size() == dataset_->size(),
              "DataLoader: the batch sampler was built for {} examples, the dataset has {}. HINT: give the sampler "
@@ -55,7 +57,9 @@ DataLoader::DataLoader(std::shared_ptr<const Dataset> dataset, DataLoaderOptions
 
 DataLoader::DataLoader(std::shared_ptr<const IterableDataset> dataset, DataLoaderOptions options)
     : stream_dataset_(std::move(dataset)), options_(std::move(options)) {
-  VOLT_CHECK(stream_dataset_ != nullptr, "DataLoader got a null IterableDataset.");
+  VOLT_CHECK(
+      stream_dataset_ != nullptr,
+      "DataLoader got a null IterableDataset. HINT: pass a constructed stream, e.g. std::make_shared<NpyShards>(...).");
   check_options();
   VOLT_CHECK(!options_.batch_sampler,
              "DataLoader: a batch_sampler needs a map-style Dataset; this one is a stream (IterableDataset), read in "

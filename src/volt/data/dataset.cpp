@@ -24,8 +24,12 @@ Batch Dataset::get_batch(const torch::Tensor& indices) const { return default_co
 
 Subset::Subset(std::shared_ptr<const Dataset> dataset, torch::Tensor indices)
     : dataset_(std::move(dataset)), indices_(indices.to(torch::kLong).contiguous()) {
-  VOLT_CHECK(dataset_ != nullptr, "Subset got a null dataset.");
-  VOLT_CHECK(indices_.dim() == 1, "Subset takes a 1-d tensor of indices; got shape {}.", c10::str(indices_.sizes()));
+  VOLT_CHECK(dataset_ != nullptr,
+             "Subset got a null dataset. HINT: pass the dataset to take from, e.g. "
+             "std::make_shared<TensorDataset>(data, target).");
+  VOLT_CHECK(indices_.dim() == 1,
+             "Subset takes a 1-d tensor of indices; got shape {}. HINT: flatten them first, e.g. indices.flatten().",
+             c10::str(indices_.sizes()));
   if (indices_.numel() > 0) {
     const int64_t low = indices_.min().item<int64_t>();
     const int64_t high = indices_.max().item<int64_t>();
@@ -38,7 +42,8 @@ Subset::Subset(std::shared_ptr<const Dataset> dataset, torch::Tensor indices)
 int64_t Subset::size() const { return indices_.size(0); }
 
 Example Subset::get(int64_t index) const {
-  VOLT_CHECK(index >= 0 && index < size(), "Subset has {} examples; index {} is out of range.", size(), index);
+  VOLT_CHECK(index >= 0 && index < size(),
+             "Subset has {} examples; index {} is out of range. HINT: take indices in [0, {}).", size(), index, size());
   return dataset_->get(indices_.data_ptr<int64_t>()[index]);  // no tensor made per example
 }
 

@@ -11,11 +11,15 @@ namespace volt {
 
 DistributedSampler::DistributedSampler(int64_t dataset_size, SamplerOptions options)
     : dataset_size_(dataset_size), options_(options) {
-  VOLT_CHECK(options_.num_replicas >= 1, "num_replicas={} must be at least 1.", options_.num_replicas);
+  VOLT_CHECK(options_.num_replicas >= 1,
+             "num_replicas={} must be at least 1. HINT: use the world size (1 for a single process).",
+             options_.num_replicas);
   VOLT_CHECK(options_.rank >= 0 && options_.rank < options_.num_replicas,
              "rank={} is outside [0, {}). HINT: the rank must be below the world size.", options_.rank,
              options_.num_replicas);
-  VOLT_CHECK(dataset_size_ >= 0, "dataset size {} is negative.", dataset_size_);
+  VOLT_CHECK(dataset_size_ >= 0,
+             "dataset size {} is negative. HINT: pass the dataset's size(), the number of examples (0 or more).",
+             dataset_size_);
   VOLT_CHECK(!options_.contiguous || !options_.pad,
              "a contiguous DistributedSampler cannot pad its shards (pad=true). HINT: set pad=false; contiguous "
              "blocks are for prediction, where no example may be repeated.");

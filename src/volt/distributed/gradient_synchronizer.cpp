@@ -62,8 +62,11 @@ ReducerSynchronizer::ReducerSynchronizer(std::vector<torch::Tensor> parameters, 
                                          c10::intrusive_ptr<c10d::ProcessGroup> group,
                                          const GradientSyncOptions& options)
     : find_unused_parameters_(options.find_unused_parameters), names_(names) {
-  VOLT_CHECK(!parameters.empty(), "ddp needs at least one parameter that requires grad; the module has none.");
-  VOLT_CHECK(options.bucket_cap_mb > 0, "bucket_cap_mb={} must be positive.", options.bucket_cap_mb);
+  VOLT_CHECK(!parameters.empty(),
+             "ddp needs at least one parameter that requires grad; the module has none. HINT: register the trainable "
+             "parameters (register_parameter or register_module) and leave some unfrozen before fit.");
+  VOLT_CHECK(options.bucket_cap_mb > 0, "bucket_cap_mb={} must be positive. HINT: the default is 25 (MiB).",
+             options.bucket_cap_mb);
   const int64_t cap = options.bucket_cap_mb * 1024 * 1024;
   const std::vector<bool> sparse(parameters.size(), false);
   auto [buckets, limits] = bucket_layout(parameters, cap);
@@ -78,7 +81,7 @@ ReducerSynchronizer::~ReducerSynchronizer() = default;
 
 std::vector<std::vector<size_t>> internal::gradient_buckets(const std::vector<torch::Tensor>& parameters,
                                                             int64_t bucket_cap_mb) {
-  VOLT_CHECK(bucket_cap_mb > 0, "bucket_cap_mb={} must be positive.", bucket_cap_mb);
+  VOLT_CHECK(bucket_cap_mb > 0, "bucket_cap_mb={} must be positive. HINT: the default is 25 (MiB).", bucket_cap_mb);
   return std::get<0>(bucket_layout(parameters, bucket_cap_mb * 1024 * 1024));
 }
 

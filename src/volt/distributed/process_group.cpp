@@ -450,8 +450,9 @@ void ProcessGroup::all_gather_into(const torch::Tensor& chunk, torch::Tensor& fl
 std::unique_ptr<PeerChannel> ProcessGroup::connect_peer(int64_t peer) {
   const int64_t me = topology_.global_rank;
   VOLT_CHECK(peer >= 0 && peer < topology_.world_size && peer != me,
-             "rank {} cannot connect to rank {} of {} processes: a peer is another rank of the run.", me, peer,
-             topology_.world_size);
+             "rank {} cannot connect to rank {} of {} processes: a peer is another rank of the run. HINT: pass a rank "
+             "in [0, world_size) other than this process's own.",
+             me, peer, topology_.world_size);
   const int64_t low = std::min(me, peer);
   const int64_t high = std::max(me, peer);
   // Its own key prefix per pair and connection (both ends count theirs alike): the two rendezvous

@@ -40,7 +40,10 @@ Env::Vars child_rank_variables(const Topology& topology, int64_t local_rank) {
 
 int find_free_port() {
   const int fd = socket(AF_INET, SOCK_STREAM, 0);
-  VOLT_CHECK(fd >= 0, "could not open a socket to find a free port: {}", std::strerror(errno));
+  VOLT_CHECK(fd >= 0,
+             "could not open a socket to find a free port: {}. HINT: set MASTER_PORT to a free port so that none is "
+             "searched for.",
+             std::strerror(errno));
   sockaddr_in address{};
   address.sin_family = AF_INET;
   address.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
@@ -71,7 +74,9 @@ std::vector<std::string> own_command_line() {
 
 SubprocessLauncher::SubprocessLauncher(const Topology& topology, const std::vector<std::string>& command,
                                        const Env& env, const LaunchOptions& options) {
-  VOLT_CHECK(!command.empty(), "cannot relaunch this program: its command line is empty.");
+  VOLT_CHECK(!command.empty(),
+             "cannot relaunch this program: its command line is empty. HINT: run on Linux with /proc mounted, or start "
+             "one process per device yourself (torchrun or srun).");
   const std::string& executable = options.executable;
   const pid_t parent = getpid();
   for (int64_t local_rank = options.first_local_rank; local_rank < topology.processes_per_node; ++local_rank) {
@@ -86,7 +91,10 @@ SubprocessLauncher::SubprocessLauncher(const Topology& topology, const std::vect
     for (auto& s : env_strings) envp.push_back(s.data());
     envp.push_back(nullptr);
     const pid_t pid = fork();
-    VOLT_CHECK(pid >= 0, "could not start local rank {}: fork failed: {}", local_rank, std::strerror(errno));
+    VOLT_CHECK(pid >= 0,
+               "could not start local rank {}: fork failed: {}. HINT: the host may be out of processes or memory; "
+               "check ulimit -u and free memory.",
+               local_rank, std::strerror(errno));
     if (pid == 0) {
       // Child: die with the launcher, whatever killed it.
       prctl(PR_SET_PDEATHSIG, SIGKILL);

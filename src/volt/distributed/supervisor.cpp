@@ -11,7 +11,8 @@
 namespace volt {
 
 SupervisedRun supervise_workers(const SupervisorOptions& options, Console& console) {
-  VOLT_CHECK(options.max_restarts >= 0, "max_restarts={} must be >= 0.", options.max_restarts);
+  VOLT_CHECK(options.max_restarts >= 0, "max_restarts={} must be >= 0. HINT: use 0 for no restarts.",
+             options.max_restarts);
   SupervisedRun run;
   for (int64_t attempt = 0;; ++attempt) {
     Topology topology = options.topology;

@@ -35,20 +35,28 @@ int64_t required_int(const Env& env, const char* name, int64_t min) {
              "environment variable {} is not set, but the launcher's other variables are. HINT: "
              "start the job with its launcher (srun, torchrun, mpirun) or set {} yourself.",
              name, name);
-  VOLT_CHECK(*value >= min, "environment variable {}={} must be >= {}.", name, *value, min);
+  VOLT_CHECK(*value >= min,
+             "environment variable {}={} must be >= {}. HINT: check the job script or launcher that sets it.", name,
+             *value, min);
   return *value;
 }
 
 std::optional<int64_t> optional_int(const Env& env, const char* name, int64_t min) {
   const auto value = env.get_int(name);
-  if (value) VOLT_CHECK(*value >= min, "environment variable {}={} must be >= {}.", name, *value, min);
+  if (value)
+    VOLT_CHECK(*value >= min,
+               "environment variable {}={} must be >= {}. HINT: check the job script or launcher that sets it.", name,
+               *value, min);
   return value;
 }
 
 std::optional<int> port_from(const Env& env, const char* name) {
   const auto value = env.get_int(name);
   if (!value) return std::nullopt;
-  VOLT_CHECK(*value >= 1 && *value <= 65535, "environment variable {}={} is not a TCP port (1-65535).", name, *value);
+  VOLT_CHECK(*value >= 1 && *value <= 65535,
+             "environment variable {}={} is not a TCP port (1-65535). HINT: set it to a free port, e.g. 29500, in the "
+             "job script.",
+             name, *value);
   return static_cast<int>(*value);
 }
 
@@ -58,7 +66,9 @@ void check_ranks(const ClusterInfo& info, const char* rank_name, const char* siz
              "{}={} is outside the world size {}={}. HINT: the launcher's variables disagree; check the job script.",
              rank_name, info.global_rank, size_name, *info.world_size);
   if (info.local_world_size) {
-    VOLT_CHECK(info.local_rank < *info.local_world_size, "local rank {} is outside the {} processes of this node.",
+    VOLT_CHECK(info.local_rank < *info.local_world_size,
+               "local rank {} is outside the {} processes of this node. HINT: the launcher's variables disagree; check "
+               "the job script.",
                info.local_rank, *info.local_world_size);
   }
 }
@@ -171,8 +181,10 @@ std::optional<ClusterInfo> read_slurm(const Env& env) {
   if (!info.main_port) info.main_port = job_main_port(info.job_id);
   check_ranks(info, "SLURM_PROCID", tasks_var);
   if (info.num_nodes) {
-    VOLT_CHECK(info.node_rank < *info.num_nodes, "SLURM_NODEID={} is outside {}={}.", info.node_rank, nodes_var,
-               *info.num_nodes);
+    VOLT_CHECK(info.node_rank < *info.num_nodes,
+               "SLURM_NODEID={} is outside {}={}. HINT: the SLURM variables disagree; check that the job script does "
+               "not overwrite them.",
+               info.node_rank, nodes_var, *info.num_nodes);
   }
   return info;
 }

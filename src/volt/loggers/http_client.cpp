@@ -107,7 +107,9 @@ HttpClient::HttpClient(HttpClientOptions options) : impl_(std::make_unique<Impl>
   init_curl_once();
   impl_->options = std::move(options);
   impl_->curl = curl_easy_init();
-  VOLT_CHECK(impl_->curl != nullptr, "libcurl could not make a handle (out of memory?).");
+  VOLT_CHECK(impl_->curl != nullptr,
+             "libcurl could not make a handle (out of memory?). HINT: free memory on this host, or run without the "
+             "MLflow logger.");
 }
 
 HttpClient::~HttpClient() { curl_easy_cleanup(impl_->curl); }

@@ -44,7 +44,9 @@ std::string metric_key(const std::string& name) {
 std::vector<std::pair<std::string, std::string>> flatten_params(const nlohmann::json& params) {
   std::vector<std::pair<std::string, std::string>> out;
   if (params.is_null()) return out;
-  VOLT_CHECK(params.is_object(), "hyperparameters must be a JSON object to become MLflow params; got {}.",
+  VOLT_CHECK(params.is_object(),
+             "hyperparameters must be a JSON object to become MLflow params; got {}. HINT: pass name-value pairs, e.g. "
+             "{{\"lr\": 0.01}}, to save_hyperparameters or log_hyperparams.",
              params.type_name());
   flatten_into(params, "", out);
   std::sort(out.begin(), out.end());

@@ -316,8 +316,9 @@ RunPlan resolve_run_plan(const TrainerOptions& options, const Env& env, const Ma
   }
   plan.process_group_backend = resolve_backend(options.process_group_backend, plan.accelerator, machine);
   VOLT_CHECK(options.process_group_timeout > 0 && options.join_timeout > 0,
-             "process_group_timeout={} and join_timeout={} must be positive (seconds).", options.process_group_timeout,
-             options.join_timeout);
+             "process_group_timeout={} and join_timeout={} must be positive (seconds). HINT: the defaults are 120 and "
+             "60 seconds.",
+             options.process_group_timeout, options.join_timeout);
   plan.process_group_timeout = std::chrono::milliseconds(static_cast<int64_t>(options.process_group_timeout * 1000));
   plan.join_timeout = std::chrono::milliseconds(static_cast<int64_t>(options.join_timeout * 1000));
   plan.find_unused_parameters = options.find_unused_parameters || layout.strategy_finds_unused_parameters;
@@ -445,7 +446,8 @@ RunPlan resolve_run_plan(const TrainerOptions& options, const Env& env, const Ma
              "(--no-detect-stragglers) for no straggler checks.",
              options.straggler_every_n_steps);
   VOLT_CHECK(!options.detect_stragglers || options.straggler_threshold > 0.0,
-             "straggler_threshold={} must be > 0 (0.2: a process 20% slower than the others' median is named).",
+             "straggler_threshold={} must be > 0 (0.2: a process 20% slower than the others' median is named). HINT: "
+             "keep the default 0.2, or set detect_stragglers=false (--no-detect-stragglers) for no straggler checks.",
              options.straggler_threshold);
 
   // Lightning: max_epochs defaults to 1000 unless max_steps bounds the run.
