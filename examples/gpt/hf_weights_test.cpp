@@ -192,6 +192,35 @@ TEST(HfWeights, RefusesATruncatedFileAndAFolderWithoutConfig) {
   EXPECT_NE(message.find("has no config.json. HINT:"), std::string::npos) << message;
 }
 
+TEST(HfWeights, NamesASizeKeyMissingFromConfigAPickleOnlyFolderAndAConfigGivenForItsFolder) {
+  TempDir dir;
+  Gpt source = tiny_model(1);
+  const std::string folder = write_folder(dir, hf_state_dict(source));
+  // config.json without n_embd: GPT2Config's default, 768, sizes the model, and the shapes disagree.
+  nlohmann::json config = nlohmann::json::parse(std::ifstream(folder + "/config.json"));
+  config.erase("n_embd");
+  std::ofstream(folder + "/config.json") << config.dump();
+  const GptConfig defaulted = load_hf_folder_config(folder);
+  EXPECT_EQ(defaulted.n_embd, 768);
+  Gpt target = tiny_model(2, defaulted);
+  std::string message = error_message([&] { load_hf_weights(target, folder); });
+  EXPECT_NE(message.find("config.json has no n_embd, so GPT2Config's default sized the model. HINT: write the "
+                         "missing sizes into config.json"),
+            std::string::npos)
+      << message;
+  // Only PyTorch's pickle: the hint converts it.
+  fs::remove(folder + "/model.safetensors");
+  std::ofstream(folder + "/pytorch_model.bin") << "pickle";
+  expect_refused(folder, {"it holds pytorch_model.bin", "safe_serialization=True"});
+  // The config.json where its folder belongs.
+  message = error_message([&] { load_hf_folder_config(folder + "/config.json"); });
+  EXPECT_NE(message.find("is a file; expected the folder holding config.json and model.safetensors. HINT: pass its "
+                         "folder: --init-from " +
+                         folder),
+            std::string::npos)
+      << message;
+}
+
 // A .npy file of `values` as numpy.save writes it, with element type `descr`.
 template <typename T>
 std::string write_npy(const TempDir& dir, const std::string& name, const std::string& descr,
