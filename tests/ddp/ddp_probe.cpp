@@ -614,11 +614,7 @@ int main(int argc, char** argv) {
     app.add_option(
         "--checkpoint-every-ms", probe.checkpoint_every_ms,
         "ModelCheckpoint(train_time_interval) with a clock 1 + rank times as fast; saves to time_ckpt<rank>");
-    try {
-      app.parse(argc, argv);
-    } catch (const CLI::ParseError& e) {
-      return app.exit(e) == 0 ? 0 : 2;
-    }
+    if (const std::optional<int> code = volt::parse_command_line(app, argc, argv)) return *code;
     volt::apply_trainer_flags(text, options);
     if (!probe.consolidate.empty()) {
       volt::TorchCheckpointIO io;

@@ -16,6 +16,7 @@
 #include <torch/csrc/distributed/c10d/ProcessGroup.hpp>
 
 #include "volt/cli/run_main.h"
+#include "volt/cli/trainer_flags.h"
 #include "volt/core/env.h"
 #include "volt/core/error.h"
 #include "volt/distributed/gradient_synchronizer.h"
@@ -194,11 +195,7 @@ int main(int argc, char** argv) {
     app.add_option("--fail-rank", options.fail_rank, "the rank that fails");
     app.add_flag("--detached", options.detached, "leave the layers unsynchronized (a control)");
     app.add_flag("--reducer", options.reducer, "average gradients with c10d's Reducer, as ddp does");
-    try {
-      app.parse(argc, argv);
-    } catch (const CLI::ParseError& e) {
-      return app.exit(e) == 0 ? 0 : 2;
-    }
+    if (const std::optional<int> code = volt::parse_command_line(app, argc, argv)) return *code;
     return run(options);
   });
 }

@@ -224,8 +224,7 @@ std::optional<RunBoundary> read_run_boundary(const std::string& dir) {
   return RunBoundary{.number = *number, .finished = word == kFinishedWord};
 }
 
-int64_t resume_numbers_set_aside(const std::string& dir, int64_t restart_attempt) {
-  const std::optional<RunBoundary> boundary = read_run_boundary(dir);
+int64_t resume_numbers_set_aside(const std::optional<RunBoundary>& boundary, int64_t restart_attempt) {
   if (!boundary || (boundary->finished && restart_attempt > 0)) return 0;
   return boundary->number;
 }

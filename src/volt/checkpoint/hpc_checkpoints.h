@@ -97,10 +97,10 @@ struct RunBoundary {
 /// The marker's boundary in `dir`; unset without a marker or when it records none.
 std::optional<RunBoundary> read_run_boundary(const std::string& dir);
 
-/// The numbers a fit started as attempt `restart_attempt` must not resume from in `dir`: up to
-/// the boundary, unless the boundary is a finished run's and this is a restart of it (its
-/// program failed after the fit, e.g. in test()). 0: none.
-int64_t resume_numbers_set_aside(const std::string& dir, int64_t restart_attempt);
+/// The numbers a fit started as attempt `restart_attempt` must not resume from, given its folder's
+/// `boundary` (read_run_boundary): up to the boundary, unless the boundary is a finished run's and
+/// this is a restart of it (its program failed after the fit, e.g. in test()). 0: none.
+int64_t resume_numbers_set_aside(const std::optional<RunBoundary>& boundary, int64_t restart_attempt);
 
 /// Records in `dir`'s progress marker (created if need be) that the run whose resume files are
 /// there finished its fit, when there are any. Called by global rank 0 once every file is

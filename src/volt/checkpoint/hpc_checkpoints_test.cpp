@@ -124,15 +124,16 @@ TEST_F(HpcCheckpoints, AFinishedRunsFilesAreSetAsideForANewRunButNotForItsRestar
   ASSERT_TRUE(read_run_boundary(dir).has_value());
   EXPECT_EQ(read_run_boundary(dir)->number, 5);
   EXPECT_TRUE(read_run_boundary(dir)->finished);
-  EXPECT_EQ(resume_numbers_set_aside(dir, /*restart_attempt=*/0), 5);
-  EXPECT_EQ(resume_numbers_set_aside(dir, /*restart_attempt=*/1), 0) << "a restart of the run that finished";
+  EXPECT_EQ(resume_numbers_set_aside(read_run_boundary(dir), /*restart_attempt=*/0), 5);
+  EXPECT_EQ(resume_numbers_set_aside(read_run_boundary(dir), /*restart_attempt=*/1), 0)
+      << "a restart of the run that finished";
 
   // A new run sets them aside for good: a new token, and its own files numbered past them even
   // once they are gone.
   set_aside_finished_run(dir, 5);
   EXPECT_NE(read_progress_marker_token(progress_marker_path(dir)), token);
   EXPECT_FALSE(read_run_boundary(dir)->finished);
-  EXPECT_EQ(resume_numbers_set_aside(dir, /*restart_attempt=*/1), 5);
+  EXPECT_EQ(resume_numbers_set_aside(read_run_boundary(dir), /*restart_attempt=*/1), 5);
   fs::remove(path("snapshot_4.ckpt"));
   fs::remove(path("hpc_ckpt_5.ckpt"));
   EXPECT_EQ(snapshot_path(dir, next_resume_checkpoint_number(dir)), path("snapshot_6.ckpt"));

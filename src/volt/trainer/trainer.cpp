@@ -288,7 +288,7 @@ std::optional<LoadedCheckpoint> Trainer::resume_point(const std::string& ckpt_pa
   std::optional<LoadedCheckpoint> resume;
   const std::string& hpc_dir = plan_.hpc_checkpoint_dir;
   const std::optional<RunBoundary> boundary = read_run_boundary(hpc_dir);
-  const int64_t set_aside = resume_numbers_set_aside(hpc_dir, plan_.restart_attempt);
+  const int64_t set_aside = resume_numbers_set_aside(boundary, plan_.restart_attempt);
   if (!plan_.fast_dev_run) {
     const std::string memory_dir =
         plan_.snapshot_memory_root.empty() ? std::string() : memory_snapshot_dir(plan_.snapshot_memory_root, hpc_dir);
